@@ -1,0 +1,141 @@
+// fcp/plan.h — the plan: how one batch is computed by context-parallel
+// attention on N workers. The in-memory twin of ../shared/PLAN_FORMAT.md
+// (`fcp-plan` version 1); every field has exactly the meaning given there.
+//
+// Planners (FCP and the baselines) produce a Plan; the simulator and the
+// runtime consume one. A Plan is a plain value: no invariants are enforced by
+// construction. ValidatePlan() checks every rule of the format and reports the
+// first one broken; WritePlanJson/ReadPlanJson round-trip byte-identically.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "fcp/mask.h"
+
+namespace fcp {
+
+// A contiguous token range [start, start + length) of sequence `seq`.
+struct Segment {
+  int32_t seq = 0;
+  int64_t start = 0;
+  int64_t length = 0;
+  bool operator==(const Segment&) const = default;
+};
+
+struct Block {
+  int32_t worker = 0;              // owner: holds this block's Q, K, V rows
+  std::vector<Segment> segments;   // in the order the block stores its rows
+  int64_t tokens() const;
+  bool operator==(const Block&) const = default;
+};
+
+// `src` sends block `block`'s K/V (or partial dK/dV) to `dst`.
+struct Transfer {
+  int32_t block = 0;
+  int32_t src = 0;
+  int32_t dst = 0;
+  bool operator==(const Transfer&) const = default;
+};
+
+// The owner of query block `q_block` computes it against `kv_block`.
+struct BlockPair {
+  int32_t q_block = 0;
+  int32_t kv_block = 0;
+  bool operator==(const BlockPair&) const = default;
+};
+
+struct ForwardStage {
+  std::vector<Transfer> send;
+  std::vector<BlockPair> compute;
+  bool operator==(const ForwardStage&) const = default;
+};
+
+struct BackwardStage {
+  std::vector<Transfer> send_kv;
+  std::vector<Transfer> send_dkv;
+  std::vector<BlockPair> compute;
+  bool operator==(const BackwardStage&) const = default;
+};
+
+// Shapes of the attention layer: the costs of pairs and transfers derive from it.
+struct AttentionShape {
+  int32_t heads_q = 64;
+  int32_t heads_kv = 8;
+  int32_t head_dim = 128;
+  int32_t dtype_bytes = 2;
+  // Throws Error(kInvalidArgument): non-positive values, heads_q % heads_kv != 0.
+  void validate() const;
+  bool operator==(const AttentionShape&) const = default;
+};
+
+struct Plan {
+  std::string planner = "fcp";
+  int32_t workers = 1;
+  Mask mask;
+  AttentionShape attention;
+  int64_t block_size = 4096;  // informational
+  int32_t coalesce = 16;      // the congestion bound c of every stage
+  int64_t token_cap = 0;      // max tokens any one worker may own
+  std::vector<int64_t> sequences;  // lengths, in dataloader (global token) order
+  std::vector<Block> blocks;
+  std::vector<ForwardStage> forward;
+  std::vector<BackwardStage> backward;
+
+  int64_t total_tokens() const;
+  bool operator==(const Plan&) const = default;
+};
+
+// ---- costs (PLAN_FORMAT.md, "Costs") ------------------------------------
+
+// Forward FLOPs of `allowed_token_pairs` pairs: 4 * heads_q * head_dim * pairs.
+double ForwardFlops(const AttentionShape& shape, int64_t allowed_token_pairs);
+// Backward FLOPs: 2.5x the forward.
+double BackwardFlops(const AttentionShape& shape, int64_t allowed_token_pairs);
+// Bytes of one K/V transfer of `tokens` tokens: 2 * heads_kv * head_dim * dtype_bytes * tokens.
+int64_t KvTransferBytes(const AttentionShape& shape, int64_t tokens);
+
+// Allowed token pairs between query block `q` and key block `kv` of `plan`.
+int64_t BlockPairTokenPairs(const Plan& plan, int32_t q_block, int32_t kv_block);
+
+// First global token of each sequence, plus the total at the end (size + 1).
+std::vector<int64_t> SequenceOffsets(const std::vector<int64_t>& sequences);
+
+// The dataloader layout: worker r holds global tokens
+// [floor(r*T/N), floor((r+1)*T/N)). Returns r's first token (r in [0, N]).
+int64_t DataloaderBegin(int64_t total_tokens, int32_t workers, int32_t worker);
+// The worker whose dataloader share holds global token `token`.
+int32_t DataloaderWorker(int64_t total_tokens, int32_t workers, int64_t token);
+
+// ---- validation -----------------------------------------------------------
+
+struct ValidateOptions {
+  // Also check that forward stages send K/V only to workers that compute
+  // with it and never twice (no redundant traffic). The format permits relays
+  // and redundancy; FCP plans have none.
+  bool forbid_redundant_transfers = false;
+};
+
+// Checks every rule of PLAN_FORMAT.md: header fields, token coverage (every
+// token in exactly one segment of one block), token cap, per-stage holding,
+// every required pair computed exactly once in each pass and no other, dK/dV
+// partials returned to owners after last use, congestion (<= coalesce sends
+// and receives per worker per stage). Throws Error(kInvalidPlan) naming the
+// first broken rule. Cost: O(blocks + segments + transfers + pairs) plus the
+// required-pair enumeration.
+void ValidatePlan(const Plan& plan, const ValidateOptions& options = {});
+
+// ---- JSON ------------------------------------------------------------------
+
+// Canonical text: one top-level field per line, one block / stage per line.
+// Deterministic: equal plans give identical bytes.
+std::string WritePlanJson(const Plan& plan);
+void WritePlanJsonFile(const Plan& plan, const std::string& path);  // "-" = stdout
+// Parses and checks types/shapes of the fields (not the plan rules:
+// call ValidatePlan). Throws Error(kParse) naming the field.
+Plan ReadPlanJson(const std::string& text);
+Plan ReadPlanJsonFile(const std::string& path);  // "-" = stdin; Error(kIo) if unreadable
+
+}  // namespace fcp

@@ -1,0 +1,73 @@
+// fcp/planner.h — making a plan for a batch: the FCP planner and the registry
+// of all planners (the baselines register here too).
+//
+// MakePlan is pure and deterministic: all inputs are the lengths and the
+// PlannerConfig; the same inputs give a byte-identical plan on every machine
+// (ties broken by id, stable sorts, no hash-map order reaches the output).
+//
+// The FCP pipeline (DESIGN.md section 3; src/plan/):
+//   1. shard: cut sequences into blocks of block_size tokens; pack the shorter
+//      remainders into shared (varlen) blocks;
+//   2. assign: vector LPT over compute, K/V blocks received and sent under the
+//      hard token cap, then a local search; pieces are split only when no
+//      worker has room for a whole one, so the cap always holds;
+//   3. transfer graph: one edge (owner(j) -> w) per K/V block j that worker w
+//      needs and does not own; colour its edges into exactly Delta matchings;
+//   4. coalesce c colours per stage; compute the pairs of a block received in
+//      stage t in stage t + 1, local pairs in stage 0;
+//   5. backward: the same K/V matchings, and each partial dK/dV returned to
+//      its owner over the reversed matching two stages later.
+// Complexity: O(P log P + K * C * D) for P required pairs, K blocks, C
+// candidate workers per block and D dependencies per block, plus the
+// colouring, O(E * path) with E transfer edges.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fcp/mask.h"
+#include "fcp/plan.h"
+
+namespace fcp {
+
+struct PlannerConfig {
+  int32_t workers = 8;
+  int64_t block_size = 4096;  // tokens per block (>= 1)
+  int32_t coalesce = 16;      // colours (sub-stages) per stage (>= 1)
+  Mask mask;
+  AttentionShape attention;
+  int64_t token_cap = 0;  // 0: ceil(T / workers); else must be >= ceil(T / workers)
+  std::string planner = "fcp";
+  // FCP only: local-search moves/swaps after the greedy assignment (0 = off).
+  int32_t local_search_rounds = 4;
+  // Run ValidatePlan on the result (the debug self-check); throws kInternal if it fails.
+  bool self_check = false;
+
+  // Error(kInvalidArgument) naming the bad field. Needs the lengths for the cap.
+  void validate(const std::vector<int64_t>& lengths) const;
+  // The effective cap: token_cap, or ceil(T / workers) when token_cap == 0.
+  int64_t EffectiveTokenCap(const std::vector<int64_t>& lengths) const;
+};
+
+// A planner: a pure function from lengths and config to a plan.
+using PlannerFn = Plan (*)(const std::vector<int64_t>& lengths, const PlannerConfig& config);
+
+struct PlannerInfo {
+  std::string name;         // what --planner takes and plan.planner records
+  std::string description;  // one line
+  PlannerFn make;
+};
+
+// Every planner, sorted by name (the table is in src/plan/planner_registry.cpp).
+const std::vector<PlannerInfo>& Planners();
+// Error(kInvalidArgument) listing the names if `name` is unknown.
+const PlannerInfo& FindPlanner(const std::string& name);
+
+// Validates, then runs the planner named by config.planner.
+Plan MakePlan(const std::vector<int64_t>& lengths, const PlannerConfig& config);
+
+// The FCP planner itself.
+Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& config);
+
+}  // namespace fcp

@@ -1,0 +1,51 @@
+// fcp/required_pairs.h — which block pairs a plan must compute, and how much
+// work each is.
+//
+// Query block i requires key/value block j when some query token of i attends
+// some key token of j under the mask (PLAN_FORMAT.md, "Required pairs").
+// SequenceIndex maps every sequence to the segments that tile it, so the key
+// segments a query segment needs are found by binary search rather than by
+// scanning blocks. Cost of RequiredPairs: O(S log S + P log P) for S segments
+// and P required pairs; no token is ever enumerated.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "fcp/mask.h"
+#include "fcp/plan.h"
+
+namespace fcp {
+
+struct RequiredPair {
+  int32_t q_block = 0;
+  int32_t kv_block = 0;
+  int64_t token_pairs = 0;  // allowed (q, k) token pairs, > 0
+  bool operator==(const RequiredPair&) const = default;
+};
+
+// Per sequence, its segments sorted by start: (start, length, block).
+class SequenceIndex {
+ public:
+  struct Piece {
+    int64_t start;
+    int64_t length;
+    int32_t block;
+  };
+  // Throws Error(kInvalidPlan) if the segments of `blocks` do not tile every
+  // sequence exactly once (gap, overlap, out-of-range seq or token).
+  SequenceIndex(const std::vector<int64_t>& sequences, const std::vector<Block>& blocks);
+  const std::vector<Piece>& pieces(int32_t seq) const { return pieces_[seq]; }
+
+ private:
+  std::vector<std::vector<Piece>> pieces_;
+};
+
+// Every required pair, sorted by (q_block, kv_block), each once.
+std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,
+                                        const std::vector<Block>& blocks, const Mask& mask);
+std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,
+                                        const std::vector<Block>& blocks, const Mask& mask,
+                                        const SequenceIndex& index);
+
+}  // namespace fcp

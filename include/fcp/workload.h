@@ -1,0 +1,57 @@
+// fcp/workload.h — batches of sequence lengths: read from files or generated.
+//
+// A workload is the list of sequence lengths of one batch, in dataloader
+// order. Generators are pure functions of their config (seed included) and
+// fill exactly workers * tokens_per_worker tokens, so a batch of N workers is
+// comparable across planners. Determinism: std::mt19937_64 with fcp's own
+// distribution code (the standard library's distributions differ between
+// implementations), so a seed gives the same batch on every platform.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fcp {
+
+enum class LengthDistribution {
+  kLognormal,  // long-tailed, as the paper's training traces (Figure 2)
+  kUniform,    // lengths uniform in [min_len, max_len]
+  kFixed,      // every sequence max_len tokens (the last one shorter if needed)
+  kBimodal,    // mostly short sequences plus a few very long ones
+};
+
+const char* LengthDistributionName(LengthDistribution dist);
+// "lognormal", "uniform", "fixed", "bimodal"; Error(kInvalidArgument) otherwise.
+LengthDistribution ParseLengthDistribution(const std::string& name);
+
+struct WorkloadConfig {
+  LengthDistribution dist = LengthDistribution::kLognormal;
+  int32_t workers = 16;
+  int64_t tokens_per_worker = 32768;
+  int64_t max_len = 524288;  // no sequence is longer
+  int64_t min_len = 1;       // no sequence is shorter (except the last, which fills the batch)
+  // Parameters of ln(length) ~ Normal(mu, sigma), truncated to
+  // [min_len, max_len]. Chosen to match the paper's Figure 2 (docs/workloads.md):
+  // the token-weighted median is 4K (mu + sigma^2 = ln 4096), so sequences under
+  // 4K carry about half of naive-CP traffic, and the FLOP-weighted median is
+  // ~70K (mu + 2 sigma^2), so long sequences carry most of the compute.
+  double lognormal_mu = 5.43;
+  double lognormal_sigma = 1.7;
+  uint64_t seed = 0;
+
+  void validate() const;  // Error(kInvalidArgument) naming the bad field
+};
+
+// Lengths summing to exactly workers * tokens_per_worker, each in
+// [1, max_len]. Sampling stops when the next length would overflow the total;
+// the remainder becomes the last sequence.
+std::vector<int64_t> GenerateWorkload(const WorkloadConfig& config);
+
+// Whitespace-separated positive integers ('#' starts a comment to end of line).
+// Error(kParse) names the line and the token; Error(kIo) if unreadable.
+std::vector<int64_t> ParseLengths(const std::string& text);
+std::vector<int64_t> ReadLengthsFile(const std::string& path);  // "-" = stdin
+std::string FormatLengths(const std::vector<int64_t>& lengths);  // one per line
+
+}  // namespace fcp

@@ -1,0 +1,305 @@
+// Plan <-> JSON text. The writer emits a canonical layout by hand (one block or
+// stage per line) so files are readable, diff-able and byte-identical for equal
+// plans; the reader uses nlohmann::json and checks every field's type.
+#include <charconv>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "fcp/error.h"
+#include "fcp/plan.h"
+
+namespace fcp {
+namespace {
+
+using nlohmann::json;
+
+void AppendInt(std::string& out, int64_t v) {
+  char buf[24];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+  out.append(buf, end);
+}
+
+void AppendTransfers(std::string& out, const std::vector<Transfer>& transfers) {
+  out += '[';
+  for (size_t i = 0; i < transfers.size(); ++i) {
+    if (i) out += ", ";
+    out += '[';
+    AppendInt(out, transfers[i].block);
+    out += ", ";
+    AppendInt(out, transfers[i].src);
+    out += ", ";
+    AppendInt(out, transfers[i].dst);
+    out += ']';
+  }
+  out += ']';
+}
+
+void AppendPairs(std::string& out, const std::vector<BlockPair>& pairs) {
+  out += '[';
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    if (i) out += ", ";
+    out += '[';
+    AppendInt(out, pairs[i].q_block);
+    out += ", ";
+    AppendInt(out, pairs[i].kv_block);
+    out += ']';
+  }
+  out += ']';
+}
+
+// Appends `items` as a JSON array with one item per line, each written by `write`.
+template <typename T, typename Write>
+void AppendLines(std::string& out, const char* name, const std::vector<T>& items, Write write,
+                 bool last) {
+  out += "  \"";
+  out += name;
+  out += "\": [";
+  for (size_t i = 0; i < items.size(); ++i) {
+    out += i ? ",\n    " : "\n    ";
+    write(items[i]);
+  }
+  out += items.empty() ? "]" : "\n  ]";
+  out += last ? "\n" : ",\n";
+}
+
+[[noreturn]] void ParseFail(const std::string& where, const std::string& what) {
+  throw Error(ErrorCode::kParse, "plan: field '" + where + "' " + what);
+}
+
+const json& Field(const json& object, const char* name, const std::string& where) {
+  auto it = object.find(name);
+  if (it == object.end()) ParseFail(where.empty() ? name : where + "." + name, "is missing");
+  return *it;
+}
+
+int64_t Int(const json& v, const std::string& where) {
+  if (!v.is_number_integer()) ParseFail(where, "must be an integer, got " + v.dump());
+  return v.get<int64_t>();
+}
+
+int32_t Int32(const json& v, const std::string& where) {
+  const int64_t x = Int(v, where);
+  if (x < INT32_MIN || x > INT32_MAX) ParseFail(where, "is out of range: " + v.dump());
+  return static_cast<int32_t>(x);
+}
+
+const json& Array(const json& v, const std::string& where) {
+  if (!v.is_array()) ParseFail(where, "must be an array");
+  return v;
+}
+
+std::vector<Transfer> ReadTransfers(const json& v, const std::string& where) {
+  std::vector<Transfer> out;
+  out.reserve(Array(v, where).size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string w = where + "[" + std::to_string(i) + "]";
+    if (!v[i].is_array() || v[i].size() != 3)
+      ParseFail(w, "must be [block, src, dst], got " + v[i].dump());
+    out.push_back({Int32(v[i][0], w + "[0]"), Int32(v[i][1], w + "[1]"), Int32(v[i][2], w + "[2]")});
+  }
+  return out;
+}
+
+std::vector<BlockPair> ReadPairs(const json& v, const std::string& where) {
+  std::vector<BlockPair> out;
+  out.reserve(Array(v, where).size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string w = where + "[" + std::to_string(i) + "]";
+    if (!v[i].is_array() || v[i].size() != 2)
+      ParseFail(w, "must be [q_block, kv_block], got " + v[i].dump());
+    out.push_back({Int32(v[i][0], w + "[0]"), Int32(v[i][1], w + "[1]")});
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string WritePlanJson(const Plan& plan) {
+  std::string out;
+  out.reserve(256 + plan.blocks.size() * 48 + plan.forward.size() * 256);
+  out += "{\n  \"format\": \"fcp-plan\",\n  \"version\": 1,\n  \"planner\": ";
+  out += json(plan.planner).dump();
+  out += ",\n  \"workers\": ";
+  AppendInt(out, plan.workers);
+  out += ",\n  \"mask\": {\"kind\": \"";
+  out += MaskKindName(plan.mask.kind);
+  out += '"';
+  if (plan.mask.kind == MaskKind::kSlidingWindow) {
+    out += ", \"window\": ";
+    AppendInt(out, plan.mask.window);
+  }
+  out += "},\n  \"attention\": {\"heads_q\": ";
+  AppendInt(out, plan.attention.heads_q);
+  out += ", \"heads_kv\": ";
+  AppendInt(out, plan.attention.heads_kv);
+  out += ", \"head_dim\": ";
+  AppendInt(out, plan.attention.head_dim);
+  out += ", \"dtype_bytes\": ";
+  AppendInt(out, plan.attention.dtype_bytes);
+  out += "},\n  \"block_size\": ";
+  AppendInt(out, plan.block_size);
+  out += ",\n  \"coalesce\": ";
+  AppendInt(out, plan.coalesce);
+  out += ",\n  \"token_cap\": ";
+  AppendInt(out, plan.token_cap);
+  out += ",\n  \"sequences\": [";
+  for (size_t i = 0; i < plan.sequences.size(); ++i) {
+    if (i) out += ", ";
+    AppendInt(out, plan.sequences[i]);
+  }
+  out += "],\n";
+  AppendLines(out, "blocks", plan.blocks, [&](const Block& b) {
+    out += "{\"worker\": ";
+    AppendInt(out, b.worker);
+    out += ", \"segments\": [";
+    for (size_t i = 0; i < b.segments.size(); ++i) {
+      if (i) out += ", ";
+      out += '[';
+      AppendInt(out, b.segments[i].seq);
+      out += ", ";
+      AppendInt(out, b.segments[i].start);
+      out += ", ";
+      AppendInt(out, b.segments[i].length);
+      out += ']';
+    }
+    out += "]}";
+  }, /*last=*/false);
+  AppendLines(out, "forward", plan.forward, [&](const ForwardStage& s) {
+    out += "{\"send\": ";
+    AppendTransfers(out, s.send);
+    out += ", \"compute\": ";
+    AppendPairs(out, s.compute);
+    out += '}';
+  }, /*last=*/false);
+  AppendLines(out, "backward", plan.backward, [&](const BackwardStage& s) {
+    out += "{\"send_kv\": ";
+    AppendTransfers(out, s.send_kv);
+    out += ", \"send_dkv\": ";
+    AppendTransfers(out, s.send_dkv);
+    out += ", \"compute\": ";
+    AppendPairs(out, s.compute);
+    out += '}';
+  }, /*last=*/true);
+  out += "}\n";
+  return out;
+}
+
+void WritePlanJsonFile(const Plan& plan, const std::string& path) {
+  const std::string text = WritePlanJson(plan);
+  if (path == "-") {
+    std::cout << text << std::flush;
+    if (!std::cout) throw Error(ErrorCode::kIo, "plan: cannot write to stdout");
+    return;
+  }
+  std::ofstream file(path, std::ios::binary);
+  if (!file) throw Error(ErrorCode::kIo, "plan: cannot open '" + path + "' for writing");
+  file << text;
+  file.close();
+  if (!file) throw Error(ErrorCode::kIo, "plan: failed writing '" + path + "'");
+}
+
+Plan ReadPlanJson(const std::string& text) {
+  json doc;
+  try {
+    doc = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw Error(ErrorCode::kParse, std::string("plan: not valid JSON: ") + e.what());
+  }
+  if (!doc.is_object()) throw Error(ErrorCode::kParse, "plan: top level must be a JSON object");
+  const json& format = Field(doc, "format", "");
+  if (format != "fcp-plan") ParseFail("format", "must be \"fcp-plan\", got " + format.dump());
+  const int64_t version = Int(Field(doc, "version", ""), "version");
+  if (version != 1) ParseFail("version", "must be 1, got " + std::to_string(version));
+
+  Plan plan;
+  const json& planner = Field(doc, "planner", "");
+  if (!planner.is_string()) ParseFail("planner", "must be a string");
+  plan.planner = planner.get<std::string>();
+  plan.workers = Int32(Field(doc, "workers", ""), "workers");
+
+  const json& mask = Field(doc, "mask", "");
+  if (!mask.is_object()) ParseFail("mask", "must be an object");
+  const json& kind = Field(mask, "kind", "mask");
+  if (!kind.is_string()) ParseFail("mask.kind", "must be a string");
+  try {
+    plan.mask.kind = ParseMaskKind(kind.get<std::string>());
+  } catch (const Error& e) {
+    ParseFail("mask.kind", std::string("is invalid: ") + e.what());
+  }
+  if (plan.mask.kind == MaskKind::kSlidingWindow)
+    plan.mask.window = Int(Field(mask, "window", "mask"), "mask.window");
+
+  const json& attention = Field(doc, "attention", "");
+  if (!attention.is_object()) ParseFail("attention", "must be an object");
+  plan.attention.heads_q = Int32(Field(attention, "heads_q", "attention"), "attention.heads_q");
+  plan.attention.heads_kv = Int32(Field(attention, "heads_kv", "attention"), "attention.heads_kv");
+  plan.attention.head_dim = Int32(Field(attention, "head_dim", "attention"), "attention.head_dim");
+  plan.attention.dtype_bytes =
+      Int32(Field(attention, "dtype_bytes", "attention"), "attention.dtype_bytes");
+  plan.block_size = Int(Field(doc, "block_size", ""), "block_size");
+  plan.coalesce = Int32(Field(doc, "coalesce", ""), "coalesce");
+  plan.token_cap = Int(Field(doc, "token_cap", ""), "token_cap");
+
+  const json& sequences = Array(Field(doc, "sequences", ""), "sequences");
+  plan.sequences.reserve(sequences.size());
+  for (size_t i = 0; i < sequences.size(); ++i)
+    plan.sequences.push_back(Int(sequences[i], "sequences[" + std::to_string(i) + "]"));
+
+  const json& blocks = Array(Field(doc, "blocks", ""), "blocks");
+  plan.blocks.resize(blocks.size());
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    const std::string where = "blocks[" + std::to_string(b) + "]";
+    if (!blocks[b].is_object()) ParseFail(where, "must be an object");
+    plan.blocks[b].worker = Int32(Field(blocks[b], "worker", where), where + ".worker");
+    const json& segments = Array(Field(blocks[b], "segments", where), where + ".segments");
+    for (size_t k = 0; k < segments.size(); ++k) {
+      const std::string w = where + ".segments[" + std::to_string(k) + "]";
+      if (!segments[k].is_array() || segments[k].size() != 3)
+        ParseFail(w, "must be [seq, start, length], got " + segments[k].dump());
+      plan.blocks[b].segments.push_back(
+          {Int32(segments[k][0], w + "[0]"), Int(segments[k][1], w + "[1]"),
+           Int(segments[k][2], w + "[2]")});
+    }
+  }
+
+  const json& forward = Array(Field(doc, "forward", ""), "forward");
+  plan.forward.resize(forward.size());
+  for (size_t t = 0; t < forward.size(); ++t) {
+    const std::string where = "forward[" + std::to_string(t) + "]";
+    if (!forward[t].is_object()) ParseFail(where, "must be an object");
+    plan.forward[t].send = ReadTransfers(Field(forward[t], "send", where), where + ".send");
+    plan.forward[t].compute = ReadPairs(Field(forward[t], "compute", where), where + ".compute");
+  }
+  const json& backward = Array(Field(doc, "backward", ""), "backward");
+  plan.backward.resize(backward.size());
+  for (size_t t = 0; t < backward.size(); ++t) {
+    const std::string where = "backward[" + std::to_string(t) + "]";
+    if (!backward[t].is_object()) ParseFail(where, "must be an object");
+    plan.backward[t].send_kv =
+        ReadTransfers(Field(backward[t], "send_kv", where), where + ".send_kv");
+    plan.backward[t].send_dkv =
+        ReadTransfers(Field(backward[t], "send_dkv", where), where + ".send_dkv");
+    plan.backward[t].compute =
+        ReadPairs(Field(backward[t], "compute", where), where + ".compute");
+  }
+  return plan;
+}
+
+Plan ReadPlanJsonFile(const std::string& path) {
+  std::stringstream buffer;
+  if (path == "-") {
+    buffer << std::cin.rdbuf();
+  } else {
+    std::ifstream file(path, std::ios::binary);
+    if (!file) throw Error(ErrorCode::kIo, "plan: cannot open '" + path + "'");
+    buffer << file.rdbuf();
+    if (file.bad()) throw Error(ErrorCode::kIo, "plan: failed reading '" + path + "'");
+  }
+  return ReadPlanJson(buffer.str());
+}
+
+}  // namespace fcp

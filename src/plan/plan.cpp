@@ -1,0 +1,79 @@
+#include "fcp/plan.h"
+
+#include <string>
+
+#include "fcp/error.h"
+#include "fcp/required_pairs.h"
+
+namespace fcp {
+
+int64_t Block::tokens() const {
+  int64_t n = 0;
+  for (const Segment& s : segments) n += s.length;
+  return n;
+}
+
+void AttentionShape::validate() const {
+  const auto positive = [](const char* name, int32_t v) {
+    if (v <= 0)
+      throw Error(ErrorCode::kInvalidArgument,
+                  std::string("attention: ") + name + " must be > 0, got " + std::to_string(v));
+  };
+  positive("heads_q", heads_q);
+  positive("heads_kv", heads_kv);
+  positive("head_dim", head_dim);
+  positive("dtype_bytes", dtype_bytes);
+  if (heads_q % heads_kv != 0)
+    throw Error(ErrorCode::kInvalidArgument,
+                "attention: heads_q (" + std::to_string(heads_q) +
+                    ") must be a multiple of heads_kv (" + std::to_string(heads_kv) + ")");
+}
+
+int64_t Plan::total_tokens() const {
+  int64_t total = 0;
+  for (int64_t len : sequences) total += len;
+  return total;
+}
+
+double ForwardFlops(const AttentionShape& shape, int64_t allowed_token_pairs) {
+  return 4.0 * shape.heads_q * shape.head_dim * static_cast<double>(allowed_token_pairs);
+}
+
+double BackwardFlops(const AttentionShape& shape, int64_t allowed_token_pairs) {
+  return 2.5 * ForwardFlops(shape, allowed_token_pairs);
+}
+
+int64_t KvTransferBytes(const AttentionShape& shape, int64_t tokens) {
+  return int64_t{2} * shape.heads_kv * shape.head_dim * shape.dtype_bytes * tokens;
+}
+
+int64_t BlockPairTokenPairs(const Plan& plan, int32_t q_block, int32_t kv_block) {
+  int64_t total = 0;
+  for (const Segment& q : plan.blocks[q_block].segments)
+    for (const Segment& k : plan.blocks[kv_block].segments)
+      if (q.seq == k.seq)
+        total += AllowedPairs(plan.mask, {q.start, q.start + q.length},
+                              {k.start, k.start + k.length});
+  return total;
+}
+
+std::vector<int64_t> SequenceOffsets(const std::vector<int64_t>& sequences) {
+  std::vector<int64_t> offsets(sequences.size() + 1, 0);
+  for (size_t s = 0; s < sequences.size(); ++s) offsets[s + 1] = offsets[s] + sequences[s];
+  return offsets;
+}
+
+int64_t DataloaderBegin(int64_t total_tokens, int32_t workers, int32_t worker) {
+  // floor(r*T/N) without overflow for T < 2^40, N < 2^20.
+  return static_cast<int64_t>((static_cast<__int128>(worker) * total_tokens) / workers);
+}
+
+int32_t DataloaderWorker(int64_t total_tokens, int32_t workers, int64_t token) {
+  // Largest r with floor(r*T/N) <= token.
+  int32_t r = static_cast<int32_t>((static_cast<__int128>(token) * workers) / total_tokens);
+  while (r + 1 < workers && DataloaderBegin(total_tokens, workers, r + 1) <= token) ++r;
+  while (r > 0 && DataloaderBegin(total_tokens, workers, r) > token) --r;
+  return r;
+}
+
+}  // namespace fcp

@@ -1,0 +1,97 @@
+#include "fcp/plan_metrics.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "fcp/required_pairs.h"
+
+namespace fcp {
+
+double Imbalance(const std::vector<double>& values) {
+  if (values.empty()) return 0;
+  const double max = *std::max_element(values.begin(), values.end());
+  if (max <= 0) return 0;
+  const double mean = std::accumulate(values.begin(), values.end(), 0.0) / values.size();
+  return (max - mean) / max;
+}
+
+PlanMetrics ComputePlanMetrics(const Plan& plan) {
+  PlanMetrics m;
+  const int32_t n = plan.workers;
+  m.workers.resize(n);
+  for (const Block& b : plan.blocks) m.workers[b.worker].tokens += b.tokens();
+  m.total_tokens = plan.total_tokens();
+
+  // Compute: every pair the plan computes, charged to its query block's owner.
+  std::vector<double> q_block_flops(plan.blocks.size(), 0);
+  for (const ForwardStage& stage : plan.forward)
+    for (const BlockPair& p : stage.compute) {
+      const double flops =
+          ForwardFlops(plan.attention, BlockPairTokenPairs(plan, p.q_block, p.kv_block));
+      m.workers[plan.blocks[p.q_block].worker].forward_flops += flops;
+      q_block_flops[p.q_block] += flops;
+      m.max_pair_flops = std::max(m.max_pair_flops, flops);
+      m.total_forward_flops += flops;
+      ++m.required_pairs;
+    }
+
+  for (const ForwardStage& stage : plan.forward) {
+    if (!stage.send.empty()) ++m.forward_transfer_stages;
+    for (const Transfer& t : stage.send) {
+      const int64_t bytes = KvTransferBytes(plan.attention, plan.blocks[t.block].tokens());
+      m.workers[t.src].kv_blocks_sent++;
+      m.workers[t.src].bytes_sent += bytes;
+      m.workers[t.dst].kv_blocks_received++;
+      m.workers[t.dst].bytes_received += bytes;
+      ++m.transfer_edges;
+    }
+  }
+  m.forward_stages = static_cast<int32_t>(plan.forward.size());
+  m.backward_stages = static_cast<int32_t>(plan.backward.size());
+
+  std::vector<double> compute(n), traffic(n), sent(n), received(n), tokens(n);
+  for (int32_t w = 0; w < n; ++w) {
+    const WorkerMetrics& x = m.workers[w];
+    compute[w] = x.forward_flops;
+    traffic[w] = static_cast<double>(x.traffic_bytes());
+    sent[w] = static_cast<double>(x.bytes_sent);
+    received[w] = static_cast<double>(x.bytes_received);
+    tokens[w] = static_cast<double>(x.tokens);
+    m.max_degree = std::max<int32_t>(
+        m.max_degree, static_cast<int32_t>(std::max(x.kv_blocks_sent, x.kv_blocks_received)));
+    m.max_tokens = std::max(m.max_tokens, x.tokens);
+    m.max_compute = std::max(m.max_compute, x.forward_flops);
+  }
+  m.transfer_stage_lower_bound = (m.max_degree + plan.coalesce - 1) / plan.coalesce;
+  m.compute_imbalance = Imbalance(compute);
+  m.traffic_imbalance = Imbalance(traffic);
+  m.send_imbalance = Imbalance(sent);
+  m.receive_imbalance = Imbalance(received);
+  m.token_imbalance = Imbalance(tokens);
+  m.compute_lower_bound = m.total_forward_flops / n;
+  for (double f : q_block_flops) m.compute_lower_bound = std::max(m.compute_lower_bound, f);
+
+  // Reshuffle: walk each block's segments in global token order against the
+  // dataloader shares.
+  const std::vector<int64_t> offsets = SequenceOffsets(plan.sequences);
+  for (const Block& b : plan.blocks)
+    for (const Segment& s : b.segments) {
+      int64_t token = offsets[s.seq] + s.start;
+      const int64_t end = token + s.length;
+      while (token < end) {
+        const int32_t r = DataloaderWorker(m.total_tokens, n, token);
+        const int64_t share_end = std::min(end, DataloaderBegin(m.total_tokens, n, r + 1));
+        if (r != b.worker) m.reshuffle_tokens += share_end - token;
+        token = share_end;
+      }
+    }
+  const int64_t bytes_per_token_in =
+      int64_t{plan.attention.heads_q + 2 * plan.attention.heads_kv} * plan.attention.head_dim *
+      plan.attention.dtype_bytes;
+  const int64_t bytes_per_token_out =
+      int64_t{plan.attention.heads_q} * plan.attention.head_dim * plan.attention.dtype_bytes;
+  m.reshuffle_bytes = m.reshuffle_tokens * (bytes_per_token_in + bytes_per_token_out);
+  return m;
+}
+
+}  // namespace fcp

@@ -1,0 +1,240 @@
+// ValidatePlan: every rule of PLAN_FORMAT.md, first broken rule reported.
+#include <algorithm>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "fcp/error.h"
+#include "fcp/plan.h"
+#include "fcp/required_pairs.h"
+
+namespace fcp {
+namespace {
+
+[[noreturn]] void Fail(const std::string& what) {
+  throw Error(ErrorCode::kInvalidPlan, "plan: " + what);
+}
+
+uint64_t Key(int32_t worker, int32_t block) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(worker)) << 32) |
+         static_cast<uint32_t>(block);
+}
+
+std::string TransferText(const Transfer& t) {
+  return "[" + std::to_string(t.block) + ", " + std::to_string(t.src) + ", " +
+         std::to_string(t.dst) + "]";
+}
+
+std::string PairText(const BlockPair& p) {
+  return "[" + std::to_string(p.q_block) + ", " + std::to_string(p.kv_block) + "]";
+}
+
+void CheckHeader(const Plan& plan) {
+  if (plan.workers < 1) Fail("workers must be >= 1, got " + std::to_string(plan.workers));
+  if (plan.coalesce < 1) Fail("coalesce must be >= 1, got " + std::to_string(plan.coalesce));
+  if (plan.block_size < 1) Fail("block_size must be >= 1, got " + std::to_string(plan.block_size));
+  if (plan.token_cap < 1) Fail("token_cap must be >= 1, got " + std::to_string(plan.token_cap));
+  try {
+    plan.mask.validate();
+    plan.attention.validate();
+  } catch (const Error& e) {
+    Fail(e.what());
+  }
+  if (plan.sequences.empty()) Fail("sequences is empty");
+  for (size_t s = 0; s < plan.sequences.size(); ++s)
+    if (plan.sequences[s] < 1)
+      Fail("sequence " + std::to_string(s) + " has length " + std::to_string(plan.sequences[s]) +
+           " (must be >= 1)");
+}
+
+void CheckBlocks(const Plan& plan) {
+  std::vector<int64_t> tokens(plan.workers, 0);
+  for (size_t b = 0; b < plan.blocks.size(); ++b) {
+    const Block& block = plan.blocks[b];
+    if (block.worker < 0 || block.worker >= plan.workers)
+      Fail("block " + std::to_string(b) + ": worker " + std::to_string(block.worker) +
+           " is not in [0, " + std::to_string(plan.workers) + ")");
+    if (block.segments.empty()) Fail("block " + std::to_string(b) + " has no segments");
+    tokens[block.worker] += block.tokens();
+  }
+  for (int32_t w = 0; w < plan.workers; ++w)
+    if (tokens[w] > plan.token_cap)
+      Fail("worker " + std::to_string(w) + " owns " + std::to_string(tokens[w]) +
+           " tokens, above token_cap " + std::to_string(plan.token_cap));
+}
+
+// Tracks which worker holds which K/V blocks during one pass.
+class Holdings {
+ public:
+  explicit Holdings(const Plan& plan) : plan_(plan) {}
+  bool holds(int32_t worker, int32_t block) const {
+    return plan_.blocks[block].worker == worker || received_.count(Key(worker, block)) > 0;
+  }
+  // Returns false if `worker` already held it.
+  bool receive(int32_t worker, int32_t block) {
+    if (holds(worker, block)) return false;
+    received_.insert(Key(worker, block));
+    return true;
+  }
+
+ private:
+  const Plan& plan_;
+  std::unordered_set<uint64_t> received_;
+};
+
+// Checks one stage's transfers for ranges, src != dst and congestion.
+void CheckTransfers(const Plan& plan, const std::vector<Transfer>& transfers,
+                    const std::string& where, std::vector<int32_t>& send_count,
+                    std::vector<int32_t>& recv_count) {
+  std::fill(send_count.begin(), send_count.end(), 0);
+  std::fill(recv_count.begin(), recv_count.end(), 0);
+  const int32_t n_blocks = static_cast<int32_t>(plan.blocks.size());
+  for (const Transfer& t : transfers) {
+    const std::string w = where + " " + TransferText(t) + ": ";
+    if (t.block < 0 || t.block >= n_blocks) Fail(w + "block does not exist");
+    if (t.src < 0 || t.src >= plan.workers) Fail(w + "src is not a worker");
+    if (t.dst < 0 || t.dst >= plan.workers) Fail(w + "dst is not a worker");
+    if (t.src == t.dst) Fail(w + "src == dst");
+    if (++send_count[t.src] > plan.coalesce)
+      Fail(w + "worker " + std::to_string(t.src) + " sends more than coalesce = " +
+           std::to_string(plan.coalesce) + " blocks in this stage");
+    if (++recv_count[t.dst] > plan.coalesce)
+      Fail(w + "worker " + std::to_string(t.dst) + " receives more than coalesce = " +
+           std::to_string(plan.coalesce) + " blocks in this stage");
+  }
+}
+
+void CheckPairsComputedOnce(std::vector<BlockPair> computed,
+                            const std::vector<RequiredPair>& required, const char* pass) {
+  std::sort(computed.begin(), computed.end(), [](const BlockPair& a, const BlockPair& b) {
+    return a.q_block != b.q_block ? a.q_block < b.q_block : a.kv_block < b.kv_block;
+  });
+  size_t r = 0;
+  for (size_t c = 0; c < computed.size(); ++c) {
+    if (c > 0 && computed[c] == computed[c - 1])
+      Fail(std::string(pass) + ": pair " + PairText(computed[c]) + " is computed more than once");
+    while (r < required.size() &&
+           (required[r].q_block < computed[c].q_block ||
+            (required[r].q_block == computed[c].q_block &&
+             required[r].kv_block < computed[c].kv_block)))
+      Fail(std::string(pass) + ": required pair [" + std::to_string(required[r].q_block) + ", " +
+           std::to_string(required[r].kv_block) + "] is never computed");
+    if (r == required.size() || required[r].q_block != computed[c].q_block ||
+        required[r].kv_block != computed[c].kv_block)
+      Fail(std::string(pass) + ": pair " + PairText(computed[c]) +
+           " is computed but not required by the mask");
+    ++r;
+  }
+  if (r < required.size())
+    Fail(std::string(pass) + ": required pair [" + std::to_string(required[r].q_block) + ", " +
+         std::to_string(required[r].kv_block) + "] is never computed");
+}
+
+void CheckCompute(const Plan& plan, const Holdings& holdings, const BlockPair& p,
+                  const std::string& where) {
+  const int32_t n_blocks = static_cast<int32_t>(plan.blocks.size());
+  const std::string w = where + " compute " + PairText(p) + ": ";
+  if (p.q_block < 0 || p.q_block >= n_blocks) Fail(w + "q_block does not exist");
+  if (p.kv_block < 0 || p.kv_block >= n_blocks) Fail(w + "kv_block does not exist");
+  const int32_t worker = plan.blocks[p.q_block].worker;
+  if (!holdings.holds(worker, p.kv_block))
+    Fail(w + "worker " + std::to_string(worker) + " does not hold block " +
+         std::to_string(p.kv_block) + "'s keys/values at this stage");
+}
+
+// Applies a stage's K/V transfers after checking that each sender holds the
+// block; with `forbid_redundant`, a receiver must not already hold it.
+void ApplyKvTransfers(const std::vector<Transfer>& transfers, Holdings& holdings,
+                      const std::string& where, bool forbid_redundant) {
+  for (const Transfer& t : transfers)
+    if (!holdings.holds(t.src, t.block))
+      Fail(where + " " + TransferText(t) + ": worker " + std::to_string(t.src) +
+           " does not hold block " + std::to_string(t.block) + " at this stage");
+  for (const Transfer& t : transfers)
+    if (!holdings.receive(t.dst, t.block) && forbid_redundant)
+      Fail(where + " " + TransferText(t) + ": worker " + std::to_string(t.dst) +
+           " already holds block " + std::to_string(t.block) + " (redundant transfer)");
+}
+
+void CheckForward(const Plan& plan, const std::vector<RequiredPair>& required,
+                  const ValidateOptions& options) {
+  Holdings holdings(plan);
+  std::vector<int32_t> send_count(plan.workers), recv_count(plan.workers);
+  std::vector<BlockPair> computed;
+  for (size_t t = 0; t < plan.forward.size(); ++t) {
+    const ForwardStage& stage = plan.forward[t];
+    const std::string where = "forward stage " + std::to_string(t);
+    CheckTransfers(plan, stage.send, where + " send", send_count, recv_count);
+    for (const BlockPair& p : stage.compute) CheckCompute(plan, holdings, p, where);
+    computed.insert(computed.end(), stage.compute.begin(), stage.compute.end());
+    ApplyKvTransfers(stage.send, holdings, where + " send", options.forbid_redundant_transfers);
+  }
+  CheckPairsComputedOnce(std::move(computed), required, "forward");
+}
+
+void CheckBackward(const Plan& plan, const std::vector<RequiredPair>& required,
+                   const ValidateOptions& options) {
+  Holdings holdings(plan);
+  std::vector<int32_t> send_count(plan.workers), recv_count(plan.workers);
+  std::vector<BlockPair> computed;
+  // Partial dK/dV of block j held by worker w and not yet sent on: (w, j).
+  std::unordered_set<uint64_t> pending;
+  // (w, j) for which w has sent its partial: w may not compute with j again.
+  std::unordered_set<uint64_t> sent;
+  for (size_t t = 0; t < plan.backward.size(); ++t) {
+    const BackwardStage& stage = plan.backward[t];
+    const std::string where = "backward stage " + std::to_string(t);
+    CheckTransfers(plan, stage.send_kv, where + " send_kv", send_count, recv_count);
+    CheckTransfers(plan, stage.send_dkv, where + " send_dkv", send_count, recv_count);
+    std::vector<Transfer> relayed;
+    for (const Transfer& d : stage.send_dkv) {
+      const std::string w = where + " send_dkv " + TransferText(d) + ": ";
+      const int32_t owner = plan.blocks[d.block].worker;
+      if (d.src == owner) Fail(w + "the owner of a block never sends its dK/dV");
+      if (!pending.erase(Key(d.src, d.block)))
+        Fail(w + "worker " + std::to_string(d.src) + " holds no unsent partial dK/dV of block " +
+             std::to_string(d.block) + " before this stage");
+      sent.insert(Key(d.src, d.block));
+      if (d.dst != owner) relayed.push_back(d);
+    }
+    for (const BlockPair& p : stage.compute) {
+      CheckCompute(plan, holdings, p, where);
+      const int32_t worker = plan.blocks[p.q_block].worker;
+      if (worker == plan.blocks[p.kv_block].worker) continue;
+      if (sent.count(Key(worker, p.kv_block)))
+        Fail(where + " compute " + PairText(p) + ": worker " + std::to_string(worker) +
+             " already sent its partial dK/dV of block " + std::to_string(p.kv_block));
+      pending.insert(Key(worker, p.kv_block));
+    }
+    computed.insert(computed.end(), stage.compute.begin(), stage.compute.end());
+    for (const Transfer& d : relayed) {
+      if (sent.count(Key(d.dst, d.block)))
+        Fail(where + " send_dkv " + TransferText(d) + ": relay target " + std::to_string(d.dst) +
+             " already sent its partial dK/dV of block " + std::to_string(d.block));
+      pending.insert(Key(d.dst, d.block));
+    }
+    ApplyKvTransfers(stage.send_kv, holdings, where + " send_kv",
+                     options.forbid_redundant_transfers);
+  }
+  if (!pending.empty()) {
+    // Report the smallest (worker, block) so the message is deterministic.
+    const uint64_t first = *std::min_element(pending.begin(), pending.end());
+    Fail("backward: worker " + std::to_string(first >> 32) + " never returns its partial dK/dV of block " +
+         std::to_string(static_cast<uint32_t>(first)) + " to the owner");
+  }
+  CheckPairsComputedOnce(std::move(computed), required, "backward");
+}
+
+}  // namespace
+
+void ValidatePlan(const Plan& plan, const ValidateOptions& options) {
+  CheckHeader(plan);
+  CheckBlocks(plan);
+  const SequenceIndex index(plan.sequences, plan.blocks);
+  const std::vector<RequiredPair> required =
+      RequiredPairs(plan.sequences, plan.blocks, plan.mask, index);
+  CheckForward(plan, required, options);
+  CheckBackward(plan, required, options);
+}
+
+}  // namespace fcp

@@ -1,0 +1,83 @@
+#include <algorithm>
+#include <string>
+
+#include "fcp/error.h"
+#include "fcp/planner.h"
+
+namespace fcp {
+
+const std::vector<PlannerInfo>& Planners() {
+  static const std::vector<PlannerInfo> planners = [] {
+    std::vector<PlannerInfo> all = {
+        {"fcp", "FCP: fixed-size blocks, balanced assignment, congestion-free coalesced stages",
+         &MakeFcpPlan},
+    };
+    std::sort(all.begin(), all.end(),
+              [](const PlannerInfo& a, const PlannerInfo& b) { return a.name < b.name; });
+    return all;
+  }();
+  return planners;
+}
+
+const PlannerInfo& FindPlanner(const std::string& name) {
+  for (const PlannerInfo& p : Planners())
+    if (p.name == name) return p;
+  std::string names;
+  for (const PlannerInfo& p : Planners()) names += (names.empty() ? "" : ", ") + p.name;
+  throw Error(ErrorCode::kInvalidArgument,
+              "planner: unknown planner '" + name + "' (available: " + names + ")");
+}
+
+void PlannerConfig::validate(const std::vector<int64_t>& lengths) const {
+  const auto fail = [](const std::string& what) {
+    throw Error(ErrorCode::kInvalidArgument, "planner: " + what);
+  };
+  if (workers < 1) fail("workers must be >= 1, got " + std::to_string(workers));
+  if (workers > (1 << 20)) fail("workers must be <= 2^20, got " + std::to_string(workers));
+  if (block_size < 1) fail("block_size must be >= 1, got " + std::to_string(block_size));
+  if (coalesce < 1) fail("coalesce must be >= 1, got " + std::to_string(coalesce));
+  if (token_cap < 0) fail("token_cap must be >= 0 (0 = ceil(T/N)), got " + std::to_string(token_cap));
+  if (local_search_rounds < 0)
+    fail("local_search_rounds must be >= 0, got " + std::to_string(local_search_rounds));
+  mask.validate();
+  attention.validate();
+  if (lengths.empty()) fail("the batch has no sequences");
+  int64_t total = 0;
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    if (lengths[s] < 1)
+      fail("sequence " + std::to_string(s) + " has length " + std::to_string(lengths[s]) +
+           " (must be >= 1)");
+    if (lengths[s] > (int64_t{1} << 31)) fail("sequence " + std::to_string(s) + " is longer than 2^31 tokens");
+    total += lengths[s];
+    if (total > (int64_t{1} << 40)) fail("the batch holds more than 2^40 tokens");
+  }
+  const int64_t even_share = (total + workers - 1) / workers;
+  if (token_cap != 0 && token_cap < even_share)
+    throw Error(ErrorCode::kInfeasible,
+                "planner: token_cap " + std::to_string(token_cap) + " is below ceil(T/N) = " +
+                    std::to_string(even_share) + " (T = " + std::to_string(total) + " tokens on " +
+                    std::to_string(workers) + " workers): no assignment fits");
+}
+
+int64_t PlannerConfig::EffectiveTokenCap(const std::vector<int64_t>& lengths) const {
+  if (token_cap != 0) return token_cap;
+  int64_t total = 0;
+  for (int64_t len : lengths) total += len;
+  return (total + workers - 1) / workers;
+}
+
+Plan MakePlan(const std::vector<int64_t>& lengths, const PlannerConfig& config) {
+  config.validate(lengths);
+  Plan plan = FindPlanner(config.planner).make(lengths, config);
+  if (config.self_check) {
+    try {
+      ValidatePlan(plan);
+    } catch (const Error& e) {
+      throw Error(ErrorCode::kInternal, "planner '" + config.planner +
+                                            "' produced an invalid plan: " + e.what());
+    }
+  }
+  return plan;
+}
+
+}  // namespace fcp

@@ -1,0 +1,93 @@
+#include "fcp/required_pairs.h"
+
+#include <algorithm>
+#include <string>
+
+#include "fcp/error.h"
+
+namespace fcp {
+
+SequenceIndex::SequenceIndex(const std::vector<int64_t>& sequences,
+                             const std::vector<Block>& blocks)
+    : pieces_(sequences.size()) {
+  const auto fail = [](const std::string& what) {
+    throw Error(ErrorCode::kInvalidPlan, "plan: " + what);
+  };
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    const auto& segments = blocks[b].segments;
+    for (size_t k = 0; k < segments.size(); ++k) {
+      const Segment& s = segments[k];
+      const std::string where =
+          "block " + std::to_string(b) + " segment " + std::to_string(k) + ": ";
+      if (s.seq < 0 || static_cast<size_t>(s.seq) >= sequences.size())
+        fail(where + "sequence " + std::to_string(s.seq) + " does not exist (" +
+             std::to_string(sequences.size()) + " sequences)");
+      if (s.length <= 0) fail(where + "length must be > 0, got " + std::to_string(s.length));
+      if (s.start < 0 || s.start + s.length > sequences[s.seq])
+        fail(where + "tokens [" + std::to_string(s.start) + ", " +
+             std::to_string(s.start + s.length) + ") lie outside sequence " +
+             std::to_string(s.seq) + " of length " + std::to_string(sequences[s.seq]));
+      pieces_[s.seq].push_back({s.start, s.length, static_cast<int32_t>(b)});
+    }
+  }
+  for (size_t seq = 0; seq < sequences.size(); ++seq) {
+    auto& pieces = pieces_[seq];
+    std::sort(pieces.begin(), pieces.end(),
+              [](const Piece& a, const Piece& b) { return a.start < b.start; });
+    int64_t next = 0;
+    for (const Piece& p : pieces) {
+      if (p.start < next)
+        fail("sequence " + std::to_string(seq) + ": token " + std::to_string(p.start) +
+             " lies in more than one segment (blocks overlap)");
+      if (p.start > next)
+        fail("sequence " + std::to_string(seq) + ": tokens [" + std::to_string(next) + ", " +
+             std::to_string(p.start) + ") are in no block");
+      next = p.start + p.length;
+    }
+    if (next != sequences[seq])
+      fail("sequence " + std::to_string(seq) + ": tokens [" + std::to_string(next) + ", " +
+           std::to_string(sequences[seq]) + ") are in no block");
+  }
+}
+
+std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,
+                                        const std::vector<Block>& blocks, const Mask& mask) {
+  return RequiredPairs(sequences, blocks, mask, SequenceIndex(sequences, blocks));
+}
+
+std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,
+                                        const std::vector<Block>& blocks, const Mask& mask,
+                                        const SequenceIndex& index) {
+  std::vector<RequiredPair> pairs;
+  std::vector<RequiredPair> row;  // pairs of one query block, merged before appending
+  for (size_t q = 0; q < blocks.size(); ++q) {
+    row.clear();
+    for (const Segment& s : blocks[q].segments) {
+      const TokenRange queries{s.start, s.start + s.length};
+      const TokenRange keys = AttendedKeys(mask, queries, sequences[s.seq]);
+      const auto& pieces = index.pieces(s.seq);
+      // First piece ending after keys.begin.
+      auto it = std::upper_bound(pieces.begin(), pieces.end(), keys.begin,
+                                 [](int64_t token, const SequenceIndex::Piece& p) {
+                                   return token < p.start + p.length;
+                                 });
+      for (; it != pieces.end() && it->start < keys.end; ++it) {
+        const int64_t n =
+            AllowedPairs(mask, queries, TokenRange{it->start, it->start + it->length});
+        if (n > 0) row.push_back({static_cast<int32_t>(q), it->block, n});
+      }
+    }
+    std::sort(row.begin(), row.end(), [](const RequiredPair& a, const RequiredPair& b) {
+      return a.kv_block < b.kv_block;
+    });
+    for (const RequiredPair& p : row) {
+      if (!pairs.empty() && pairs.back().q_block == p.q_block && pairs.back().kv_block == p.kv_block)
+        pairs.back().token_pairs += p.token_pairs;
+      else
+        pairs.push_back(p);
+    }
+  }
+  return pairs;
+}
+
+}  // namespace fcp

@@ -1,0 +1,102 @@
+#include "fcp/workload.h"
+
+#include <cmath>
+#include <random>
+#include <string>
+
+#include "fcp/error.h"
+
+namespace fcp {
+namespace {
+
+// Uniform double in [0, 1) from the top 53 bits: identical on every platform,
+// unlike std::uniform_real_distribution.
+double Uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
+
+int64_t UniformInt(std::mt19937_64& rng, int64_t lo, int64_t hi) {
+  return lo + static_cast<int64_t>(Uniform01(rng) * static_cast<double>(hi - lo + 1));
+}
+
+double StandardNormal(std::mt19937_64& rng) {
+  // Box-Muller; 1 - u keeps the log argument in (0, 1].
+  const double u = 1.0 - Uniform01(rng);
+  const double v = Uniform01(rng);
+  return std::sqrt(-2.0 * std::log(u)) * std::cos(2.0 * M_PI * v);
+}
+
+int64_t SampleLength(const WorkloadConfig& c, std::mt19937_64& rng) {
+  switch (c.dist) {
+    case LengthDistribution::kFixed:
+      return c.max_len;
+    case LengthDistribution::kUniform:
+      return UniformInt(rng, c.min_len, c.max_len);
+    case LengthDistribution::kBimodal:
+      // One sequence in 200 is very long (half to all of max_len); the rest
+      // are short documents of up to 4K tokens.
+      if (Uniform01(rng) < 0.005) return UniformInt(rng, std::max(c.min_len, c.max_len / 2), c.max_len);
+      return UniformInt(rng, c.min_len, std::min<int64_t>(c.max_len, 4096));
+    case LengthDistribution::kLognormal:
+      // Truncated to [min_len, max_len] by rejection, not clamped, so no spike
+      // of sequences sits exactly at max_len.
+      for (;;) {
+        const double x = std::exp(c.lognormal_mu + c.lognormal_sigma * StandardNormal(rng));
+        const int64_t len = static_cast<int64_t>(std::llround(x));
+        if (len >= c.min_len && len <= c.max_len) return len;
+      }
+  }
+  return c.max_len;
+}
+
+}  // namespace
+
+const char* LengthDistributionName(LengthDistribution dist) {
+  switch (dist) {
+    case LengthDistribution::kLognormal: return "lognormal";
+    case LengthDistribution::kUniform: return "uniform";
+    case LengthDistribution::kFixed: return "fixed";
+    case LengthDistribution::kBimodal: return "bimodal";
+  }
+  return "?";
+}
+
+LengthDistribution ParseLengthDistribution(const std::string& name) {
+  for (auto d : {LengthDistribution::kLognormal, LengthDistribution::kUniform,
+                 LengthDistribution::kFixed, LengthDistribution::kBimodal})
+    if (name == LengthDistributionName(d)) return d;
+  throw Error(ErrorCode::kInvalidArgument,
+              "workload: unknown distribution '" + name +
+                  "' (expected lognormal, uniform, fixed or bimodal)");
+}
+
+void WorkloadConfig::validate() const {
+  const auto fail = [](const std::string& what) {
+    throw Error(ErrorCode::kInvalidArgument, "workload: " + what);
+  };
+  if (workers < 1) fail("workers must be >= 1, got " + std::to_string(workers));
+  if (tokens_per_worker < 1)
+    fail("tokens_per_worker must be >= 1, got " + std::to_string(tokens_per_worker));
+  if (min_len < 1) fail("min_len must be >= 1, got " + std::to_string(min_len));
+  if (max_len < min_len)
+    fail("max_len (" + std::to_string(max_len) + ") must be >= min_len (" +
+         std::to_string(min_len) + ")");
+  if (!(lognormal_sigma > 0) || !std::isfinite(lognormal_mu) || !std::isfinite(lognormal_sigma))
+    fail("lognormal sigma must be > 0 and mu finite");
+  if (static_cast<double>(workers) * static_cast<double>(tokens_per_worker) > 0x1.0p40)
+    fail("workers * tokens_per_worker exceeds 2^40 tokens");
+}
+
+std::vector<int64_t> GenerateWorkload(const WorkloadConfig& config) {
+  config.validate();
+  std::mt19937_64 rng(config.seed);
+  const int64_t total = static_cast<int64_t>(config.workers) * config.tokens_per_worker;
+  std::vector<int64_t> lengths;
+  int64_t filled = 0;
+  while (filled < total) {
+    const int64_t len = std::min(SampleLength(config, rng), total - filled);
+    lengths.push_back(len);
+    filled += len;
+  }
+  return lengths;
+}
+
+}  // namespace fcp

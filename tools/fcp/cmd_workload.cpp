@@ -1,0 +1,79 @@
+// fcp workload: generate a batch of sequence lengths.
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "commands.h"
+#include "fcp/error.h"
+#include "fcp/workload.h"
+
+namespace fcp::cli {
+namespace {
+
+struct WorkloadOptions {
+  std::string dist = "lognormal";
+  WorkloadConfig config;
+  std::string out = "-";
+  bool stats = false;
+};
+
+// Shares that characterise a batch (the paper's Figure 2): tokens and naive
+// (ring) CP traffic are proportional to length, causal FLOPs to length^2.
+void PrintStats(const std::vector<int64_t>& lengths) {
+  double tokens = 0, flops = 0, short_tokens = 0, long_flops = 0;
+  int64_t longest = 0, short_count = 0;
+  for (int64_t len : lengths) {
+    const double l = static_cast<double>(len);
+    tokens += l;
+    flops += l * l;
+    longest = std::max(longest, len);
+    if (len < 4096) short_tokens += l, ++short_count;
+    if (len >= 65536) long_flops += l * l;
+  }
+  std::fprintf(stderr,
+               "workload: %zu sequences, %.0f tokens, longest %lld; sequences < 4K: %.1f%% of "
+               "sequences, %.1f%% of tokens (= naive-CP traffic); sequences >= 64K: %.1f%% of "
+               "causal FLOPs\n",
+               lengths.size(), tokens, static_cast<long long>(longest),
+               100.0 * short_count / lengths.size(), 100.0 * short_tokens / tokens,
+               100.0 * long_flops / flops);
+}
+
+}  // namespace
+
+void AddWorkloadCommand(CLI::App& app) {
+  auto options = std::make_shared<WorkloadOptions>();
+  CLI::App* cmd = app.add_subcommand("workload", "Generate a batch of sequence lengths");
+  cmd->add_option("--dist", options->dist, "lognormal | uniform | fixed | bimodal")
+      ->capture_default_str();
+  cmd->add_option("--workers", options->config.workers, "Number of workers N")
+      ->capture_default_str();
+  cmd->add_option("--tokens-per-worker", options->config.tokens_per_worker,
+                  "Tokens per worker; the batch holds exactly N times this")
+      ->capture_default_str();
+  cmd->add_option("--max-len", options->config.max_len, "Longest sequence")->capture_default_str();
+  cmd->add_option("--min-len", options->config.min_len, "Shortest sequence")->capture_default_str();
+  cmd->add_option("--mu", options->config.lognormal_mu, "lognormal: mean of ln(length)")
+      ->capture_default_str();
+  cmd->add_option("--sigma", options->config.lognormal_sigma, "lognormal: std dev of ln(length)")
+      ->capture_default_str();
+  cmd->add_option("--seed", options->config.seed, "Random seed")->capture_default_str();
+  cmd->add_option("--out", options->out, "Output file, one length per line ('-' = stdout)")
+      ->capture_default_str();
+  cmd->add_flag("--stats", options->stats, "Print length, token and FLOP shares to stderr");
+  cmd->callback([options] {
+    options->config.dist = ParseLengthDistribution(options->dist);
+    const std::vector<int64_t> lengths = GenerateWorkload(options->config);
+    const std::string text = FormatLengths(lengths);
+    if (options->out == "-") {
+      std::cout << text << std::flush;
+    } else {
+      std::ofstream file(options->out);
+      if (!(file << text)) throw Error(ErrorCode::kIo, "workload: cannot write '" + options->out + "'");
+    }
+    if (options->stats) PrintStats(lengths);
+  });
+}
+
+}  // namespace fcp::cli

@@ -1,0 +1,19 @@
+// The subcommands of the `fcp` command. Each Add* registers one CLI11
+// subcommand on `app` and sets its callback; a callback throws fcp::Error (or
+// CLI::Error for usage) and main() turns that into one line on stderr and an
+// exit code: 2 for usage errors, 1 for everything else.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace fcp::cli {
+
+void AddWorkloadCommand(CLI::App& app);
+void AddPlanCommands(CLI::App& app);  // plan, validate, inspect
+
+// A usage error raised after parsing (a bad combination of flags): exit code 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace fcp::cli
