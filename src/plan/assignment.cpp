@@ -162,9 +162,11 @@ class WorkerIndex {
   }
   void Update(int32_t w, double key) {
     if (!member_[w] || key_[w] == key) return;
-    set_.erase({key_[w], w});
+    // Re-keys the node in place: no allocation on this hot path.
+    auto node = set_.extract({key_[w], w});
+    node.value().first = key;
     key_[w] = key;
-    set_.insert({key, w});
+    set_.insert(std::move(node));
   }
   const std::set<std::pair<double, int32_t>>& ordered() const { return set_; }
 
@@ -408,24 +410,35 @@ class Assigner {
       }
       return max_touched;
     };
-    // Moves the items `from_items` (owned by `from`) to `to` and back.
-    const auto exchange = [&](const std::vector<int32_t>& give, int32_t from,
-                              const std::vector<int32_t>& take, int32_t to) {
-      for (int32_t i : give) ledger.RemoveItem(items_[i]);
-      for (int32_t i : take) ledger.RemoveItem(items_[i]);
-      for (int32_t i : give) ledger.AddItem(items_[i], to);
-      for (int32_t i : take) ledger.AddItem(items_[i], from);
+    // An exchange: item `give` of the heavy worker for one or two items of a
+    // light one (second = -1 for one).
+    struct Offer {
+      int32_t first, second;
     };
-    const auto replace = [](std::vector<int32_t>& list, const std::vector<int32_t>& out,
-                            const std::vector<int32_t>& in) {
-      for (int32_t x : out) list.erase(std::find(list.begin(), list.end(), x));
-      list.insert(list.end(), in.begin(), in.end());
+    const auto exchange = [&](int32_t give, int32_t from, Offer take, int32_t to) {
+      ledger.RemoveItem(items_[give]);
+      ledger.RemoveItem(items_[take.first]);
+      if (take.second >= 0) ledger.RemoveItem(items_[take.second]);
+      ledger.AddItem(items_[give], to);
+      ledger.AddItem(items_[take.first], from);
+      if (take.second >= 0) ledger.AddItem(items_[take.second], from);
+    };
+    const auto undo = [&](int32_t give, int32_t from, Offer take, int32_t to) {
+      ledger.RemoveItem(items_[give]);
+      ledger.RemoveItem(items_[take.first]);
+      if (take.second >= 0) ledger.RemoveItem(items_[take.second]);
+      ledger.AddItem(items_[give], from);
+      ledger.AddItem(items_[take.first], to);
+      if (take.second >= 0) ledger.AddItem(items_[take.second], to);
+    };
+    const auto offer_work = [&](Offer o) {
+      return item_work_[o.first] + (o.second >= 0 ? item_work_[o.second] : 0.0);
     };
     int64_t budget = static_cast<int64_t>(in_.local_search_rounds) *
-                     std::max<int64_t>(static_cast<int64_t>(items_.size()), n_) * 8;
+                     std::max<int64_t>(static_cast<int64_t>(items_.size()), n_) * 2;
     const int64_t max_steps = static_cast<int64_t>(in_.local_search_rounds) * n_;
     std::vector<int32_t> partners;
-    std::vector<std::vector<int32_t>> offers;  // what a partner could give back
+    std::vector<Offer> offers;
     for (int64_t step = 0; step < max_steps && budget > 0; ++step) {
       const auto [max_load, heavy] = *by_load.ordered().rbegin();
       partners.clear();
@@ -439,32 +452,49 @@ class Assigner {
             ++taken;
           }
       }
+      // The heavy worker's binding dimension must come down.
+      const bool compute_bound =
+          ledger.compute(heavy) / targets.compute >= ledger.traffic(heavy) / targets.traffic;
       bool improved = false;
-      const std::vector<int32_t> heavy_items = owned[heavy];
-      for (size_t x = 0; x < heavy_items.size() && !improved && budget > 0; ++x) {
-        const int32_t a = heavy_items[x];
+      for (size_t x = 0; x < owned[heavy].size() && !improved && budget > 0; ++x) {
+        const int32_t a = owned[heavy][x];
         for (int32_t light : partners) {
           offers.clear();
           const auto& mine = owned[light];
           for (size_t y = 0; y < mine.size(); ++y) {
             const Item& b = items_[mine[y]];
             if (b.small != items_[a].small) continue;
-            if (b.slots == items_[a].slots) offers.push_back({mine[y]});
+            if (b.slots == items_[a].slots) offers.push_back({mine[y], -1});
             if (items_[a].slots == 2 && b.slots == 1)
               for (size_t z = y + 1; z < mine.size(); ++z)
                 if (!items_[mine[z]].small && items_[mine[z]].slots == 1)
                   offers.push_back({mine[y], mine[z]});
           }
-          for (const std::vector<int32_t>& offer : offers) {
+          for (const Offer offer : offers) {
+            // Compute moves by exactly the works exchanged: skip, without
+            // touching the ledger, what would leave either side at the limit.
+            const double shift = item_work_[a] - offer_work(offer);
+            if ((ledger.compute(light) + shift) / targets.compute >= max_load ||
+                (ledger.compute(heavy) - shift) / targets.compute >= max_load)
+              continue;
+            // Traffic-bound: only offers estimated to carry less traffic.
+            if (!compute_bound &&
+                item_traffic_[a] <= item_traffic_[offer.first] +
+                                        (offer.second >= 0 ? item_traffic_[offer.second] : 0.0))
+              continue;
             if (budget-- <= 0) break;
-            exchange({a}, heavy, offer, light);
+            exchange(a, heavy, offer, light);
             if (refresh() < max_load * (1 - 1e-9)) {
-              replace(owned[heavy], {a}, offer);
-              replace(owned[light], offer, {a});
+              std::vector<int32_t>& h = owned[heavy];
+              std::vector<int32_t>& l = owned[light];
+              h[x] = offer.first;
+              if (offer.second >= 0) h.push_back(offer.second);
+              *std::find(l.begin(), l.end(), offer.first) = a;
+              if (offer.second >= 0) l.erase(std::find(l.begin(), l.end(), offer.second));
               improved = true;
               break;
             }
-            exchange(offer, heavy, {a}, light);  // undo: offer back to light, a back to heavy
+            undo(a, heavy, offer, light);
             refresh();
           }
           if (improved) break;
