@@ -54,13 +54,48 @@ void BuildGraphs(const std::vector<RequiredPair>& pairs, int32_t blocks, Csr& de
   }
 }
 
+// Counts per (K/V block, worker) in an open-addressing table: the ledger's
+// hot path, where a list per block costs O(workers) per lookup for blocks
+// early in long sequences. Entries are never erased (counts drop to 0).
+class PairCounter {
+ public:
+  explicit PairCounter(size_t expected) {
+    size_t capacity = 16;
+    while (capacity < 2 * expected) capacity *= 2;
+    keys_.assign(capacity, kEmpty);
+    counts_.assign(capacity, 0);
+    mask_ = capacity - 1;
+  }
+  int32_t& operator()(int32_t kv, int32_t w) {
+    const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(kv)) << 32) | static_cast<uint32_t>(w);
+    size_t slot = (key * 0x9E3779B97F4A7C15ull) >> 20 & mask_;
+    while (keys_[slot] != key) {
+      if (keys_[slot] == kEmpty) {
+        FCP_CHECK(++size_ * 2 <= keys_.size(), "pair counter over capacity");
+        keys_[slot] = key;
+        break;
+      }
+      slot = (slot + 1) & mask_;
+    }
+    return counts_[slot];
+  }
+
+ private:
+  static constexpr uint64_t kEmpty = ~uint64_t{0};
+  std::vector<uint64_t> keys_;
+  std::vector<int32_t> counts_;
+  size_t mask_ = 0;
+  size_t size_ = 0;
+};
+
 // Per-worker compute and traffic of a (partial) assignment, updated
 // incrementally as blocks are added and removed.
 class Ledger {
  public:
   Ledger(const AssignmentInput& in, const Csr& deps)
       : in_(in), deps_(deps), owner_(in.block_work.size(), kUnassigned),
-        needers_(in.block_work.size()), compute_(in.workers, 0), traffic_(in.workers, 0),
+        counts_(in.pairs->size()), needers_(in.block_work.size()), compute_(in.workers, 0),
+        traffic_(in.workers, 0),
         touched_stamp_(in.workers, 0) {
     for (const Block& b : in.sharding->blocks) block_tokens_.push_back(static_cast<double>(b.tokens()));
   }
@@ -82,18 +117,26 @@ class Ledger {
     Touch(w);
     auto [begin, end] = deps_.row(block);
     for (const int32_t* j = begin; j != end; ++j)
-      if (++CountRef(*j, w) == 1) Link(*j, w, +1);
-    for (const auto& [u, c] : needers_[block])
-      if (c > 0 && u != w) Move(block, w, u, +1);
+      if (++counts_(*j, w) == 1) {
+        needers_[*j].push_back(w);
+        Link(*j, w, +1);
+      }
+    for (int32_t u : needers_[block])
+      if (u != w) Move(block, w, u, +1);
   }
 
   void Remove(int32_t block) {
     const int32_t w = owner_[block];
-    for (const auto& [u, c] : needers_[block])
-      if (c > 0 && u != w) Move(block, w, u, -1);
+    for (int32_t u : needers_[block])
+      if (u != w) Move(block, w, u, -1);
     auto [begin, end] = deps_.row(block);
     for (const int32_t* j = begin; j != end; ++j)
-      if (--CountRef(*j, w) == 0) Link(*j, w, -1);
+      if (--counts_(*j, w) == 0) {
+        std::vector<int32_t>& list = needers_[*j];
+        *std::find(list.begin(), list.end(), w) = list.back();
+        list.pop_back();
+        Link(*j, w, -1);
+      }
     compute_[w] -= in_.block_work[block];
     owner_[block] = kUnassigned;
     Touch(w);
@@ -108,12 +151,6 @@ class Ledger {
   }
 
  private:
-  int32_t& CountRef(int32_t kv, int32_t w) {
-    for (auto& [u, c] : needers_[kv])
-      if (u == w) return c;
-    needers_[kv].push_back({w, 0});
-    return needers_[kv].back().second;
-  }
   // Worker w starts (+1) or stops (-1) needing kv: a transfer owner -> w.
   void Link(int32_t kv, int32_t w, int sign) {
     const int32_t o = owner_[kv];
@@ -137,8 +174,10 @@ class Ledger {
   const Csr& deps_;
   std::vector<double> block_tokens_;
   std::vector<int32_t> owner_;
-  // needers_[kv]: (worker, number of its query blocks that need kv).
-  std::vector<std::vector<std::pair<int32_t, int32_t>>> needers_;
+  // counts_(kv, w): how many of w's query blocks need kv; needers_[kv]: the
+  // workers with a non-zero count (unordered: only sums are taken over it).
+  PairCounter counts_;
+  std::vector<std::vector<int32_t>> needers_;
   std::vector<double> compute_;
   std::vector<double> traffic_;
   std::vector<uint32_t> touched_stamp_;
