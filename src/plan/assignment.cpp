@@ -56,31 +56,47 @@ void BuildGraphs(const std::vector<RequiredPair>& pairs, int32_t blocks, Csr& de
 
 // Counts per (K/V block, worker) in an open-addressing table: the ledger's
 // hot path, where a list per block costs O(workers) per lookup for blocks
-// early in long sequences. Entries are never erased (counts drop to 0).
+// early in long sequences. Entries are never erased (counts drop to 0); the
+// table doubles when half full.
 class PairCounter {
  public:
-  explicit PairCounter(size_t expected) {
-    size_t capacity = 16;
-    while (capacity < 2 * expected) capacity *= 2;
-    keys_.assign(capacity, kEmpty);
-    counts_.assign(capacity, 0);
-    mask_ = capacity - 1;
-  }
+  explicit PairCounter(size_t expected) { Resize(std::max<size_t>(16, 2 * expected)); }
   int32_t& operator()(int32_t kv, int32_t w) {
     const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(kv)) << 32) | static_cast<uint32_t>(w);
-    size_t slot = (key * 0x9E3779B97F4A7C15ull) >> 20 & mask_;
-    while (keys_[slot] != key) {
-      if (keys_[slot] == kEmpty) {
-        FCP_CHECK(++size_ * 2 <= keys_.size(), "pair counter over capacity");
-        keys_[slot] = key;
-        break;
+    size_t slot = Find(key);
+    if (keys_[slot] == kEmpty) {
+      if (2 * (size_ + 1) > keys_.size()) {
+        Resize(2 * keys_.size());
+        slot = Find(key);
       }
-      slot = (slot + 1) & mask_;
+      keys_[slot] = key;
+      ++size_;
     }
     return counts_[slot];
   }
 
  private:
+  size_t Find(uint64_t key) const {
+    size_t slot = (key * 0x9E3779B97F4A7C15ull) >> 20 & mask_;
+    while (keys_[slot] != key && keys_[slot] != kEmpty) slot = (slot + 1) & mask_;
+    return slot;
+  }
+  void Resize(size_t capacity) {
+    size_t pow2 = 16;
+    while (pow2 < capacity) pow2 *= 2;
+    std::vector<uint64_t> old_keys(pow2, kEmpty);
+    std::vector<int32_t> old_counts(pow2, 0);
+    old_keys.swap(keys_);
+    old_counts.swap(counts_);
+    mask_ = pow2 - 1;
+    for (size_t i = 0; i < old_keys.size(); ++i)
+      if (old_keys[i] != kEmpty) {
+        const size_t slot = Find(old_keys[i]);
+        keys_[slot] = old_keys[i];
+        counts_[slot] = old_counts[i];
+      }
+  }
+
   static constexpr uint64_t kEmpty = ~uint64_t{0};
   std::vector<uint64_t> keys_;
   std::vector<int32_t> counts_;
