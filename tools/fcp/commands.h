@@ -10,6 +10,9 @@ namespace fcp::cli {
 
 void AddWorkloadCommand(CLI::App& app);
 void AddPlanCommands(CLI::App& app);  // plan, validate, inspect
+#ifdef FCP_WITH_MPI
+void AddRunCommands(CLI::App& app);  // run, make-inputs, check (cmd_run.cpp)
+#endif
 
 // A usage error raised after parsing (a bad combination of flags): exit code 2.
 struct UsageError : std::runtime_error {
