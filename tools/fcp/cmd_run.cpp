@@ -35,9 +35,13 @@ AttentionDims DimsOf(const Plan& plan) {
 }
 
 Plan ReadValidPlan(const std::string& path) {
-  Plan plan = ReadPlanJsonFile(path);
-  ValidatePlan(plan);
-  return plan;
+  try {
+    Plan plan = ReadPlanJsonFile(path);
+    ValidatePlan(plan);
+    return plan;
+  } catch (const Error& e) {
+    throw Error(e.code(), "plan file " + path + ": " + e.what());
+  }
 }
 
 // Checks that an input file has shape [T, heads, head_dim]; returns its header.
@@ -177,10 +181,30 @@ void WriteTrace(Communicator& comm, const Trace& trace, const std::string& path)
   if (!f) throw Error(ErrorCode::kIo, "run: cannot write trace " + path);
 }
 
+void RunOnRanks(Communicator& comm_ref, const RunOptions& opt);
+
 void Run(const RunOptions& opt) {
   int argc = 0;
   char** argv = nullptr;
   auto comm = MakeMpiCommunicator(&argc, &argv, {opt.timeout_s});
+  try {
+    RunOnRanks(*comm, opt);
+  } catch (const Error& e) {
+    // Print while every rank is still alive: once one rank exits non-zero,
+    // mpirun kills the others, possibly before they have said anything.
+    std::fprintf(stderr, "fcp: %s\n", e.what());
+    std::fflush(stderr);
+    try {
+      comm->Barrier();
+    } catch (const Error&) {
+      // A peer is gone; exit anyway.
+    }
+    throw ReportedError(1);
+  }
+}
+
+void RunOnRanks(Communicator& comm_ref, const RunOptions& opt) {
+  Communicator* comm = &comm_ref;
   SetBlasThreads(1);  // one rank per core
   const int32_t me = comm->rank();
 

@@ -27,6 +27,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "fcp: %s\n", e.what());
     return 2;
+  } catch (const fcp::cli::ReportedError& e) {
+    return e.exit_code;
   } catch (const fcp::cli::UsageError& e) {
     std::fprintf(stderr, "fcp: %s\n", e.what());
     return 2;
