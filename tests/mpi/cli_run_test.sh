@@ -4,6 +4,7 @@
 # (each run is bounded by `timeout`); a rank that dies must take the job down.
 # Usage: cli_run_test.sh FCP WRITE_TEST_PLAN MPIEXEC CASE
 #        cli_run_test.sh FCP WRITE_TEST_PLAN MPIEXEC good greedy|ring MASK COALESCE NP
+#        cli_run_test.sh FCP WRITE_TEST_PLAN MPIEXEC planner NAME MASK COALESCE NP  (fcp plan --planner NAME)
 set -u
 FCP=$1; WRITE_PLAN=$2; MPIEXEC=$3; CASE=$4
 MPIRUN=("$MPIEXEC" --oversubscribe --bind-to none --mca btl self,vader --mca btl_vader_single_copy_mechanism none)
@@ -34,9 +35,17 @@ expect_error() {
 ARGS=(--inputs "$DIR/in" --out "$DIR/out" --backward --timeout-s 20)
 
 case "$CASE" in
-  good)
+  good|planner)
     kind=$5; mask=$6; coalesce=$7; np=$8
-    "$WRITE_PLAN" "$kind" "$np" "$mask" "$coalesce" "$DIR/plan.json" || fail "write plan"
+    if [ "$CASE" = planner ]; then
+      printf '1\n16\n37\n5\n32\n60\n9\n1\n23\n' >"$DIR/lengths.txt"
+      window=(); [ "$mask" = sliding_window ] && window=(--window 20)
+      "$FCP" plan --planner "$kind" --lengths "$DIR/lengths.txt" --workers "$np" --block-size 16 \
+        --coalesce "$coalesce" --mask "$mask" "${window[@]}" --heads-q 4 --heads-kv 2 --head-dim 8 \
+        --out "$DIR/plan.json" >/dev/null || fail "fcp plan"
+    else
+      "$WRITE_PLAN" "$kind" "$np" "$mask" "$coalesce" "$DIR/plan.json" || fail "write plan"
+    fi
     "$FCP" make-inputs --plan "$DIR/plan.json" --out "$DIR/in2" --seed 9 >/dev/null || fail "make-inputs"
     run "$np" run --plan "$DIR/plan.json" --inputs "$DIR/in2" --out "$DIR/out2" --backward --check --trace "$DIR/trace.json"
     [ "$RC" -eq 0 ] || fail "run failed"
