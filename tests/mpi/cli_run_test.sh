@@ -76,6 +76,15 @@ case "$CASE" in
     [ "$RC" -ne 0 ] || fail "exit code 0"
     [ "$(grep -c 'ranks disagree on the plan' "$DIR/log")" -ge 2 ] || fail "no disagreement error on both ranks"
     echo "ok: plan mismatch detected on both ranks, exit $RC";;
+  check_detects_mismatch)
+    run 2 run --plan "$DIR/plan2.json" "${ARGS[@]}" --check
+    [ "$RC" -eq 0 ] || fail "run failed"
+    cp "$DIR/in/q.npy" "$DIR/out/o.npy"  # same shape, wrong values
+    "$FCP" check --plan "$DIR/plan2.json" --inputs "$DIR/in" --outputs "$DIR/out" >"$DIR/log" 2>&1
+    RC=$?
+    [ "$RC" -eq 1 ] || fail "fcp check exit $RC on a corrupted o.npy, expected 1"
+    grep -q MISMATCH "$DIR/log" || fail "no MISMATCH line"
+    echo "ok: corrupted output detected";;
   rank_dies)
     start=$(date +%s)
     run 2 run --plan "$DIR/plan2.json" "${ARGS[@]}" --debug-exit-rank 1 --debug-exit-stage 1
