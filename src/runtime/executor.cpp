@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -15,6 +16,8 @@ namespace {
 
 constexpr int32_t kTagKv = 11;
 constexpr int32_t kTagDkv = 12;
+constexpr int32_t kTagReturnO = 13;
+constexpr int32_t kTagReturnGrad = 14;
 
 // Where this rank's rows live in the plan layout and how they move between
 // the dataloader layout and the plan layout. Identical arithmetic on every
@@ -86,12 +89,24 @@ Layout MakeLayout(const Plan& plan, int32_t me) {
   return L;
 }
 
-// One column group of a row that travels in a reshuffle out: `width` floats
-// per row; received rows land at dst + dataloader_row * width.
+// One column group of a row returned to the dataloader layout: `width`
+// floats per row; rows land at dst + dataloader_row * width.
 struct Field {
   int64_t width;
   float* dst;
 };
+
+// Rows [block_row, block_row + count) of a block are dataloader rows
+// [dl_row, dl_row + count) of one rank.
+struct RowRun {
+  int64_t block_row;
+  int64_t dl_row;
+  int64_t count;
+};
+
+// Communication groups: stage transfers are awaited at the end of their
+// stage; the others (reshuffles) when their data is needed.
+enum FlightGroup : int32_t { kStageGroup = 0, kReshuffleInGroup = 1, kReturnOGroup = 2, kReturnGradGroup = 3 };
 
 // Per-row offsets into data kept per owned block as [K rows; V rows].
 struct BlockKv {
@@ -111,8 +126,25 @@ struct Flight {
   Communicator::Request request;
   std::string name;
   TraceLane lane;
+  int32_t group;
   double start_us;
   double end_us = -1;
+};
+
+// Outputs of owned blocks going home to the dataloader layout, block by
+// block, each as soon as it is final (after stage final_stage[block]);
+// receivers post everything up front. Messages from one rank to another
+// go in (final stage, block) order on both sides.
+struct ReturnGroup {
+  FlightGroup group;
+  int32_t tag;
+  std::string name;
+  std::vector<Field> fields;
+  int64_t width = 0;
+  std::vector<int32_t> final_stage;  // per block; -1: final before the first stage
+  std::function<const float*(size_t field, int64_t local_row)> row_ptr;
+  std::deque<std::pair<int32_t, std::vector<float>>> incoming;  // (block, rows) in post order
+  std::deque<std::vector<float>> outgoing;                      // alive until sent
 };
 
 using Incoming = std::vector<std::pair<int32_t, std::shared_ptr<std::vector<float>>>>;
@@ -128,6 +160,7 @@ class Runner {
     kopt.progress = [this] { Poll(); };
     kernel_ = MakeCpuAttentionKernel(kopt);
     layout_ = MakeLayout(plan, comm.rank());
+    seq_offset_ = SequenceOffsets(plan.sequences);
     qrow_ = dims_.q_row_floats();
     kvrow_ = dims_.kv_row_floats();
   }
@@ -136,9 +169,8 @@ class Runner {
 
  private:
   // ---- communication bookkeeping ----
-  size_t Post(Communicator::Request r, std::string name, TraceLane lane) {
-    flights_.push_back({r, std::move(name), lane, trace_->NowUs()});
-    return flights_.size() - 1;
+  void Post(Communicator::Request r, std::string name, TraceLane lane, FlightGroup group = kStageGroup) {
+    flights_.push_back({r, std::move(name), lane, group, trace_->NowUs()});
   }
   void Poll() {
     for (Flight& f : flights_)
@@ -158,7 +190,7 @@ class Runner {
     double last_end = stage_start_us;
     bool any = false;
     for (Flight& f : flights_) {
-      if (f.lane == TraceLane::kReshuffle) continue;
+      if (f.group != kStageGroup) continue;
       Finish(f);
       last_end = std::max(last_end, f.end_us);
       any = true;
@@ -171,23 +203,31 @@ class Runner {
     }
     std::vector<Flight> keep;
     for (Flight& f : flights_) {
-      if (f.lane == TraceLane::kReshuffle) keep.push_back(f);
+      if (f.group != kStageGroup) keep.push_back(f);
       else Record(f);
     }
     flights_ = std::move(keep);
   }
-  // Waits for the reshuffle `name` (the only flight with that name).
-  void FinishReshuffle(const std::string& name) {
-    auto it = std::find_if(flights_.begin(), flights_.end(), [&](const Flight& f) { return f.name == name; });
-    FCP_CHECK(it != flights_.end(), "no reshuffle named " + name);
+  // Waits for every flight of a reshuffle group and records them.
+  void FinishGroup(FlightGroup group, const std::string& name) {
     const double wait_start = trace_->NowUs();
-    Finish(*it);
+    double first_start = wait_start, last_end = 0;
+    std::vector<Flight> keep;
+    for (Flight& f : flights_) {
+      if (f.group != group) {
+        keep.push_back(f);
+        continue;
+      }
+      Finish(f);
+      first_start = std::min(first_start, f.start_us);
+      last_end = std::max(last_end, f.end_us);
+      Record(f);
+    }
+    flights_ = std::move(keep);
     const double wait_end = trace_->NowUs();
     trace_->Add("wait " + name, TraceLane::kWait, wait_start, wait_end);
     stats_->reshuffle_wait_s += (wait_end - wait_start) * 1e-6;
-    stats_->reshuffle_s += (it->end_us - it->start_us) * 1e-6;
-    Record(*it);
-    flights_.erase(it);
+    if (last_end > first_start) stats_->reshuffle_s += (last_end - first_start) * 1e-6;
   }
 
   // ---- data access ----
@@ -276,30 +316,115 @@ class Runner {
     }
   }
 
-  // ---- reshuffle out ----
-  // Packs `widths` floats per local row (row_ptr(field, row)) in
-  // owned_by_token order and starts the all-to-all-v back to the dataloader
-  // layout; the inverse of the reshuffle in.
-  void StartReshuffleOut(const std::vector<Field>& fields,
-                         const std::function<const float*(size_t, int64_t)>& row_ptr, std::vector<float>* send,
-                         std::vector<float>* recv, const std::string& name) {
-    int64_t width = 0;
-    for (const Field& f : fields) width += f.width;
-    send->resize(static_cast<size_t>(layout_.local_rows * width));
-    float* out = send->data();
-    for (int64_t row : layout_.owned_by_token)
-      for (size_t fi = 0; fi < fields.size(); ++fi) out = std::copy_n(row_ptr(fi, row), fields[fi].width, out);
-    recv->resize(static_cast<size_t>((layout_.dl_end - layout_.dl_begin) * width));
-    Post(comm_.Ialltoallv(send->data(), layout_.in_recv_counts, recv->data(), layout_.in_send_counts, width * 4),
-         name, TraceLane::kReshuffle);
+  // ---- returning outputs to the dataloader layout ----
+  // Rows of block b that dataloader rank d holds, in block row order.
+  std::vector<RowRun> RunsFor(int32_t b, int32_t d) const {
+    const int64_t lo = DataloaderBegin(layout_.total_tokens, layout_.workers, d);
+    const int64_t hi = DataloaderBegin(layout_.total_tokens, layout_.workers, d + 1);
+    std::vector<RowRun> runs;
+    int64_t row = 0;
+    for (const Segment& s : plan_.blocks[b].segments) {
+      const int64_t g0 = seq_offset_[s.seq] + s.start;
+      const int64_t a = std::max(g0, lo), e = std::min(g0 + s.length, hi);
+      if (a < e) runs.push_back({row + a - g0, a - lo, e - a});
+      row += s.length;
+    }
+    return runs;
   }
-  void UnpackOut(const std::vector<Field>& fields, const std::vector<float>& recv) const {
-    const float* in = recv.data();
-    for (int64_t dl_row : layout_.in_send_rows)
-      for (const Field& f : fields) {
-        std::copy_n(in, f.width, f.dst + dl_row * f.width);
-        in += f.width;
+  static int64_t RunRows(const std::vector<RowRun>& runs) {
+    int64_t n = 0;
+    for (const RowRun& r : runs) n += r.count;
+    return n;
+  }
+
+  // Posts every receive of the group: from each other rank, its blocks with
+  // rows in my dataloader share, in (final stage, block) order.
+  void PostReturnReceives(ReturnGroup& g) {
+    g.width = 0;
+    for (const Field& f : g.fields) g.width += f.width;
+    std::vector<int32_t> order(plan_.blocks.size());
+    for (size_t b = 0; b < order.size(); ++b) order[b] = static_cast<int32_t>(b);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return g.final_stage[a] < g.final_stage[b]; });
+    for (int32_t b : order) {
+      const int32_t owner = plan_.blocks[b].worker;
+      if (owner == layout_.me) continue;
+      const int64_t rows = RunRows(RunsFor(b, layout_.me));
+      if (rows == 0) continue;
+      g.incoming.push_back({b, std::vector<float>(static_cast<size_t>(rows * g.width))});
+      Post(comm_.Irecv(g.incoming.back().second.data(), rows * g.width * 4, owner, g.tag),
+           g.name + " b" + std::to_string(b) + " from " + std::to_string(owner), TraceLane::kReshuffle, g.group);
+    }
+  }
+
+  // Sends (or, for my own share, copies) the rows of my blocks that became
+  // final in `stage`.
+  void SendReturns(ReturnGroup& g, int32_t stage) {
+    for (int32_t b : layout_.owned_blocks) {
+      if (g.final_stage[b] != stage) continue;
+      const int64_t first = layout_.block_row[b];
+      for (int32_t d = 0; d < layout_.workers; ++d) {
+        const std::vector<RowRun> runs = RunsFor(b, d);
+        if (runs.empty()) continue;
+        if (d == layout_.me) {
+          for (const RowRun& r : runs)
+            for (int64_t i = 0; i < r.count; ++i)
+              for (size_t fi = 0; fi < g.fields.size(); ++fi)
+                std::copy_n(g.row_ptr(fi, first + r.block_row + i), g.fields[fi].width,
+                            g.fields[fi].dst + (r.dl_row + i) * g.fields[fi].width);
+          continue;
+        }
+        std::vector<float>& buf = g.outgoing.emplace_back(static_cast<size_t>(RunRows(runs) * g.width));
+        float* out = buf.data();
+        for (const RowRun& r : runs)
+          for (int64_t i = 0; i < r.count; ++i)
+            for (size_t fi = 0; fi < g.fields.size(); ++fi)
+              out = std::copy_n(g.row_ptr(fi, first + r.block_row + i), g.fields[fi].width, out);
+        Post(comm_.Isend(buf.data(), static_cast<int64_t>(buf.size() * 4), d, g.tag),
+             g.name + " b" + std::to_string(b) + " to " + std::to_string(d), TraceLane::kReshuffle, g.group);
       }
+    }
+  }
+
+  // Waits for the group and scatters the received rows into place.
+  void FinishReturns(ReturnGroup& g) {
+    FinishGroup(g.group, g.name);
+    for (const auto& [b, rows] : g.incoming) {
+      const float* in = rows.data();
+      for (const RowRun& r : RunsFor(b, layout_.me))
+        for (int64_t i = 0; i < r.count; ++i)
+          for (const Field& f : g.fields) {
+            std::copy_n(in, f.width, f.dst + (r.dl_row + i) * f.width);
+            in += f.width;
+          }
+    }
+    g.incoming.clear();
+    g.outgoing.clear();
+  }
+
+  // The stage after which each block's forward output is final.
+  std::vector<int32_t> ForwardFinalStages() const {
+    std::vector<int32_t> last(plan_.blocks.size(), -1);
+    for (size_t t = 0; t < plan_.forward.size(); ++t)
+      for (const BlockPair& p : plan_.forward[t].compute) last[p.q_block] = static_cast<int32_t>(t);
+    return last;
+  }
+  // The stage after which each block's dq, dk, dv are final at its owner:
+  // its last query compute, its last key compute on the owner, and the last
+  // partial dK/dV the owner receives for it.
+  std::vector<int32_t> BackwardFinalStages() const {
+    std::vector<int32_t> last(plan_.blocks.size(), -1);
+    for (size_t t = 0; t < plan_.backward.size(); ++t) {
+      const int32_t st = static_cast<int32_t>(t);
+      for (const BlockPair& p : plan_.backward[t].compute) {
+        last[p.q_block] = std::max(last[p.q_block], st);
+        if (plan_.blocks[p.q_block].worker == plan_.blocks[p.kv_block].worker)
+          last[p.kv_block] = std::max(last[p.kv_block], st);
+      }
+      for (const Transfer& tr : plan_.backward[t].send_dkv)
+        if (tr.dst == plan_.blocks[tr.block].worker) last[tr.block] = std::max(last[tr.block], st);
+    }
+    return last;
   }
 
   const Plan& plan_;
@@ -311,6 +436,7 @@ class Runner {
   AttentionDims dims_;
   std::unique_ptr<AttentionKernel> kernel_;
   Layout layout_;
+  std::vector<int64_t> seq_offset_;
   int64_t qrow_ = 0, kvrow_ = 0;
   std::vector<float> q_, do_, o_, lse_, delta_, dq_, kv_, dkv_;
   std::map<int32_t, std::shared_ptr<std::vector<float>>> held_;
@@ -352,7 +478,7 @@ RankOutputs Runner::Run(const RankInputs& in) {
   }
   std::vector<float> in_recv(static_cast<size_t>(L.local_rows * in_width));
   Post(comm_.Ialltoallv(in_send.data(), L.in_send_counts, in_recv.data(), L.in_recv_counts, in_width * 4),
-       "reshuffle in", TraceLane::kReshuffle);
+       "reshuffle in", TraceLane::kReshuffle, kReshuffleInGroup);
   // Unpacks rows [first, first + count) of the owned_by_token order.
   auto unpack_in = [&](const float* rows, int64_t first, int64_t count) {
     for (int64_t i = 0; i < count; ++i) {
@@ -378,7 +504,7 @@ RankOutputs Runner::Run(const RankInputs& in) {
 
   // While the reshuffle flies: stage-0 pairs whose blocks hold only my own
   // dataloader tokens (their rows are already in place).
-  const std::vector<int64_t> seq_offset = SequenceOffsets(plan_.sequences);
+  const std::vector<int64_t>& seq_offset = seq_offset_;
   auto self_sourced = [&](int32_t b) {
     if (plan_.blocks[b].worker != L.me) return false;
     for (const Segment& s : plan_.blocks[b].segments) {
@@ -397,7 +523,7 @@ RankOutputs Runner::Run(const RankInputs& in) {
         done_early[i] = true;
       }
   }
-  FinishReshuffle("reshuffle in");
+  FinishGroup(kReshuffleInGroup, "reshuffle in");
   {
     int64_t first = 0;
     for (int32_t w = 0; w < L.workers; ++w) {
@@ -408,7 +534,21 @@ RankOutputs Runner::Run(const RankInputs& in) {
   in_recv = {};
   in_send = {};
 
-  // 2. Forward stages.
+  // 2. Forward stages; each block's (o, lse) heads home once final.
+  RankOutputs out;
+  out.o.resize(static_cast<size_t>(dl_rows * qrow_));
+  out.lse.resize(static_cast<size_t>(dl_rows * dims_.heads_q));
+  ReturnGroup ret_o;
+  ret_o.group = kReturnOGroup;
+  ret_o.tag = kTagReturnO;
+  ret_o.name = "return o";
+  ret_o.fields = {{qrow_, out.o.data()}, {dims_.heads_q, out.lse.data()}};
+  ret_o.final_stage = ForwardFinalStages();
+  ret_o.row_ptr = [this](size_t fi, int64_t row) {
+    return fi == 0 ? o_.data() + row * qrow_ : lse_.data() + row * dims_.heads_q;
+  };
+  PostReturnReceives(ret_o);
+  SendReturns(ret_o, -1);
   const auto fwd_last =
       LastUse(plan_.forward, [](const ForwardStage& s) -> const std::vector<Transfer>& { return s.send; });
   Incoming incoming;
@@ -426,25 +566,16 @@ RankOutputs Runner::Run(const RankInputs& in) {
       Poll();
     }
     FinishStage(stage_start, label);
+    SendReturns(ret_o, static_cast<int32_t>(t));
     AdoptIncoming(incoming);
     ReleaseUsed(fwd_last, t);
   }
   held_.clear();
   stats_->forward_s = (trace_->NowUs() - run_start) * 1e-6;
 
-  // 3. Output back to the dataloader layout, in flight during the backward.
-  RankOutputs out;
-  out.o.resize(static_cast<size_t>(dl_rows * qrow_));
-  out.lse.resize(static_cast<size_t>(dl_rows * dims_.heads_q));
-  const std::vector<Field> o_fields = {{qrow_, out.o.data()}, {dims_.heads_q, out.lse.data()}};
-  std::vector<float> o_send, o_recv;
-  StartReshuffleOut(
-      o_fields,
-      [&](size_t fi, int64_t row) { return fi == 0 ? o_.data() + row * qrow_ : lse_.data() + row * dims_.heads_q; },
-      &o_send, &o_recv, "reshuffle out o");
+  // 3. The output's trip home stays in flight during the backward.
   if (!bwd) {
-    FinishReshuffle("reshuffle out o");
-    UnpackOut(o_fields, o_recv);
+    FinishReturns(ret_o);
     return out;
   }
 
@@ -454,6 +585,21 @@ RankOutputs Runner::Run(const RankInputs& in) {
   ComputeDelta(dims_, L.local_rows, o_.data(), do_.data(), delta_.data());
   dq_.assign(q_.size(), 0.0f);
   dkv_.assign(kv_.size(), 0.0f);
+  out.dq.resize(static_cast<size_t>(dl_rows * qrow_));
+  out.dk.resize(static_cast<size_t>(dl_rows * kvrow_));
+  out.dv.resize(out.dk.size());
+  ReturnGroup ret_g;
+  ret_g.group = kReturnGradGroup;
+  ret_g.tag = kTagReturnGrad;
+  ret_g.name = "return grads";
+  ret_g.fields = {{qrow_, out.dq.data()}, {kvrow_, out.dk.data()}, {kvrow_, out.dv.data()}};
+  ret_g.final_stage = BackwardFinalStages();
+  ret_g.row_ptr = [this, kv_at](size_t fi, int64_t row) -> const float* {
+    if (fi == 0) return dq_.data() + row * qrow_;
+    return dkv_.data() + kv_at.Offset(row, fi == 2);
+  };
+  PostReturnReceives(ret_g);
+  SendReturns(ret_g, -1);
   const auto bwd_last =
       LastUse(plan_.backward, [](const BackwardStage& s) -> const std::vector<Transfer>& { return s.send_kv; });
   for (size_t t = 0; t < plan_.backward.size(); ++t) {
@@ -492,29 +638,16 @@ RankOutputs Runner::Run(const RankInputs& in) {
       float* acc = DkvAccumulator(block);
       for (size_t i = 0; i < buf.size(); ++i) acc[i] += buf[i];
     }
+    SendReturns(ret_g, static_cast<int32_t>(t));
     AdoptIncoming(incoming);
     ReleaseUsed(bwd_last, t);
   }
   held_.clear();
   FCP_CHECK(partial_dkv_.empty(), "partial dK/dV never returned to its owner");
 
-  // 5. Gradients back to the dataloader layout.
-  FinishReshuffle("reshuffle out o");
-  UnpackOut(o_fields, o_recv);
-  out.dq.resize(static_cast<size_t>(dl_rows * qrow_));
-  out.dk.resize(static_cast<size_t>(dl_rows * kvrow_));
-  out.dv.resize(out.dk.size());
-  const std::vector<Field> g_fields = {{qrow_, out.dq.data()}, {kvrow_, out.dk.data()}, {kvrow_, out.dv.data()}};
-  std::vector<float> g_send, g_recv;
-  StartReshuffleOut(
-      g_fields,
-      [&](size_t fi, int64_t row) -> const float* {
-        if (fi == 0) return dq_.data() + row * qrow_;
-        return dkv_.data() + kv_at.Offset(row, fi == 2);
-      },
-      &g_send, &g_recv, "reshuffle out grads");
-  FinishReshuffle("reshuffle out grads");
-  UnpackOut(g_fields, g_recv);
+  // 5. The last gradients' trip home.
+  FinishReturns(ret_o);
+  FinishReturns(ret_g);
   stats_->backward_s = (trace_->NowUs() - bwd_start) * 1e-6;
   return out;
 }
