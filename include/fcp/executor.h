@@ -14,11 +14,15 @@
 //     block is freed after its last use on this rank (compute or relay), so a
 //     plan that uses each received block in the next stage holds at most
 //     2 * coalesce received blocks (the peak is reported in the stats).
-//  3. the output (o, lse) goes back to the dataloader layout by an
-//     all-to-all-v that is in flight during the backward stages.
+//  3. outputs go home block by block: once a block's (o, lse) is final (after
+//     the last forward stage that computes it), its rows are sent to the
+//     dataloader ranks that hold its tokens; receivers post all receives up
+//     front and collect them at the end, so the trip overlaps the remaining
+//     forward and the whole backward.
 //  4. backward stages: as forward with send_kv, plus send_dkv of partial
 //     dK/dV, which the receiver adds into its own (owner or relay).
-//  5. reshuffle out of dq, dk, dv.
+//  5. dq, dk, dv go home the same way, each block once final at its owner
+//     (last query compute, last local key compute, last partial received).
 // Preconditions: ValidatePlan(plan) passed, plan.workers == comm.size(), the
 // inputs hold this rank's dataloader rows. Every rank must call with the same
 // plan and options. Cost: the plan's FLOPs and bytes plus O(T) bookkeeping.
