@@ -1,13 +1,24 @@
 #!/usr/bin/env python3
 """Overlap of communication with compute in an `fcp run --trace` file.
 
-For each rank: the union of the intervals during which a stage transfer (send
-or recv lane) or a reshuffle was in flight, and how much of that union lies
-inside compute intervals. Prints one line per rank and the total.
-Usage: trace_overlap.py TRACE.json
+1. For each rank: the union of the intervals during which a stage transfer
+   (send or recv lane) or a reshuffle was in flight, and how much of that
+   union lies inside compute intervals.
+2. Stage waits split in two: time blocked before the peer had even posted
+   its side of a transfer (the peer was still computing an earlier stage:
+   load imbalance between ranks, not communication), and time blocked
+   after both sides had posted (data still moving: exposed communication).
+   A transfer's wire time runs from the later of its two posts to its last
+   completion; hidden = 1 - exposed / wire time.
+All ranks of one machine share the clock; origins differ by the exit skew
+of one barrier. Usage: trace_overlap.py TRACE.json
 """
 import json
+import re
 import sys
+from collections import defaultdict
+
+TRANSFER = re.compile(r"^(fwd|bwd) s(\d+) (send|recv) (kv|dkv)(\d+) (to|from) (\d+)$")
 
 
 def union(intervals):
@@ -59,6 +70,42 @@ def main():
         print(f"rank {r}: compute {length(compute) / 1e3:.1f} ms; " + "; ".join(parts))
     for name, (t, h) in totals.items():
         print(f"all ranks: {name} transfers {t / 1e3:.1f} ms in flight, {100 * h / max(t, 1e-9):.1f}% overlapped with compute")
+    split_waits(events)
+
+
+def split_waits(events):
+    # Match each send with its receive: key (pass, stage, kind, block, src, dst).
+    sides = defaultdict(list)
+    for e in events:
+        m = TRANSFER.match(e.get("name", "")) if e.get("ph") == "X" else None
+        if not m:
+            continue
+        pas, stage, way, kind, block, _, peer = m.groups()
+        src, dst = (e["pid"], int(peer)) if way == "send" else (int(peer), e["pid"])
+        sides[(pas, int(stage), kind, int(block), src, dst)].append(e)
+    posted = {}  # key -> (both posted, both done)
+    for key, es in sides.items():
+        posted[key] = (max(x["ts"] for x in es), max(x["ts"] + x["dur"] for x in es))
+    wire = defaultdict(list)   # rank -> wire intervals of its transfers
+    latest = defaultdict(float)  # (rank, pass, stage) -> latest both-posted time
+    for key, (start, end) in posted.items():
+        pas, stage, _, _, src, dst = key
+        for r in (src, dst):
+            wire[r].append([start, end])
+            latest[(r, pas, stage)] = max(latest[(r, pas, stage)], start)
+    exposed = late_peer = 0.0
+    for e in events:
+        m = re.match(r"^wait (fwd|bwd) s(\d+)$", e.get("name", ""))
+        if not m or e.get("ph") != "X":
+            continue
+        a, b = e["ts"], e["ts"] + e["dur"]
+        ready = latest.get((e["pid"], m.group(1), int(m.group(2))), a)
+        late_peer += max(0.0, min(b, ready) - a)
+        exposed += max(0.0, b - max(a, ready))
+    wire_total = sum(length(union(v)) for v in wire.values())
+    print(f"all ranks: stage transfers on the wire (both sides posted -> done) {wire_total / 1e3:.1f} ms, "
+          f"exposed {exposed / 1e3:.1f} ms: {100 * (1 - exposed / max(wire_total, 1e-9)):.1f}% hidden; "
+          f"waiting for a peer still computing an earlier stage (imbalance) {late_peer / 1e3:.1f} ms")
 
 
 if __name__ == "__main__":
