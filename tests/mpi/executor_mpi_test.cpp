@@ -141,6 +141,58 @@ TEST_P(ExecutorMpi, RegisteredPlanners) {
   }
 }
 
+// ---- the communicator itself --------------------------------------------
+
+TEST(MpiCommunicator, CollectivesAndAlltoallv) {
+  Communicator& c = *g_comm;
+  const int64_t n = c.size(), me = c.rank();
+  std::vector<int64_t> v = {me, me + 10, 1};
+  std::vector<int64_t> lo = v, hi = v, sum = v;
+  c.AllreduceMin(lo);
+  c.AllreduceMax(hi);
+  c.AllreduceSum(sum);
+  EXPECT_EQ(lo, (std::vector<int64_t>{0, 10, 1}));
+  EXPECT_EQ(hi, (std::vector<int64_t>{n - 1, n + 9, 1}));
+  EXPECT_EQ(sum, (std::vector<int64_t>{n * (n - 1) / 2, n * (n - 1) / 2 + 10 * n, n}));
+  // Rank r sends r + 1 elements of 3 ints to every peer p, values 100r + p.
+  std::vector<int64_t> send_counts(n, me + 1), recv_counts(n);
+  std::vector<int32_t> send;
+  for (int64_t p = 0; p < n; ++p)
+    for (int64_t i = 0; i < 3 * (me + 1); ++i) send.push_back(static_cast<int32_t>(100 * me + p));
+  for (int64_t p = 0; p < n; ++p) recv_counts[p] = p + 1;
+  std::vector<int32_t> recv(3 * n * (n + 1) / 2, -1);
+  c.Wait(c.Ialltoallv(send.data(), send_counts, recv.data(), recv_counts, 12));
+  size_t at = 0;
+  for (int64_t p = 0; p < n; ++p)
+    for (int64_t i = 0; i < 3 * (p + 1); ++i) EXPECT_EQ(recv[at++], 100 * p + me);
+}
+
+// A wait on a message nobody sends gives up after the timeout with an error
+// naming the problem, and the request stays usable.
+TEST(MpiCommunicator, WaitGivesUpAfterTimeout) {
+  int argc = 0;
+  char** argv = nullptr;
+  auto quick = MakeMpiCommunicator(&argc, &argv, {0.3});
+  int32_t value = 0;
+  if (quick->rank() == 0) {
+    const auto request = quick->Irecv(&value, 4, 1, 5);
+    try {
+      quick->Wait(request);
+      ADD_FAILURE() << "Wait returned without a message";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kBackend);
+      EXPECT_NE(std::string(e.what()).find("no progress"), std::string::npos) << e.what();
+    }
+    g_comm->Barrier();
+    quick->Wait(request);
+    EXPECT_EQ(value, 42);
+  } else {
+    g_comm->Barrier();
+    value = 42;
+    if (quick->rank() == 1) quick->Wait(quick->Isend(&value, 4, 0, 5));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Masks, ExecutorMpi,
                          ::testing::Values(Case{"causal_gqa", {MaskKind::kCausal, 0}, 4, 2},
                                            Case{"full_mha", {MaskKind::kFull, 0}, 2, 2},
