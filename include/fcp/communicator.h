@@ -20,6 +20,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace fcp {
 
@@ -56,15 +57,24 @@ class Communicator {
   [[noreturn]] virtual void Abort(int exit_code) = 0;
 };
 
-struct MpiCommunicatorOptions {
+struct CommunicatorOptions {
   double timeout_s = 120;  // bound on every blocking wait (> 0)
 };
+
+// An in-process backend: `ranks` communicators for `ranks` threads of one
+// process, exchanging messages through shared memory. Sends copy eagerly
+// and complete at once; receives and collectives complete when the peers'
+// data is there. Same matching rules and deadlines as the MPI backend, so
+// the executor runs unchanged on threads in unit tests (and under TSan).
+// Abort() throws Error(kBackend) instead of ending the process.
+std::vector<std::unique_ptr<Communicator>> MakeLocalCommunicators(
+    int32_t ranks, const CommunicatorOptions& options = {});
 
 // The MPI backend. Initialises MPI (MPI_THREAD_FUNNELED) on construction when
 // nobody has, and finalises it on destruction if it initialised it; uses a
 // duplicate of MPI_COMM_WORLD with errors returned (turned into
 // Error(kBackend)) rather than fatal.
 std::unique_ptr<Communicator> MakeMpiCommunicator(int* argc, char*** argv,
-                                                  const MpiCommunicatorOptions& options = {});
+                                                  const CommunicatorOptions& options = {});
 
 }  // namespace fcp

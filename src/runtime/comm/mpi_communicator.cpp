@@ -33,7 +33,7 @@ int ToInt(int64_t value, const char* what) {
 
 class MpiCommunicator final : public Communicator {
  public:
-  MpiCommunicator(int* argc, char*** argv, const MpiCommunicatorOptions& options)
+  MpiCommunicator(int* argc, char*** argv, const CommunicatorOptions& options)
       : timeout_s_(options.timeout_s) {
     if (!(options.timeout_s > 0))
       throw Error(ErrorCode::kInvalidArgument, "mpi communicator: timeout_s must be > 0");
@@ -198,7 +198,7 @@ class MpiCommunicator final : public Communicator {
 }  // namespace
 
 std::unique_ptr<Communicator> MakeMpiCommunicator(int* argc, char*** argv,
-                                                  const MpiCommunicatorOptions& options) {
+                                                  const CommunicatorOptions& options) {
   return std::make_unique<MpiCommunicator>(argc, argv, options);
 }
 
