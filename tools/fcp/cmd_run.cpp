@@ -187,7 +187,7 @@ void WriteTrace(Communicator& comm, const Trace& trace, const std::string& path)
   if (!f) throw Error(ErrorCode::kIo, "run: cannot write trace " + path);
 }
 
-void RunOnRanks(Communicator& comm_ref, const RunOptions& opt);
+void RunOnRanks(Communicator& comm, const RunOptions& opt);
 
 void Run(const RunOptions& opt) {
   int argc = 0;
@@ -209,19 +209,18 @@ void Run(const RunOptions& opt) {
   }
 }
 
-void RunOnRanks(Communicator& comm_ref, const RunOptions& opt) {
-  Communicator* comm = &comm_ref;
+void RunOnRanks(Communicator& comm, const RunOptions& opt) {
   SetBlasThreads(1);  // one rank per core
-  const int32_t me = comm->rank();
+  const int32_t me = comm.rank();
 
   Plan plan;
-  Agreed(*comm, [&] { plan = ReadValidPlan(opt.plan_path); });
-  AgreeEqual(*comm, Fnv1a(WritePlanJson(plan)), "the plan (hash of its canonical JSON differs)");
-  Agreed(*comm, [&] {
-    if (plan.workers != comm->size())
+  Agreed(comm, [&] { plan = ReadValidPlan(opt.plan_path); });
+  AgreeEqual(comm, Fnv1a(WritePlanJson(plan)), "the plan (hash of its canonical JSON differs)");
+  Agreed(comm, [&] {
+    if (plan.workers != comm.size())
       throw Error(ErrorCode::kInvalidArgument,
                   fmt::format("plan {} is for {} workers but mpirun started {} ranks", opt.plan_path,
-                              plan.workers, comm->size()));
+                              plan.workers, comm.size()));
   });
 
   const int64_t T = plan.total_tokens();
@@ -229,7 +228,7 @@ void RunOnRanks(Communicator& comm_ref, const RunOptions& opt) {
   const int64_t row0 = DataloaderBegin(T, plan.workers, me), row1 = DataloaderBegin(T, plan.workers, me + 1);
   RankInputs inputs;
   std::string shapes;
-  Agreed(*comm, [&] {
+  Agreed(comm, [&] {
     auto load = [&](const char* name, int32_t heads) {
       const std::string path = InPath(opt.inputs, name);
       const NpyHeader h = CheckedHeader(path, T, heads, hd);
@@ -242,7 +241,7 @@ void RunOnRanks(Communicator& comm_ref, const RunOptions& opt) {
     if (opt.backward) inputs.d_o = load("do", hq);
     std::filesystem::create_directories(opt.out);
   });
-  AgreeEqual(*comm, Fnv1a(shapes), "the input shapes");
+  AgreeEqual(comm, Fnv1a(shapes), "the input shapes");
 
   ExecutorOptions eo;
   eo.backward = opt.backward;
@@ -253,16 +252,16 @@ void RunOnRanks(Communicator& comm_ref, const RunOptions& opt) {
   Trace trace;
   ExecutorStats stats;
   RankOutputs outputs;
-  comm->Barrier();
+  comm.Barrier();
   trace.ResetOrigin();
   try {
-    outputs = ExecutePlan(plan, *comm, inputs, eo, &trace, &stats);
+    outputs = ExecutePlan(plan, comm, inputs, eo, &trace, &stats);
   } catch (const std::exception& e) {
     // Peers may be blocked in a transfer with this rank: no agreement is
     // possible any more, so take the whole job down.
     std::fprintf(stderr, "fcp: run: rank %d: %s\n", me, e.what());
     std::fflush(stderr);
-    comm->Abort(1);
+    comm.Abort(1);
   }
   const double total_s = trace.NowUs() * 1e-6;
 
@@ -278,14 +277,14 @@ void RunOnRanks(Communicator& comm_ref, const RunOptions& opt) {
     outs.push_back({"dk", {T, hkv, hd}, &outputs.dk});
     outs.push_back({"dv", {T, hkv, hd}, &outputs.dv});
   }
-  Agreed(*comm, [&] {
+  Agreed(comm, [&] {
     if (me == 0)
       for (const Out& o : outs) CreateNpy(InPath(opt.out, o.name), o.shape);
   });
-  Agreed(*comm, [&] {
+  Agreed(comm, [&] {
     for (const Out& o : outs) WriteNpyRows(InPath(opt.out, o.name), o.shape, row0, row1 - row0, o.data->data());
   });
-  if (!opt.trace_path.empty()) Agreed(*comm, [&] { WriteTrace(*comm, trace, opt.trace_path); });
+  if (!opt.trace_path.empty()) Agreed(comm, [&] { WriteTrace(comm, trace, opt.trace_path); });
 
   // Summary over ranks (microseconds summed, peaks maxed).
   std::vector<int64_t> sums = {static_cast<int64_t>(stats.compute_s * 1e6), static_cast<int64_t>(stats.transfer_s * 1e6),
@@ -293,11 +292,11 @@ void RunOnRanks(Communicator& comm_ref, const RunOptions& opt) {
                                static_cast<int64_t>(stats.reshuffle_wait_s * 1e6), stats.bytes_sent};
   std::vector<int64_t> maxes = {static_cast<int64_t>(total_s * 1e6), static_cast<int64_t>(stats.forward_s * 1e6),
                                 static_cast<int64_t>(stats.backward_s * 1e6), stats.peak_received_blocks};
-  comm->AllreduceMax(maxes);
-  comm->AllreduceSum(sums);
+  comm.AllreduceMax(maxes);
+  comm.AllreduceSum(sums);
   if (me == 0) {
     const double transfer = sums[1] * 1e-6, exposed = sums[2] * 1e-6;
-    fmt::print("run: {} ranks, {} tokens, {} blocks, mask {}, {}: {:.3f} s (forward {:.3f} s{})\n", comm->size(), T,
+    fmt::print("run: {} ranks, {} tokens, {} blocks, mask {}, {}: {:.3f} s (forward {:.3f} s{})\n", comm.size(), T,
                plan.blocks.size(), MaskKindName(plan.mask.kind), opt.backward ? "forward+backward" : "forward",
                maxes[0] * 1e-6, maxes[1] * 1e-6,
                opt.backward ? fmt::format(", backward {:.3f} s", maxes[2] * 1e-6) : std::string());
