@@ -97,33 +97,40 @@ class CpuAttentionKernel final : public AttentionKernel {
   void Forward(const AttentionDims& dims, const Mask& mask, std::span<const SegmentPair> pairs,
                const ForwardBuffers& io) override {
     dims.validate();
+    // The G query heads sharing one key/value head are stacked: a tile of
+    // Bq tokens is a (Bq * G) x D matrix (row = token * G + head in group),
+    // so each sgemm is G times taller and K/V tiles are read once per group.
+    const int64_t group = dims.heads_q / dims.heads_kv;
     const int64_t bq = options_.q_tile_rows, bk = options_.kv_tile_rows, hd = dims.head_dim;
-    scores_.resize(static_cast<size_t>(bq * bk));
-    acc_.resize(static_cast<size_t>(bq * hd));
-    row_max_.resize(static_cast<size_t>(bq));
-    row_sum_.resize(static_cast<size_t>(bq));
+    scores_.resize(static_cast<size_t>(bq * group * bk));
+    acc_.resize(static_cast<size_t>(bq * group * hd));
+    qpack_.resize(static_cast<size_t>(bq * group * hd));
+    row_max_.resize(static_cast<size_t>(bq * group));
+    row_sum_.resize(static_cast<size_t>(bq * group));
     const int64_t ldq = dims.q_row_floats(), ldk = dims.kv_row_floats();
-    const int32_t group = dims.heads_q / dims.heads_kv;
     for (const SegmentPair& sp : pairs) {
       CheckPair(sp);
       for (int64_t q0 = 0; q0 < sp.q_len; q0 += bq) {
-        const int64_t rows = std::min(bq, sp.q_len - q0);
-        for (int32_t h = 0; h < dims.heads_q; ++h) {
-          const int32_t g = h / group;
-          const float* q = io.q + (sp.q_row + q0) * ldq + int64_t{h} * hd;
+        const int64_t tokens = std::min(bq, sp.q_len - q0);
+        const int64_t rows = tokens * group;
+        for (int32_t g = 0; g < dims.heads_kv; ++g) {
+          // The group's heads of a token are adjacent in a query row.
+          for (int64_t t = 0; t < tokens; ++t)
+            std::copy_n(io.q + (sp.q_row + q0 + t) * ldq + g * group * hd, group * hd,
+                        qpack_.data() + t * group * hd);
           std::fill_n(acc_.begin(), rows * hd, 0.0f);
           std::fill_n(row_max_.begin(), rows, kNegInf);
           std::fill_n(row_sum_.begin(), rows, 0.0f);
           for (int64_t k0 = 0; k0 < sp.k_len; k0 += bk) {
             const int64_t cols = std::min(bk, sp.k_len - k0);
-            if (TileEmpty(mask, sp.q_pos + q0, rows, sp.k_pos + k0, cols)) continue;
+            if (TileEmpty(mask, sp.q_pos + q0, tokens, sp.k_pos + k0, cols)) continue;
             const float* k = io.k + (sp.k_row + k0) * ldk + int64_t{g} * hd;
             const float* v = io.v + (sp.k_row + k0) * ldk + int64_t{g} * hd;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows),
-                        static_cast<int>(cols), static_cast<int>(hd), dims.scale, q,
-                        static_cast<int>(ldq), k, static_cast<int>(ldk), 0.0f, scores_.data(),
+                        static_cast<int>(cols), static_cast<int>(hd), dims.scale, qpack_.data(),
+                        static_cast<int>(hd), k, static_cast<int>(ldk), 0.0f, scores_.data(),
                         static_cast<int>(cols));
-            SoftmaxTile(mask, sp.q_pos + q0, sp.k_pos + k0, rows, cols, hd);
+            SoftmaxTile(mask, sp.q_pos + q0, sp.k_pos + k0, rows, group, cols, hd);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
                         static_cast<int>(hd), static_cast<int>(cols), 1.0f, scores_.data(),
                         static_cast<int>(cols), v, static_cast<int>(ldk), 1.0f, acc_.data(),
@@ -131,15 +138,16 @@ class CpuAttentionKernel final : public AttentionKernel {
             if (options_.progress) options_.progress();
           }
           // Normalise and merge this tile's partial into the running output.
-          for (int64_t r = 0; r < rows; ++r) {
-            const float l = row_sum_[r];
+          for (int64_t i = 0; i < rows; ++i) {
+            const float l = row_sum_[i];
             if (l == 0.0f) continue;  // no key of this pair is allowed for the row
-            float* a = acc_.data() + r * hd;
+            float* a = acc_.data() + i * hd;
             const float inv = 1.0f / l;
             for (int64_t d = 0; d < hd; ++d) a[d] *= inv;
-            const int64_t row = sp.q_row + q0 + r;
-            MergeRow(dims.head_dim, a, row_max_[r] + std::log(l), io.o + row * ldq + int64_t{h} * hd,
-                     io.lse + row * dims.heads_q + h);
+            const int64_t row = sp.q_row + q0 + i / group;
+            const int64_t head = g * group + i % group;
+            MergeRow(dims.head_dim, a, row_max_[i] + std::log(l), io.o + row * ldq + head * hd,
+                     io.lse + row * dims.heads_q + head);
           }
         }
       }
@@ -221,10 +229,11 @@ class CpuAttentionKernel final : public AttentionKernel {
 
   // Online-softmax update of the running (row_max_, row_sum_, acc_) with the
   // scores of one tile; leaves P (unnormalised) in scores_.
-  void SoftmaxTile(const Mask& mask, int64_t q_pos, int64_t k_pos, int64_t rows, int64_t cols,
-                   int64_t hd) {
+  // Row r is token r / group of the tile.
+  void SoftmaxTile(const Mask& mask, int64_t q_pos, int64_t k_pos, int64_t rows, int64_t group,
+                   int64_t cols, int64_t hd) {
     for (int64_t r = 0; r < rows; ++r) {
-      const ColumnRange c = AllowedColumns(mask, q_pos + r, k_pos, cols);
+      const ColumnRange c = AllowedColumns(mask, q_pos + r / group, k_pos, cols);
       float* s = scores_.data() + r * cols;
       if (c.hi <= c.lo) {
         std::fill_n(s, cols, 0.0f);
@@ -254,7 +263,7 @@ class CpuAttentionKernel final : public AttentionKernel {
   }
 
   CpuKernelOptions options_;
-  std::vector<float> scores_, dscores_, acc_, row_max_, row_sum_;
+  std::vector<float> scores_, dscores_, acc_, qpack_, row_max_, row_sum_;
 };
 
 }  // namespace
