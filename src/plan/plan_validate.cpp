@@ -11,6 +11,12 @@
 namespace fcp {
 namespace {
 
+constexpr int32_t kMaxWorkers = 1 << 20;
+// Longest sequence / largest batch the planner accepts (PlannerConfig); the
+// closed-form pair counts stay within int64 below these.
+constexpr int64_t kMaxSequenceTokens = int64_t{1} << 31;
+constexpr int64_t kMaxTotalTokens = int64_t{1} << 40;
+
 [[noreturn]] void Fail(const std::string& what) {
   throw Error(ErrorCode::kInvalidPlan, "plan: " + what);
 }
@@ -31,6 +37,10 @@ std::string PairText(const BlockPair& p) {
 
 void CheckHeader(const Plan& plan) {
   if (plan.workers < 1) Fail("workers must be >= 1, got " + std::to_string(plan.workers));
+  // Per-worker tables are allocated from `workers`: reject absurd counts (a
+  // hostile or corrupt file) before allocating. Same bound as PlannerConfig.
+  if (plan.workers > kMaxWorkers)
+    Fail("workers must be <= 2^20, got " + std::to_string(plan.workers));
   if (plan.coalesce < 1) Fail("coalesce must be >= 1, got " + std::to_string(plan.coalesce));
   if (plan.block_size < 1) Fail("block_size must be >= 1, got " + std::to_string(plan.block_size));
   if (plan.token_cap < 1) Fail("token_cap must be >= 1, got " + std::to_string(plan.token_cap));
@@ -41,22 +51,34 @@ void CheckHeader(const Plan& plan) {
     Fail(e.what());
   }
   if (plan.sequences.empty()) Fail("sequences is empty");
-  for (size_t s = 0; s < plan.sequences.size(); ++s)
+  int64_t total = 0;
+  for (size_t s = 0; s < plan.sequences.size(); ++s) {
     if (plan.sequences[s] < 1)
       Fail("sequence " + std::to_string(s) + " has length " + std::to_string(plan.sequences[s]) +
            " (must be >= 1)");
+    if (plan.sequences[s] > kMaxSequenceTokens)
+      Fail("sequence " + std::to_string(s) + " has length " + std::to_string(plan.sequences[s]) +
+           " (must be <= 2^31)");
+    total += plan.sequences[s];
+    if (total > kMaxTotalTokens) Fail("sequences hold more than 2^40 tokens");
+  }
 }
 
-void CheckBlocks(const Plan& plan) {
-  std::vector<int64_t> tokens(plan.workers, 0);
+void CheckOwners(const Plan& plan) {
   for (size_t b = 0; b < plan.blocks.size(); ++b) {
     const Block& block = plan.blocks[b];
     if (block.worker < 0 || block.worker >= plan.workers)
       Fail("block " + std::to_string(b) + ": worker " + std::to_string(block.worker) +
            " is not in [0, " + std::to_string(plan.workers) + ")");
     if (block.segments.empty()) Fail("block " + std::to_string(b) + " has no segments");
-    tokens[block.worker] += block.tokens();
   }
+}
+
+// Precondition: the segments tile the sequences (SequenceIndex), so every sum
+// below is bounded by the total token count.
+void CheckTokenCap(const Plan& plan) {
+  std::vector<int64_t> tokens(plan.workers, 0);
+  for (const Block& block : plan.blocks) tokens[block.worker] += block.tokens();
   for (int32_t w = 0; w < plan.workers; ++w)
     if (tokens[w] > plan.token_cap)
       Fail("worker " + std::to_string(w) + " owns " + std::to_string(tokens[w]) +
@@ -229,8 +251,9 @@ void CheckBackward(const Plan& plan, const std::vector<RequiredPair>& required,
 
 void ValidatePlan(const Plan& plan, const ValidateOptions& options) {
   CheckHeader(plan);
-  CheckBlocks(plan);
+  CheckOwners(plan);
   const SequenceIndex index(plan.sequences, plan.blocks);
+  CheckTokenCap(plan);
   const std::vector<RequiredPair> required =
       RequiredPairs(plan.sequences, plan.blocks, plan.mask, index);
   CheckForward(plan, required, options);
