@@ -78,6 +78,9 @@ const json& Field(const json& object, const char* name, const std::string& where
 
 int64_t Int(const json& v, const std::string& where) {
   if (!v.is_number_integer()) ParseFail(where, "must be an integer, got " + v.dump());
+  // nlohmann keeps integers above INT64_MAX as unsigned; get<int64_t> would wrap them.
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    ParseFail(where, "is out of range: " + v.dump());
   return v.get<int64_t>();
 }
 
