@@ -242,6 +242,11 @@ TEST(PlanJsonTest, RejectsTextThatIsNotAPlanObject) {
   EXPECT_THAT(ParseError("[1, 2, 3]"), HasSubstr("plan: top level must be a JSON object"));
   EXPECT_THAT(ParseError("42"), HasSubstr("top level must be a JSON object"));
   EXPECT_THAT(ParseError("{}"), HasSubstr("field 'format' is missing"));
+  // Numbers beyond double (found by the fuzzer: nlohmann reports them with
+  // out_of_range, not parse_error).
+  EXPECT_THAT(ParseError("{\"format\": 1E999}"), HasSubstr("plan: not valid JSON"));
+  EXPECT_THAT(ParseError("{\"format\": \"fcp-plan\", \"version\": -1e400}"),
+              HasSubstr("plan: not valid JSON"));
   // Trailing garbage after a complete plan.
   EXPECT_THAT(ParseError(WritePlanJson(testing::TwoWorkerPlan()) + "x"),
               HasSubstr("plan: not valid JSON"));

@@ -209,7 +209,8 @@ Plan ReadPlanJson(const std::string& text) {
   json doc;
   try {
     doc = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
+    // parse_error, and also out_of_range for numbers beyond double (1E999).
     throw Error(ErrorCode::kParse, std::string("plan: not valid JSON: ") + e.what());
   }
   if (!doc.is_object()) throw Error(ErrorCode::kParse, "plan: top level must be a JSON object");
