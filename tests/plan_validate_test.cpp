@@ -145,6 +145,12 @@ const Mutation kMutations[] = {
     {"NoSequences", [](Plan& p) { p.sequences.clear(); }, "sequences is empty"},
     {"EmptySequence", [](Plan& p) { p.sequences.push_back(0); }, "sequence 1 has length 0"},
     {"AbsurdWorkerCount", [](Plan& p) { p.workers = 2000000000; }, "workers must be <= 2^20"},
+    {"AbsurdAttentionShape", [](Plan& p) { p.attention = {1 << 30, 1 << 30, 1 << 30, 1 << 30}; },
+     "must be <= 2^22 bytes per token"},
+    {"SequenceLongerThan2To31", [](Plan& p) { p.sequences = {(int64_t{1} << 31) + 1}; },
+     "sequence 0 has length 2147483649 (must be <= 2^31)"},
+    {"TooManyTokenPairs", [](Plan& p) { p.sequences = {int64_t{1} << 31, int64_t{1} << 31}; },
+     "more than 2^62 token pairs"},
 };
 
 class PlanMutationTest : public ::testing::TestWithParam<Mutation> {};
@@ -218,6 +224,28 @@ TEST(PlanValidateTest, RelayedKvTransfersAreAllowedUnlessRedundancyIsForbidden) 
   EXPECT_EQ(Violation(plan), "");
   EXPECT_THAT(Violation(plan, {.forbid_redundant_transfers = true}),
               HasSubstr("forward stage 2 send [0, 0, 1]: worker 1 already holds block 0"));
+}
+
+// Byte counts of the metrics stay in int64: forward traffic is capped at 2^40
+// tokens moved (here 1025 redundant sends of a 2^30-token block).
+TEST(PlanValidateTest, AbsurdTrafficIsRejected) {
+  Plan plan;
+  plan.workers = 2;
+  plan.token_cap = int64_t{1} << 30;
+  plan.sequences = {int64_t{1} << 31};
+  plan.blocks = {{0, {{0, 0, int64_t{1} << 30}}}, {1, {{0, int64_t{1} << 30, int64_t{1} << 30}}}};
+  plan.forward.assign(1025, ForwardStage{{{0, 0, 1}}, {}});
+  EXPECT_THAT(Violation(plan), HasSubstr("forward stage 1024: forward transfers move more than 2^40"));
+}
+
+// Many empty stages on 2^20 workers: the per-stage checks cost O(transfers),
+// not O(workers) (a 1 MB file must not take minutes).
+TEST(PlanValidateTest, ManyEmptyStagesOnManyWorkersAreCheap) {
+  Plan plan = testing::ThreeWorkerPlan();
+  plan.workers = 1 << 20;
+  plan.forward.resize(plan.forward.size() + 20000);
+  plan.backward.resize(plan.backward.size() + 20000);
+  EXPECT_EQ(Violation(plan), "");
 }
 
 TEST(PlanValidateTest, EmptyStagesAreAllowed) {

@@ -16,6 +16,10 @@ constexpr int32_t kMaxWorkers = 1 << 20;
 // closed-form pair counts stay within int64 below these.
 constexpr int64_t kMaxSequenceTokens = int64_t{1} << 31;
 constexpr int64_t kMaxTotalTokens = int64_t{1} << 40;
+constexpr int64_t kMaxTokenPairs = int64_t{1} << 62;
+// Forward K/V traffic, in tokens moved: with <= 2^22 bytes per token
+// (AttentionShape::validate) every byte count of the metrics fits int64.
+constexpr int64_t kMaxTransferredTokens = int64_t{1} << 40;
 
 [[noreturn]] void Fail(const std::string& what) {
   throw Error(ErrorCode::kInvalidPlan, "plan: " + what);
@@ -52,6 +56,7 @@ void CheckHeader(const Plan& plan) {
   }
   if (plan.sequences.empty()) Fail("sequences is empty");
   int64_t total = 0;
+  __int128 squares = 0;
   for (size_t s = 0; s < plan.sequences.size(); ++s) {
     if (plan.sequences[s] < 1)
       Fail("sequence " + std::to_string(s) + " has length " + std::to_string(plan.sequences[s]) +
@@ -61,6 +66,9 @@ void CheckHeader(const Plan& plan) {
            " (must be <= 2^31)");
     total += plan.sequences[s];
     if (total > kMaxTotalTokens) Fail("sequences hold more than 2^40 tokens");
+    // Allowed token pairs, summed over any set of block pairs, stay in int64.
+    squares += static_cast<__int128>(plan.sequences[s]) * plan.sequences[s];
+    if (squares > kMaxTokenPairs) Fail("sequences hold more than 2^62 token pairs (sum of length^2)");
   }
 }
 
@@ -108,8 +116,9 @@ class Holdings {
 void CheckTransfers(const Plan& plan, const std::vector<Transfer>& transfers,
                     const std::string& where, std::vector<int32_t>& send_count,
                     std::vector<int32_t>& recv_count) {
-  std::fill(send_count.begin(), send_count.end(), 0);
-  std::fill(recv_count.begin(), recv_count.end(), 0);
+  // The counters are all zero on entry and reset below by walking the
+  // transfers again: O(transfers) per stage, not O(workers), so many empty
+  // stages on many workers stay cheap.
   const int32_t n_blocks = static_cast<int32_t>(plan.blocks.size());
   for (const Transfer& t : transfers) {
     const std::string w = where + " " + TransferText(t) + ": ";
@@ -124,6 +133,7 @@ void CheckTransfers(const Plan& plan, const std::vector<Transfer>& transfers,
       Fail(w + "worker " + std::to_string(t.dst) + " receives more than coalesce = " +
            std::to_string(plan.coalesce) + " blocks in this stage");
   }
+  for (const Transfer& t : transfers) send_count[t.src] = recv_count[t.dst] = 0;
 }
 
 void CheckPairsComputedOnce(std::vector<BlockPair> computed,
@@ -183,10 +193,16 @@ void CheckForward(const Plan& plan, const std::vector<RequiredPair>& required,
   Holdings holdings(plan);
   std::vector<int32_t> send_count(plan.workers), recv_count(plan.workers);
   std::vector<BlockPair> computed;
+  int64_t transferred_tokens = 0;
   for (size_t t = 0; t < plan.forward.size(); ++t) {
     const ForwardStage& stage = plan.forward[t];
     const std::string where = "forward stage " + std::to_string(t);
     CheckTransfers(plan, stage.send, where + " send", send_count, recv_count);
+    for (const Transfer& s : stage.send) {
+      transferred_tokens += plan.blocks[s.block].tokens();  // each <= 2^40: no overflow
+      if (transferred_tokens > kMaxTransferredTokens)
+        Fail(where + ": forward transfers move more than 2^40 tokens in all");
+    }
     for (const BlockPair& p : stage.compute) CheckCompute(plan, holdings, p, where);
     computed.insert(computed.end(), stage.compute.begin(), stage.compute.end());
     ApplyKvTransfers(stage.send, holdings, where + " send", options.forbid_redundant_transfers);
