@@ -221,7 +221,12 @@ Case RandomCase(std::mt19937_64& rng) {
 
 void CheckPlanProperties(const Case& k) {
   SCOPED_TRACE(k.describe());
-  const Plan plan = MakePlan(k.lengths, k.config);
+  Plan plan;
+  try {
+    plan = MakePlan(k.lengths, k.config);
+  } catch (const std::exception& e) {
+    FAIL() << "MakePlan threw: " << e.what();
+  }
   ASSERT_NO_THROW(ValidatePlan(plan, {.forbid_redundant_transfers = true}));
   const int64_t cap = k.config.token_cap ? k.config.token_cap
                                          : CeilDiv(Total(k.lengths), k.config.workers);
