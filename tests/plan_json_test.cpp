@@ -1,6 +1,9 @@
 // Plan JSON: canonical writer, strict reader, byte-identical round trips and
 // one kParse error naming the field for every kind of malformed input.
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <sstream>
 #include <string>
 
 #include <gmock/gmock.h>
@@ -9,6 +12,7 @@
 
 #include "fcp/error.h"
 #include "fcp/plan.h"
+#include "fuzz/plan_reader_check.h"
 #include "hand_plans.h"
 
 namespace fcp {
@@ -277,6 +281,28 @@ TEST(PlanJsonTest, ReadsFilesAndReportsUnreadableOnes) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kIo);
   }
+}
+
+// The fuzzer's seed corpus (valid plans) and every input it ever found a bug
+// with (tests/fuzz/regressions/), replayed through the fuzzer's check in
+// every build, sanitizers included.
+TEST(PlanJsonTest, FuzzCorpusAndRegressionsAreHandled) {
+  const std::filesystem::path root = FCP_TESTS_DIR;
+  int valid = 0, files = 0;
+  for (const char* dir : {"fuzz/corpus", "fuzz/regressions"})
+    for (const auto& entry : std::filesystem::directory_iterator(root / dir)) {
+      std::ifstream file(entry.path(), std::ios::binary);
+      std::stringstream text;
+      text << file.rdbuf();
+      SCOPED_TRACE(entry.path().string());
+      fuzz::Outcome outcome{};
+      EXPECT_NO_THROW(outcome = fuzz::CheckPlanText(text.str()));
+      valid += outcome == fuzz::Outcome::kValid;
+      ++files;
+      if (std::string(dir) == "fuzz/corpus") EXPECT_EQ(outcome, fuzz::Outcome::kValid);
+    }
+  EXPECT_GE(valid, 4);
+  EXPECT_GT(files, valid);
 }
 
 }  // namespace
