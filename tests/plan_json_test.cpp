@@ -299,7 +299,9 @@ TEST(PlanJsonTest, FuzzCorpusAndRegressionsAreHandled) {
       EXPECT_NO_THROW(outcome = fuzz::CheckPlanText(text.str()));
       valid += outcome == fuzz::Outcome::kValid;
       ++files;
-      if (std::string(dir) == "fuzz/corpus") EXPECT_EQ(outcome, fuzz::Outcome::kValid);
+      if (std::string(dir) == "fuzz/corpus") {
+        EXPECT_EQ(outcome, fuzz::Outcome::kValid);
+      }
     }
   EXPECT_GE(valid, 4);
   EXPECT_GT(files, valid);
