@@ -246,7 +246,7 @@ void CheckPlanProperties(const Case& k) {
 
 TEST(PlannerPropertyTest, RandomBatchesGiveValidOptimalDeterministicPlans) {
   std::mt19937_64 rng(20261129);
-  for (int trial = 0; trial < 250; ++trial) {
+  for (int trial = 0; trial < 150; ++trial) {
     const Case k = RandomCase(rng);
     CheckPlanProperties(k);
     if (HasFatalFailure() || HasNonfatalFailure()) {
@@ -260,9 +260,9 @@ TEST(PlannerPropertyTest, RandomBatchesGiveValidOptimalDeterministicPlans) {
 // every sequence; coalesce larger than any degree.
 TEST(PlannerPropertyTest, ExtremeBlockSizesAndCoalesce) {
   const std::vector<int64_t> lengths = {1, 17, 1, 40, 3, 1, 60, 2};  // T = 125
-  for (int32_t workers : {1, 2, 5, 8, 64})
-    for (int64_t block : {1, 2, 5, 16, 125, 1000})
-      for (int32_t coalesce : {1, 3, 32})
+  for (int32_t workers : {1, 2, 5, 64})
+    for (int64_t block : {1, 2, 5, 125, 1000})
+      for (int32_t coalesce : {1, 32})
         for (const Mask& mask : {Mask{MaskKind::kCausal, 0}, Mask{MaskKind::kFull, 0},
                                  Mask{MaskKind::kSlidingWindow, 4}}) {
           if (workers > Total(lengths)) continue;
