@@ -211,7 +211,12 @@ Plan ReadPlanJson(const std::string& text) {
     doc = json::parse(text);
   } catch (const json::exception& e) {
     // parse_error, and also out_of_range for numbers beyond double (1E999).
-    throw Error(ErrorCode::kParse, std::string("plan: not valid JSON: ") + e.what());
+    // nlohmann quotes the offending bytes raw: keep the one-line message
+    // printable ASCII whatever the file held.
+    std::string what = e.what();
+    for (char& c : what)
+      if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) c = '?';
+    throw Error(ErrorCode::kParse, "plan: not valid JSON: " + what);
   }
   if (!doc.is_object()) throw Error(ErrorCode::kParse, "plan: top level must be a JSON object");
   const json& format = Field(doc, "format", "");
