@@ -19,33 +19,36 @@ using ::testing::HasSubstr;
 // Three workers, every worker sends one block to each of the others (left =
 // sender, right = receiver), edges in this order:
 //
-//   e0: 0 -> 1    e1: 0 -> 2    e2: 1 -> 2    e3: 1 -> 0    e4: 2 -> 1    e5: 2 -> 0
+//   e0: 0 -> 1    e1: 1 -> 0    e2: 1 -> 2    e3: 0 -> 2    e4: 2 -> 1    e5: 2 -> 0
 //
-//   sender 0 --e0--> receiver 1       every vertex has degree 2: Delta = 2
-//            --e1--> receiver 2
-//   sender 1 --e2--> receiver 2
-//            --e3--> receiver 0
-//   sender 2 --e4--> receiver 1
-//            --e5--> receiver 0
+//   every vertex has degree 2: Delta = 2
 //
 // Traced by hand with the algorithm of edge_coloring.cpp (the smallest colour
-// free at the sender; if it is taken at the receiver, flip the alternating
-// path from the receiver):
-//   e0: sender 0 free 0, receiver 1 free at 0        -> 0
-//   e1: sender 0 free 1, receiver 2 free at 1        -> 1
-//   e2: sender 1 free 0, receiver 2 free at 0        -> 0
-//   e3: sender 1 free 1, receiver 0 free at 1        -> 1
-//   e4: sender 2 free 0, but receiver 1 has e0 at 0; beta = 1 (free at
-//       receiver 1). Path from receiver 1 alternating 0,1,0,1: e0 (to sender
-//       0), e1 (to receiver 2), e2 (to sender 1), e3 (to receiver 0), where
-//       colour 0 is free: flip e0..e3 to 1,0,1,0; e4 takes 0.
-//   e5: sender 2 free 1 (e4 has 0), receiver 0 has only e3 (now 0)  -> 1
+// free at both ends; if none is, alpha = smallest free at the sender, beta =
+// smallest free at the receiver, flip the alpha/beta path from the receiver):
+//   e0: sender 0 {}, receiver 1 {}                       -> 0
+//   e1: sender 1 {}, receiver 0 {}                       -> 0
+//   e2: sender 1 {0}, receiver 2 {}                      -> 1
+//   e3: sender 0 {0}, receiver 2 {1}: no common colour. alpha = 1, beta = 0;
+//       the path from receiver 2 alternating 1,0,...: e2 (colour 1, to sender
+//       1), e1 (colour 0, to receiver 0), where colour 1 is free: flip e2 to
+//       0 and e1 to 1; e3 takes 1.
+//   e4: sender 2 {}, receiver 1 {0}                      -> 1
+//   e5: sender 2 {1}, receiver 0 {1} (e1 since the flip)  -> 0
 TEST(EdgeColoringTest, HandTracedAlternatingPathFlip) {
-  const std::vector<BipartiteEdge> edges = {{0, 1}, {0, 2}, {1, 2}, {1, 0}, {2, 1}, {2, 0}};
+  const std::vector<BipartiteEdge> edges = {{0, 1}, {1, 0}, {1, 2}, {0, 2}, {2, 1}, {2, 0}};
   const EdgeColoring c = ColorBipartiteEdges(3, 3, edges);
   EXPECT_EQ(c.num_colors, 2);
-  EXPECT_THAT(c.color, ElementsAre(1, 0, 1, 0, 0, 1));
+  EXPECT_THAT(c.color, ElementsAre(0, 1, 0, 1, 1, 0));
   EXPECT_NO_THROW(CheckEdgeColoring(3, 3, edges, c));
+}
+
+// Without a conflict no path is flipped: the first-fit colours.
+//   e0: 0 -> 1 takes 0, e1: 0 -> 2 takes 1, e2: 1 -> 2 takes 0 (free at both).
+TEST(EdgeColoringTest, FirstFitWithoutConflict) {
+  const EdgeColoring c = ColorBipartiteEdges(3, 3, {{0, 1}, {0, 2}, {1, 2}});
+  EXPECT_EQ(c.num_colors, 2);
+  EXPECT_THAT(c.color, ElementsAre(0, 1, 0));
 }
 
 // Parallel edges: worker 0 sends three blocks to worker 1 and one to worker 2.
