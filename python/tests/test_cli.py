@@ -64,3 +64,13 @@ def test_planned_summary_matches_inspect(fcp_planner, cli, tmp_path):
     assert result.returncode == 0, result.stderr
     assert _without_timing(plan.summary()) == _without_timing(result.stdout)
     assert "planning time:" in plan.summary()
+
+
+def test_readme_one_liner(fcp_planner, tmp_path):
+    import subprocess
+    import sys
+    result = subprocess.run(
+        [sys.executable, "-c", "import fcp; print(fcp.plan([4096]*64, workers=8).summary())"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("plan: planner fcp, 8 workers, 64 sequences, 262144 tokens")
