@@ -331,7 +331,8 @@ class Plan:
 def plan(lengths: Iterable[int], workers: int, block_size: int = 4096, coalesce: int = 16,
          mask: str = "causal", window: Optional[int] = None, heads_q: int = 64, heads_kv: int = 8,
          head_dim: int = 128, dtype_bytes: int = 2, token_cap: Optional[int] = None,
-         planner: str = "fcp", check: bool = False) -> Plan:
+         planner: str = "fcp", check: bool = False, heavy_fraction: Optional[float] = None,
+         max_split: Optional[int] = None, local_search: Optional[int] = None) -> Plan:
     """Plans one batch: the same as ``fcp plan`` with the same arguments.
 
     lengths: one positive int per sequence, in dataloader order (list or numpy array).
@@ -340,6 +341,9 @@ def plan(lengths: Iterable[int], workers: int, block_size: int = 4096, coalesce:
     heads_q, heads_kv, head_dim, dtype_bytes: the attention layer's shape.
     token_cap: most tokens per worker (None: ceil(T/N)).
     planner: see :func:`planners`. check: validate the result (debug self-check).
+    heavy_fraction, max_split, local_search: the FCP planner's tuning knobs
+    (``--heavy-fraction``, ``--max-split``, ``--local-search``); None keeps
+    the library's default.
     The GIL is released while the planner runs.
     """
     mask = _str("mask", mask)
@@ -350,7 +354,10 @@ def plan(lengths: Iterable[int], workers: int, block_size: int = 4096, coalesce:
         _int("coalesce", coalesce), mask, 0 if window is None else _int("window", window),
         _int("heads_q", heads_q), _int("heads_kv", heads_kv), _int("head_dim", head_dim),
         _int("dtype_bytes", dtype_bytes), 0 if token_cap is None else _int("token_cap", token_cap),
-        _str("planner", planner), bool(check)))
+        _str("planner", planner), bool(check),
+        None if heavy_fraction is None else float(heavy_fraction),
+        None if max_split is None else _int("max_split", max_split),
+        None if local_search is None else _int("local_search", local_search)))
 
 
 def planners() -> Dict[str, str]:

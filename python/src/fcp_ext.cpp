@@ -27,6 +27,7 @@
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
 
@@ -211,7 +212,9 @@ std::unique_ptr<PlanHandle> MakePlanHandle(Lengths lengths, int64_t workers, int
                                            int64_t window, int64_t heads_q, int64_t heads_kv,
                                            int64_t head_dim, int64_t dtype_bytes,
                                            int64_t token_cap, const std::string& planner,
-                                           bool check) {
+                                           bool check, std::optional<double> heavy_fraction,
+                                           std::optional<int64_t> max_split,
+                                           std::optional<int64_t> local_search) {
   PlannerConfig config;
   config.workers = ToInt32("plan", "workers", workers);
   config.block_size = block_size;
@@ -225,6 +228,10 @@ std::unique_ptr<PlanHandle> MakePlanHandle(Lengths lengths, int64_t workers, int
   config.token_cap = token_cap;
   config.planner = planner;
   config.self_check = check;
+  // FCP tuning knobs: unset keeps the library's default.
+  if (heavy_fraction) config.heavy_fraction = *heavy_fraction;
+  if (max_split) config.max_split = ToInt32("plan", "max_split", *max_split);
+  if (local_search) config.local_search_rounds = ToInt32("plan", "local_search", *local_search);
   const int64_t* data = lengths.data();
   std::vector<int64_t> values(data, data + lengths.shape(0));
   return WithoutGil([&] {
@@ -256,6 +263,8 @@ nb::dict MetricsDict(const PlanMetrics& m) {
   d["token_imbalance"] = m.token_imbalance;
   d["compute_lower_bound"] = m.compute_lower_bound;
   d["max_compute"] = m.max_compute;
+  d["traffic_lower_bound_bytes"] = m.traffic_lower_bound_bytes;
+  d["max_traffic_bytes"] = m.max_traffic_bytes;
   d["reshuffle_tokens"] = m.reshuffle_tokens;
   d["reshuffle_bytes"] = m.reshuffle_bytes;
   return d;
@@ -438,7 +447,8 @@ NB_MODULE(_fcp, m) {
   m.def("plan", &MakePlanHandle, nb::arg("lengths"), nb::arg("workers"), nb::arg("block_size"),
         nb::arg("coalesce"), nb::arg("mask"), nb::arg("window"), nb::arg("heads_q"),
         nb::arg("heads_kv"), nb::arg("head_dim"), nb::arg("dtype_bytes"), nb::arg("token_cap"),
-        nb::arg("planner"), nb::arg("check"));
+        nb::arg("planner"), nb::arg("check"), nb::arg("heavy_fraction").none(),
+        nb::arg("max_split").none(), nb::arg("local_search").none());
 
   m.def("from_json", [](const std::string& text) {
     return WithoutGil([&] {

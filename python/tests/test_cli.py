@@ -29,6 +29,9 @@ CONFIGS = [
       "dtype_bytes": 4},
      ["--token-cap", 40000, "--heads-q", 32, "--heads-kv", 4, "--head-dim", 64,
       "--dtype-bytes", 4]),
+    ({"workers": 7, "heavy_fraction": 0, "local_search": 0},
+     ["--heavy-fraction", 0, "--local-search", 0]),
+    ({"workers": 7, "heavy_fraction": 0.25, "max_split": 3}, ["--heavy-fraction", 0.25, "--max-split", 3]),
 ]
 
 

@@ -21,6 +21,9 @@ PLAN_ERRORS = [
     ({"workers": 2, "planner": "nope"}, ["--workers", 2, "--planner", "nope"], ValueError),
     ({"workers": 2, "token_cap": 10}, ["--workers", 2, "--token-cap", 10], fcp.InfeasibleError),
     ({"workers": 2, "token_cap": -1}, ["--workers", 2, "--token-cap", -1], ValueError),
+    ({"workers": 2, "heavy_fraction": -1}, ["--workers", 2, "--heavy-fraction", -1], ValueError),
+    ({"workers": 2, "max_split": 0}, ["--workers", 2, "--max-split", 0], ValueError),
+    ({"workers": 2, "local_search": -3}, ["--workers", 2, "--local-search", -3], ValueError),
 ]
 
 

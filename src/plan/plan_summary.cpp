@@ -56,6 +56,8 @@ std::string FormatPlanSummary(const Plan& plan, const PlanMetrics& m, double pla
   Append(out, "  traffic:  max {:.1f} MiB sent+received, mean {:.1f}, imbalance {} (send {}, receive {})\n",
        max_traffic / 1048576.0, mean_traffic / 1048576.0, Percent(m.traffic_imbalance),
        Percent(m.send_imbalance), Percent(m.receive_imbalance));
+  Append(out, "            lower bound on the max {:.1f} MiB (the K/V one query block needs beyond the cap)\n",
+         m.traffic_lower_bound_bytes / 1048576.0);
   Append(out, "  stages:   forward {} ({} with transfers; lower bound ceil(Delta/c) = ceil({}/{}) = {}), "
        "backward {}\n",
        m.forward_stages, m.forward_transfer_stages, m.max_degree, plan.coalesce,

@@ -50,6 +50,14 @@ void AddPlanCommands(CLI::App& app) {
   plan->add_option("--token-cap", config.token_cap, "Max tokens per worker (default ceil(T/N))");
   plan->add_option("--planner", config.planner, "Planner (see 'fcp plan --list')")
       ->capture_default_str();
+  plan->add_option("--heavy-fraction", config.heavy_fraction,
+                   "fcp: split query blocks heavier than this fraction of a worker's mean work (0 = never)")
+      ->capture_default_str();
+  plan->add_option("--max-split", config.max_split, "fcp: most pieces a heavy block is split into")
+      ->capture_default_str();
+  plan->add_option("--local-search", config.local_search_rounds,
+                   "fcp: local-search effort after the greedy assignment (0 = off)")
+      ->capture_default_str();
   plan->add_option("--out", options->out, "Plan file to write ('-' = stdout)")->required();
   plan->add_flag("--check", options->check, "Validate the plan before writing it (debug self-check)");
   plan->callback([options] {
