@@ -3,11 +3,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <numeric>
+#include <algorithm>
 #include <random>
 
 #include "fcp/error.h"
-#include "fcp/plan_metrics.h"
 
 namespace fcp {
 namespace {
@@ -16,10 +15,10 @@ using ::testing::ElementsAre;
 
 // Sequences [4, 2, 1, 1] (global tokens 0-3 | 4-5 | 6 | 7) on 2 workers:
 //
-//   block 0  worker 1  seq 0 [0, 2)            -> tokens 0 1
-//   block 1  worker 0  seq 0 [2, 4)            -> tokens 2 3
-//   block 2  worker 0  seq 3 [0, 1), seq 1 [0, 1) -> tokens 7 4  (segment order, not token order)
-//   block 3  worker 1  seq 1 [1, 2), seq 2 [0, 1) -> tokens 5 6
+//   block 0  worker 1  seq 0 [0, 2)                  -> tokens 0 1
+//   block 1  worker 0  seq 0 [2, 4)                  -> tokens 2 3
+//   block 2  worker 0  seq 3 [0, 1), seq 1 [0, 1)    -> tokens 7 4  (segment order, not token order)
+//   block 3  worker 1  seq 1 [1, 2), seq 2 [0, 1)    -> tokens 5 6
 //
 // Only the token layout matters here, so the plan has no stages.
 Plan HandPlan() {
@@ -34,32 +33,51 @@ Plan HandPlan() {
   return plan;
 }
 
-TEST(TokenPermutationTest, HandPlanOrderIsBlocksThenSegments) {
-  const TokenPermutation p = PlannedTokenOrder(HandPlan());
-  EXPECT_THAT(p.worker_offsets, ElementsAre(0, 4, 8));
-  EXPECT_THAT(p.order, ElementsAre(2, 3, 7, 4, 0, 1, 5, 6));
-  EXPECT_THAT(InvertPermutation(p.order), ElementsAre(4, 5, 0, 1, 3, 6, 7, 2));
+TEST(TokenLayoutTest, HandPlanOrderIsBlocksThenSegments) {
+  const TokenLayout layout(HandPlan());
+  EXPECT_EQ(layout.workers(), 2);
+  EXPECT_EQ(layout.total_tokens(), 8);
+  EXPECT_THAT(layout.worker_offsets(), ElementsAre(0, 4, 8));
+  EXPECT_THAT(layout.WorkerOrder(0), ElementsAre(2, 3, 7, 4));
+  EXPECT_THAT(layout.WorkerOrder(1), ElementsAre(0, 1, 5, 6));
+  EXPECT_THAT(layout.Order(), ElementsAre(2, 3, 7, 4, 0, 1, 5, 6));
 }
 
-TEST(TokenPermutationTest, WorkerWithoutBlocksHasEmptyRange) {
+TEST(TokenLayoutTest, HandPlanPositionsAndPlacement) {
+  const TokenLayout layout(HandPlan());
+  EXPECT_THAT(layout.PlannedPositions(0, 8), ElementsAre(4, 5, 0, 1, 3, 6, 7, 2));
+  // Worker 1's dataloader share: tokens 4..7.
+  EXPECT_THAT(layout.PlannedPositions(4, 8), ElementsAre(3, 6, 7, 2));
+  // Tokens 3, 4, 5: a range cutting through segments.
+  const TokenLayout::Placement p = layout.Place(3, 6);
+  EXPECT_THAT(p.owner, ElementsAre(0, 0, 1));
+  EXPECT_THAT(p.index, ElementsAre(1, 3, 2));
+  EXPECT_TRUE(layout.PlannedPositions(8, 8).empty());
+  EXPECT_TRUE(layout.Place(0, 0).owner.empty());
+}
+
+TEST(TokenLayoutTest, WorkerWithoutBlocksHasNoTokens) {
   Plan plan = HandPlan();
   plan.workers = 3;  // worker 2 owns nothing
-  const TokenPermutation p = PlannedTokenOrder(plan);
-  EXPECT_THAT(p.worker_offsets, ElementsAre(0, 4, 8, 8));
+  const TokenLayout layout(plan);
+  EXPECT_THAT(layout.worker_offsets(), ElementsAre(0, 4, 8, 8));
+  EXPECT_TRUE(layout.WorkerOrder(2).empty());
 }
 
-TEST(TokenPermutationTest, InvertRejectsNonPermutations) {
-  EXPECT_THROW(InvertPermutation({0, 2}), Error);     // out of range
-  EXPECT_THROW(InvertPermutation({1, 1}), Error);     // repeated
-  EXPECT_THROW(InvertPermutation({-1, 0}), Error);    // negative
-  EXPECT_TRUE(InvertPermutation({}).empty());
+TEST(TokenLayoutTest, RejectsBadWorkersAndRanges) {
+  const TokenLayout layout(HandPlan());
+  EXPECT_THROW(layout.WorkerOrder(2), Error);
+  EXPECT_THROW(layout.WorkerOrder(-1), Error);
+  EXPECT_THROW(layout.PlannedPositions(-1, 2), Error);
+  EXPECT_THROW(layout.PlannedPositions(3, 2), Error);
+  EXPECT_THROW(layout.Place(0, 9), Error);
 }
 
 // Random tilings: cut each sequence into random pieces, pack pieces into
-// blocks in random order, assign blocks to random workers. The planned order
-// must be a permutation whose per-worker counts match the metrics, and the
-// inverse must undo it.
-TEST(TokenPermutationTest, RandomTilingsGivePermutations) {
+// blocks in random order, assign blocks to random workers. Order() must be a
+// permutation, PlannedPositions its inverse on every sub-range, WorkerOrder
+// and Place consistent with both.
+TEST(TokenLayoutTest, RandomTilingsAreConsistent) {
   std::mt19937_64 rng(7);
   for (int trial = 0; trial < 50; ++trial) {
     Plan plan;
@@ -84,14 +102,28 @@ TEST(TokenPermutationTest, RandomTilingsGivePermutations) {
       plan.blocks.push_back(b);
       i += take;
     }
-    const TokenPermutation p = PlannedTokenOrder(plan);
-    ASSERT_EQ(static_cast<int64_t>(p.order.size()), plan.total_tokens());
-    const std::vector<int64_t> inverse = InvertPermutation(p.order);  // throws if not a permutation
-    for (size_t g = 0; g < inverse.size(); ++g) ASSERT_EQ(p.order[inverse[g]], static_cast<int64_t>(g));
-    std::vector<int64_t> owned(plan.workers, 0);
-    for (const Block& b : plan.blocks) owned[b.worker] += b.tokens();
-    for (int32_t w = 0; w < plan.workers; ++w)
-      ASSERT_EQ(p.worker_offsets[w + 1] - p.worker_offsets[w], owned[w]);
+    const TokenLayout layout(plan);
+    const int64_t t = plan.total_tokens();
+    const std::vector<int64_t> order = layout.Order();
+    std::vector<int64_t> sorted = order;
+    std::sort(sorted.begin(), sorted.end());
+    for (int64_t g = 0; g < t; ++g) ASSERT_EQ(sorted[g], g);
+    const std::vector<int64_t> inverse = layout.PlannedPositions(0, t);
+    for (int64_t p = 0; p < t; ++p) ASSERT_EQ(inverse[order[p]], p);
+    for (int32_t w = 0; w < plan.workers; ++w) {
+      const std::vector<int64_t> mine = layout.WorkerOrder(w);
+      ASSERT_TRUE(std::equal(mine.begin(), mine.end(), order.begin() + layout.worker_offsets()[w],
+                             order.begin() + layout.worker_offsets()[w + 1]));
+    }
+    const int64_t begin = static_cast<int64_t>(rng() % (t + 1));
+    const int64_t end = begin + static_cast<int64_t>(rng() % (t - begin + 1));
+    const std::vector<int64_t> part = layout.PlannedPositions(begin, end);
+    const TokenLayout::Placement place = layout.Place(begin, end);
+    for (int64_t g = begin; g < end; ++g) {
+      ASSERT_EQ(part[g - begin], inverse[g]);
+      const int32_t owner = place.owner[g - begin];
+      ASSERT_EQ(layout.worker_offsets()[owner] + place.index[g - begin], inverse[g]);
+    }
   }
 }
 

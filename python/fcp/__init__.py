@@ -283,43 +283,45 @@ class Plan:
         return np.arange(n + 1, dtype=np.int64) * t // n  # r*T < 2^60: no overflow
 
     def token_permutation(self, worker: Optional[int] = None) -> np.ndarray:
-        """Global token indices in plan order (int64, a view).
+        """Global token indices in plan order (int64).
 
         With ``worker``: the tokens that worker owns, its blocks in increasing
         block id, each block's segments in order, so ``tokens[perm]`` is the
-        worker's input in the layout the plan computes on. Without: all
-        workers' slices concatenated (a permutation of ``range(T)``).
+        worker's input in the layout the plan computes on; a new array, built
+        in O(its tokens + blocks). Without: all workers' orders concatenated
+        (a permutation of ``range(T)``), a view built once per plan.
         """
-        order = self._h.token_order()
         if worker is None:
-            return order
-        worker = self._worker(worker)
-        offsets = self._h.token_offsets()
-        return order[offsets[worker]:offsets[worker + 1]]
+            return self._h.token_order()
+        return self._h.worker_token_order(self._worker(worker))
 
     def inverse_token_permutation(self, worker: Optional[int] = None) -> np.ndarray:
         """Position in :meth:`token_permutation` ``()`` of each global token (int64).
 
-        ``token_permutation()[inverse] == arange(T)``. With ``worker``: only the
-        tokens of that worker's dataloader share (:attr:`dataloader_offsets`),
-        i.e. where each token the dataloader gave it must go.
+        ``token_permutation()[inverse] == arange(T)``, a view built once per
+        plan. With ``worker``: only the tokens of that worker's dataloader share
+        (:attr:`dataloader_offsets`), i.e. where each token the dataloader gave
+        it must go; a new array, built in O(its tokens).
         """
-        inverse = self._h.inverse_token_order()
         if worker is None:
-            return inverse
-        worker = self._worker(worker)
-        offsets = self.dataloader_offsets
-        return inverse[offsets[worker]:offsets[worker + 1]]
+            return self._h.inverse_token_order()
+        return self._h.planned_positions(*self._share(worker))
 
     def token_placement(self, worker: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
         """For each global token (or each token of dataloader worker ``worker``):
         the worker that owns it under the plan (int32) and its index in that
         worker's :meth:`token_permutation` (int64). What an all-to-all that
-        moves tokens from the dataloader layout into the plan needs."""
-        position = self.inverse_token_permutation(worker)
-        offsets = self.token_offsets
-        owner = (np.searchsorted(offsets, position, side="right") - 1).astype(np.int32)
-        return owner, position - offsets[owner]
+        moves tokens from the dataloader layout into the plan needs. New
+        arrays, built in O(their size)."""
+        if worker is None:
+            return self._h.placement(0, self.total_tokens)
+        return self._h.placement(*self._share(worker))
+
+    def _share(self, worker) -> Tuple[int, int]:
+        """Dataloader worker ``worker``'s global tokens [begin, end)."""
+        worker = self._worker(worker)
+        n, t = self.workers, self.total_tokens
+        return worker * t // n, (worker + 1) * t // n
 
     def _worker(self, worker) -> int:
         worker = _int("worker", worker)

@@ -6,6 +6,8 @@
 // (the plan's own vectors where their layout allows, else a flattened copy
 // built once, on first use); the view holds a reference to the handle, so it
 // stays valid after the Plan wrapper is gone. Plans are immutable from Python.
+// Per-worker and per-range token arrays are instead built fresh on each call
+// (O(their size)) and owned by the array itself.
 //
 // Errors: fcp::Error becomes ValueError (bad argument), InfeasibleError,
 // ParseError and InvalidPlanError (all ValueError subclasses), OSError (I/O)
@@ -13,6 +15,7 @@
 // The GIL is released while planning, parsing, writing, validating and
 // building the cached arrays; caches are built under std::call_once, so
 // threads sharing a plan are safe.
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <cstddef>
@@ -146,7 +149,7 @@ class PlanHandle {
   // `known_valid`: the plan comes from a planner (whose contract is a valid
   // plan); a parsed plan is validated before anything indexes through it.
   PlanHandle(Plan plan, bool known_valid, double planning_seconds)
-      : plan_(std::move(plan)), known_valid_(known_valid), planning_seconds_(planning_seconds) {}
+      : plan_(std::move(plan)), valid_(known_valid), planning_seconds_(planning_seconds) {}
 
   const Plan& plan() const { return plan_; }
   double planning_seconds() const { return planning_seconds_; }
@@ -154,9 +157,12 @@ class PlanHandle {
   // Everything below derives arrays by indexing with the plan's ids, which is
   // only safe once the plan is known to be valid.
   void EnsureValid() {
-    std::call_once(valid_once_, [&] {
-      if (!known_valid_) ValidatePlan(plan_);
-    });
+    if (!valid_) Validate({});
+  }
+  // Threads racing here may both validate: harmless, ValidatePlan is pure.
+  void Validate(const ValidateOptions& options) {
+    ValidatePlan(plan_, options);
+    valid_ = true;
   }
   const FlatBlocks& blocks() {
     return blocks_.get([&] { return Flatten(plan_); });
@@ -168,24 +174,27 @@ class PlanHandle {
   const WorkerColumns& worker_columns() {
     return columns_.get([&] { return Columns(metrics()); });
   }
-  const TokenPermutation& permutation() {
+  const TokenLayout& layout() {
     EnsureValid();
-    return permutation_.get([&] { return PlannedTokenOrder(plan_); });
+    return layout_.get([&] { return TokenLayout(plan_); });
+  }
+  const std::vector<int64_t>& order() {
+    return order_.get([&] { return layout().Order(); });
   }
   const std::vector<int64_t>& inverse() {
-    return inverse_.get([&] { return InvertPermutation(permutation().order); });
+    return inverse_.get([&] { return layout().PlannedPositions(0, layout().total_tokens()); });
   }
 
  private:
   const Plan plan_;
-  const bool known_valid_;
+  std::atomic<bool> valid_;
   const double planning_seconds_;
-  std::once_flag valid_once_;
   Lazy<FlatBlocks> blocks_;
   Lazy<PlanMetrics> metrics_;
   Lazy<WorkerColumns> columns_;
-  Lazy<TokenPermutation> permutation_;
-  Lazy<std::vector<int64_t>> inverse_;
+  Lazy<TokenLayout> layout_;
+  Lazy<std::vector<int64_t>> order_;    // all workers' planned orders, concatenated
+  Lazy<std::vector<int64_t>> inverse_;  // planned position of every global token
 };
 
 // Runs `f` with the GIL released: for work that touches only C++ data.
@@ -350,7 +359,7 @@ NB_MODULE(_fcp, m) {
       .def("validate",
            [](PlanHandle& h, bool forbid_redundant_transfers) {
              WithoutGil([&] {
-               ValidatePlan(h.plan(), {.forbid_redundant_transfers = forbid_redundant_transfers});
+               h.Validate({.forbid_redundant_transfers = forbid_redundant_transfers});
                return 0;
              });
            })
@@ -428,20 +437,33 @@ NB_MODULE(_fcp, m) {
            })
       .def("token_order",
            [](PlanHandle& h) {
-             const TokenPermutation& p =
-                 WithoutGil([&]() -> const TokenPermutation& { return h.permutation(); });
-             return VectorView(p.order, nb::find(&h));
+             return VectorView(WithoutGil([&]() -> const auto& { return h.order(); }), nb::find(&h));
+           })
+      .def("inverse_token_order",
+           [](PlanHandle& h) {
+             return VectorView(WithoutGil([&]() -> const auto& { return h.inverse(); }),
+                               nb::find(&h));
            })
       .def("token_offsets",
            [](PlanHandle& h) {
-             const TokenPermutation& p =
-                 WithoutGil([&]() -> const TokenPermutation& { return h.permutation(); });
-             return VectorView(p.worker_offsets, nb::find(&h));
+             const TokenLayout& layout = WithoutGil([&]() -> const auto& { return h.layout(); });
+             return VectorView(layout.worker_offsets(), nb::find(&h));
            })
-      .def("inverse_token_order", [](PlanHandle& h) {
-        const std::vector<int64_t>& inv =
-            WithoutGil([&]() -> const std::vector<int64_t>& { return h.inverse(); });
-        return VectorView(inv, nb::find(&h));
+      // Per worker or per token range: fresh arrays of O(their size), so one
+      // rank never pays for the whole batch.
+      .def("worker_token_order",
+           [](PlanHandle& h, int64_t worker) {
+             return OwnedArray(WithoutGil([&] {
+               return h.layout().WorkerOrder(ToInt32("plan", "worker", worker));
+             }));
+           })
+      .def("planned_positions",
+           [](PlanHandle& h, int64_t begin, int64_t end) {
+             return OwnedArray(WithoutGil([&] { return h.layout().PlannedPositions(begin, end); }));
+           })
+      .def("placement", [](PlanHandle& h, int64_t begin, int64_t end) {
+        TokenLayout::Placement p = WithoutGil([&] { return h.layout().Place(begin, end); });
+        return nb::make_tuple(OwnedArray(std::move(p.owner)), OwnedArray(std::move(p.index)));
       });
 
   m.def("plan", &MakePlanHandle, nb::arg("lengths"), nb::arg("workers"), nb::arg("block_size"),
