@@ -351,8 +351,11 @@ def plan(lengths: Iterable[int], workers: int, block_size: int = 4096, coalesce:
     mask = _str("mask", mask)
     if mask == "sliding_window" and window is None:
         raise ValueError("plan: mask='sliding_window' needs window=W")
+    # Lists and tuples are read in C++ directly; anything else via numpy.
+    if type(lengths) not in (list, tuple):
+        lengths = _lengths(lengths)
     return Plan(_fcp.plan(
-        _lengths(lengths), _int("workers", workers), _int("block_size", block_size),
+        lengths, _int("workers", workers), _int("block_size", block_size),
         _int("coalesce", coalesce), mask, 0 if window is None else _int("window", window),
         _int("heads_q", heads_q), _int("heads_kv", heads_kv), _int("head_dim", head_dim),
         _int("dtype_bytes", dtype_bytes), 0 if token_cap is None else _int("token_cap", token_cap),

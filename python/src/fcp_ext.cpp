@@ -216,7 +216,42 @@ int32_t ToInt32(const char* operation, const char* what, int64_t value) {
 
 using Lengths = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
-std::unique_ptr<PlanHandle> MakePlanHandle(Lengths lengths, int64_t workers, int64_t block_size,
+// Lengths from a list or tuple of Python integers (what a dataloader usually
+// has), read directly: a detour through numpy costs more than some plans.
+std::vector<int64_t> LengthsFromSequence(nb::handle sequence) {
+  PyObject* fast = sequence.ptr();  // an exact list or tuple: PySequence_Fast is a no-op
+  const Py_ssize_t size = PySequence_Fast_GET_SIZE(fast);
+  PyObject** items = PySequence_Fast_ITEMS(fast);
+  std::vector<int64_t> values(static_cast<size_t>(size));
+  for (Py_ssize_t i = 0; i < size; ++i) {
+    PyObject* item = items[i];
+    const auto fail = [&](const std::string& what) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "plan: lengths[" + std::to_string(i) + "] " + what);
+    };
+    if (PyBool_Check(item)) fail("must be an integer, got bool");
+    // numpy integer scalars and other integer-like objects go through __index__.
+    nb::object index = nb::steal(PyNumber_Index(item));
+    if (!index.is_valid()) {
+      PyErr_Clear();
+      fail(std::string("must be an integer, got ") + Py_TYPE(item)->tp_name);
+    }
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+    if (overflow != 0) fail("does not fit a 64-bit integer");
+    values[i] = v;
+  }
+  return values;
+}
+
+std::vector<int64_t> LengthsFrom(nb::handle lengths) {
+  if (PyList_CheckExact(lengths.ptr()) || PyTuple_CheckExact(lengths.ptr()))
+    return LengthsFromSequence(lengths);
+  const Lengths array = nb::cast<Lengths>(lengths);  // fcp.plan made it int64, 1-D, contiguous
+  return std::vector<int64_t>(array.data(), array.data() + array.shape(0));
+}
+
+std::unique_ptr<PlanHandle> MakePlanHandle(nb::handle lengths, int64_t workers, int64_t block_size,
                                            int64_t coalesce, const std::string& mask,
                                            int64_t window, int64_t heads_q, int64_t heads_kv,
                                            int64_t head_dim, int64_t dtype_bytes,
@@ -241,8 +276,7 @@ std::unique_ptr<PlanHandle> MakePlanHandle(Lengths lengths, int64_t workers, int
   if (heavy_fraction) config.heavy_fraction = *heavy_fraction;
   if (max_split) config.max_split = ToInt32("plan", "max_split", *max_split);
   if (local_search) config.local_search_rounds = ToInt32("plan", "local_search", *local_search);
-  const int64_t* data = lengths.data();
-  std::vector<int64_t> values(data, data + lengths.shape(0));
+  const std::vector<int64_t> values = LengthsFrom(lengths);
   return WithoutGil([&] {
     const auto start = std::chrono::steady_clock::now();
     Plan plan = MakePlan(values, config);

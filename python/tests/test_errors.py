@@ -49,11 +49,17 @@ def test_plan_error_messages_match_the_cli(kwargs, flags, error, cli, tmp_path):
     ([5, 0], "sequence 1 has length 0"),
     ([5, -3], "sequence 1 has length -3"),
     ([2**31 + 1], "longer than 2\\^31"),
-    ([1.5, 2.0], "lengths must be integers, got dtype float64"),
-    ([True, False], "lengths must be integers, got dtype bool"),
-    ([2**70], "lengths must be integers, got dtype object"),
+    ([1.5, 2.0], r"lengths\[0\] must be an integer, got float"),
+    ((4, "5"), r"lengths\[1\] must be an integer, got str"),
+    ([True, False], r"lengths\[0\] must be an integer, got bool"),
+    ([3, 2**70], r"lengths\[1\] does not fit a 64-bit integer"),
+    ([[1, 2]], r"lengths\[0\] must be an integer, got list"),
+    (np.array([1.5, 2.0]), "lengths must be integers, got dtype float64"),
+    (np.array([True, False]), "lengths must be integers, got dtype bool"),
+    (np.array([2**70, 1]), "lengths must be integers, got dtype object"),
     (np.array([2**64 - 1], dtype=np.uint64), "does not fit a 64-bit integer"),
-    ([[1, 2]], "lengths must be one-dimensional"),
+    (np.array([[1, 2]]), "lengths must be one-dimensional"),
+    (range(0), "the batch has no sequences"),
     ("abc", "lengths must be one-dimensional"),
     (None, "lengths must be one-dimensional"),
 ])
@@ -79,6 +85,11 @@ def test_bad_arguments(kwargs, error, message):
 def test_numpy_integer_arguments_are_accepted(fcp_planner):
     plan = fcp.plan(np.array([4096, 100], dtype=np.int32), workers=np.int64(2), block_size=np.int16(512))
     assert plan.workers == 2 and plan.block_size == 512
+    # Every form of lengths gives the same plan: list, tuple, list of numpy
+    # scalars, unsigned array.
+    for lengths in ([4096, 100], (4096, 100), [np.int64(4096), np.uint16(100)],
+                    np.array([4096, 100], dtype=np.uint32)):
+        assert fcp.plan(lengths, workers=2, block_size=512) == plan
 
 
 @pytest.mark.parametrize("text,error", [
