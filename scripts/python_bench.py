@@ -41,7 +41,7 @@ def find_cli(path):
         return path
     if os.environ.get("FCP_CLI"):
         return os.environ["FCP_CLI"]
-    for candidate in sorted(REPO.glob("build*/fcp")):
+    for candidate in [REPO / "build" / "fcp", *sorted(REPO.glob("build*/fcp"))]:
         if os.access(candidate, os.X_OK):
             return str(candidate)
     return None

@@ -23,11 +23,12 @@ def hand(hand_text):
 
 
 def _find_cli():
-    """$FCP_CLI, else a build of this checkout (build*/fcp), else `fcp` on PATH."""
+    """$FCP_CLI, else a build of this checkout (build/fcp, build*/fcp), else `fcp` on PATH."""
     env = os.environ.get("FCP_CLI")
     if env:
         return env if os.access(env, os.X_OK) else None
-    for candidate in sorted(REPO.glob("build*/fcp")):
+    # The release build first (build.sh release), then any other build tree.
+    for candidate in [REPO / "build" / "fcp", *sorted(REPO.glob("build*/fcp"))]:
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return str(candidate)
     return shutil.which("fcp")

@@ -13,6 +13,9 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "fcp 0.1.0");
   fcp::cli::AddWorkloadCommand(app);
   fcp::cli::AddPlanCommands(app);
+#ifdef FCP_WITH_MPI
+  fcp::cli::AddRunCommands(app);
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -24,6 +27,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "fcp: %s\n", e.what());
     return 2;
+  } catch (const fcp::cli::ReportedError& e) {
+    return e.exit_code;
   } catch (const fcp::cli::UsageError& e) {
     std::fprintf(stderr, "fcp: %s\n", e.what());
     return 2;
