@@ -122,7 +122,7 @@ class Plan:
             return NotImplemented
         return self._h.equals(other._h)
 
-    __hash__ = None  # mutable-looking value semantics; compare with ==
+    __hash__ = None  # equal plans compare equal; hashing would walk the whole plan
 
     def __repr__(self) -> str:
         return (f"<fcp.Plan planner={self.planner!r} workers={self.workers} "
