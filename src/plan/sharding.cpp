@@ -227,9 +227,13 @@ Sharding ShardBatch(const std::vector<int64_t>& lengths, int64_t block_size, int
     items.push_back(std::move(item));
   };
   std::vector<size_t> run;  // full, kept blocks of the current sequence
+  // A pair takes two big slots of one worker: never form more pairs than the
+  // workers can hold (with one big slot per worker, none at all).
+  int64_t pairs_left = static_cast<int64_t>(workers) * (out.big_slots / 2);
   const auto flush_run = [&] {
     size_t lo = 0, hi = run.size();
-    while (mask.kind == MaskKind::kCausal && hi - lo >= 2) {
+    while (mask.kind == MaskKind::kCausal && hi - lo >= 2 && pairs_left > 0) {
+      --pairs_left;
       ProtoItem pair;
       pair.slots = 2;
       pair.work = work[run[lo]] + work[run[hi - 1]];
