@@ -226,9 +226,9 @@ Sharding ShardBatch(const std::vector<int64_t>& lengths, int64_t block_size, int
     item.blocks.push_back(blocks[i]);
     items.push_back(std::move(item));
   };
+  // A worker holds at most floor(q/2) pairs, so at most N*floor(q/2) pairs
+  // can be placed; blocks beyond that stay single.
   std::vector<size_t> run;  // full, kept blocks of the current sequence
-  // A pair takes two big slots of one worker: never form more pairs than the
-  // workers can hold (with one big slot per worker, none at all).
   int64_t pairs_left = static_cast<int64_t>(workers) * (out.big_slots / 2);
   const auto flush_run = [&] {
     size_t lo = 0, hi = run.size();
