@@ -10,6 +10,7 @@ namespace fcp::cli {
 
 void AddWorkloadCommand(CLI::App& app);
 void AddPlanCommands(CLI::App& app);  // plan, validate, inspect
+void AddSimulateCommands(CLI::App& app);  // simulate, compare
 
 // A usage error raised after parsing (a bad combination of flags): exit code 2.
 struct UsageError : std::runtime_error {
