@@ -43,6 +43,12 @@ struct PlanMetrics {
   // Lower bound on the largest per-worker compute: max(total / N, largest query block's work)
   double compute_lower_bound = 0;
   double max_compute = 0;
+  // Lower bound on the largest per-worker traffic of any plan with this
+  // blocking and cap: a worker computing query block i receives every K/V
+  // token i needs except the at most token_cap it owns (relays do not help
+  // the receiver): max over i of (K/V bytes i needs - token_cap's worth).
+  int64_t traffic_lower_bound_bytes = 0;
+  int64_t max_traffic_bytes = 0;
   int64_t reshuffle_tokens = 0;    // tokens whose owner differs from their dataloader worker
   int64_t reshuffle_bytes = 0;     // Q, K, V in and O out for those tokens (dtype_bytes each)
 };

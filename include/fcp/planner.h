@@ -7,7 +7,8 @@
 //
 // The FCP pipeline (DESIGN.md section 3; src/plan/):
 //   1. shard: cut sequences into blocks of block_size tokens; pack the shorter
-//      remainders into shared (varlen) blocks;
+//      remainders into shared (varlen) blocks; split blocks far heavier than
+//      a worker's mean share, refilling them with tokens of light blocks;
 //   2. assign: vector LPT over compute, K/V blocks received and sent under the
 //      hard token cap, then a local search; pieces are split only when no
 //      worker has room for a whole one, so the cap always holds;
@@ -39,6 +40,12 @@ struct PlannerConfig {
   AttentionShape attention;
   int64_t token_cap = 0;  // 0: ceil(T / workers); else must be >= ceil(T / workers)
   std::string planner = "fcp";
+  // FCP only: a query block whose work exceeds heavy_fraction of the mean
+  // work per worker is split into up to max_split pieces (each completed to a
+  // full block with tokens of light blocks), so that one block at the end of
+  // a very long causal sequence cannot outweigh a worker's share. 0 = off.
+  double heavy_fraction = 0.5;
+  int32_t max_split = 8;
   // FCP only: local-search moves/swaps after the greedy assignment (0 = off).
   int32_t local_search_rounds = 4;
   // Run ValidatePlan on the result (the debug self-check); throws kInternal if it fails.

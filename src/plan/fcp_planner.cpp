@@ -1,10 +1,52 @@
-#include "fcp/error.h"
+#include <algorithm>
+
+#include "assignment.h"
 #include "fcp/planner.h"
+#include "fcp/required_pairs.h"
+#include "fcp/schedule.h"
+#include "sharding.h"
 
 namespace fcp {
 
-Plan MakeFcpPlan(const std::vector<int64_t>&, const PlannerConfig&) {
-  throw Error(ErrorCode::kInternal, "fcp planner: not implemented yet");
+Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& config) {
+  config.validate(lengths);
+  Plan plan;
+  plan.planner = "fcp";
+  plan.workers = config.workers;
+  plan.mask = config.mask;
+  plan.attention = config.attention;
+  plan.coalesce = config.coalesce;
+  plan.token_cap = config.EffectiveTokenCap(lengths);
+  plan.sequences = lengths;
+
+  // 1. Shard.
+  detail::Sharding sharding =
+      detail::ShardBatch(lengths, config.block_size, plan.token_cap, config.workers, config.mask,
+                         config.heavy_fraction, config.max_split);
+  plan.block_size = sharding.block_size;
+  plan.blocks = sharding.blocks;
+  const std::vector<RequiredPair> pairs = RequiredPairs(lengths, plan.blocks, plan.mask);
+
+  // 2. Assign.
+  detail::AssignmentInput input;
+  input.workers = config.workers;
+  input.sharding = &sharding;
+  input.pairs = &pairs;
+  input.local_search_rounds = config.local_search_rounds;
+  input.block_work.assign(plan.blocks.size(), 0);
+  for (const RequiredPair& p : pairs) input.block_work[p.q_block] += p.token_pairs;
+  const std::vector<int64_t> offsets = SequenceOffsets(lengths);
+  for (const detail::Item& item : sharding.items) {
+    const Segment& first = plan.blocks[item.blocks.front()].segments.front();
+    input.dataloader.push_back(
+        DataloaderWorker(offsets.back(), config.workers, offsets[first.seq] + first.start));
+  }
+  const std::vector<int32_t> owner = detail::AssignBlocks(input);
+  for (size_t b = 0; b < plan.blocks.size(); ++b) plan.blocks[b].worker = owner[b];
+
+  // 3-5. Transfer graph, colouring, coalesced forward and backward stages.
+  BuildStages(plan, pairs, config.self_check);
+  return plan;
 }
 
 }  // namespace fcp

@@ -71,6 +71,16 @@ PlanMetrics ComputePlanMetrics(const Plan& plan) {
   m.compute_lower_bound = m.total_forward_flops / n;
   for (double f : q_block_flops) m.compute_lower_bound = std::max(m.compute_lower_bound, f);
 
+  std::vector<int64_t> needed_tokens(plan.blocks.size(), 0);
+  for (const ForwardStage& stage : plan.forward)
+    for (const BlockPair& p : stage.compute) needed_tokens[p.q_block] += plan.blocks[p.kv_block].tokens();
+  for (int64_t tokens : needed_tokens)
+    m.traffic_lower_bound_bytes = std::max(
+        m.traffic_lower_bound_bytes,
+        KvTransferBytes(plan.attention, std::max<int64_t>(0, tokens - plan.token_cap)));
+  for (const WorkerMetrics& x : m.workers)
+    m.max_traffic_bytes = std::max(m.max_traffic_bytes, x.traffic_bytes());
+
   // Reshuffle: walk each block's segments in global token order against the
   // dataloader shares.
   const std::vector<int64_t> offsets = SequenceOffsets(plan.sequences);

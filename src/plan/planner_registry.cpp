@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "fcp/baselines.h"
@@ -51,6 +52,9 @@ void PlannerConfig::validate(const std::vector<int64_t>& lengths) const {
   if (block_size < 1) fail("block_size must be >= 1, got " + std::to_string(block_size));
   if (coalesce < 1) fail("coalesce must be >= 1, got " + std::to_string(coalesce));
   if (token_cap < 0) fail("token_cap must be >= 0 (0 = ceil(T/N)), got " + std::to_string(token_cap));
+  if (!(heavy_fraction >= 0) || !std::isfinite(heavy_fraction))
+    fail("heavy_fraction must be >= 0 (0 = no splitting), got " + std::to_string(heavy_fraction));
+  if (max_split < 1) fail("max_split must be >= 1, got " + std::to_string(max_split));
   if (local_search_rounds < 0)
     fail("local_search_rounds must be >= 0, got " + std::to_string(local_search_rounds));
   mask.validate();

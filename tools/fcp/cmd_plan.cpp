@@ -62,6 +62,8 @@ void PrintSummary(const Plan& plan, const PlanMetrics& m, double planning_second
   fmt::print("  traffic:  max {:.1f} MiB sent+received, mean {:.1f}, imbalance {} (send {}, receive {})\n",
              max_traffic / 1048576.0, mean_traffic / 1048576.0, Percent(m.traffic_imbalance),
              Percent(m.send_imbalance), Percent(m.receive_imbalance));
+  fmt::print("            lower bound on the max {:.1f} MiB (the K/V one query block needs beyond the cap)\n",
+             m.traffic_lower_bound_bytes / 1048576.0);
   fmt::print("  stages:   forward {} ({} with transfers; lower bound ceil(Delta/c) = ceil({}/{}) = {}), "
              "backward {}\n",
              m.forward_stages, m.forward_transfer_stages, m.max_degree, plan.coalesce,
@@ -96,6 +98,14 @@ void AddPlanCommands(CLI::App& app) {
       ->capture_default_str();
   plan->add_option("--token-cap", config.token_cap, "Max tokens per worker (default ceil(T/N))");
   plan->add_option("--planner", config.planner, "Planner (see 'fcp plan --list')")
+      ->capture_default_str();
+  plan->add_option("--heavy-fraction", config.heavy_fraction,
+                   "fcp: split query blocks heavier than this fraction of a worker's mean work (0 = never)")
+      ->capture_default_str();
+  plan->add_option("--max-split", config.max_split, "fcp: most pieces a heavy block is split into")
+      ->capture_default_str();
+  plan->add_option("--local-search", config.local_search_rounds,
+                   "fcp: local-search effort after the greedy assignment (0 = off)")
       ->capture_default_str();
   plan->add_option("--out", options->out, "Plan file to write ('-' = stdout)")->required();
   plan->add_flag("--check", options->check, "Validate the plan before writing it (debug self-check)");

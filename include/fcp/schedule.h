@@ -1,0 +1,41 @@
+// fcp/schedule.h — turning an assignment into stages: the transfer graph, its
+// congestion-free colouring and the coalesced forward and backward stages.
+//
+// Given blocks with owners, TransferEdges lists one edge (owner(j) -> w) for
+// each K/V block j that worker w needs and does not own: a bipartite
+// multigraph whose max degree Delta bounds the sub-stage count from below.
+// BuildStages colours it with exactly Delta matchings (edge_coloring.h) and
+// groups c consecutive colours into a stage, so every worker sends and
+// receives at most c blocks per stage and there are ceil(Delta/c) transfer
+// stages, the minimum. A block received in stage t is computed in stage t+1;
+// local pairs run in stage 0 (they hide the reshuffle and the first
+// transfers). The backward pulls K/V over the same stages and returns each
+// partial dK/dV over the reversed edge two stages after its K/V arrived (one
+// stage to compute with it, so the send follows the last use). Reversed
+// matchings are matchings, so the backward is congestion-free too.
+// Deterministic; O(P log P + E * path) for P pairs and E edges.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "fcp/plan.h"
+#include "fcp/required_pairs.h"
+
+namespace fcp {
+
+// Sorted by (src, dst, block); unique.
+std::vector<Transfer> TransferEdges(const Plan& plan, const std::vector<RequiredPair>& pairs);
+
+// Fills plan.forward and plan.backward from edges given a sub-stage for each
+// edge (sub_stage[e] in [0, sub_stages)); sub-stages are grouped plan.coalesce
+// at a time. Congestion-freedom holds when each sub-stage is a matching.
+void BuildStagesFromSubStages(Plan& plan, const std::vector<RequiredPair>& pairs,
+                              const std::vector<Transfer>& edges,
+                              const std::vector<int32_t>& sub_stage, int32_t sub_stages);
+
+// The FCP schedule: sub-stages = a Delta-colouring of TransferEdges.
+// With `self_check`, verifies the colouring (every class a matching, Delta colours).
+void BuildStages(Plan& plan, const std::vector<RequiredPair>& pairs, bool self_check = false);
+
+}  // namespace fcp

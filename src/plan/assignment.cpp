@@ -1,0 +1,499 @@
+#include "assignment.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <set>
+#include <utility>
+
+#include "fcp/error.h"
+#include "fcp/plan_metrics.h"
+
+namespace fcp::detail {
+namespace {
+
+constexpr int32_t kUnassigned = -1;
+// Candidates examined per block: lightest by compute, lightest by traffic,
+// and blocks' neighbours (owners of its K/V dependencies and users of its K/V).
+constexpr int kComputeCandidates = 4;
+constexpr int kScanLimit = 64;  // ordered entries examined for feasible candidates
+constexpr int kTrafficCandidates = 4;
+constexpr int kSwapPartners = 8;
+// The traffic search may raise a worker's compute to 1% over the mean.
+constexpr double kComputeSlack = 0.01;
+
+// Compressed rows: row r is items[offset[r] .. offset[r+1]).
+struct Csr {
+  std::vector<int32_t> offset;
+  std::vector<int32_t> items;
+  std::pair<const int32_t*, const int32_t*> row(int32_t r) const {
+    return {items.data() + offset[r], items.data() + offset[r + 1]};
+  }
+};
+
+// deps: row q lists the K/V blocks q needs (ascending); users: row j lists the
+// query blocks that need j (ascending).
+void BuildGraphs(const std::vector<RequiredPair>& pairs, int32_t blocks, Csr& deps, Csr& users) {
+  deps.offset.assign(blocks + 1, 0);
+  users.offset.assign(blocks + 1, 0);
+  for (const RequiredPair& p : pairs) {
+    ++deps.offset[p.q_block + 1];
+    ++users.offset[p.kv_block + 1];
+  }
+  for (int32_t b = 0; b < blocks; ++b) {
+    deps.offset[b + 1] += deps.offset[b];
+    users.offset[b + 1] += users.offset[b];
+  }
+  deps.items.resize(pairs.size());
+  users.items.resize(pairs.size());
+  std::vector<int32_t> fill(users.offset.begin(), users.offset.end() - 1);
+  for (size_t k = 0; k < pairs.size(); ++k) {
+    deps.items[k] = pairs[k].kv_block;  // pairs are sorted by (q, kv)
+    users.items[fill[pairs[k].kv_block]++] = pairs[k].q_block;
+  }
+}
+
+// Per-worker compute and traffic of a (partial) assignment, updated
+// incrementally as blocks are added and removed.
+class Ledger {
+ public:
+  Ledger(const AssignmentInput& in, const Csr& deps)
+      : in_(in), deps_(deps), owner_(in.block_work.size(), kUnassigned),
+        needers_(in.block_work.size()), compute_(in.workers, 0), traffic_(in.workers, 0),
+        touched_stamp_(in.workers, 0) {
+    for (const Block& b : in.sharding->blocks) block_tokens_.push_back(static_cast<double>(b.tokens()));
+  }
+
+  int32_t owner(int32_t block) const { return owner_[block]; }
+  void AddItem(const Item& item, int32_t w) {
+    for (int32_t b : item.blocks) Add(b, w);
+  }
+  void RemoveItem(const Item& item) {
+    for (auto it = item.blocks.rbegin(); it != item.blocks.rend(); ++it) Remove(*it);
+  }
+  double compute(int32_t w) const { return compute_[w]; }
+  double traffic(int32_t w) const { return traffic_[w]; }
+  const std::vector<int32_t>& owners() const { return owner_; }
+
+  void Add(int32_t block, int32_t w) {
+    owner_[block] = w;
+    compute_[w] += in_.block_work[block];
+    Touch(w);
+    auto [begin, end] = deps_.row(block);
+    for (const int32_t* j = begin; j != end; ++j)
+      if (++CountRef(*j, w) == 1) Link(*j, w, +1);
+    for (const auto& [u, c] : needers_[block])
+      if (c > 0 && u != w) Move(block, w, u, +1);
+  }
+
+  void Remove(int32_t block) {
+    const int32_t w = owner_[block];
+    for (const auto& [u, c] : needers_[block])
+      if (c > 0 && u != w) Move(block, w, u, -1);
+    auto [begin, end] = deps_.row(block);
+    for (const int32_t* j = begin; j != end; ++j)
+      if (--CountRef(*j, w) == 0) Link(*j, w, -1);
+    compute_[w] -= in_.block_work[block];
+    owner_[block] = kUnassigned;
+    Touch(w);
+  }
+
+  // Workers whose loads changed since the last call.
+  std::vector<int32_t> TakeTouched() {
+    std::vector<int32_t> out;
+    out.swap(touched_);
+    ++stamp_;
+    return out;
+  }
+
+ private:
+  int32_t& CountRef(int32_t kv, int32_t w) {
+    for (auto& [u, c] : needers_[kv])
+      if (u == w) return c;
+    needers_[kv].push_back({w, 0});
+    return needers_[kv].back().second;
+  }
+  // Worker w starts (+1) or stops (-1) needing kv: a transfer owner -> w.
+  void Link(int32_t kv, int32_t w, int sign) {
+    const int32_t o = owner_[kv];
+    if (o != kUnassigned && o != w) Move(kv, o, w, sign);
+  }
+  void Move(int32_t kv, int32_t src, int32_t dst, int sign) {
+    const double tokens = sign * block_tokens_[kv];
+    traffic_[src] += tokens;
+    traffic_[dst] += tokens;
+    Touch(src);
+    Touch(dst);
+  }
+  void Touch(int32_t w) {
+    if (touched_stamp_[w] != stamp_) {
+      touched_stamp_[w] = stamp_;
+      touched_.push_back(w);
+    }
+  }
+
+  const AssignmentInput& in_;
+  const Csr& deps_;
+  std::vector<double> block_tokens_;
+  std::vector<int32_t> owner_;
+  // needers_[kv]: (worker, number of its query blocks that need kv).
+  std::vector<std::vector<std::pair<int32_t, int32_t>>> needers_;
+  std::vector<double> compute_;
+  std::vector<double> traffic_;
+  std::vector<uint32_t> touched_stamp_;
+  uint32_t stamp_ = 1;
+  std::vector<int32_t> touched_;
+};
+
+// An ordered index of workers by a key, with O(log N) updates.
+class WorkerIndex {
+ public:
+  explicit WorkerIndex(int32_t workers) : key_(workers, 0), member_(workers, 0) {}
+  void Insert(int32_t w, double key) {
+    key_[w] = key;
+    member_[w] = 1;
+    set_.insert({key, w});
+  }
+  void Erase(int32_t w) {
+    if (!member_[w]) return;
+    set_.erase({key_[w], w});
+    member_[w] = 0;
+  }
+  void Update(int32_t w, double key) {
+    if (!member_[w] || key_[w] == key) return;
+    set_.erase({key_[w], w});
+    key_[w] = key;
+    set_.insert({key, w});
+  }
+  const std::set<std::pair<double, int32_t>>& ordered() const { return set_; }
+
+ private:
+  std::vector<double> key_;
+  std::vector<uint8_t> member_;
+  std::set<std::pair<double, int32_t>> set_;
+};
+
+struct Targets {
+  double compute = 1;  // mean compute per worker
+  double traffic = 1;  // mean traffic per worker (estimated)
+  double Load(double compute_load, double traffic_load) const {
+    return std::max(compute_load / compute, traffic_load / traffic);
+  }
+};
+
+// Free slots of every worker, and whether an item may go to a worker without
+// leaving some two-slot item with nowhere to go.
+class Slots {
+ public:
+  Slots(const Sharding& sharding, int32_t workers)
+      : big_(workers, sharding.big_slots), small_(workers, sharding.small_slots) {
+    pairs_free_ = static_cast<int64_t>(workers) * (sharding.big_slots / 2);
+    for (const Item& item : sharding.items) pairs_needed_ += !item.small && item.slots == 2;
+  }
+  bool Fits(const Item& item, int32_t w) const {
+    if (item.small) return small_[w] >= 1;
+    if (item.slots == 2) return big_[w] >= 2;
+    if (big_[w] < 1) return false;
+    // Taking one slot of an even count loses one free pair.
+    return big_[w] % 2 == 1 || pairs_free_ - 1 >= pairs_needed_;
+  }
+  void Take(const Item& item, int32_t w) {
+    if (item.small) {
+      --small_[w];
+      return;
+    }
+    pairs_free_ -= big_[w] / 2;
+    big_[w] -= item.slots;
+    pairs_free_ += big_[w] / 2;
+    if (item.slots == 2) --pairs_needed_;
+  }
+  bool Open(int32_t w, bool small) const { return small ? small_[w] > 0 : big_[w] > 0; }
+
+ private:
+  std::vector<int32_t> big_, small_;
+  int64_t pairs_free_ = 0;    // sum over workers of floor(free big slots / 2)
+  int64_t pairs_needed_ = 0;  // two-slot items not yet placed
+};
+
+class Assigner {
+ public:
+  explicit Assigner(const AssignmentInput& in)
+      : in_(in), items_(in.sharding->items), n_(in.workers) {
+    const int32_t blocks = static_cast<int32_t>(in.sharding->blocks.size());
+    BuildGraphs(*in.pairs, blocks, deps_, users_);
+    item_of_.assign(blocks, -1);
+    item_work_.assign(items_.size(), 0);
+    for (size_t i = 0; i < items_.size(); ++i)
+      for (int32_t b : items_[i].blocks) {
+        item_of_[b] = static_cast<int32_t>(i);
+        item_work_[i] += static_cast<double>(in.block_work[b]);
+      }
+    EstimateTraffic();
+    const double total_work = std::accumulate(item_work_.begin(), item_work_.end(), 0.0);
+    const double total_traffic = std::accumulate(item_traffic_.begin(), item_traffic_.end(), 0.0);
+    targets_.compute = std::max(total_work / n_, 1.0);
+    targets_.traffic = std::max(total_traffic / n_, 1.0);
+    // LPT orders: by work, and by the larger normalised share (vector LPT).
+    std::vector<double> size(items_.size());
+    for (size_t i = 0; i < items_.size(); ++i) size[i] = targets_.Load(item_work_[i], item_traffic_[i]);
+    compute_order_.resize(items_.size());
+    std::iota(compute_order_.begin(), compute_order_.end(), 0);
+    vector_order_ = compute_order_;
+    std::stable_sort(compute_order_.begin(), compute_order_.end(),
+                     [&](int32_t a, int32_t b) { return item_work_[a] > item_work_[b]; });
+    std::stable_sort(vector_order_.begin(), vector_order_.end(),
+                     [&](int32_t a, int32_t b) { return size[a] > size[b]; });
+  }
+
+  // Traffic an item causes wherever it goes, assuming the blocks it depends
+  // on and the blocks that depend on it sit on other workers: it receives the
+  // K/V tokens of its dependencies outside the item and sends each of its
+  // blocks once per outside user block (at most once per other worker).
+  // Exact for spread-out sequences (zig-zag pairs make it the same for every
+  // pair of a sequence); an over-estimate where blocks end up together,
+  // which the traffic search then exploits.
+  void EstimateTraffic() {
+    item_traffic_.assign(items_.size(), 0);
+    for (size_t i = 0; i < items_.size(); ++i) {
+      const auto outside = [&](int32_t block) { return item_of_[block] != static_cast<int32_t>(i); };
+      std::vector<int32_t> received;
+      for (int32_t b : items_[i].blocks) {
+        auto [dbegin, dend] = deps_.row(b);
+        for (const int32_t* j = dbegin; j != dend; ++j)
+          if (outside(*j)) received.push_back(*j);
+        int64_t users_outside = 0;
+        auto [ubegin, uend] = users_.row(b);
+        for (const int32_t* q = ubegin; q != uend; ++q) users_outside += outside(*q);
+        item_traffic_[i] += static_cast<double>(std::min<int64_t>(users_outside, n_ - 1)) *
+                            static_cast<double>(in_.sharding->blocks[b].tokens());
+      }
+      std::sort(received.begin(), received.end());
+      received.erase(std::unique(received.begin(), received.end()), received.end());
+      for (int32_t j : received)
+        item_traffic_[i] += static_cast<double>(in_.sharding->blocks[j].tokens());
+    }
+  }
+
+  std::vector<int32_t> Run() {
+    // Two starts, compute-first LPT and vector LPT (compute and estimated
+    // traffic), each refined by the local search on real loads; the plan
+    // with the smaller worse imbalance wins (ties: the first).
+    std::vector<int32_t> best;
+    double best_score = std::numeric_limits<double>::infinity();
+    for (const bool vector_lpt : {false, true}) {
+      std::vector<int32_t> owner = Greedy(vector_lpt);
+      const double score = Improve(owner);
+      if (score < best_score) {
+        best_score = score;
+        best = std::move(owner);
+      }
+    }
+    return best;
+  }
+
+ private:
+  // Collects up to `limit` workers from `index` on which `item` fits.
+  void Collect(const WorkerIndex& index, const Slots& slots, const Item& item, int limit,
+               std::vector<int32_t>& out) const {
+    int found = 0, scanned = 0;
+    for (auto it = index.ordered().begin();
+         it != index.ordered().end() && found < limit && scanned < kScanLimit; ++it, ++scanned)
+      if (slots.Fits(item, it->second) &&
+          std::find(out.begin(), out.end(), it->second) == out.end()) {
+        out.push_back(it->second);
+        ++found;
+      }
+  }
+
+  // Places items in vector-LPT order on the candidate minimising the larger
+  // normalised load (compute, estimated traffic) after taking the item.
+  std::vector<int32_t> Greedy(bool vector_lpt) {
+    const Targets targets = {targets_.compute,
+                             vector_lpt ? targets_.traffic : std::numeric_limits<double>::infinity()};
+    const std::vector<int32_t>& order = vector_lpt ? vector_order_ : compute_order_;
+    Slots slots(*in_.sharding, n_);
+    std::vector<double> compute(n_, 0), traffic(n_, 0);
+    // Indexes of open workers (a free slot of the class) by compute and traffic.
+    WorkerIndex by_compute[2] = {WorkerIndex(n_), WorkerIndex(n_)};
+    WorkerIndex by_traffic[2] = {WorkerIndex(n_), WorkerIndex(n_)};
+    for (int cls = 0; cls < 2; ++cls)
+      for (int32_t w = 0; w < n_; ++w)
+        if (slots.Open(w, cls)) {
+          by_compute[cls].Insert(w, 0);
+          by_traffic[cls].Insert(w, 0);
+        }
+    std::vector<int32_t> owner(in_.sharding->blocks.size(), kUnassigned);
+    std::vector<int32_t> candidates;
+    for (int32_t i : order) {
+      const Item& item = items_[i];
+      const int cls = item.small ? 1 : 0;
+      candidates.clear();
+      Collect(by_compute[cls], slots, item, kComputeCandidates, candidates);
+      Collect(by_traffic[cls], slots, item, kTrafficCandidates, candidates);
+      const int32_t home = in_.dataloader[i];
+      if (slots.Fits(item, home) &&
+          std::find(candidates.begin(), candidates.end(), home) == candidates.end())
+        candidates.push_back(home);
+      if (candidates.empty())  // every indexed candidate was infeasible: scan all
+        for (int32_t w = 0; w < n_ && candidates.empty(); ++w)
+          if (slots.Fits(item, w)) candidates.push_back(w);
+      FCP_CHECK(!candidates.empty(), "assignment: no worker has room for item " + std::to_string(i));
+
+      int32_t best = -1;
+      double best_load = 0;
+      for (int32_t w : candidates) {
+        const double load = targets.Load(compute[w] + item_work_[i], traffic[w] + item_traffic_[i]);
+        bool better = best < 0;
+        if (!better) {
+          const double tolerance = 1e-12 * std::max(load, best_load);
+          if (load < best_load - tolerance) better = true;
+          else if (load <= best_load + tolerance)  // ties: the dataloader worker, then the lower id
+            better = (w == home) != (best == home) ? w == home : w < best;
+        }
+        if (better) {
+          best = w;
+          best_load = load;
+        }
+      }
+      for (int32_t b : item.blocks) owner[b] = best;
+      compute[best] += item_work_[i];
+      traffic[best] += item_traffic_[i];
+      slots.Take(item, best);
+      for (int c = 0; c < 2; ++c) {
+        if (!slots.Open(best, c)) {
+          by_compute[c].Erase(best);
+          by_traffic[c].Erase(best);
+        }
+        by_compute[c].Update(best, compute[best]);
+        by_traffic[c].Update(best, traffic[best]);
+      }
+    }
+    return owner;
+  }
+
+  // Local search on the real loads. Repeatedly takes the worker with the
+  // largest normalised load max(compute/C*, traffic/X*) (X* the mean real
+  // traffic after the greedy) and tries exchanges of equal slot use with the
+  // lightest workers by compute and by traffic: one item for one, or a
+  // two-slot item for two one-slot items. An exchange is kept when it brings
+  // the worst worker below its load without lifting any other to it. Returns
+  // max(compute imbalance, traffic imbalance) of the result.
+  double Improve(std::vector<int32_t>& owner) {
+    Ledger ledger(in_, deps_);
+    std::vector<std::vector<int32_t>> owned(n_);
+    for (size_t i = 0; i < items_.size(); ++i) {
+      const int32_t w = owner[items_[i].blocks.front()];
+      ledger.AddItem(items_[i], w);
+      owned[w].push_back(static_cast<int32_t>(i));
+    }
+    ledger.TakeTouched();
+    double mean_traffic = 0;
+    for (int32_t w = 0; w < n_; ++w) mean_traffic += ledger.traffic(w) / n_;
+    const Targets targets{targets_.compute, std::max(mean_traffic, 1.0)};
+    const auto load = [&](int32_t w) { return targets.Load(ledger.compute(w), ledger.traffic(w)); };
+    WorkerIndex by_load(n_), by_compute(n_), by_traffic(n_);
+    for (int32_t w = 0; w < n_; ++w) {
+      by_load.Insert(w, load(w));
+      by_compute.Insert(w, ledger.compute(w));
+      by_traffic.Insert(w, ledger.traffic(w));
+    }
+    const auto refresh = [&]() {
+      double max_touched = 0;
+      for (int32_t w : ledger.TakeTouched()) {
+        by_load.Update(w, load(w));
+        by_compute.Update(w, ledger.compute(w));
+        by_traffic.Update(w, ledger.traffic(w));
+        max_touched = std::max(max_touched, load(w));
+      }
+      return max_touched;
+    };
+    // Moves the items `from_items` (owned by `from`) to `to` and back.
+    const auto exchange = [&](const std::vector<int32_t>& give, int32_t from,
+                              const std::vector<int32_t>& take, int32_t to) {
+      for (int32_t i : give) ledger.RemoveItem(items_[i]);
+      for (int32_t i : take) ledger.RemoveItem(items_[i]);
+      for (int32_t i : give) ledger.AddItem(items_[i], to);
+      for (int32_t i : take) ledger.AddItem(items_[i], from);
+    };
+    const auto replace = [](std::vector<int32_t>& list, const std::vector<int32_t>& out,
+                            const std::vector<int32_t>& in) {
+      for (int32_t x : out) list.erase(std::find(list.begin(), list.end(), x));
+      list.insert(list.end(), in.begin(), in.end());
+    };
+    int64_t budget = static_cast<int64_t>(in_.local_search_rounds) *
+                     std::max<int64_t>(static_cast<int64_t>(items_.size()), n_) * 8;
+    const int64_t max_steps = static_cast<int64_t>(in_.local_search_rounds) * n_;
+    std::vector<int32_t> partners;
+    std::vector<std::vector<int32_t>> offers;  // what a partner could give back
+    for (int64_t step = 0; step < max_steps && budget > 0; ++step) {
+      const auto [max_load, heavy] = *by_load.ordered().rbegin();
+      partners.clear();
+      for (const WorkerIndex* index : {&by_compute, &by_traffic}) {
+        int taken = 0;
+        for (auto it = index->ordered().begin();
+             it != index->ordered().end() && taken < kSwapPartners / 2; ++it)
+          if (it->second != heavy &&
+              std::find(partners.begin(), partners.end(), it->second) == partners.end()) {
+            partners.push_back(it->second);
+            ++taken;
+          }
+      }
+      bool improved = false;
+      const std::vector<int32_t> heavy_items = owned[heavy];
+      for (size_t x = 0; x < heavy_items.size() && !improved && budget > 0; ++x) {
+        const int32_t a = heavy_items[x];
+        for (int32_t light : partners) {
+          offers.clear();
+          const auto& mine = owned[light];
+          for (size_t y = 0; y < mine.size(); ++y) {
+            const Item& b = items_[mine[y]];
+            if (b.small != items_[a].small) continue;
+            if (b.slots == items_[a].slots) offers.push_back({mine[y]});
+            if (items_[a].slots == 2 && b.slots == 1)
+              for (size_t z = y + 1; z < mine.size(); ++z)
+                if (!items_[mine[z]].small && items_[mine[z]].slots == 1)
+                  offers.push_back({mine[y], mine[z]});
+          }
+          for (const std::vector<int32_t>& offer : offers) {
+            if (budget-- <= 0) break;
+            exchange({a}, heavy, offer, light);
+            if (refresh() < max_load * (1 - 1e-9)) {
+              replace(owned[heavy], {a}, offer);
+              replace(owned[light], offer, {a});
+              improved = true;
+              break;
+            }
+            exchange(offer, heavy, {a}, light);  // undo: offer back to light, a back to heavy
+            refresh();
+          }
+          if (improved) break;
+        }
+      }
+      if (!improved) break;
+    }
+    owner = ledger.owners();
+    std::vector<double> compute(n_), traffic(n_);
+    for (int32_t w = 0; w < n_; ++w) {
+      compute[w] = ledger.compute(w);
+      traffic[w] = ledger.traffic(w);
+    }
+    return std::max(Imbalance(compute), Imbalance(traffic));
+  }
+
+  const AssignmentInput& in_;
+  const std::vector<Item>& items_;
+  int32_t n_;
+  Csr deps_, users_;
+  std::vector<int32_t> item_of_;
+  std::vector<double> item_work_;
+  std::vector<double> item_traffic_;  // estimated tokens sent + received
+  std::vector<int32_t> compute_order_, vector_order_;
+  Targets targets_;
+};
+
+}  // namespace
+
+std::vector<int32_t> AssignBlocks(const AssignmentInput& input) { return Assigner(input).Run(); }
+
+}  // namespace fcp::detail

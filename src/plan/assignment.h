@@ -1,0 +1,45 @@
+// Assignment: which worker owns each block (FCP step 2). Private to src/plan.
+//
+// Vector scheduling of items (groups of blocks placed together, sharding.h)
+// over two per-worker loads, compute (allowed token pairs of the query blocks
+// it owns) and K/V traffic (tokens of the K/V blocks it sends plus receives),
+// under hard slot limits, which make the token cap exact.
+//
+// 1. Greedy LPT: items in decreasing work; each goes to the candidate worker
+//    minimising max(compute/C*, traffic/X*) after taking it, with C* and X*
+//    the per-worker means. Candidates: the least-loaded workers by compute and
+//    by traffic, the owners of the item's K/V neighbours and of the blocks
+//    that need its K/V (less traffic), and its dataloader worker, which also
+//    wins ties (less reshuffle). X* is unknown before assigning, so the
+//    greedy runs three times, each with the mean traffic of the run before,
+//    and the best run is kept. Two-slot items stay placeable: a one-slot item
+//    only breaks a worker's even free-slot count while enough pairs of free
+//    slots remain for the two-slot items still to come.
+// 2. Local search: swaps of equal-slot items between the most loaded worker
+//    and the lightest ones while that lowers the most loaded worker without
+//    lifting another to its level.
+// Cost: O(passes * I * (C * D + log N)) for I items, C candidates, D
+// dependencies per item, plus the bounded local search.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "fcp/required_pairs.h"
+#include "sharding.h"
+
+namespace fcp::detail {
+
+struct AssignmentInput {
+  int32_t workers = 1;
+  const Sharding* sharding = nullptr;
+  std::vector<int64_t> block_work;   // allowed token pairs of each block as a query block
+  std::vector<int32_t> dataloader;   // dataloader worker of each item's first token
+  const std::vector<RequiredPair>* pairs = nullptr;  // sorted by (q, kv)
+  int32_t local_search_rounds = 4;
+};
+
+// owner[block] for every block. Deterministic.
+std::vector<int32_t> AssignBlocks(const AssignmentInput& input);
+
+}  // namespace fcp::detail

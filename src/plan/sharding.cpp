@@ -1,0 +1,290 @@
+#include "sharding.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "fcp/error.h"
+
+namespace fcp::detail {
+
+int64_t QueryWork(const Block& block, const std::vector<int64_t>& lengths, const Mask& mask) {
+  int64_t work = 0;
+  for (const Segment& s : block.segments)
+    work += AllowedPairs(mask, {s.start, s.start + s.length}, {0, lengths[s.seq]});
+  return work;
+}
+
+namespace {
+
+// Pieces of a split item hold at least this many query tokens, so their
+// kernels (coalesced with the rest of the stage) stay efficient.
+constexpr int64_t kMinPieceTokens = 256;
+
+// An item before blocks get their final ids.
+struct ProtoItem {
+  std::vector<Block> blocks;
+  int32_t slots = 1;
+  bool small = false;
+  int64_t work = 0;
+};
+
+// Appends tokens [start, start + length) of `seq`, merging with the last
+// segment when contiguous.
+void AppendSegment(std::vector<Segment>& segments, int32_t seq, int64_t start, int64_t length) {
+  if (!segments.empty() && segments.back().seq == seq &&
+      segments.back().start + segments.back().length == start) {
+    segments.back().length += length;
+    return;
+  }
+  segments.push_back({seq, start, length});
+}
+
+// Takes the next `count` tokens of a segment stream.
+class SegmentStream {
+ public:
+  explicit SegmentStream(std::vector<Segment> segments) : segments_(std::move(segments)) {}
+  Block Take(int64_t count) {
+    Block block;
+    while (count > 0 && pos_ < segments_.size()) {
+      const Segment& s = segments_[pos_];
+      const int64_t take = std::min(count, s.length - offset_);
+      AppendSegment(block.segments, s.seq, s.start + offset_, take);
+      count -= take;
+      offset_ += take;
+      if (offset_ == s.length) ++pos_, offset_ = 0;
+    }
+    return block;
+  }
+  bool empty() const { return pos_ == segments_.size(); }
+
+ private:
+  std::vector<Segment> segments_;
+  size_t pos_ = 0;
+  int64_t offset_ = 0;
+};
+
+// The concatenation of `segments` cut into blocks of at most `chunk` tokens.
+std::vector<Block> Chop(std::vector<Segment> segments, int64_t chunk) {
+  SegmentStream stream(std::move(segments));
+  std::vector<Block> blocks;
+  while (!stream.empty()) blocks.push_back(stream.Take(chunk));
+  return blocks;
+}
+
+std::vector<Segment> Concatenate(const std::vector<const Block*>& blocks) {
+  std::vector<Segment> out;
+  for (const Block* b : blocks)
+    for (const Segment& s : b->segments) AppendSegment(out, s.seq, s.start, s.length);
+  return out;
+}
+
+bool AllFull(const ProtoItem& item, int64_t b) {
+  return std::all_of(item.blocks.begin(), item.blocks.end(),
+                     [b](const Block& x) { return x.tokens() == b; });
+}
+
+// Step 4: split items heavier than `bound` into p sub-items of one slot,
+// completed with fillers from the lightest one-slot items.
+void SplitHeavyItems(std::vector<ProtoItem>& items, int64_t b, double bound, int32_t split_limit,
+                     const std::vector<int64_t>& lengths, const Mask& mask) {
+  std::vector<size_t> order(items.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t x, size_t y) { return items[x].work > items[y].work; });
+  // Light items available as fillers, lightest last.
+  std::vector<size_t> light;
+  for (size_t i : order)
+    if (!items[i].small && items[i].slots == 1 && AllFull(items[i], b)) light.push_back(i);
+
+  std::vector<uint8_t> removed(items.size(), 0);
+  std::vector<ProtoItem> added;
+  for (size_t i : order) {
+    ProtoItem& item = items[i];
+    if (static_cast<double>(item.work) <= bound) break;
+    if (item.small || !AllFull(item, b) || removed[i]) continue;
+    int32_t p = 2;
+    while (p < split_limit && static_cast<double>(item.work) / p > bound) p *= 2;
+    if (p > split_limit) break;
+    const size_t fillers_needed = static_cast<size_t>(p - item.slots);
+    // Fillers must come from items lighter than the sub-items they complete.
+    std::vector<size_t> fillers;
+    while (fillers.size() < fillers_needed && !light.empty()) {
+      const size_t f = light.back();
+      if (removed[f] || f == i) {
+        light.pop_back();
+        continue;
+      }
+      if (static_cast<double>(items[f].work) * p > static_cast<double>(item.work)) break;
+      fillers.push_back(f);
+      light.pop_back();
+    }
+    if (fillers.size() < fillers_needed) {  // not enough light tokens: give them back, stop
+      for (auto it = fillers.rbegin(); it != fillers.rend(); ++it) light.push_back(*it);
+      break;
+    }
+    std::sort(fillers.begin(), fillers.end());  // dataloader order keeps fillers local
+    std::vector<const Block*> filler_blocks;
+    for (size_t f : fillers) {
+      removed[f] = 1;
+      for (const Block& x : items[f].blocks) filler_blocks.push_back(&x);
+    }
+    SegmentStream filler(Concatenate(filler_blocks));
+    // Pieces of each block; in a pair, piece x of the early block goes with
+    // piece p-1-x of the late one (zig-zag inside the pair).
+    std::vector<std::vector<Block>> pieces;
+    for (const Block& x : item.blocks) {
+      pieces.push_back(Chop(x.segments, (b + p - 1) / p));
+      FCP_CHECK(pieces.back().size() == static_cast<size_t>(p), "a split block gives p pieces");
+    }
+    for (int32_t x = 0; x < p; ++x) {
+      ProtoItem sub;
+      sub.blocks.push_back(pieces[0][x]);
+      if (pieces.size() == 2) sub.blocks.push_back(pieces[1][p - 1 - x]);
+      int64_t tokens = 0;
+      for (const Block& blk : sub.blocks) tokens += blk.tokens();
+      if (tokens < b) sub.blocks.push_back(filler.Take(b - tokens));
+      for (const Block& blk : sub.blocks) sub.work += QueryWork(blk, lengths, mask);
+      added.push_back(std::move(sub));
+    }
+    FCP_CHECK(filler.empty(), "heavy-item fillers use every dissolved token");
+    removed[i] = 1;
+  }
+  std::vector<ProtoItem> kept;
+  for (size_t i = 0; i < items.size(); ++i)
+    if (!removed[i]) kept.push_back(std::move(items[i]));
+  for (ProtoItem& x : added) kept.push_back(std::move(x));
+  items = std::move(kept);
+}
+
+}  // namespace
+
+Sharding ShardBatch(const std::vector<int64_t>& lengths, int64_t block_size, int64_t token_cap,
+                    int32_t workers, const Mask& mask, double heavy_fraction, int32_t max_split) {
+  Sharding out;
+  const int64_t b = std::min(block_size, token_cap);
+  out.block_size = b;
+  out.big_slots = static_cast<int32_t>(std::min<int64_t>(token_cap / b, INT32_MAX));
+  const int64_t small_slot_tokens = token_cap - static_cast<int64_t>(out.big_slots) * b;
+
+  // 1. Whole blocks of every sequence (seq_of >= 0) and packed remainders (-1).
+  std::vector<Block> blocks;
+  std::vector<int32_t> seq_of;
+  std::vector<Segment> remainders;
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    const int64_t full = lengths[s] / b;
+    for (int64_t k = 0; k < full; ++k) {
+      blocks.push_back(Block{0, {{static_cast<int32_t>(s), k * b, b}}});
+      seq_of.push_back(static_cast<int32_t>(s));
+    }
+    if (lengths[s] % b) remainders.push_back({static_cast<int32_t>(s), full * b, lengths[s] % b});
+  }
+  for (Block& packed : Chop(std::move(remainders), b)) {
+    blocks.push_back(std::move(packed));
+    seq_of.push_back(-1);
+  }
+  std::vector<int64_t> work(blocks.size());
+  double total_work = 0;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    work[i] = QueryWork(blocks[i], lengths, mask);
+    total_work += static_cast<double>(work[i]);
+  }
+
+  std::vector<ProtoItem> items;
+  // 2. More blocks than big slots: dissolve the short block (at most one) and
+  //    then the cheapest into small blocks of <= r tokens. T <= N*q*b + N*r,
+  //    so they fill at most N small slots.
+  std::vector<uint8_t> dissolved(blocks.size(), 0);
+  const int64_t big_capacity = static_cast<int64_t>(workers) * out.big_slots;
+  if (static_cast<int64_t>(blocks.size()) > big_capacity) {
+    std::vector<size_t> order(blocks.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+      const bool xs = blocks[x].tokens() < b, ys = blocks[y].tokens() < b;
+      if (xs != ys) return xs;
+      return work[x] < work[y];
+    });
+    const size_t count = blocks.size() - static_cast<size_t>(big_capacity);
+    for (size_t k = 0; k < count; ++k) dissolved[order[k]] = 1;
+    std::vector<const Block*> stream;
+    for (size_t i = 0; i < blocks.size(); ++i)
+      if (dissolved[i]) stream.push_back(&blocks[i]);
+    for (Block& small : Chop(Concatenate(stream), small_slot_tokens)) {
+      ProtoItem item;
+      item.small = true;
+      item.work = QueryWork(small, lengths, mask);
+      item.blocks.push_back(std::move(small));
+      items.push_back(std::move(item));
+    }
+    out.small_slots = 1;
+  }
+
+  // 3. Items: zig-zag pairs of a sequence's full blocks under a causal mask,
+  //    single blocks otherwise.
+  const auto single = [&](size_t i) {
+    ProtoItem item;
+    item.work = work[i];
+    item.blocks.push_back(blocks[i]);
+    items.push_back(std::move(item));
+  };
+  std::vector<size_t> run;  // full, kept blocks of the current sequence
+  const auto flush_run = [&] {
+    size_t lo = 0, hi = run.size();
+    while (mask.kind == MaskKind::kCausal && hi - lo >= 2) {
+      ProtoItem pair;
+      pair.slots = 2;
+      pair.work = work[run[lo]] + work[run[hi - 1]];
+      pair.blocks = {blocks[run[lo]], blocks[run[hi - 1]]};
+      items.push_back(std::move(pair));
+      ++lo, --hi;
+    }
+    for (; lo < hi; ++lo) single(run[lo]);
+    run.clear();
+  };
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (dissolved[i]) continue;
+    if (seq_of[i] < 0) {
+      single(i);
+      continue;
+    }
+    if (!run.empty() && seq_of[run.back()] != seq_of[i]) flush_run();
+    run.push_back(i);
+  }
+  flush_run();
+
+  // 4. Split items that outweigh a worker's share.
+  if (heavy_fraction > 0 && max_split >= 2) {
+    int32_t split_limit = 1;
+    while (split_limit * 2 <= max_split && b / (split_limit * 2) >= kMinPieceTokens) split_limit *= 2;
+    if (split_limit >= 2)
+      SplitHeavyItems(items, b, heavy_fraction * total_work / workers, split_limit, lengths, mask);
+  }
+
+  // 5. Final block ids in global token order; items refer to them.
+  struct Ref {
+    size_t item, index;
+    int32_t seq;
+    int64_t start;
+  };
+  std::vector<Ref> refs;
+  for (size_t i = 0; i < items.size(); ++i)
+    for (size_t k = 0; k < items[i].blocks.size(); ++k) {
+      const Segment& first = items[i].blocks[k].segments.front();
+      refs.push_back({i, k, first.seq, first.start});
+    }
+  std::sort(refs.begin(), refs.end(), [](const Ref& x, const Ref& y) {
+    return x.seq != y.seq ? x.seq < y.seq : x.start < y.start;
+  });
+  out.items.resize(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    out.items[i].slots = items[i].slots;
+    out.items[i].small = items[i].small;
+    out.items[i].blocks.resize(items[i].blocks.size());
+  }
+  for (const Ref& r : refs) {
+    out.items[r.item].blocks[r.index] = static_cast<int32_t>(out.blocks.size());
+    out.blocks.push_back(std::move(items[r.item].blocks[r.index]));
+  }
+  return out;
+}
+
+}  // namespace fcp::detail

@@ -1,0 +1,56 @@
+// Sharding: cutting a batch into blocks and grouping blocks into the items
+// the assignment places (FCP step 1). Private to src/plan.
+//
+// 1. Every sequence is cut at multiples of the block size b; the remainders
+//    (shorter than b) are packed, in dataloader order, into shared blocks of
+//    exactly b tokens (a remainder split across two packed blocks only adds a
+//    dependency).
+// 2. Slots make the token cap exact: with cap C = q*b + r (0 <= r < b) a
+//    worker offers q big slots of b tokens and, if r > 0, one small slot of r
+//    tokens. If there are more blocks than big slots, the cheapest blocks are
+//    re-cut into small blocks of at most r tokens, at most one per worker.
+//    Any assignment that respects slots respects the cap, whether or not b
+//    divides T/N.
+// 3. Causal masks: the full blocks k and m-1-k of a sequence with m of them
+//    form one two-slot item (zig-zag). Work grows with a block's position and
+//    its traffic shifts from sending (early blocks) to receiving (late ones),
+//    so every pair of a sequence carries the same compute and the same
+//    traffic: balancing items then balances both.
+// 4. Items heavier than heavy_fraction of a worker's mean work are split into
+//    p = 2, 4, ... sub-items (zig-zag again inside a pair), each completed to
+//    a full slot with a filler block cut from dissolved light items, so no
+//    item outweighs a worker's share; the slot count is unchanged.
+// O(S + K log K) for S sequences and K blocks.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "fcp/mask.h"
+#include "fcp/plan.h"
+
+namespace fcp::detail {
+
+struct Item {
+  std::vector<int32_t> blocks;  // placed together on one worker
+  int32_t slots = 1;            // big slots it takes (1 or 2); small items take the small slot
+  bool small = false;
+};
+
+struct Sharding {
+  std::vector<Block> blocks;  // worker unset; sorted by first token (global order)
+  std::vector<Item> items;
+  int32_t big_slots = 0;    // per worker
+  int32_t small_slots = 0;  // per worker, 0 or 1
+  int64_t block_size = 0;   // effective: min(block_size, token_cap)
+};
+
+// heavy_fraction, max_split: see PlannerConfig (0 / < 2 disables splitting).
+Sharding ShardBatch(const std::vector<int64_t>& lengths, int64_t block_size, int64_t token_cap,
+                    int32_t workers, const Mask& mask, double heavy_fraction, int32_t max_split);
+
+// Attention work of `block` as a query block against its whole sequences:
+// allowed token pairs, independent of how the keys are blocked.
+int64_t QueryWork(const Block& block, const std::vector<int64_t>& lengths, const Mask& mask);
+
+}  // namespace fcp::detail
