@@ -57,9 +57,10 @@ ReshuffleMode ParseReshuffleMode(const std::string& name);  // Error(kInvalidArg
 
 struct SimConfig {
   ReshuffleMode reshuffle = ReshuffleMode::kOverlapped;
-  // Bytes per element of a partial dK/dV transfer: fp32 accumulation, as
-  // ring-flash-attention and FA's own backward accumulate dK/dV.
-  int32_t dkv_dtype_bytes = 4;
+  // Bytes per element of a partial dK/dV transfer; 0 = the plan's dtype_bytes
+  // (partials cast to the activation type before sending, as K/V are). Set 4
+  // to model fp32 partials.
+  int32_t dkv_dtype_bytes = 0;
   bool record_trace = false;  // fill SimResult::trace (Chrome trace events)
   void validate() const;      // Error(kInvalidArgument) naming the field
 };

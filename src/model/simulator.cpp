@@ -682,9 +682,9 @@ ReshuffleMode ParseReshuffleMode(const std::string& name) {
 }
 
 void SimConfig::validate() const {
-  if (dkv_dtype_bytes < 1)
+ if (dkv_dtype_bytes < 0)
     throw Error(ErrorCode::kInvalidArgument,
-                "simulate: dkv_dtype_bytes must be >= 1, got " + std::to_string(dkv_dtype_bytes));
+                "simulate: dkv_dtype_bytes must be >= 0 (0 = the plan's dtype), got " + std::to_string(dkv_dtype_bytes));
 }
 
 SimResult Simulate(const Plan& plan, const HardwareProfile& profile, const SimConfig& config) {
@@ -698,6 +698,9 @@ SimResult Simulate(const Plan& plan, const HardwareProfile& profile, const SimCo
   const int32_t n = plan.workers;
   const AttentionShape& a = plan.attention;
   KernelCoster coster(plan, profile);
+  std::vector<double> block_tokens(plan.blocks.size());
+  for (size_t b = 0; b < plan.blocks.size(); ++b) block_tokens[b] = static_cast<double>(plan.blocks[b].tokens());
+  const double kv_bytes_per_token = static_cast<double>(KvTransferBytes(a, 1));
   const double backward_scale = 2.5 / profile.backward_efficiency_ratio;
 
   // Forward pass.
@@ -707,7 +710,7 @@ SimResult Simulate(const Plan& plan, const HardwareProfile& profile, const SimCo
     for (const Transfer& x : plan.forward[t].send) {
       CheckTransfer(plan, x, "forward send");
       fwd.transfers.push_back({x.block, x.src, x.dst, t, TransferKind::kKv,
-                               static_cast<double>(KvTransferBytes(a, plan.blocks[x.block].tokens()))});
+                               kv_bytes_per_token * block_tokens[x.block]});
     }
     AddStagePairs(plan, coster, plan.forward[t].compute, t, 1.0, fwd);
   }
@@ -720,12 +723,12 @@ SimResult Simulate(const Plan& plan, const HardwareProfile& profile, const SimCo
     for (const Transfer& x : s.send_kv) {
       CheckTransfer(plan, x, "backward send_kv");
       bwd.transfers.push_back({x.block, x.src, x.dst, t, TransferKind::kKv,
-                               static_cast<double>(KvTransferBytes(a, plan.blocks[x.block].tokens()))});
+                               kv_bytes_per_token * block_tokens[x.block]});
     }
     for (const Transfer& x : s.send_dkv) {
       CheckTransfer(plan, x, "backward send_dkv");
-      const double bytes = 2.0 * a.heads_kv * a.head_dim * config.dkv_dtype_bytes *
-                           static_cast<double>(plan.blocks[x.block].tokens());
+      const int32_t element_bytes = config.dkv_dtype_bytes > 0 ? config.dkv_dtype_bytes : a.dtype_bytes;
+      const double bytes = 2.0 * a.heads_kv * a.head_dim * element_bytes * block_tokens[x.block];
       bwd.transfers.push_back({x.block, x.src, x.dst, t, TransferKind::kDkv, bytes});
     }
     AddStagePairs(plan, coster, s.compute, t, backward_scale, bwd);

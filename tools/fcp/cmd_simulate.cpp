@@ -224,7 +224,7 @@ void AddSimulateCommands(CLI::App& app) {
   struct SimulateOptions {
     std::string plan, profile = "gpu-x", trace, reshuffle = "overlap";
     bool json = false, per_worker = false, no_validate = false;
-    int32_t dkv_bytes = 4;
+    int32_t dkv_bytes = 0;
   };
   auto so = std::make_shared<SimulateOptions>();
   CLI::App* sim = app.add_subcommand("simulate", "Simulate a plan on a model cluster");
@@ -233,7 +233,7 @@ void AddSimulateCommands(CLI::App& app) {
       ->capture_default_str();
   sim->add_option("--trace", so->trace, "Write a Chrome trace (Perfetto) to this file");
   sim->add_option("--reshuffle", so->reshuffle, "overlap | blocking | none")->capture_default_str();
-  sim->add_option("--dkv-bytes", so->dkv_bytes, "Bytes per element of partial dK/dV transfers")
+  sim->add_option("--dkv-bytes", so->dkv_bytes, "Bytes per element of partial dK/dV transfers (0 = the plan's dtype)")
       ->capture_default_str();
   sim->add_flag("--json", so->json, "Print the result as JSON");
   sim->add_flag("--per-worker", so->per_worker, "With --json: include per-worker statistics");
