@@ -111,8 +111,9 @@ void BuildPullStages(Plan& plan, const std::vector<RequiredPair>& required,
   for (const PullEdge& e : sorted) transfer_stages = std::max(transfer_stages, e.stage + 1);
   if (!pipelined && !sorted.empty()) transfer_stages = 1;
   const int32_t compute_offset = sorted.empty() ? 0 : 1;
-  plan.forward.assign(transfer_stages + compute_offset, {});
-  plan.backward.assign(transfer_stages + 2 * compute_offset, {});
+  // Without transfers everything is local: one stage each way.
+  plan.forward.assign(std::max(1, transfer_stages + compute_offset), {});
+  plan.backward.assign(std::max(1, transfer_stages + 2 * compute_offset), {});
   for (const PullEdge& e : sorted) {
     const int32_t stage = pipelined ? e.stage : 0;
     const Transfer kv{e.block, plan.blocks[e.block].worker, e.dst};

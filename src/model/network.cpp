@@ -30,7 +30,7 @@ void Network::Start(int32_t src, int32_t dst, double bytes, int64_t tag) {
   out_port_.push_back(src * kPortsPerWorker + (same_node ? kNvlinkOut : kNicOut));
   in_port_.push_back(dst * kPortsPerWorker + (same_node ? kNvlinkIn : kNicIn));
   remaining_bytes_.push_back(bytes);
-  tolerance_bytes_.push_back(1e-9 * bytes + 1e-3);
+  tolerance_bytes_.push_back(1e-12 * bytes);
   rate_.push_back(0);
   drain_time_.push_back(kInfinity);
   tag_.push_back(tag);
@@ -140,9 +140,7 @@ void Network::Recompute() {
   }
   next_drain_ = kInfinity;
   for (size_t k = 0; k < flows; ++k) {
-    // Aim half a tolerance past the end so round-off cannot leave a sliver.
-    const double left = std::max(0.0, remaining_bytes_[k] - 0.5 * tolerance_bytes_[k]);
-    drain_time_[k] = now_ + left / rate_[k];
+    drain_time_[k] = now_ + std::max(0.0, remaining_bytes_[k]) / rate_[k];
     next_drain_ = std::min(next_drain_, drain_time_[k]);
   }
 }

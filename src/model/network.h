@@ -27,8 +27,7 @@ class Network {
   // Absolute time at which the next active flow drains (infinity if none).
   double NextDrainTime();
   // Moves the clock to `time` (>= now), appending the tags of every flow that
-  // has drained by then (within a relative 1e-9 of its size, or 0.1 us of its
-  // end) to `drained`, in start order.
+  // has drained by then (its end time is at most 0.1 us later) to `drained`, in start order.
   void AdvanceTo(double time, std::vector<int64_t>& drained);
   double now() const { return now_; }
   int64_t active_flows() const { return static_cast<int64_t>(tag_.size()); }
