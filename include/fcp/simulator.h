@@ -2,17 +2,23 @@
 // forward and backward, on a model cluster described by a HardwareProfile.
 //
 // Execution model (docs/simulator.md has the worked examples):
-//  * Each worker runs its stages in order. It enters stage t when its compute
-//    of stage t-1 is done and every transfer of stage t-1 it sends or receives
-//    has been delivered (double buffering: stage t's transfers overlap stage
-//    t's compute, and a block received in stage t is used from stage t+1).
-//  * A transfer of stage t starts when both its endpoints have entered stage t
-//    (a send/receive rendezvous) and, for a block sent by its owner in the
-//    forward, once the reshuffle has brought that block's tokens to the owner.
-//    It is a fluid flow through the sender's out-port and the receiver's
-//    in-port (NVLink ports inside a node, NIC ports across nodes); concurrent
-//    flows share ports max-min fairly (progressive filling, recomputed at each
-//    flow start and end); it is delivered `latency` after its last byte.
+//  * Each worker runs three streams, each through the stages in order:
+//    compute, send groups and receive groups. Send group t opens when group
+//    t-1 has been delivered; receive group t opens when group t-1 has arrived
+//    and compute t-1 is done (double buffering: its buffer held the blocks
+//    compute t-1 used); compute t starts when compute t-1 is done and receive
+//    group t-1 has arrived. So stage t's transfers overlap stage t's compute,
+//    and a block received in stage t is used from stage t+1.
+//  * A transfer starts when the sender's send group and the receiver's
+//    receive group of its stage are both open (NCCL-style rendezvous) and its
+//    data is there: a forward block sent by its owner once the reshuffle has
+//    brought it, a relayed block once the sender's receives of the stage
+//    before have arrived, a dK/dV partial once the sender's compute of the
+//    stage before is done. It is a fluid flow through the sender's out-port
+//    and the receiver's in-port (NVLink ports inside a node, NIC ports across
+//    nodes); concurrent flows share ports max-min fairly (progressive
+//    filling, recomputed at each flow start and end); it is delivered
+//    `latency` after its last byte.
 //  * Compute: a worker's pairs of one stage form one kernel. Pairs are merged
 //    per query segment; a query segment of q tokens with P allowed key tokens
 //    in the stage runs at f(2P/q) (cost_model.h), plus one kernel launch per

@@ -215,7 +215,6 @@ class PassSimulator {
 
   PassOutput Run() {
     Setup();
-    for (int32_t w = 0; w < n_; ++w) Enter(w, 0);
     for (int32_t w = 0; w < n_; ++w) Progress(w);
     std::vector<int64_t> drained;
     for (;;) {
@@ -239,9 +238,10 @@ class PassSimulator {
       }
     }
     for (int32_t w = 0; w < n_; ++w)
-      if (workers_[w].stage < in_.stages)
+      if (workers_[w].c_done + 1 < in_.stages || workers_[w].r_done + 1 < in_.stages ||
+          workers_[w].s_stage < in_.stages)
         throw Error(ErrorCode::kInternal, "simulate: worker " + std::to_string(w) +
-                                              " stalled in stage " + std::to_string(workers_[w].stage));
+                                              " stalled in stage " + std::to_string(workers_[w].c_stage));
     PassOutput out;
     out.time_s = end_time_;
     out.busy_s.resize(n_);
@@ -262,12 +262,21 @@ class PassSimulator {
     int64_t a;
     bool operator>(const Event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
   };
+  // Three streams per worker: compute, send groups and receive groups, each
+  // running its stages in order.
   struct WorkerState {
-    int32_t stage = -1;
+    int32_t c_stage = 0;      // the compute stage running or next
+    bool c_started = false;   // its pairs are loaded into `pending`
+    int32_t c_done = -1;      // last stage whose compute is complete
+    int32_t s_stage = -1;     // the send group in flight
+    int32_t s_left = 0;       // its sends not yet delivered
+    int32_t r_stage = -1;     // the receive group in flight
+    int32_t r_left = 0;
+    int32_t r_done = -1;      // last stage whose receives have all arrived
     bool busy = false;
     bool launched = false;
-    int32_t comm_left = 0;
     std::vector<int32_t> pending;  // pair tasks of the current stage, in plan order
+    std::vector<int32_t> blocked;  // sends of its send group waiting for their data
     double busy_s = 0;
     double last_activity_s = 0;
     double run_start_s = -1, run_end_s = -1;  // current compute trace span
@@ -291,24 +300,23 @@ class PassSimulator {
         pair_list_[pair_begin_[c] + fill[c]++] = static_cast<int32_t>(i);
       }
     }
-    transfer_begin_.assign(cells + 1, 0);
-    for (const StageTransfer& t : in_.transfers) {
-      ++transfer_begin_[Cell(t.stage, t.src) + 1];
-      ++transfer_begin_[Cell(t.stage, t.dst) + 1];
-    }
-    for (size_t c = 0; c < cells; ++c) transfer_begin_[c + 1] += transfer_begin_[c];
-    transfer_list_.resize(2 * in_.transfers.size());
-    {
+    // Sends (by src) and receives (by dst) per (stage, worker).
+    for (int side = 0; side < 2; ++side) {
+      std::vector<int32_t>& begin = side == 0 ? send_begin_ : recv_begin_;
+      std::vector<int32_t>& list = side == 0 ? send_list_ : recv_list_;
+      begin.assign(cells + 1, 0);
+      for (const StageTransfer& t : in_.transfers) ++begin[Cell(t.stage, side == 0 ? t.src : t.dst) + 1];
+      for (size_t c = 0; c < cells; ++c) begin[c + 1] += begin[c];
+      list.resize(in_.transfers.size());
       std::vector<int32_t> fill(cells, 0);
       for (size_t i = 0; i < in_.transfers.size(); ++i) {
         const StageTransfer& t = in_.transfers[i];
-        for (int32_t w : {t.src, t.dst}) {
-          const size_t c = Cell(t.stage, w);
-          transfer_list_[transfer_begin_[c] + fill[c]++] = static_cast<int32_t>(i);
-        }
+        const size_t c = Cell(t.stage, side == 0 ? t.src : t.dst);
+        list[begin[c] + fill[c]++] = static_cast<int32_t>(i);
       }
     }
     arrivals_.assign(in_.transfers.size(), 0);
+    started_.assign(in_.transfers.size(), 0);
     transfer_start_s_.assign(in_.transfers.size(), 0);
     workers_.assign(n_, WorkerState{});
     const size_t blocks = plan_.blocks.size();
@@ -370,36 +378,55 @@ class PassSimulator {
     end_time_ = std::max(end_time_, t);
   }
 
-  void Enter(int32_t w, int32_t stage) {
-    WorkerState& s = workers_[w];
-    s.stage = stage;
-    s.launched = false;
-    s.pending.clear();
-    s.comm_left = 0;
-    if (stage >= in_.stages) return;
-    const size_t c = Cell(stage, w);
-    s.pending.assign(pair_list_.begin() + pair_begin_[c], pair_list_.begin() + pair_begin_[c + 1]);
-    s.comm_left = transfer_begin_[c + 1] - transfer_begin_[c];
-    for (int32_t k = transfer_begin_[c]; k < transfer_begin_[c + 1]; ++k) {
-      const int32_t t = transfer_list_[k];
-      if (++arrivals_[t] == 2) TryStartTransfer(t);
-    }
-  }
-
+  // Data condition of a send beyond the two groups having started.
   bool SourceReady(const StageTransfer& t) const {
+    const WorkerState& src = workers_[t.src];
+    if (t.kind == TransferKind::kDkv)  // the partial is final after its compute (and any relay in)
+      return src.c_done >= t.stage - 1 && src.r_done >= t.stage - 1;
+    if (t.src != plan_.blocks[t.block].worker)  // a relay: what arrived in the stage before
+      return src.r_done >= t.stage - 1;
     // The forward's owner needs the block's K/V from the reshuffle first.
-    if (in_.backward || t.src != plan_.blocks[t.block].worker) return true;
-    return in_ready_[t.block] != 0;
+    return in_.backward || in_ready_[t.block] != 0;
   }
 
+  // Starts transfer t if its send and receive groups are open and its data is there.
   void TryStartTransfer(int32_t t) {
     const StageTransfer& x = in_.transfers[t];
+    if (arrivals_[t] < 2 || started_[t]) return;
     if (!SourceReady(x)) {
-      waiting_[x.block].push_back(t);
+      if (!in_.backward && x.kind == TransferKind::kKv && x.src == plan_.blocks[x.block].worker)
+        waiting_[x.block].push_back(t);
+      else
+        workers_[x.src].blocked.push_back(t);
       return;
     }
+    started_[t] = 1;
     transfer_start_s_[t] = now_;
     StartFlow(x.src, x.dst, x.bytes, Tag(kStageFlow, t));
+  }
+
+  void OpenSendGroup(int32_t w, int32_t stage) {
+    WorkerState& s = workers_[w];
+    s.s_stage = stage;
+    s.blocked.clear();
+    if (stage >= in_.stages) return;
+    const size_t c = Cell(stage, w);
+    s.s_left = send_begin_[c + 1] - send_begin_[c];
+    for (int32_t k = send_begin_[c]; k < send_begin_[c + 1]; ++k) {
+      ++arrivals_[send_list_[k]];
+      TryStartTransfer(send_list_[k]);
+    }
+  }
+
+  void OpenRecvGroup(int32_t w, int32_t stage) {
+    WorkerState& s = workers_[w];
+    s.r_stage = stage;
+    const size_t c = Cell(stage, w);
+    s.r_left = recv_begin_[c + 1] - recv_begin_[c];
+    for (int32_t k = recv_begin_[c]; k < recv_begin_[c + 1]; ++k) {
+      ++arrivals_[recv_list_[k]];
+      TryStartTransfer(recv_list_[k]);
+    }
   }
 
   bool PairReady(const PairTask& p) const {
@@ -409,34 +436,65 @@ class PassSimulator {
     return true;
   }
 
-  // Runs worker w forward as far as it can at the current time.
+  // Runs worker w's three streams forward as far as they go at the current time:
+  //  * send group t opens when group t-1 has been delivered;
+  //  * receive group t opens when group t-1 has arrived and compute t-1 is done
+  //    (its buffer held the blocks compute t-1 used: double buffering);
+  //  * compute t starts when compute t-1 is done and receive group t-1 has arrived,
+  //    each pair as soon as its reshuffled inputs are there.
   void Progress(int32_t w) {
     WorkerState& s = workers_[w];
     for (;;) {
-      if (s.stage >= in_.stages || s.busy) return;
-      auto it = std::find_if(s.pending.begin(), s.pending.end(),
-                             [&](int32_t p) { return PairReady(in_.pairs[p]); });
-      if (it != s.pending.end()) {
-        const int32_t p = *it;
-        s.pending.erase(it);
-        double seconds = in_.pairs[p].seconds;
-        if (!s.launched) {
-          seconds += profile_.kernel_launch_s;
-          s.launched = true;
-        }
-        s.busy = true;
-        s.busy_s += seconds;
-        if (trace_) {
-          if (s.run_end_s != now_) FlushRun(w);
-          if (s.run_start_s < 0) s.run_start_s = now_;
-          s.run_end_s = now_ + seconds;
-        }
-        Push(now_ + seconds, EventKind::kComputeDone, p);
-        return;
+      bool moved = false;
+      if (!s.blocked.empty()) {  // sends whose data may have arrived meanwhile
+        std::vector<int32_t> retry;
+        retry.swap(s.blocked);
+        for (int32_t t : retry) TryStartTransfer(t);
       }
-      if (!s.pending.empty() || s.comm_left > 0) return;
-      if (trace_) FlushRun(w);
-      Enter(w, s.stage + 1);
+      while (s.s_stage < in_.stages && (s.s_stage < 0 || s.s_left == 0)) {
+        OpenSendGroup(w, s.s_stage + 1);
+        moved = true;
+      }
+      while (s.r_stage + 1 < in_.stages && s.r_done == s.r_stage && s.c_done >= s.r_stage) {
+        OpenRecvGroup(w, s.r_stage + 1);
+        if (s.r_left == 0) s.r_done = s.r_stage;
+        moved = true;
+      }
+      if (!s.busy && s.c_stage < in_.stages) {
+        if (!s.c_started && s.c_done == s.c_stage - 1 && s.r_done >= s.c_stage - 1) {
+          const size_t c = Cell(s.c_stage, w);
+          s.pending.assign(pair_list_.begin() + pair_begin_[c], pair_list_.begin() + pair_begin_[c + 1]);
+          s.c_started = true;
+          s.launched = false;
+        }
+        if (s.c_started) {
+          auto it = std::find_if(s.pending.begin(), s.pending.end(),
+                                 [&](int32_t p) { return PairReady(in_.pairs[p]); });
+          if (it != s.pending.end()) {
+            const int32_t p = *it;
+            s.pending.erase(it);
+            double seconds = in_.pairs[p].seconds;
+            if (!s.launched) {
+              seconds += profile_.kernel_launch_s;
+              s.launched = true;
+            }
+            s.busy = true;
+            s.busy_s += seconds;
+            if (trace_) {
+              if (s.run_end_s != now_) FlushRun(w);
+              if (s.run_start_s < 0) s.run_start_s = now_;
+              s.run_end_s = now_ + seconds;
+            }
+            Push(now_ + seconds, EventKind::kComputeDone, p);
+          } else if (s.pending.empty()) {
+            if (trace_) FlushRun(w);
+            s.c_done = s.c_stage++;
+            s.c_started = false;
+            moved = true;
+          }
+        }
+      }
+      if (!moved) return;
     }
   }
 
@@ -445,7 +503,7 @@ class PassSimulator {
     if (s.run_start_s >= 0 && s.run_end_s > s.run_start_s)
       trace_->push_back({w, 0,
                          std::string(in_.backward ? "backward" : "forward") + " stage " +
-                             std::to_string(s.stage),
+                             std::to_string(s.c_stage),
                          trace_offset_s_ + s.run_start_s, trace_offset_s_ + s.run_end_s});
     s.run_start_s = -1;
     s.run_end_s = -1;
@@ -495,8 +553,8 @@ class PassSimulator {
         }
         if (t.kind == TransferKind::kDkv && in_.backward && t.dst == plan_.blocks[t.block].worker)
           OutputProgress(t.block);
-        --workers_[t.src].comm_left;
-        --workers_[t.dst].comm_left;
+        --workers_[t.src].s_left;
+        if (--workers_[t.dst].r_left == 0) workers_[t.dst].r_done = t.stage;
         Progress(t.src);
         Progress(t.dst);
         break;
@@ -582,8 +640,9 @@ class PassSimulator {
   int64_t next_seq_ = 0;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   std::vector<WorkerState> workers_;
-  std::vector<int32_t> pair_begin_, pair_list_, transfer_begin_, transfer_list_;
+  std::vector<int32_t> pair_begin_, pair_list_, send_begin_, send_list_, recv_begin_, recv_list_;
   std::vector<int32_t> arrivals_;
+  std::vector<char> started_;
   std::vector<double> transfer_start_s_;
   std::vector<std::vector<int32_t>> waiting_;  // transfers waiting for a block's reshuffle
   std::vector<char> in_ready_;
