@@ -8,10 +8,11 @@
 // both a lower bound on the number of sub-stages and achieved.
 //
 // Algorithm: edges in the given order take the smallest colour free at both
-// ends; when the free colours differ (alpha free at the sender, beta at the
-// receiver), the alpha/beta alternating path from the receiver is flipped,
-// which never reaches the sender in a bipartite graph. Worst case O(E * V),
-// in practice close to O(E). Memory: O((L + R) * Delta).
+// ends (found 64 colours at a time in per-vertex bitsets); when no colour is
+// free at both (alpha free at the sender, beta at the receiver), the
+// alpha/beta alternating path from the receiver is flipped, which never
+// reaches the sender in a bipartite graph. Worst case O(E * V), in practice
+// O(E * Delta / 64) plus rare short flips. Memory: O((L + R) * Delta).
 // Deterministic: the result depends only on the edge order.
 #pragma once
 

@@ -47,7 +47,7 @@ struct PlannerConfig {
   double heavy_fraction = 0.5;
   int32_t max_split = 8;
   // FCP only: local-search moves/swaps after the greedy assignment (0 = off).
-  int32_t local_search_rounds = 4;
+  int32_t local_search_rounds = 2;
   // Run ValidatePlan on the result (the debug self-check); throws kInternal if it fails.
   bool self_check = false;
 

@@ -54,13 +54,64 @@ void BuildGraphs(const std::vector<RequiredPair>& pairs, int32_t blocks, Csr& de
   }
 }
 
+// Counts per (K/V block, worker) in an open-addressing table: the ledger's
+// hot path, where a list per block costs O(workers) per lookup for blocks
+// early in long sequences. Entries are never erased (counts drop to 0); the
+// table doubles when half full.
+class PairCounter {
+ public:
+  explicit PairCounter(size_t expected) { Resize(std::max<size_t>(16, 2 * expected)); }
+  int32_t& operator()(int32_t kv, int32_t w) {
+    const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(kv)) << 32) | static_cast<uint32_t>(w);
+    size_t slot = Find(key);
+    if (keys_[slot] == kEmpty) {
+      if (2 * (size_ + 1) > keys_.size()) {
+        Resize(2 * keys_.size());
+        slot = Find(key);
+      }
+      keys_[slot] = key;
+      ++size_;
+    }
+    return counts_[slot];
+  }
+
+ private:
+  size_t Find(uint64_t key) const {
+    size_t slot = (key * 0x9E3779B97F4A7C15ull) >> 20 & mask_;
+    while (keys_[slot] != key && keys_[slot] != kEmpty) slot = (slot + 1) & mask_;
+    return slot;
+  }
+  void Resize(size_t capacity) {
+    size_t pow2 = 16;
+    while (pow2 < capacity) pow2 *= 2;
+    std::vector<uint64_t> old_keys(pow2, kEmpty);
+    std::vector<int32_t> old_counts(pow2, 0);
+    old_keys.swap(keys_);
+    old_counts.swap(counts_);
+    mask_ = pow2 - 1;
+    for (size_t i = 0; i < old_keys.size(); ++i)
+      if (old_keys[i] != kEmpty) {
+        const size_t slot = Find(old_keys[i]);
+        keys_[slot] = old_keys[i];
+        counts_[slot] = old_counts[i];
+      }
+  }
+
+  static constexpr uint64_t kEmpty = ~uint64_t{0};
+  std::vector<uint64_t> keys_;
+  std::vector<int32_t> counts_;
+  size_t mask_ = 0;
+  size_t size_ = 0;
+};
+
 // Per-worker compute and traffic of a (partial) assignment, updated
 // incrementally as blocks are added and removed.
 class Ledger {
  public:
   Ledger(const AssignmentInput& in, const Csr& deps)
       : in_(in), deps_(deps), owner_(in.block_work.size(), kUnassigned),
-        needers_(in.block_work.size()), compute_(in.workers, 0), traffic_(in.workers, 0),
+        counts_(in.pairs->size()), needers_(in.block_work.size()), compute_(in.workers, 0),
+        traffic_(in.workers, 0),
         touched_stamp_(in.workers, 0) {
     for (const Block& b : in.sharding->blocks) block_tokens_.push_back(static_cast<double>(b.tokens()));
   }
@@ -82,18 +133,26 @@ class Ledger {
     Touch(w);
     auto [begin, end] = deps_.row(block);
     for (const int32_t* j = begin; j != end; ++j)
-      if (++CountRef(*j, w) == 1) Link(*j, w, +1);
-    for (const auto& [u, c] : needers_[block])
-      if (c > 0 && u != w) Move(block, w, u, +1);
+      if (++counts_(*j, w) == 1) {
+        needers_[*j].push_back(w);
+        Link(*j, w, +1);
+      }
+    for (int32_t u : needers_[block])
+      if (u != w) Move(block, w, u, +1);
   }
 
   void Remove(int32_t block) {
     const int32_t w = owner_[block];
-    for (const auto& [u, c] : needers_[block])
-      if (c > 0 && u != w) Move(block, w, u, -1);
+    for (int32_t u : needers_[block])
+      if (u != w) Move(block, w, u, -1);
     auto [begin, end] = deps_.row(block);
     for (const int32_t* j = begin; j != end; ++j)
-      if (--CountRef(*j, w) == 0) Link(*j, w, -1);
+      if (--counts_(*j, w) == 0) {
+        std::vector<int32_t>& list = needers_[*j];
+        *std::find(list.begin(), list.end(), w) = list.back();
+        list.pop_back();
+        Link(*j, w, -1);
+      }
     compute_[w] -= in_.block_work[block];
     owner_[block] = kUnassigned;
     Touch(w);
@@ -108,12 +167,6 @@ class Ledger {
   }
 
  private:
-  int32_t& CountRef(int32_t kv, int32_t w) {
-    for (auto& [u, c] : needers_[kv])
-      if (u == w) return c;
-    needers_[kv].push_back({w, 0});
-    return needers_[kv].back().second;
-  }
   // Worker w starts (+1) or stops (-1) needing kv: a transfer owner -> w.
   void Link(int32_t kv, int32_t w, int sign) {
     const int32_t o = owner_[kv];
@@ -137,8 +190,10 @@ class Ledger {
   const Csr& deps_;
   std::vector<double> block_tokens_;
   std::vector<int32_t> owner_;
-  // needers_[kv]: (worker, number of its query blocks that need kv).
-  std::vector<std::vector<std::pair<int32_t, int32_t>>> needers_;
+  // counts_(kv, w): how many of w's query blocks need kv; needers_[kv]: the
+  // workers with a non-zero count (unordered: only sums are taken over it).
+  PairCounter counts_;
+  std::vector<std::vector<int32_t>> needers_;
   std::vector<double> compute_;
   std::vector<double> traffic_;
   std::vector<uint32_t> touched_stamp_;
@@ -162,9 +217,11 @@ class WorkerIndex {
   }
   void Update(int32_t w, double key) {
     if (!member_[w] || key_[w] == key) return;
-    set_.erase({key_[w], w});
+    // Re-keys the node in place: no allocation on this hot path.
+    auto node = set_.extract({key_[w], w});
+    node.value().first = key;
     key_[w] = key;
-    set_.insert({key, w});
+    set_.insert(std::move(node));
   }
   const std::set<std::pair<double, int32_t>>& ordered() const { return set_; }
 
@@ -408,24 +465,35 @@ class Assigner {
       }
       return max_touched;
     };
-    // Moves the items `from_items` (owned by `from`) to `to` and back.
-    const auto exchange = [&](const std::vector<int32_t>& give, int32_t from,
-                              const std::vector<int32_t>& take, int32_t to) {
-      for (int32_t i : give) ledger.RemoveItem(items_[i]);
-      for (int32_t i : take) ledger.RemoveItem(items_[i]);
-      for (int32_t i : give) ledger.AddItem(items_[i], to);
-      for (int32_t i : take) ledger.AddItem(items_[i], from);
+    // An exchange: item `give` of the heavy worker for one or two items of a
+    // light one (second = -1 for one).
+    struct Offer {
+      int32_t first, second;
     };
-    const auto replace = [](std::vector<int32_t>& list, const std::vector<int32_t>& out,
-                            const std::vector<int32_t>& in) {
-      for (int32_t x : out) list.erase(std::find(list.begin(), list.end(), x));
-      list.insert(list.end(), in.begin(), in.end());
+    const auto exchange = [&](int32_t give, int32_t from, Offer take, int32_t to) {
+      ledger.RemoveItem(items_[give]);
+      ledger.RemoveItem(items_[take.first]);
+      if (take.second >= 0) ledger.RemoveItem(items_[take.second]);
+      ledger.AddItem(items_[give], to);
+      ledger.AddItem(items_[take.first], from);
+      if (take.second >= 0) ledger.AddItem(items_[take.second], from);
+    };
+    const auto undo = [&](int32_t give, int32_t from, Offer take, int32_t to) {
+      ledger.RemoveItem(items_[give]);
+      ledger.RemoveItem(items_[take.first]);
+      if (take.second >= 0) ledger.RemoveItem(items_[take.second]);
+      ledger.AddItem(items_[give], from);
+      ledger.AddItem(items_[take.first], to);
+      if (take.second >= 0) ledger.AddItem(items_[take.second], to);
+    };
+    const auto offer_work = [&](Offer o) {
+      return item_work_[o.first] + (o.second >= 0 ? item_work_[o.second] : 0.0);
     };
     int64_t budget = static_cast<int64_t>(in_.local_search_rounds) *
-                     std::max<int64_t>(static_cast<int64_t>(items_.size()), n_) * 8;
+                     std::max<int64_t>(static_cast<int64_t>(items_.size()), n_) * 2;
     const int64_t max_steps = static_cast<int64_t>(in_.local_search_rounds) * n_;
     std::vector<int32_t> partners;
-    std::vector<std::vector<int32_t>> offers;  // what a partner could give back
+    std::vector<Offer> offers;
     for (int64_t step = 0; step < max_steps && budget > 0; ++step) {
       const auto [max_load, heavy] = *by_load.ordered().rbegin();
       partners.clear();
@@ -439,32 +507,49 @@ class Assigner {
             ++taken;
           }
       }
+      // The heavy worker's binding dimension must come down.
+      const bool compute_bound =
+          ledger.compute(heavy) / targets.compute >= ledger.traffic(heavy) / targets.traffic;
       bool improved = false;
-      const std::vector<int32_t> heavy_items = owned[heavy];
-      for (size_t x = 0; x < heavy_items.size() && !improved && budget > 0; ++x) {
-        const int32_t a = heavy_items[x];
+      for (size_t x = 0; x < owned[heavy].size() && !improved && budget > 0; ++x) {
+        const int32_t a = owned[heavy][x];
         for (int32_t light : partners) {
           offers.clear();
           const auto& mine = owned[light];
           for (size_t y = 0; y < mine.size(); ++y) {
             const Item& b = items_[mine[y]];
             if (b.small != items_[a].small) continue;
-            if (b.slots == items_[a].slots) offers.push_back({mine[y]});
+            if (b.slots == items_[a].slots) offers.push_back({mine[y], -1});
             if (items_[a].slots == 2 && b.slots == 1)
               for (size_t z = y + 1; z < mine.size(); ++z)
                 if (!items_[mine[z]].small && items_[mine[z]].slots == 1)
                   offers.push_back({mine[y], mine[z]});
           }
-          for (const std::vector<int32_t>& offer : offers) {
+          for (const Offer offer : offers) {
+            // Compute moves by exactly the works exchanged: skip, without
+            // touching the ledger, what would leave either side at the limit.
+            const double shift = item_work_[a] - offer_work(offer);
+            if ((ledger.compute(light) + shift) / targets.compute >= max_load ||
+                (ledger.compute(heavy) - shift) / targets.compute >= max_load)
+              continue;
+            // Traffic-bound: only offers estimated to carry less traffic.
+            if (!compute_bound &&
+                item_traffic_[a] <= item_traffic_[offer.first] +
+                                        (offer.second >= 0 ? item_traffic_[offer.second] : 0.0))
+              continue;
             if (budget-- <= 0) break;
-            exchange({a}, heavy, offer, light);
+            exchange(a, heavy, offer, light);
             if (refresh() < max_load * (1 - 1e-9)) {
-              replace(owned[heavy], {a}, offer);
-              replace(owned[light], offer, {a});
+              std::vector<int32_t>& h = owned[heavy];
+              std::vector<int32_t>& l = owned[light];
+              h[x] = offer.first;
+              if (offer.second >= 0) h.push_back(offer.second);
+              *std::find(l.begin(), l.end(), offer.first) = a;
+              if (offer.second >= 0) l.erase(std::find(l.begin(), l.end(), offer.second));
               improved = true;
               break;
             }
-            exchange(offer, heavy, {a}, light);  // undo: offer back to light, a back to heavy
+            undo(a, heavy, offer, light);
             refresh();
           }
           if (improved) break;

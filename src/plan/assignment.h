@@ -36,7 +36,7 @@ struct AssignmentInput {
   std::vector<int64_t> block_work;   // allowed token pairs of each block as a query block
   std::vector<int32_t> dataloader;   // dataloader worker of each item's first token
   const std::vector<RequiredPair>* pairs = nullptr;  // sorted by (q, kv)
-  int32_t local_search_rounds = 4;
+  int32_t local_search_rounds = 2;
 };
 
 // owner[block] for every block. Deterministic.

@@ -1,6 +1,7 @@
 #include "fcp/edge_coloring.h"
 
 #include <algorithm>
+#include <bit>
 #include <string>
 
 #include "fcp/error.h"
@@ -10,29 +11,45 @@ namespace {
 
 constexpr int32_t kNone = -1;
 
-// Colour -> edge table of every vertex (left vertices first, then right).
+// Colour -> edge table of every vertex (left vertices first, then right),
+// with a bitset of used colours per vertex so that a colour free at both ends
+// of an edge is found a word (64 colours) at a time.
 class ColorTable {
  public:
   ColorTable(int32_t vertices, int32_t colors)
-      : colors_(colors), at_(static_cast<size_t>(vertices) * colors, kNone), cursor_(vertices, 0) {}
-  int32_t& at(int32_t vertex, int32_t color) {
+      : colors_(colors), words_((colors + 63) / 64),
+        at_(static_cast<size_t>(vertices) * colors, kNone),
+        used_(static_cast<size_t>(vertices) * words_, 0) {}
+  int32_t at(int32_t vertex, int32_t color) const {
     return at_[static_cast<size_t>(vertex) * colors_ + color];
   }
-  // Smallest colour free at `vertex`.
-  int32_t free_color(int32_t vertex) {
-    int32_t& c = cursor_[vertex];
-    while (c < colors_ && at(vertex, c) != kNone) ++c;
-    return c;
+  void set(int32_t vertex, int32_t color, int32_t edge) {
+    at_[static_cast<size_t>(vertex) * colors_ + color] = edge;
+    used_[static_cast<size_t>(vertex) * words_ + color / 64] |= uint64_t{1} << (color % 64);
   }
   void release(int32_t vertex, int32_t color) {
-    at(vertex, color) = kNone;
-    cursor_[vertex] = std::min(cursor_[vertex], color);
+    at_[static_cast<size_t>(vertex) * colors_ + color] = kNone;
+    used_[static_cast<size_t>(vertex) * words_ + color / 64] &= ~(uint64_t{1} << (color % 64));
+  }
+  // Smallest colour free at `a` and (if b >= 0) at `b`, or colors_ if none.
+  int32_t free_color(int32_t a, int32_t b = -1) const {
+    const uint64_t* ua = &used_[static_cast<size_t>(a) * words_];
+    const uint64_t* ub = b >= 0 ? &used_[static_cast<size_t>(b) * words_] : nullptr;
+    for (int32_t w = 0; w < words_; ++w) {
+      const uint64_t taken = ua[w] | (ub ? ub[w] : 0);
+      if (~taken) {
+        const int32_t c = w * 64 + std::countr_one(taken);
+        return std::min(c, colors_);
+      }
+    }
+    return colors_;
   }
 
  private:
   int32_t colors_;
+  int32_t words_;
   std::vector<int32_t> at_;
-  std::vector<int32_t> cursor_;
+  std::vector<uint64_t> used_;
 };
 
 }  // namespace
@@ -69,8 +86,9 @@ EdgeColoring ColorBipartiteEdges(int32_t left_count, int32_t right_count,
   std::vector<int32_t> path;
   for (size_t e = 0; e < edges.size(); ++e) {
     const int32_t u = edges[e].left, v = left_count + edges[e].right;
-    const int32_t alpha = table.free_color(u);
-    if (table.at(v, alpha) != kNone) {
+    int32_t alpha = table.free_color(u, v);
+    if (alpha == result.num_colors) {
+      alpha = table.free_color(u);
       // alpha is taken at v: flip the alpha/beta path starting at v so that
       // alpha becomes free there. The path alternates alpha, beta, alpha, ...
       const int32_t beta = table.free_color(v);
@@ -89,13 +107,13 @@ EdgeColoring ColorBipartiteEdges(int32_t left_count, int32_t right_count,
       for (int32_t edge : path) {
         const int32_t flipped = result.color[edge] == alpha ? beta : alpha;
         result.color[edge] = flipped;
-        table.at(edges[edge].left, flipped) = edge;
-        table.at(left_count + edges[edge].right, flipped) = edge;
+        table.set(edges[edge].left, flipped, edge);
+        table.set(left_count + edges[edge].right, flipped, edge);
       }
     }
     result.color[e] = alpha;
-    table.at(u, alpha) = static_cast<int32_t>(e);
-    table.at(v, alpha) = static_cast<int32_t>(e);
+    table.set(u, alpha, static_cast<int32_t>(e));
+    table.set(v, alpha, static_cast<int32_t>(e));
   }
   return result;
 }

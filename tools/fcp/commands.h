@@ -11,6 +11,15 @@ namespace fcp::cli {
 void AddWorkloadCommand(CLI::App& app);
 void AddPlanCommands(CLI::App& app);  // plan, validate, inspect
 void AddSimulateCommands(CLI::App& app);  // simulate, compare
+#ifdef FCP_WITH_MPI
+void AddRunCommands(CLI::App& app);  // run, make-inputs, check (cmd_run.cpp)
+#endif
+
+// An error already reported on stderr by the command: main() only exits
+// with `exit_code` (used by `fcp run`, whose ranks must print before exiting).
+struct ReportedError {
+  int exit_code;
+};
 
 // A usage error raised after parsing (a bad combination of flags): exit code 2.
 struct UsageError : std::runtime_error {

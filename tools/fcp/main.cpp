@@ -14,6 +14,9 @@ int main(int argc, char** argv) {
   fcp::cli::AddWorkloadCommand(app);
   fcp::cli::AddPlanCommands(app);
   fcp::cli::AddSimulateCommands(app);
+#ifdef FCP_WITH_MPI
+  fcp::cli::AddRunCommands(app);
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -25,6 +28,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "fcp: %s\n", e.what());
     return 2;
+  } catch (const fcp::cli::ReportedError& e) {
+    return e.exit_code;
   } catch (const fcp::cli::UsageError& e) {
     std::fprintf(stderr, "fcp: %s\n", e.what());
     return 2;

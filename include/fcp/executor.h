@@ -1,0 +1,81 @@
+// fcp/executor.h — runs any valid plan (PLAN_FORMAT.md) on the ranks of a
+// Communicator, exactly: every rank computes the attention of the tokens it
+// holds in the dataloader layout as one device computing the whole batch
+// would (up to float32 rounding order).
+//
+// Steps on each rank r (N ranks, T tokens):
+//  1. reshuffle in: rows of the dataloader share [DataloaderBegin(r),
+//     DataloaderBegin(r+1)) go to the owners of their tokens in the plan (one
+//     all-to-all-v of q|k|v|do rows). While it is in flight, stage-0 pairs
+//     whose query and key blocks hold only tokens r already had are computed.
+//  2. forward stages: receive buffers of stage t are posted, sends of stage t
+//     start, the stage's pairs are computed (the kernel drives MPI progress
+//     between tiles), then the stage's transfers are awaited. A received
+//     block is freed after its last use on this rank (compute or relay), so a
+//     plan that uses each received block in the next stage holds at most
+//     2 * coalesce received blocks (the peak is reported in the stats).
+//  3. outputs go home block by block: once a block's (o, lse) is final (after
+//     the last forward stage that computes it), its rows are sent to the
+//     dataloader ranks that hold its tokens; receivers post all receives up
+//     front and collect them at the end, so the trip overlaps the remaining
+//     forward and the whole backward.
+//  4. backward stages: as forward with send_kv, plus send_dkv of partial
+//     dK/dV, which the receiver adds into its own (owner or relay).
+//  5. dq, dk, dv go home the same way, each block once final at its owner
+//     (last query compute, last local key compute, last partial received).
+// Preconditions: ValidatePlan(plan) passed, plan.workers == comm.size(), the
+// inputs hold this rank's dataloader rows. Every rank must call with the same
+// plan and options. Cost: the plan's FLOPs and bytes plus O(T) bookkeeping.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "fcp/attention_kernel.h"
+#include "fcp/communicator.h"
+#include "fcp/plan.h"
+#include "fcp/trace.h"
+
+namespace fcp {
+
+// This rank's rows of the dataloader layout, [rows, heads, head_dim] each.
+struct RankInputs {
+  std::vector<float> q, k, v;
+  std::vector<float> d_o;  // needed only for the backward
+};
+
+struct RankOutputs {
+  std::vector<float> o, lse;    // always
+  std::vector<float> dq, dk, dv;  // with backward
+};
+
+struct ExecutorOptions {
+  bool backward = false;
+  CpuKernelOptions kernel;  // tile sizes; its progress hook is set by the executor
+  // Fault injection for the liveness tests: rank `debug_exit_rank` exits
+  // abruptly (no MPI_Finalize) at the start of forward stage
+  // `debug_exit_stage`. -1 = never.
+  int32_t debug_exit_rank = -1;
+  int32_t debug_exit_stage = 0;
+};
+
+struct ExecutorStats {
+  double forward_s = 0;          // reshuffle in + forward stages
+  double backward_s = 0;         // backward stages + reshuffle out
+  double compute_s = 0;          // time inside the kernel
+  double transfer_s = 0;         // per stage: first post to last transfer completion, summed
+  double exposed_wait_s = 0;     // per stage: time blocked waiting for transfers, summed
+  double reshuffle_s = 0;        // the all-to-all-v's from start to completion, summed
+  double reshuffle_wait_s = 0;   // time blocked waiting for them
+  int64_t peak_received_blocks = 0;  // K/V blocks held in receive buffers at once
+  int64_t bytes_sent = 0;        // stage transfers only
+};
+
+RankOutputs ExecutePlan(const Plan& plan, Communicator& comm, const RankInputs& inputs,
+                        const ExecutorOptions& options, Trace* trace, ExecutorStats* stats);
+
+// The kernel's segment pairs of plan pair (q_block, kv_block), rows relative
+// to the first row of each block (rows of a block follow its segment order).
+std::vector<SegmentPair> BlockPairSegments(const Plan& plan, int32_t q_block, int32_t kv_block);
+
+}  // namespace fcp

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: unit, property and multi-rank (mpirun)
+# tests in a Release build, the same again under AddressSanitizer +
+# UndefinedBehaviorSanitizer, the Python module's tests, and a short fuzzing
+# run of the plan reader.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+jobs="$(nproc 2>/dev/null || echo 2)"
+
+echo "== Release build and tests"
+bash scripts/build.sh release
+ctest --test-dir build -j "$jobs" --output-on-failure
+
+echo "== ASan + UBSan build and tests"
+bash scripts/build.sh asan
+ctest --test-dir build-asan -j "$jobs" --output-on-failure
+
+if [ -f scripts/python_test.sh ]; then
+  echo "== Python module"
+  bash scripts/python_test.sh
+fi
+if [ -f scripts/fuzz.sh ]; then
+  echo "== Fuzzing the plan reader"
+  FCP_FUZZ_SECONDS="${FCP_FUZZ_SECONDS:-30}" bash scripts/fuzz.sh
+fi
+echo "all tests passed"

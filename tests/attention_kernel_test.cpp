@@ -1,0 +1,192 @@
+// CPU attention kernel against the naive float64 reference: packed batches of
+// random lengths (1, tile multiples, odd sizes), every mask, GQA, forward and
+// backward, with key ranges cut into chunks so the LSE merge is exercised.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "fcp/attention_kernel.h"
+#include "fcp/error.h"
+#include "fcp/reference_attention.h"
+
+namespace fcp {
+namespace {
+
+std::vector<float> RandomVector(size_t n, std::mt19937_64& rng, float amplitude) {
+  std::uniform_real_distribution<float> dist(-amplitude, amplitude);
+  std::vector<float> x(n);
+  for (float& e : x) e = dist(rng);
+  return x;
+}
+
+// Cuts [0, len) into chunks of random sizes in [1, max_chunk].
+std::vector<TokenRange> Chunks(int64_t len, int64_t max_chunk, std::mt19937_64& rng) {
+  std::vector<TokenRange> out;
+  for (int64_t b = 0; b < len;) {
+    const int64_t size = std::min<int64_t>(len - b, 1 + static_cast<int64_t>(rng() % max_chunk));
+    out.push_back({b, b + size});
+    b += size;
+  }
+  return out;
+}
+
+// Relative Frobenius error, or the largest absolute error when the reference
+// is exactly zero (window 1: every query sees only itself and dK = 0).
+void ExpectClose(const std::vector<float>& got, const std::vector<double>& want, double tol,
+                 const char* what) {
+  double norm = 0, max_abs = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    norm += want[i] * want[i];
+    max_abs = std::max(max_abs, std::fabs(got[i] - want[i]));
+  }
+  if (norm == 0)
+    EXPECT_LT(max_abs, tol) << what;
+  else
+    EXPECT_LT(RelativeError(got.data(), want.data(), static_cast<int64_t>(got.size())), tol) << what;
+}
+
+struct Case {
+  std::string name;
+  Mask mask;
+  int32_t heads_q;
+  int32_t heads_kv;
+  int32_t head_dim;
+};
+
+class KernelVsReference : public ::testing::TestWithParam<Case> {};
+
+TEST_P(KernelVsReference, ForwardAndBackwardMatchFloat64) {
+  const Case& c = GetParam();
+  std::mt19937_64 rng(1234);
+  CpuKernelOptions options;
+  options.q_tile_rows = 8;
+  options.kv_tile_rows = 16;
+  auto kernel = MakeCpuAttentionKernel(options);
+  // Lengths: 1, exact tile multiples, and odd sizes around them.
+  const std::vector<int64_t> lengths = {1, 16, 37, 64, 2, 48, 17, 1};
+  int64_t total = 0;
+  for (int64_t l : lengths) total += l;
+  AttentionDims dims{c.heads_q, c.heads_kv, c.head_dim, 1.0f / std::sqrt(float(c.head_dim))};
+  const auto q = RandomVector(total * dims.q_row_floats(), rng, 2.0f);
+  const auto k = RandomVector(total * dims.kv_row_floats(), rng, 2.0f);
+  const auto v = RandomVector(total * dims.kv_row_floats(), rng, 1.0f);
+  const auto d_o = RandomVector(total * dims.q_row_floats(), rng, 1.0f);
+
+  // Pairs of chunks of each sequence (including ones the mask empties).
+  std::vector<SegmentPair> pairs;
+  int64_t base = 0;
+  for (int64_t len : lengths) {
+    const auto q_chunks = Chunks(len, 23, rng);
+    const auto k_chunks = Chunks(len, 29, rng);
+    for (TokenRange qc : q_chunks)
+      for (TokenRange kc : k_chunks)
+        pairs.push_back({base + qc.begin, base + kc.begin, qc.begin, kc.begin, qc.size(), kc.size()});
+    base += len;
+  }
+  std::shuffle(pairs.begin(), pairs.end(), rng);
+
+  std::vector<float> o(q.size()), lse(total * dims.heads_q);
+  InitForwardOutput(dims, total, o.data(), lse.data());
+  // Two calls: the merge must not depend on how pairs are grouped into calls.
+  const size_t half = pairs.size() / 2;
+  kernel->Forward(dims, c.mask, std::span(pairs).first(half), {q.data(), k.data(), v.data(), o.data(), lse.data()});
+  kernel->Forward(dims, c.mask, std::span(pairs).subspan(half), {q.data(), k.data(), v.data(), o.data(), lse.data()});
+
+  const auto ref = ReferenceAttention(lengths, c.mask, dims, q.data(), k.data(), v.data(), d_o.data());
+  ExpectClose(o, ref.o, 1e-5, "o");
+  ExpectClose(lse, ref.lse, 1e-6, "lse");
+
+  std::vector<float> delta(lse.size()), dq(q.size(), 0.0f), dk(k.size(), 0.0f), dv(v.size(), 0.0f);
+  ComputeDelta(dims, total, o.data(), d_o.data(), delta.data());
+  kernel->Backward(dims, c.mask, pairs,
+                   {q.data(), k.data(), v.data(), d_o.data(), lse.data(), delta.data(), dq.data(),
+                    dk.data(), dv.data()});
+  ExpectClose(dq, ref.dq, 1e-5, "dq");
+  ExpectClose(dk, ref.dk, 1e-5, "dk");
+  ExpectClose(dv, ref.dv, 1e-5, "dv");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Masks, KernelVsReference,
+    ::testing::Values(Case{"causal_mha", {MaskKind::kCausal, 0}, 2, 2, 8},
+                      Case{"causal_gqa", {MaskKind::kCausal, 0}, 4, 2, 16},
+                      Case{"full_gqa", {MaskKind::kFull, 0}, 6, 2, 8},
+                      Case{"full_mqa", {MaskKind::kFull, 0}, 3, 1, 4},
+                      Case{"window1", {MaskKind::kSlidingWindow, 1}, 2, 1, 8},
+                      Case{"window7_gqa", {MaskKind::kSlidingWindow, 7}, 4, 2, 8},
+                      Case{"window40", {MaskKind::kSlidingWindow, 40}, 2, 2, 16}),
+    [](const auto& info) { return info.param.name; });
+
+// One token: the output is its value row and lse the scaled score.
+TEST(CpuAttentionKernel, SingleTokenIsItsValue) {
+  auto kernel = MakeCpuAttentionKernel();
+  AttentionDims dims{1, 1, 2, 0.5f};
+  const std::vector<float> q = {1, 2}, k = {3, 4}, v = {5, -6};
+  std::vector<float> o(2), lse(1);
+  InitForwardOutput(dims, 1, o.data(), lse.data());
+  const SegmentPair sp{0, 0, 0, 0, 1, 1};
+  kernel->Forward(dims, {MaskKind::kCausal, 0}, std::span(&sp, 1), {q.data(), k.data(), v.data(), o.data(), lse.data()});
+  EXPECT_FLOAT_EQ(o[0], 5.0f);
+  EXPECT_FLOAT_EQ(o[1], -6.0f);
+  EXPECT_FLOAT_EQ(lse[0], 0.5f * 11.0f);
+}
+
+// Two tokens, full mask, scores 0 and log 3: weights 1/4 and 3/4.
+TEST(CpuAttentionKernel, TwoKeysHandComputed) {
+  auto kernel = MakeCpuAttentionKernel();
+  AttentionDims dims{1, 1, 1, 1.0f};
+  const std::vector<float> q = {1}, k = {0, std::log(3.0f)}, v = {4, 8};
+  std::vector<float> o(1), lse(1);
+  InitForwardOutput(dims, 1, o.data(), lse.data());
+  const SegmentPair sp{0, 0, 1, 0, 1, 2};  // query is token 1: both keys allowed causally
+  kernel->Forward(dims, {MaskKind::kCausal, 0}, std::span(&sp, 1), {q.data(), k.data(), v.data(), o.data(), lse.data()});
+  EXPECT_NEAR(o[0], 0.25f * 4 + 0.75f * 8, 1e-5);
+  EXPECT_NEAR(lse[0], std::log(4.0f), 1e-6);
+}
+
+// Scores near 1e4 would overflow a naive exp; the merge stays finite and exact.
+TEST(CpuAttentionKernel, LargeScoresStayFinite) {
+  auto kernel = MakeCpuAttentionKernel({4, 4, {}});
+  AttentionDims dims{1, 1, 1, 1.0f};
+  const int64_t n = 37;
+  std::vector<float> q(n, 100.0f), k(n), v(n), o(n), lse(n);
+  for (int64_t i = 0; i < n; ++i) {
+    k[i] = 100.0f + 0.01f * i;
+    v[i] = static_cast<float>(i);
+  }
+  InitForwardOutput(dims, n, o.data(), lse.data());
+  const SegmentPair sp{0, 0, 0, 0, n, n};
+  kernel->Forward(dims, {MaskKind::kCausal, 0}, std::span(&sp, 1), {q.data(), k.data(), v.data(), o.data(), lse.data()});
+  const auto ref = ReferenceAttention({n}, {MaskKind::kCausal, 0}, dims, q.data(), k.data(), v.data(), nullptr);
+  for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(std::isfinite(o[i]) && std::isfinite(lse[i]));
+  EXPECT_LT(RelativeError(o.data(), ref.o.data(), n), 1e-5);
+  EXPECT_LT(RelativeError(lse.data(), ref.lse.data(), n), 1e-6);
+}
+
+TEST(MergeForwardPartial, EmptyPartialIsIdentity) {
+  AttentionDims dims{1, 1, 2, 1.0f};
+  std::vector<float> o = {1, 2}, lse = {3};
+  std::vector<float> o2(2), lse2(1);
+  InitForwardOutput(dims, 1, o2.data(), lse2.data());
+  MergeForwardPartial(dims, 1, o2.data(), lse2.data(), o.data(), lse.data());
+  EXPECT_EQ(o, (std::vector<float>{1, 2}));
+  EXPECT_EQ(lse[0], 3.0f);
+  // Equal lse: the average, and lse + log 2.
+  const std::vector<float> o3 = {3, 4}, lse3 = {3};
+  MergeForwardPartial(dims, 1, o3.data(), lse3.data(), o.data(), lse.data());
+  EXPECT_FLOAT_EQ(o[0], 2.0f);
+  EXPECT_FLOAT_EQ(o[1], 3.0f);
+  EXPECT_FLOAT_EQ(lse[0], 3.0f + std::log(2.0f));
+}
+
+TEST(AttentionDims, RejectsBadGroups) {
+  EXPECT_THROW((AttentionDims{6, 4, 8, 1.0f}.validate()), Error);
+  EXPECT_THROW((AttentionDims{0, 1, 8, 1.0f}.validate()), Error);
+}
+
+}  // namespace
+}  // namespace fcp

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# `fcp run` end to end under mpirun, and its failure modes: every bad input
+# must give one clear error on every rank and a non-zero exit, never a hang
+# (each run is bounded by `timeout`); a rank that dies must take the job down.
+# Usage: cli_run_test.sh FCP WRITE_TEST_PLAN MPIEXEC CASE
+#        cli_run_test.sh FCP WRITE_TEST_PLAN MPIEXEC good greedy|ring MASK COALESCE NP
+#        cli_run_test.sh FCP WRITE_TEST_PLAN MPIEXEC planner NAME MASK COALESCE NP  (fcp plan --planner NAME)
+set -u
+FCP=$1; WRITE_PLAN=$2; MPIEXEC=$3; CASE=$4
+MPIRUN=("$MPIEXEC" --oversubscribe --bind-to none --mca btl self,vader --mca btl_vader_single_copy_mechanism none)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+DIR=$(mktemp -d); trap 'rm -rf "$DIR"' EXIT
+
+fail() { echo "FAIL ($CASE): $*"; echo "---- output:"; cat "$DIR/log"; exit 1; }
+# run NP ARGS...: runs fcp under mpirun with a 60 s bound, output in $DIR/log.
+run() {
+  local np=$1; shift
+  timeout 60 "${MPIRUN[@]}" -np "$np" "$FCP" "$@" >"$DIR/log" 2>&1
+  RC=$?
+  [ "$RC" -ne 124 ] || fail "hung (killed by timeout)"
+}
+# expect_error NP MESSAGE ARGS...: non-zero exit and MESSAGE printed by every rank.
+expect_error() {
+  local np=$1 msg=$2; shift 2
+  run "$np" "$@"
+  [ "$RC" -ne 0 ] || fail "exit code 0, expected an error"
+  local n; n=$(grep -c -- "$msg" "$DIR/log")
+  [ "$n" -ge "$np" ] || fail "expected '$msg' from all $np ranks, found $n"
+  echo "ok: exit $RC, '$msg' on all $np ranks"
+}
+
+"$WRITE_PLAN" greedy 2 causal 1 "$DIR/plan2.json" || fail "write plan"
+"$WRITE_PLAN" greedy 3 causal 1 "$DIR/plan3.json" || fail "write plan"
+"$FCP" make-inputs --plan "$DIR/plan2.json" --out "$DIR/in" --seed 5 >/dev/null || fail "make-inputs"
+ARGS=(--inputs "$DIR/in" --out "$DIR/out" --backward --timeout-s 20)
+
+case "$CASE" in
+  good|planner)
+    kind=$5; mask=$6; coalesce=$7; np=$8
+    if [ "$CASE" = planner ]; then
+      printf '1\n16\n37\n5\n32\n60\n9\n1\n23\n' >"$DIR/lengths.txt"
+      window=(); [ "$mask" = sliding_window ] && window=(--window 20)
+      "$FCP" plan --planner "$kind" --lengths "$DIR/lengths.txt" --workers "$np" --block-size 16 \
+        --coalesce "$coalesce" --mask "$mask" "${window[@]}" --heads-q 4 --heads-kv 2 --head-dim 8 \
+        --out "$DIR/plan.json" >/dev/null || fail "fcp plan"
+    else
+      "$WRITE_PLAN" "$kind" "$np" "$mask" "$coalesce" "$DIR/plan.json" || fail "write plan"
+    fi
+    "$FCP" make-inputs --plan "$DIR/plan.json" --out "$DIR/in2" --seed 9 >/dev/null || fail "make-inputs"
+    run "$np" run --plan "$DIR/plan.json" --inputs "$DIR/in2" --out "$DIR/out2" --backward --check --trace "$DIR/trace.json"
+    [ "$RC" -eq 0 ] || fail "run failed"
+    grep -q "matched the reference" "$DIR/log" || fail "no match line"
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert {e['pid'] for e in d['traceEvents']} == set(range($np))" "$DIR/trace.json" \
+      || fail "trace is not valid JSON with one process per rank"
+    cat "$DIR/log";;
+  wrong_rank_count)
+    expect_error 2 "is for 3 workers but mpirun started 2 ranks" run --plan "$DIR/plan3.json" "${ARGS[@]}";;
+  missing_file)
+    rm "$DIR/in/do.npy"
+    expect_error 2 "do.npy: cannot open" run --plan "$DIR/plan2.json" "${ARGS[@]}";;
+  malformed_npy)
+    echo "not numpy at all" >"$DIR/in/k.npy"
+    expect_error 2 "bad magic" run --plan "$DIR/plan2.json" "${ARGS[@]}";;
+  wrong_shape)
+    cp "$DIR/in/q.npy" "$DIR/in/v.npy"  # 4 query heads where 2 key/value heads belong
+    expect_error 2 "does not match the plan" run --plan "$DIR/plan2.json" "${ARGS[@]}";;
+  malformed_plan)
+    echo '{"format": "fcp-plan", "version": 1, "workers": ' >"$DIR/bad.json"
+    expect_error 2 "bad.json" run --plan "$DIR/bad.json" "${ARGS[@]}";;
+  plan_mismatch)
+    "$WRITE_PLAN" ring 2 causal 1 "$DIR/ring2.json" || fail "write plan"
+    timeout 60 "${MPIRUN[@]}" -np 1 "$FCP" run --plan "$DIR/plan2.json" "${ARGS[@]}" : \
+      -np 1 "$FCP" run --plan "$DIR/ring2.json" "${ARGS[@]}" >"$DIR/log" 2>&1
+    RC=$?
+    [ "$RC" -ne 124 ] || fail "hung"
+    [ "$RC" -ne 0 ] || fail "exit code 0"
+    [ "$(grep -c 'ranks disagree on the plan' "$DIR/log")" -ge 2 ] || fail "no disagreement error on both ranks"
+    echo "ok: plan mismatch detected on both ranks, exit $RC";;
+  check_detects_mismatch)
+    run 2 run --plan "$DIR/plan2.json" "${ARGS[@]}" --check
+    [ "$RC" -eq 0 ] || fail "run failed"
+    cp "$DIR/in/q.npy" "$DIR/out/o.npy"  # same shape, wrong values
+    "$FCP" check --plan "$DIR/plan2.json" --inputs "$DIR/in" --outputs "$DIR/out" >"$DIR/log" 2>&1
+    RC=$?
+    [ "$RC" -eq 1 ] || fail "fcp check exit $RC on a corrupted o.npy, expected 1"
+    grep -q MISMATCH "$DIR/log" || fail "no MISMATCH line"
+    echo "ok: corrupted output detected";;
+  rank_dies)
+    start=$(date +%s)
+    run 2 run --plan "$DIR/plan2.json" "${ARGS[@]}" --debug-exit-rank 1 --debug-exit-stage 1
+    [ "$RC" -ne 0 ] || fail "exit code 0 after a rank died"
+    echo "ok: job exited $RC $(( $(date +%s) - start )) s after start with rank 1 dead";;
+  *) echo "unknown case $CASE"; exit 2;;
+esac

@@ -1,0 +1,391 @@
+// fcp run | make-inputs | check: execute a plan under mpirun, make random
+// inputs for it, and compare outputs with the float64 reference.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "commands.h"
+#include "fcp/communicator.h"
+#include "fcp/error.h"
+#include "fcp/executor.h"
+#include "fcp/npy.h"
+#include "fcp/plan.h"
+#include "fcp/reference_attention.h"
+
+namespace fcp::cli {
+namespace {
+
+std::string InPath(const std::string& dir, const char* name) {
+  return (std::filesystem::path(dir) / (std::string(name) + ".npy")).string();
+}
+
+AttentionDims DimsOf(const Plan& plan) {
+  return {plan.attention.heads_q, plan.attention.heads_kv, plan.attention.head_dim,
+          1.0f / std::sqrt(static_cast<float>(plan.attention.head_dim))};
+}
+
+Plan ReadValidPlan(const std::string& path) {
+  try {
+    Plan plan = ReadPlanJsonFile(path);
+    ValidatePlan(plan);
+    return plan;
+  } catch (const Error& e) {
+    throw Error(e.code(), "plan file " + path + ": " + e.what());
+  }
+}
+
+// Checks that an input file has shape [T, heads, head_dim]; returns its header.
+NpyHeader CheckedHeader(const std::string& path, int64_t tokens, int32_t heads, int32_t head_dim) {
+  const NpyHeader h = ReadNpyHeader(path);
+  const std::vector<int64_t> want = {tokens, heads, head_dim};
+  if (h.shape != want) {
+    std::string got;
+    for (int64_t d : h.shape) got += (got.empty() ? "" : ", ") + std::to_string(d);
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("input {}: shape ({}) does not match the plan's [T={}, {}, {}]", path, got,
+                            tokens, heads, head_dim));
+  }
+  return h;
+}
+
+uint64_t Fnv1a(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+// ---- fcp check --------------------------------------------------------------
+
+struct CheckResult {
+  std::vector<std::pair<std::string, double>> errors;  // name, relative error
+  bool passed = true;
+};
+
+CheckResult CheckOutputs(const Plan& plan, const std::string& inputs, const std::string& outputs,
+                         double tolerance) {
+  const int64_t T = plan.total_tokens();
+  const AttentionDims dims = DimsOf(plan);
+  auto read = [&](const std::string& path, int32_t heads, int32_t width) {
+    const NpyHeader h = ReadNpyHeader(path);
+    const std::vector<int64_t> want =
+        width > 0 ? std::vector<int64_t>{T, heads, width} : std::vector<int64_t>{T, heads};
+    if (h.shape != want) throw Error(ErrorCode::kInvalidArgument, "check: " + path + " has the wrong shape");
+    return ReadNpyRows(path, h, 0, T);
+  };
+  const int32_t hq = dims.heads_q, hkv = dims.heads_kv, hd = dims.head_dim;
+  const auto q = read(InPath(inputs, "q"), hq, hd);
+  const auto k = read(InPath(inputs, "k"), hkv, hd);
+  const auto v = read(InPath(inputs, "v"), hkv, hd);
+  const bool backward = std::filesystem::exists(InPath(outputs, "dq"));
+  std::vector<float> d_o;
+  if (backward) d_o = read(InPath(inputs, "do"), hq, hd);
+  const ReferenceAttentionResult ref = ReferenceAttention(plan.sequences, plan.mask, dims, q.data(), k.data(),
+                                                          v.data(), backward ? d_o.data() : nullptr);
+  CheckResult result;
+  auto compare = [&](const char* name, int32_t heads, int32_t width, const std::vector<double>& want) {
+    const auto got = read(InPath(outputs, name), heads, width);
+    const double err = RelativeError(got.data(), want.data(), static_cast<int64_t>(want.size()));
+    result.errors.push_back({name, err});
+    if (!(err <= tolerance)) result.passed = false;
+  };
+  compare("o", hq, hd, ref.o);
+  compare("lse", hq, 0, ref.lse);
+  if (backward) {
+    compare("dq", hq, hd, ref.dq);
+    compare("dk", hkv, hd, ref.dk);
+    compare("dv", hkv, hd, ref.dv);
+  }
+  return result;
+}
+
+void PrintCheck(const CheckResult& r, double tolerance) {
+  std::string line;
+  for (const auto& [name, err] : r.errors) line += fmt::format(" {} {:.2e}", name, err);
+  fmt::print("check: relative error vs float64 reference:{} (tolerance {:.0e}): {}\n", line, tolerance,
+             r.passed ? "matched the reference" : "MISMATCH");
+}
+
+// ---- fcp run ---------------------------------------------------------------
+
+struct RunOptions {
+  std::string plan_path, inputs, out, trace_path;
+  bool backward = false;
+  bool check = false;
+  double tolerance = 1e-4;
+  double timeout_s = 60;
+  int32_t q_tile = 64, kv_tile = 128;
+  int32_t debug_exit_rank = -1, debug_exit_stage = 0;
+};
+
+// An error every rank raised together (see Agreed): all ranks are alive and
+// about to exit, so they can wait for each other to print.
+struct AgreedError : Error {
+  using Error::Error;
+};
+
+// Runs `step` on every rank; if it throws on any rank, every rank throws the
+// first failing rank's message, so the job fails with one clear error
+// everywhere instead of some ranks waiting forever for the others.
+void Agreed(Communicator& comm, const std::function<void()>& step) {
+  std::string error;
+  try {
+    step();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  int64_t first = error.empty() ? comm.size() : comm.rank();
+  comm.AllreduceMin(std::span(&first, 1));
+  if (first == comm.size()) return;
+  std::vector<char> text(1024, '\0');
+  if (comm.rank() == first) std::strncpy(text.data(), error.c_str(), text.size() - 1);
+  comm.Broadcast(text.data(), static_cast<int64_t>(text.size()), static_cast<int32_t>(first));
+  throw AgreedError(ErrorCode::kInvalidArgument,
+                   fmt::format("run: rank {}: {} (reported by rank {})", comm.rank(), text.data(), first));
+}
+
+// All ranks hold equal values of `value`, or an error naming `what`.
+void AgreeEqual(Communicator& comm, uint64_t value, const std::string& what) {
+  int64_t lo = static_cast<int64_t>(value), hi = lo;
+  comm.AllreduceMin(std::span(&lo, 1));
+  comm.AllreduceMax(std::span(&hi, 1));
+  if (lo != hi)
+    throw AgreedError(ErrorCode::kInvalidArgument,
+                      fmt::format("run: rank {}: the ranks disagree on {}", comm.rank(), what));
+}
+
+void WriteTrace(Communicator& comm, const Trace& trace, const std::string& path) {
+  const std::string mine = trace.ChromeEvents(comm.rank());
+  if (comm.rank() != 0) {
+    int64_t size = static_cast<int64_t>(mine.size());
+    comm.Wait(comm.Isend(&size, 8, 0, 90));
+    comm.Wait(comm.Isend(mine.data(), size, 0, 91));
+    return;
+  }
+  std::vector<std::string> all = {mine};
+  for (int32_t r = 1; r < comm.size(); ++r) {
+    int64_t size = 0;
+    comm.Wait(comm.Irecv(&size, 8, r, 90));
+    std::string text(static_cast<size_t>(size), '\0');
+    comm.Wait(comm.Irecv(text.data(), size, r, 91));
+    all.push_back(std::move(text));
+  }
+  std::ofstream f(path);
+  f << ChromeTraceDocument(all);
+  if (!f) throw Error(ErrorCode::kIo, "run: cannot write trace " + path);
+}
+
+void RunOnRanks(Communicator& comm, const RunOptions& opt);
+
+void Run(const RunOptions& opt) {
+  int argc = 0;
+  char** argv = nullptr;
+  auto comm = MakeMpiCommunicator(&argc, &argv, {opt.timeout_s});
+  try {
+    RunOnRanks(*comm, opt);
+  } catch (const AgreedError& e) {
+    // Print while every rank is still alive: once one rank exits non-zero,
+    // mpirun kills the others, possibly before they have said anything.
+    std::fprintf(stderr, "fcp: %s\n", e.what());
+    std::fflush(stderr);
+    try {
+      comm->Barrier();
+    } catch (const Error&) {
+      // A peer is gone; exit anyway.
+    }
+    throw ReportedError(1);
+  }
+}
+
+void RunOnRanks(Communicator& comm, const RunOptions& opt) {
+  SetBlasThreads(1);  // one rank per core
+  const int32_t me = comm.rank();
+
+  Plan plan;
+  Agreed(comm, [&] { plan = ReadValidPlan(opt.plan_path); });
+  AgreeEqual(comm, Fnv1a(WritePlanJson(plan)), "the plan (hash of its canonical JSON differs)");
+  Agreed(comm, [&] {
+    if (plan.workers != comm.size())
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("plan {} is for {} workers but mpirun started {} ranks", opt.plan_path,
+                              plan.workers, comm.size()));
+  });
+
+  const int64_t T = plan.total_tokens();
+  const int32_t hq = plan.attention.heads_q, hkv = plan.attention.heads_kv, hd = plan.attention.head_dim;
+  const int64_t row0 = DataloaderBegin(T, plan.workers, me), row1 = DataloaderBegin(T, plan.workers, me + 1);
+  RankInputs inputs;
+  std::string shapes;
+  Agreed(comm, [&] {
+    auto load = [&](const char* name, int32_t heads) {
+      const std::string path = InPath(opt.inputs, name);
+      const NpyHeader h = CheckedHeader(path, T, heads, hd);
+      shapes += fmt::format("{}:{},{},{};", name, h.shape[0], h.shape[1], h.shape[2]);
+      return ReadNpyRows(path, h, row0, row1);
+    };
+    inputs.q = load("q", hq);
+    inputs.k = load("k", hkv);
+    inputs.v = load("v", hkv);
+    if (opt.backward) inputs.d_o = load("do", hq);
+    std::filesystem::create_directories(opt.out);
+  });
+  AgreeEqual(comm, Fnv1a(shapes), "the input shapes");
+
+  ExecutorOptions eo;
+  eo.backward = opt.backward;
+  eo.kernel.q_tile_rows = opt.q_tile;
+  eo.kernel.kv_tile_rows = opt.kv_tile;
+  eo.debug_exit_rank = opt.debug_exit_rank;
+  eo.debug_exit_stage = opt.debug_exit_stage;
+  Trace trace;
+  ExecutorStats stats;
+  RankOutputs outputs;
+  comm.Barrier();
+  trace.ResetOrigin();
+  try {
+    outputs = ExecutePlan(plan, comm, inputs, eo, &trace, &stats);
+  } catch (const std::exception& e) {
+    // Peers may be blocked in a transfer with this rank: no agreement is
+    // possible any more, so take the whole job down.
+    std::fprintf(stderr, "fcp: run: rank %d: %s\n", me, e.what());
+    std::fflush(stderr);
+    comm.Abort(1);
+  }
+  const double total_s = trace.NowUs() * 1e-6;
+
+  // Outputs: rank 0 sizes each file, then every rank writes its own rows.
+  struct Out {
+    const char* name;
+    std::vector<int64_t> shape;
+    const std::vector<float>* data;
+  };
+  std::vector<Out> outs = {{"o", {T, hq, hd}, &outputs.o}, {"lse", {T, hq}, &outputs.lse}};
+  if (opt.backward) {
+    outs.push_back({"dq", {T, hq, hd}, &outputs.dq});
+    outs.push_back({"dk", {T, hkv, hd}, &outputs.dk});
+    outs.push_back({"dv", {T, hkv, hd}, &outputs.dv});
+  }
+  Agreed(comm, [&] {
+    if (me == 0)
+      for (const Out& o : outs) CreateNpy(InPath(opt.out, o.name), o.shape);
+  });
+  Agreed(comm, [&] {
+    for (const Out& o : outs) WriteNpyRows(InPath(opt.out, o.name), o.shape, row0, row1 - row0, o.data->data());
+  });
+  if (!opt.trace_path.empty()) Agreed(comm, [&] { WriteTrace(comm, trace, opt.trace_path); });
+
+  // Summary over ranks (microseconds summed, peaks maxed).
+  std::vector<int64_t> sums = {static_cast<int64_t>(stats.compute_s * 1e6), static_cast<int64_t>(stats.transfer_s * 1e6),
+                               static_cast<int64_t>(stats.exposed_wait_s * 1e6), static_cast<int64_t>(stats.reshuffle_s * 1e6),
+                               static_cast<int64_t>(stats.reshuffle_wait_s * 1e6), stats.bytes_sent};
+  std::vector<int64_t> maxes = {static_cast<int64_t>(total_s * 1e6), static_cast<int64_t>(stats.forward_s * 1e6),
+                                static_cast<int64_t>(stats.backward_s * 1e6), stats.peak_received_blocks};
+  comm.AllreduceMax(maxes);
+  comm.AllreduceSum(sums);
+  if (me == 0) {
+    const double transfer = sums[1] * 1e-6, exposed = sums[2] * 1e-6;
+    fmt::print("run: {} ranks, {} tokens, {} blocks, mask {}, {}: {:.3f} s (forward {:.3f} s{})\n", comm.size(), T,
+               plan.blocks.size(), MaskKindName(plan.mask.kind), opt.backward ? "forward+backward" : "forward",
+               maxes[0] * 1e-6, maxes[1] * 1e-6,
+               opt.backward ? fmt::format(", backward {:.3f} s", maxes[2] * 1e-6) : std::string());
+    fmt::print("  compute {:.3f} s, stage transfers {:.3f} s of which exposed {:.3f} s: {:.1f}% hidden behind compute "
+               "(summed over ranks); {:.1f} MiB sent\n",
+               sums[0] * 1e-6, transfer, exposed, transfer > 0 ? 100.0 * (1 - exposed / transfer) : 100.0,
+               sums[5] / 1048576.0);
+    fmt::print("  reshuffles {:.3f} s of which exposed {:.3f} s; peak received K/V blocks held {} (coalesce {})\n",
+               sums[3] * 1e-6, sums[4] * 1e-6, maxes[3], plan.coalesce);
+    fmt::print("  outputs written to {}\n", opt.out);
+    std::fflush(stdout);
+  }
+  // Only rank 0 checks (the float64 reference takes a while on big batches,
+  // longer than peers should wait in a bounded call); its exit code carries
+  // the verdict, and mpirun returns non-zero when any rank does.
+  if (opt.check && me == 0) {
+    const CheckResult r = CheckOutputs(plan, opt.inputs, opt.out, opt.tolerance);
+    PrintCheck(r, opt.tolerance);
+    std::fflush(stdout);
+    if (!r.passed) throw Error(ErrorCode::kInternal, "run: outputs do not match the reference");
+  }
+}
+
+// ---- fcp make-inputs ---------------------------------------------------------
+
+void MakeInputs(const std::string& plan_path, const std::string& out, uint64_t seed) {
+  const Plan plan = ReadPlanJsonFile(plan_path);
+  const int64_t T = plan.total_tokens();
+  const int32_t hq = plan.attention.heads_q, hkv = plan.attention.heads_kv, hd = plan.attention.head_dim;
+  std::filesystem::create_directories(out);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto write = [&](const char* name, int32_t heads) {
+    std::vector<float> x(static_cast<size_t>(T * heads * hd));
+    for (float& e : x) e = normal(rng);
+    WriteNpy(InPath(out, name), {T, heads, hd}, x.data());
+  };
+  write("q", hq);
+  write("k", hkv);
+  write("v", hkv);
+  write("do", hq);
+  fmt::print("make-inputs: wrote q, k, v, do for {} tokens ({} query heads, {} key/value heads, head dim {}) to {}\n",
+             T, hq, hkv, hd, out);
+}
+
+}  // namespace
+
+void AddRunCommands(CLI::App& app) {
+  auto opt = std::make_shared<RunOptions>();
+  CLI::App* run = app.add_subcommand("run", "Execute a plan under mpirun (one rank per worker)");
+  run->add_option("--plan", opt->plan_path, "Plan file")->required();
+  run->add_option("--inputs", opt->inputs, "Directory with q.npy, k.npy, v.npy (and do.npy)")->required();
+  run->add_option("--out", opt->out, "Directory for o.npy, lse.npy (and dq, dk, dv)")->required();
+  run->add_flag("--backward", opt->backward, "Also run the backward pass");
+  run->add_option("--trace", opt->trace_path, "Write a Chrome trace of real timings per rank");
+  run->add_flag("--check", opt->check, "Compare the outputs with the float64 reference (rank 0)");
+  run->add_option("--tolerance", opt->tolerance, "Relative error bound of --check")->capture_default_str();
+  run->add_option("--timeout-s", opt->timeout_s, "Give up on a silent peer after this long")->capture_default_str();
+  run->add_option("--q-tile", opt->q_tile, "Query rows per kernel tile")->capture_default_str();
+  run->add_option("--kv-tile", opt->kv_tile, "Key rows per kernel tile")->capture_default_str();
+  run->add_option("--debug-exit-rank", opt->debug_exit_rank, "Testing: this rank dies at --debug-exit-stage")
+      ->group("");
+  run->add_option("--debug-exit-stage", opt->debug_exit_stage, "Testing: forward stage where it dies")->group("");
+  run->callback([opt] { Run(*opt); });
+
+  auto plan_path = std::make_shared<std::string>();
+  auto out = std::make_shared<std::string>();
+  auto seed = std::make_shared<uint64_t>(1);
+  CLI::App* make = app.add_subcommand("make-inputs", "Write random q, k, v, do .npy inputs for a plan");
+  make->add_option("--plan", *plan_path, "Plan file")->required();
+  make->add_option("--out", *out, "Directory to write")->required();
+  make->add_option("--seed", *seed, "Random seed")->capture_default_str();
+  make->callback([plan_path, out, seed] { MakeInputs(*plan_path, *out, *seed); });
+
+  auto check_plan = std::make_shared<std::string>();
+  auto check_inputs = std::make_shared<std::string>();
+  auto check_outputs = std::make_shared<std::string>();
+  auto tolerance = std::make_shared<double>(1e-4);
+  CLI::App* check = app.add_subcommand("check", "Compare run outputs with the float64 reference");
+  check->add_option("--plan", *check_plan, "Plan file")->required();
+  check->add_option("--inputs", *check_inputs, "Input directory")->required();
+  check->add_option("--outputs", *check_outputs, "Output directory of fcp run")->required();
+  check->add_option("--tolerance", *tolerance, "Relative error bound")->capture_default_str();
+  check->callback([=] {
+    const Plan plan = ReadValidPlan(*check_plan);
+    const CheckResult r = CheckOutputs(plan, *check_inputs, *check_outputs, *tolerance);
+    PrintCheck(r, *tolerance);
+    if (!r.passed) throw Error(ErrorCode::kInternal, "check: outputs do not match the reference");
+  });
+}
+
+}  // namespace fcp::cli
