@@ -19,26 +19,31 @@ PlanMetrics ComputePlanMetrics(const Plan& plan) {
   PlanMetrics m;
   const int32_t n = plan.workers;
   m.workers.resize(n);
-  for (const Block& b : plan.blocks) m.workers[b.worker].tokens += b.tokens();
+  std::vector<int64_t> block_tokens(plan.blocks.size());
+  for (size_t b = 0; b < plan.blocks.size(); ++b) {
+    block_tokens[b] = plan.blocks[b].tokens();
+    m.workers[plan.blocks[b].worker].tokens += block_tokens[b];
+  }
   m.total_tokens = plan.total_tokens();
 
-  // Compute: every pair the plan computes, charged to its query block's owner.
+  // Compute: every pair, charged to its query block's owner. A valid plan
+  // computes exactly the required pairs, whose token counts the sequence
+  // index gives without pairing every segment of one block with every
+  // segment of the other (ring plans hold thousands of segments per block).
   std::vector<double> q_block_flops(plan.blocks.size(), 0);
-  for (const ForwardStage& stage : plan.forward)
-    for (const BlockPair& p : stage.compute) {
-      const double flops =
-          ForwardFlops(plan.attention, BlockPairTokenPairs(plan, p.q_block, p.kv_block));
-      m.workers[plan.blocks[p.q_block].worker].forward_flops += flops;
-      q_block_flops[p.q_block] += flops;
-      m.max_pair_flops = std::max(m.max_pair_flops, flops);
-      m.total_forward_flops += flops;
-      ++m.required_pairs;
-    }
+  for (const RequiredPair& p : RequiredPairs(plan.sequences, plan.blocks, plan.mask)) {
+    const double flops = ForwardFlops(plan.attention, p.token_pairs);
+    m.workers[plan.blocks[p.q_block].worker].forward_flops += flops;
+    q_block_flops[p.q_block] += flops;
+    m.max_pair_flops = std::max(m.max_pair_flops, flops);
+    m.total_forward_flops += flops;
+    ++m.required_pairs;
+  }
 
   for (const ForwardStage& stage : plan.forward) {
     if (!stage.send.empty()) ++m.forward_transfer_stages;
     for (const Transfer& t : stage.send) {
-      const int64_t bytes = KvTransferBytes(plan.attention, plan.blocks[t.block].tokens());
+      const int64_t bytes = KvTransferBytes(plan.attention, block_tokens[t.block]);
       m.workers[t.src].kv_blocks_sent++;
       m.workers[t.src].bytes_sent += bytes;
       m.workers[t.dst].kv_blocks_received++;
@@ -73,7 +78,7 @@ PlanMetrics ComputePlanMetrics(const Plan& plan) {
 
   std::vector<int64_t> needed_tokens(plan.blocks.size(), 0);
   for (const ForwardStage& stage : plan.forward)
-    for (const BlockPair& p : stage.compute) needed_tokens[p.q_block] += plan.blocks[p.kv_block].tokens();
+    for (const BlockPair& p : stage.compute) needed_tokens[p.q_block] += block_tokens[p.kv_block];
   for (int64_t tokens : needed_tokens)
     m.traffic_lower_bound_bytes = std::max(
         m.traffic_lower_bound_bytes,
