@@ -20,6 +20,7 @@ command line prints; ``TypeError`` for arguments of the wrong type.
 
 from __future__ import annotations
 
+import importlib.metadata as _metadata
 import operator
 from typing import Dict, Iterable, Optional, Tuple, Union
 
@@ -38,7 +39,7 @@ __all__ = [
     "ParseError",
 ]
 
-__version__ = "0.1.0"
+__version__ = _metadata.version("fcp")  # one source: pyproject.toml
 
 _INT64_MAX = np.iinfo(np.int64).max
 _INT64_MIN = np.iinfo(np.int64).min
