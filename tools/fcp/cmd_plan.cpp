@@ -40,7 +40,11 @@ void AddPlanCommands(CLI::App& app) {
   plan->add_option("--block-size", config.block_size, "Tokens per block")->capture_default_str();
   plan->add_option("--coalesce", config.coalesce, "Sub-stages coalesced per stage (c)")
       ->capture_default_str();
-  plan->add_option("--mask", options->mask, "causal | full | sliding_window")->capture_default_str();
+  // Checked at parse time so a bad name is a usage error (exit 2).
+  plan->add_option("--mask", options->mask, "causal | full | sliding_window")
+      ->capture_default_str()
+      ->check(CLI::IsMember({MaskKindName(MaskKind::kCausal), MaskKindName(MaskKind::kFull),
+                             MaskKindName(MaskKind::kSlidingWindow)}));
   plan->add_option("--window", options->window, "Window for --mask sliding_window");
   plan->add_option("--heads-q", config.attention.heads_q, "Query heads")->capture_default_str();
   plan->add_option("--heads-kv", config.attention.heads_kv, "Key/value heads")->capture_default_str();
