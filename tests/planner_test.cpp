@@ -246,7 +246,7 @@ void CheckPlanProperties(const Case& k) {
 
 TEST(PlannerPropertyTest, RandomBatchesGiveValidOptimalDeterministicPlans) {
   std::mt19937_64 rng(20261129);
-  for (int trial = 0; trial < 150; ++trial) {
+  for (int trial = 0; trial < 120; ++trial) {
     const Case k = RandomCase(rng);
     CheckPlanProperties(k);
     if (HasFatalFailure() || HasNonfatalFailure()) {
