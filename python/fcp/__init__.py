@@ -42,7 +42,10 @@ __all__ = [
     "ParseError",
 ]
 
-__version__ = _metadata.version("fcp")  # one source: pyproject.toml
+try:
+    __version__ = _metadata.version("fcp")  # one source: pyproject.toml
+except _metadata.PackageNotFoundError:  # imported from a build tree, not installed
+    __version__ = "unknown"
 
 _INT64_MAX = np.iinfo(np.int64).max
 _INT64_MIN = np.iinfo(np.int64).min
