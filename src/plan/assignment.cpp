@@ -579,4 +579,57 @@ class Assigner {
 
 std::vector<int32_t> AssignBlocks(const AssignmentInput& input) { return Assigner(input).Run(); }
 
+std::vector<int32_t> LocalityRenaming(const std::vector<Block>& blocks,
+                                      const std::vector<int32_t>& owner,
+                                      const std::vector<int64_t>& lengths, int32_t workers) {
+  struct Shared {
+    int64_t tokens;
+    int32_t worker, home;
+  };
+  const std::vector<int64_t> offsets = SequenceOffsets(lengths);
+  const int64_t total = offsets.back();
+  std::vector<Shared> shared;
+  for (size_t b = 0; b < blocks.size(); ++b)
+    for (const Segment& s : blocks[b].segments) {
+      int64_t token = offsets[s.seq] + s.start;
+      const int64_t end = token + s.length;
+      while (token < end) {
+        const int32_t home = DataloaderWorker(total, workers, token);
+        const int64_t stop = std::min(end, DataloaderBegin(total, workers, home + 1));
+        shared.push_back({stop - token, owner[b], home});
+        token = stop;
+      }
+    }
+  // Sum per (worker, home), then take pairs heaviest first.
+  std::sort(shared.begin(), shared.end(), [](const Shared& a, const Shared& b) {
+    return a.worker != b.worker ? a.worker < b.worker : a.home < b.home;
+  });
+  std::vector<Shared> merged;
+  for (const Shared& x : shared) {
+    if (!merged.empty() && merged.back().worker == x.worker && merged.back().home == x.home)
+      merged.back().tokens += x.tokens;
+    else
+      merged.push_back(x);
+  }
+  std::sort(merged.begin(), merged.end(), [](const Shared& a, const Shared& b) {
+    if (a.tokens != b.tokens) return a.tokens > b.tokens;
+    return a.worker != b.worker ? a.worker < b.worker : a.home < b.home;
+  });
+  std::vector<int32_t> rename(workers, -1);
+  std::vector<uint8_t> taken(workers, 0);
+  for (const Shared& x : merged)
+    if (rename[x.worker] < 0 && !taken[x.home]) {
+      rename[x.worker] = x.home;
+      taken[x.home] = 1;
+    }
+  int32_t next = 0;
+  for (int32_t w = 0; w < workers; ++w) {
+    if (rename[w] >= 0) continue;
+    while (taken[next]) ++next;
+    rename[w] = next;
+    taken[next] = 1;
+  }
+  return rename;
+}
+
 }  // namespace fcp::detail

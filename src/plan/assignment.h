@@ -42,4 +42,13 @@ struct AssignmentInput {
 // owner[block] for every block. Deterministic.
 std::vector<int32_t> AssignBlocks(const AssignmentInput& input);
 
+// A renaming of workers (rename[w] is w's new id, a permutation) that keeps
+// tokens on their dataloader worker: greedy maximum-weight matching of
+// (assigned worker, dataloader worker) by the tokens they share, heaviest
+// first, ties by ids; unmatched workers take the unused ids in order.
+// O(S log S) for S segments.
+std::vector<int32_t> LocalityRenaming(const std::vector<Block>& blocks,
+                                      const std::vector<int32_t>& owner,
+                                      const std::vector<int64_t>& lengths, int32_t workers);
+
 }  // namespace fcp::detail

@@ -42,7 +42,10 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
         DataloaderWorker(offsets.back(), config.workers, offsets[first.seq] + first.start));
   }
   const std::vector<int32_t> owner = detail::AssignBlocks(input);
-  for (size_t b = 0; b < plan.blocks.size(); ++b) plan.blocks[b].worker = owner[b];
+  // Workers are interchangeable for balance; renaming them so that each keeps
+  // as many of its dataloader tokens as possible shrinks the reshuffle.
+  const std::vector<int32_t> rename = detail::LocalityRenaming(plan.blocks, owner, lengths, config.workers);
+  for (size_t b = 0; b < plan.blocks.size(); ++b) plan.blocks[b].worker = rename[owner[b]];
 
   // 3-5. Transfer graph, colouring, coalesced forward and backward stages.
   BuildStages(plan, pairs, config.self_check);
