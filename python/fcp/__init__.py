@@ -20,7 +20,10 @@ command line prints; ``TypeError`` for arguments of the wrong type.
 
 from __future__ import annotations
 
+import importlib.metadata as _metadata
+import json
 import operator
+import os
 from typing import Dict, Iterable, Optional, Tuple, Union
 
 import numpy as np
@@ -32,13 +35,17 @@ __all__ = [
     "Plan",
     "plan",
     "planners",
+    "simulate",
     "workload",
     "InvalidPlanError",
     "InfeasibleError",
     "ParseError",
 ]
 
-__version__ = "0.1.0"
+try:
+    __version__ = _metadata.version("fcp")  # one source: pyproject.toml
+except _metadata.PackageNotFoundError:  # imported from a build tree, not installed
+    __version__ = "unknown"
 
 _INT64_MAX = np.iinfo(np.int64).max
 _INT64_MIN = np.iinfo(np.int64).min
@@ -267,6 +274,12 @@ class Plan:
         """Multi-line report, the same text ``fcp inspect`` prints."""
         return self._h.summary()
 
+    def simulate(self, profile: str = "gpu-x", reshuffle: str = "overlap", dkv_bytes: int = 0,
+                 trace: Optional[str] = None) -> Dict[str, object]:
+        """:func:`fcp.simulate` of this plan."""
+        return simulate(self, profile=profile, reshuffle=reshuffle, dkv_bytes=dkv_bytes,
+                        trace=trace)
+
     # ---- token placement ---------------------------------------------------------
 
     @property
@@ -363,6 +376,34 @@ def plan(lengths: Iterable[int], workers: int, block_size: int = 4096, coalesce:
         None if heavy_fraction is None else float(heavy_fraction),
         None if max_split is None else _int("max_split", max_split),
         None if local_search is None else _int("local_search", local_search)))
+
+
+def simulate(plan: Plan, profile: str = "gpu-x", reshuffle: str = "overlap", dkv_bytes: int = 0,
+             trace: Optional[str] = None) -> Dict[str, object]:
+    """Runs ``plan`` on the event-driven model cluster, as ``fcp simulate``.
+
+    profile: 'gpu-x' (H100-like), 'gpu-y' (B200-like) or a JSON profile file.
+    reshuffle: 'overlap', 'blocking' or 'none' (the dataloader already gives
+    the plan's layout). dkv_bytes: bytes per element of partial dK/dV
+    transfers (0 = the plan's dtype). trace: also write a Chrome trace there.
+
+    Returns the fields of ``fcp simulate --json --per-worker`` (times in
+    seconds, FLOPs, MFU, imbalances, exposed communication); ``worker_stats``
+    is a dict of float64 arrays [workers] (busy_s, exposed_comm_s, idle_s,
+    forward_flops, ..., reshuffle_bytes_received). The GIL is released while
+    the simulation runs.
+    """
+    if not isinstance(plan, Plan):
+        raise TypeError(f"simulate: plan must be an fcp.Plan, got {type(plan).__name__}")
+    result = json.loads(_fcp.simulate(
+        plan._h, _str("profile", os.fspath(profile) if isinstance(profile, os.PathLike) else profile),
+        _str("reshuffle", reshuffle), _int("dkv_bytes", dkv_bytes),
+        None if trace is None else os.fspath(trace)))
+    rows = result["worker_stats"]
+    names = list(rows[0]) if rows else []
+    result["worker_stats"] = {name: np.array([row[name] for row in rows], dtype=np.float64)
+                              for name in names}
+    return result
 
 
 def planners() -> Dict[str, str]:

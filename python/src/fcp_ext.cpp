@@ -38,6 +38,7 @@
 #include "fcp/plan.h"
 #include "fcp/plan_metrics.h"
 #include "fcp/planner.h"
+#include "fcp/simulator.h"
 #include "fcp/token_permutation.h"
 #include "fcp/workload.h"
 
@@ -512,6 +513,27 @@ NB_MODULE(_fcp, m) {
                                           /*planning_seconds=*/-1.0);
     });
   });
+
+  // The result crosses as SimResultJson's text, the exact JSON of
+  // `fcp simulate --json --per-worker`, so both stay one definition.
+  m.def(
+      "simulate",
+      [](PlanHandle& h, const std::string& profile, const std::string& reshuffle,
+         int64_t dkv_bytes, std::optional<std::string> trace) {
+        return WithoutGil([&] {
+          const HardwareProfile hardware = ResolveProfile(profile);
+          SimConfig config;
+          config.reshuffle = ParseReshuffleMode(reshuffle);
+          config.dkv_dtype_bytes = ToInt32("simulate", "dkv_bytes", dkv_bytes);
+          config.record_trace = trace.has_value();
+          h.EnsureValid();
+          const SimResult result = Simulate(h.plan(), hardware, config);
+          if (trace) WriteChromeTraceFile(result, *trace);
+          return SimResultJson(result, /*per_worker=*/true);
+        });
+      },
+      nb::arg("plan"), nb::arg("profile"), nb::arg("reshuffle"), nb::arg("dkv_bytes"),
+      nb::arg("trace").none());
 
   m.def("planners", [] {
     nb::list out;
