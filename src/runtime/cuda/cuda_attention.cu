@@ -1,0 +1,286 @@
+// The CUDA AttentionKernel: launches the per-thread code of attention_math.h
+// over segment pairs and stages the interface's float32 host buffers through
+// device memory (bf16 inputs, float32 outputs). See fcp/cuda_attention.h.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "attention_math.h"
+#include "fcp/cuda_attention.h"
+#include "fcp/error.h"
+
+namespace fcp {
+namespace {
+
+using gpu::KernelDims;
+using gpu::PairDesc;
+
+void Check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess)
+    throw Error(ErrorCode::kBackend, std::string("cuda: ") + what + ": " + cudaGetErrorString(status));
+}
+
+// ---- device kernels ----------------------------------------------------------
+
+__global__ void ToBf16Kernel(const float* in, uint16_t* out, int64_t n) {
+  for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < n; t += int64_t{gridDim.x} * blockDim.x)
+    out[t] = gpu::FloatToBf16(in[t]);
+}
+
+// blockIdx.y picks the pair (pairs[order[y]]); x threads stride its work.
+__global__ void ForwardKernel(KernelDims d, const PairDesc* pairs, const int32_t* order, const uint16_t* q,
+                              const uint16_t* k, const uint16_t* v, float* o, float* lse) {
+  const PairDesc p = pairs[order[blockIdx.y]];
+  for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;; t += int64_t{gridDim.x} * blockDim.x) {
+    int64_t i;
+    int32_t h;
+    if (!gpu::ThreadWork(d, p, t, &i, &h)) return;
+    gpu::ForwardRow(d, p, i, h, q, k, v, o, lse);
+  }
+}
+
+__global__ void BackwardKernel(KernelDims d, const PairDesc* pairs, const uint16_t* q, const uint16_t* k,
+                               const uint16_t* v, const uint16_t* d_o, const float* lse, const float* delta,
+                               float* dq, float* dk, float* dv) {
+  const PairDesc p = pairs[blockIdx.y];
+  for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;; t += int64_t{gridDim.x} * blockDim.x) {
+    int64_t i;
+    int32_t h;
+    if (!gpu::ThreadWork(d, p, t, &i, &h)) return;
+    gpu::BackwardRow(d, p, i, h, q, k, v, d_o, lse, delta, dq, dk, dv);
+  }
+}
+
+// ---- host side ------------------------------------------------------------
+
+// Grow-only device allocation.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { cudaFree(ptr_); }
+  template <typename T>
+  T* Get(int64_t count) {
+    const int64_t bytes = std::max<int64_t>(count, 1) * static_cast<int64_t>(sizeof(T));
+    if (bytes > bytes_) {
+      Check(cudaFree(ptr_), "cudaFree");
+      ptr_ = nullptr;
+      bytes_ = 0;
+      Check(cudaMalloc(&ptr_, static_cast<size_t>(bytes)), "cudaMalloc");
+      bytes_ = bytes;
+    }
+    return static_cast<T*>(ptr_);
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
+// The rows of the query and key buffers a list of pairs touches, and the
+// pairs rebased onto them.
+struct Footprint {
+  int64_t q_begin = 0, q_rows = 0, k_begin = 0, k_rows = 0;
+  std::vector<PairDesc> pairs;
+};
+
+Footprint FootprintOf(std::span<const SegmentPair> pairs) {
+  Footprint f;
+  int64_t q_lo = INT64_MAX, q_hi = 0, k_lo = INT64_MAX, k_hi = 0;
+  for (const SegmentPair& s : pairs) {
+    if (s.q_len < 0 || s.k_len < 0 || s.q_row < 0 || s.k_row < 0)
+      throw Error(ErrorCode::kInvalidArgument, "cuda attention: a segment pair has a negative row or length");
+    if (s.q_len == 0 || s.k_len == 0) continue;
+    q_lo = std::min(q_lo, s.q_row);
+    q_hi = std::max(q_hi, s.q_row + s.q_len);
+    k_lo = std::min(k_lo, s.k_row);
+    k_hi = std::max(k_hi, s.k_row + s.k_len);
+  }
+  if (q_lo == INT64_MAX) return f;
+  f.q_begin = q_lo;
+  f.q_rows = q_hi - q_lo;
+  f.k_begin = k_lo;
+  f.k_rows = k_hi - k_lo;
+  for (const SegmentPair& s : pairs)
+    if (s.q_len > 0 && s.k_len > 0)
+      f.pairs.push_back({s.q_row - q_lo, s.k_row - k_lo, s.q_pos, s.k_pos, s.q_len, s.k_len});
+  return f;
+}
+
+KernelDims KernelDimsOf(const AttentionDims& dims, const Mask& mask) {
+  dims.validate();
+  mask.validate();
+  if (dims.head_dim > gpu::kMaxHeadDim)
+    throw Error(ErrorCode::kInvalidArgument, "cuda attention: head_dim " + std::to_string(dims.head_dim) +
+                                                 " exceeds " + std::to_string(gpu::kMaxHeadDim));
+  const int32_t kind = mask.kind == MaskKind::kCausal ? gpu::kMaskCausal
+                       : mask.kind == MaskKind::kFull ? gpu::kMaskFull
+                                                      : gpu::kMaskSlidingWindow;
+  return {dims.heads_q, dims.heads_kv, dims.head_dim, dims.scale, kind, mask.window};
+}
+
+constexpr int64_t kMaxGridY = 65535;
+
+class CudaAttentionKernel final : public AttentionKernel {
+ public:
+  explicit CudaAttentionKernel(const CudaKernelOptions& options) : options_(options) {
+    options_.validate();
+    const int32_t devices = CudaDeviceCount();
+    if (options_.device >= devices)
+      throw Error(ErrorCode::kBackend, "cuda attention: no CUDA device " + std::to_string(options_.device) +
+                                           " (" + std::to_string(devices) + " found)");
+    Check(cudaSetDevice(options_.device), "cudaSetDevice");
+    Check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
+  ~CudaAttentionKernel() override { cudaStreamDestroy(stream_); }
+
+  void Forward(const AttentionDims& dims, const Mask& mask, std::span<const SegmentPair> pairs,
+               const ForwardBuffers& io) override {
+    const KernelDims d = KernelDimsOf(dims, mask);
+    const Footprint f = FootprintOf(pairs);
+    if (f.pairs.empty()) return;
+    Check(cudaSetDevice(options_.device), "cudaSetDevice");
+    const int64_t qn = f.q_rows * dims.q_row_floats(), kn = f.k_rows * dims.kv_row_floats();
+    uint16_t* q = Upload(io.q + f.q_begin * dims.q_row_floats(), qn, q_);
+    uint16_t* k = Upload(io.k + f.k_begin * dims.kv_row_floats(), kn, k_);
+    uint16_t* v = Upload(io.v + f.k_begin * dims.kv_row_floats(), kn, v_);
+    float* o = CopyIn(io.o + f.q_begin * dims.q_row_floats(), qn, o_);
+    float* lse = CopyIn(io.lse + f.q_begin * dims.heads_q, f.q_rows * dims.heads_q, lse_);
+    PairDesc* dev_pairs = CopyPairs(f.pairs);
+
+    // One launch per wave of pairs with disjoint query rows.
+    std::vector<int32_t> order;
+    std::vector<std::pair<size_t, size_t>> launches;  // (first index in order, count)
+    for (const auto& wave : gpu::ForwardWaves(f.pairs))
+      for (size_t b = 0; b < wave.size(); b += kMaxGridY) {
+        const size_t n = std::min<size_t>(kMaxGridY, wave.size() - b);
+        launches.push_back({order.size(), n});
+        order.insert(order.end(), wave.begin() + static_cast<std::ptrdiff_t>(b),
+                     wave.begin() + static_cast<std::ptrdiff_t>(b + n));
+      }
+    int32_t* dev_order = order_.Get<int32_t>(static_cast<int64_t>(order.size()));
+    Check(cudaMemcpyAsync(dev_order, order.data(), order.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
+          "copy pair order");
+    for (const auto& [first, count] : launches) {
+      int64_t max_work = 0;
+      for (size_t x = first; x < first + count; ++x)
+        max_work = std::max(max_work, f.pairs[static_cast<size_t>(order[x])].q_len * dims.heads_q);
+      ForwardKernel<<<GridFor(max_work, count), options_.threads_per_block, 0, stream_>>>(
+          d, dev_pairs, dev_order + first, q, k, v, o, lse);
+      Check(cudaGetLastError(), "forward kernel launch");
+    }
+    CopyOut(o, io.o + f.q_begin * dims.q_row_floats(), qn);
+    CopyOut(lse, io.lse + f.q_begin * dims.heads_q, f.q_rows * dims.heads_q);
+    Finish("forward");
+  }
+
+  void Backward(const AttentionDims& dims, const Mask& mask, std::span<const SegmentPair> pairs,
+                const BackwardBuffers& io) override {
+    const KernelDims d = KernelDimsOf(dims, mask);
+    const Footprint f = FootprintOf(pairs);
+    if (f.pairs.empty()) return;
+    Check(cudaSetDevice(options_.device), "cudaSetDevice");
+    const int64_t qn = f.q_rows * dims.q_row_floats(), kn = f.k_rows * dims.kv_row_floats();
+    const int64_t qoff = f.q_begin * dims.q_row_floats(), koff = f.k_begin * dims.kv_row_floats();
+    const int64_t loff = f.q_begin * dims.heads_q, ln = f.q_rows * dims.heads_q;
+    uint16_t* q = Upload(io.q + qoff, qn, q_);
+    uint16_t* k = Upload(io.k + koff, kn, k_);
+    uint16_t* v = Upload(io.v + koff, kn, v_);
+    uint16_t* d_o = Upload(io.d_o + qoff, qn, do_);
+    const float* lse = CopyIn(io.lse + loff, ln, lse_);
+    const float* delta = CopyIn(io.delta + loff, ln, delta_);
+    float* dq = CopyIn(io.dq + qoff, qn, o_);
+    float* dk = CopyIn(io.dk + koff, kn, dk_);
+    float* dv = CopyIn(io.dv + koff, kn, dv_);
+    PairDesc* dev_pairs = CopyPairs(f.pairs);
+    int64_t max_work = 0;
+    for (const PairDesc& p : f.pairs) max_work = std::max(max_work, p.q_len * dims.heads_q);
+    // dq, dk and dv are added atomically, so every pair can share a launch.
+    for (size_t b = 0; b < f.pairs.size(); b += kMaxGridY) {
+      const size_t n = std::min<size_t>(kMaxGridY, f.pairs.size() - b);
+      BackwardKernel<<<GridFor(max_work, n), options_.threads_per_block, 0, stream_>>>(
+          d, dev_pairs + b, q, k, v, d_o, lse, delta, dq, dk, dv);
+      Check(cudaGetLastError(), "backward kernel launch");
+    }
+    CopyOut(dq, io.dq + qoff, qn);
+    CopyOut(dk, io.dk + koff, kn);
+    CopyOut(dv, io.dv + koff, kn);
+    Finish("backward");
+  }
+
+ private:
+  // Waits for the stream, driving the caller's communication meanwhile.
+  void Finish(const char* what) {
+    if (options_.progress) {
+      cudaError_t status;
+      while ((status = cudaStreamQuery(stream_)) == cudaErrorNotReady) options_.progress();
+      Check(status, what);
+    } else {
+      Check(cudaStreamSynchronize(stream_), what);
+    }
+  }
+  dim3 GridFor(int64_t work, size_t pairs) const {
+    const int64_t blocks = (work + options_.threads_per_block - 1) / options_.threads_per_block;
+    return dim3(static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, 1 << 20)), static_cast<unsigned>(pairs));
+  }
+
+  // float32 host rows -> bf16 device rows (through a float32 staging buffer).
+  uint16_t* Upload(const float* host, int64_t n, DeviceBuffer& target) {
+    float* staging = CopyIn(host, n, staging_);
+    uint16_t* out = target.Get<uint16_t>(n);
+    const int64_t blocks = std::clamp<int64_t>((n + 255) / 256, 1, 4096);
+    ToBf16Kernel<<<static_cast<unsigned>(blocks), 256, 0, stream_>>>(staging, out, n);
+    Check(cudaGetLastError(), "bf16 conversion launch");
+    // The staging buffer is reused by the next upload; stream order makes
+    // the conversion read it first.
+    return out;
+  }
+  float* CopyIn(const float* host, int64_t n, DeviceBuffer& target) {
+    float* dev = target.Get<float>(n);
+    Check(cudaMemcpyAsync(dev, host, static_cast<size_t>(n) * sizeof(float), cudaMemcpyHostToDevice, stream_),
+          "copy to device");
+    return dev;
+  }
+  void CopyOut(const float* dev, float* host, int64_t n) {
+    Check(cudaMemcpyAsync(host, dev, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+          "copy to host");
+  }
+  PairDesc* CopyPairs(const std::vector<PairDesc>& pairs) {
+    PairDesc* dev = pairs_.Get<PairDesc>(static_cast<int64_t>(pairs.size()));
+    Check(cudaMemcpyAsync(dev, pairs.data(), pairs.size() * sizeof(PairDesc), cudaMemcpyHostToDevice, stream_),
+          "copy pairs");
+    return dev;
+  }
+
+  CudaKernelOptions options_;
+  cudaStream_t stream_ = nullptr;
+  DeviceBuffer staging_, q_, k_, v_, do_, o_, lse_, delta_, dk_, dv_, pairs_, order_;
+};
+
+}  // namespace
+
+int32_t CudaDeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device / no driver" status
+    return 0;
+  }
+  return count;
+}
+
+void CudaKernelOptions::validate() const {
+  if (device < 0) throw Error(ErrorCode::kInvalidArgument, "cuda kernel options: device " + std::to_string(device) + " < 0");
+  if (threads_per_block < 32 || threads_per_block > 1024 || threads_per_block % 32 != 0)
+    throw Error(ErrorCode::kInvalidArgument, "cuda kernel options: threads_per_block " +
+                                                 std::to_string(threads_per_block) +
+                                                 " is not a multiple of 32 in [32, 1024]");
+}
+
+std::unique_ptr<AttentionKernel> MakeCudaAttentionKernel(const CudaKernelOptions& options) {
+  return std::make_unique<CudaAttentionKernel>(options);
+}
+
+}  // namespace fcp
