@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "fcp/attention_kernel.h"
 
@@ -25,6 +26,8 @@ namespace fcp {
 
 // Usable CUDA devices: 0 when there is none or no driver (never throws).
 int32_t CudaDeviceCount();
+// The device's name (cudaDeviceProp::name); Error(kBackend) if it is absent.
+std::string CudaDeviceName(int32_t device);
 
 struct CudaKernelOptions {
   int32_t device = 0;              // CUDA device ordinal (>= 0)
@@ -37,5 +40,20 @@ struct CudaKernelOptions {
 
 // Error(kBackend, "... no CUDA device ...") when the device does not exist.
 std::unique_ptr<AttentionKernel> MakeCudaAttentionKernel(const CudaKernelOptions& options = {});
+
+// Benchmarks (scripts/gpu_check.sh). Device-resident random bf16 inputs, no
+// host copies: the kernels' own time, one warm-up then the mean of
+// `repeats` runs timed with CUDA events. The batch is one sequence of
+// `tokens` tokens computed as one block pair (a plan's diagonal pair).
+struct CudaAttentionTiming {
+  double forward_s = 0;
+  double backward_s = 0;  // 0 unless asked for
+};
+CudaAttentionTiming TimeCudaAttention(const AttentionDims& dims, const Mask& mask, int64_t tokens, int32_t repeats,
+                                      bool backward, const CudaKernelOptions& options = {});
+
+// The device's measured bf16 matrix rate in FLOP/s: cuBLAS GEMM n x n x n,
+// bf16 in and out, float32 accumulation; the "100%" of kernel efficiency.
+double MeasureBf16MatmulRate(int32_t device, int64_t n, int32_t repeats);
 
 }  // namespace fcp

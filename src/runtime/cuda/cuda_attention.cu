@@ -1,9 +1,11 @@
 // The CUDA AttentionKernel: launches the per-thread code of attention_math.h
 // over segment pairs and stages the interface's float32 host buffers through
 // device memory (bf16 inputs, float32 outputs). See fcp/cuda_attention.h.
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -51,6 +53,22 @@ __global__ void BackwardKernel(KernelDims d, const PairDesc* pairs, const uint16
     if (!gpu::ThreadWork(d, p, t, &i, &h)) return;
     gpu::BackwardRow(d, p, i, h, q, k, v, d_o, lse, delta, dq, dk, dv);
   }
+}
+
+// Deterministic pseudo-random bf16 in [-1, 1) (benchmark inputs).
+__global__ void FillKernel(uint16_t* out, int64_t n, uint32_t seed) {
+  for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < n; t += int64_t{gridDim.x} * blockDim.x) {
+    uint32_t x = static_cast<uint32_t>(t) * 2654435761u ^ seed;
+    x ^= x >> 15;
+    x *= 2246822519u;
+    x ^= x >> 13;
+    out[t] = gpu::FloatToBf16(static_cast<float>(x & 0xffffffu) / 8388608.0f - 1.0f);
+  }
+}
+
+__global__ void SetKernel(float* out, int64_t n, float value) {
+  for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < n; t += int64_t{gridDim.x} * blockDim.x)
+    out[t] = value;
 }
 
 // ---- host side ------------------------------------------------------------
@@ -124,6 +142,54 @@ KernelDims KernelDimsOf(const AttentionDims& dims, const Mask& mask) {
 
 constexpr int64_t kMaxGridY = 65535;
 
+dim3 GridFor(int64_t work, int32_t threads, size_t pairs) {
+  const int64_t blocks = (work + threads - 1) / threads;
+  return dim3(static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, 1 << 20)), static_cast<unsigned>(pairs));
+}
+
+// The forward over `pairs` (host copy; `dev_pairs` is the device copy), one
+// launch per wave of pairs with disjoint query rows (at most 65535 pairs).
+void LaunchForward(cudaStream_t stream, int32_t threads, const KernelDims& d, const std::vector<PairDesc>& pairs,
+                   const PairDesc* dev_pairs, DeviceBuffer& order_buffer, const uint16_t* q, const uint16_t* k,
+                   const uint16_t* v, float* o, float* lse) {
+  std::vector<int32_t> order;
+  std::vector<std::pair<size_t, size_t>> launches;  // (first index in order, count)
+  for (const auto& wave : gpu::ForwardWaves(pairs))
+    for (size_t b = 0; b < wave.size(); b += kMaxGridY) {
+      const size_t n = std::min<size_t>(kMaxGridY, wave.size() - b);
+      launches.push_back({order.size(), n});
+      order.insert(order.end(), wave.begin() + static_cast<std::ptrdiff_t>(b),
+                   wave.begin() + static_cast<std::ptrdiff_t>(b + n));
+    }
+  int32_t* dev_order = order_buffer.Get<int32_t>(static_cast<int64_t>(order.size()));
+  // From pageable memory: the call returns once `order` has been read.
+  Check(cudaMemcpyAsync(dev_order, order.data(), order.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream),
+        "copy pair order");
+  for (const auto& [first, count] : launches) {
+    int64_t max_work = 0;
+    for (size_t x = first; x < first + count; ++x)
+      max_work = std::max(max_work, pairs[static_cast<size_t>(order[x])].q_len * d.heads_q);
+    ForwardKernel<<<GridFor(max_work, threads, count), threads, 0, stream>>>(d, dev_pairs, dev_order + first, q, k,
+                                                                              v, o, lse);
+    Check(cudaGetLastError(), "forward kernel launch");
+  }
+}
+
+// The backward over `pairs`: dq, dk and dv are added atomically, so every
+// pair can share a launch.
+void LaunchBackward(cudaStream_t stream, int32_t threads, const KernelDims& d, const std::vector<PairDesc>& pairs,
+                    const PairDesc* dev_pairs, const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                    const uint16_t* d_o, const float* lse, const float* delta, float* dq, float* dk, float* dv) {
+  int64_t max_work = 0;
+  for (const PairDesc& p : pairs) max_work = std::max(max_work, p.q_len * d.heads_q);
+  for (size_t b = 0; b < pairs.size(); b += kMaxGridY) {
+    const size_t n = std::min<size_t>(kMaxGridY, pairs.size() - b);
+    BackwardKernel<<<GridFor(max_work, threads, n), threads, 0, stream>>>(d, dev_pairs + b, q, k, v, d_o, lse,
+                                                                           delta, dq, dk, dv);
+    Check(cudaGetLastError(), "backward kernel launch");
+  }
+}
+
 class CudaAttentionKernel final : public AttentionKernel {
  public:
   explicit CudaAttentionKernel(const CudaKernelOptions& options) : options_(options) {
@@ -151,27 +217,7 @@ class CudaAttentionKernel final : public AttentionKernel {
     float* lse = CopyIn(io.lse + f.q_begin * dims.heads_q, f.q_rows * dims.heads_q, lse_);
     PairDesc* dev_pairs = CopyPairs(f.pairs);
 
-    // One launch per wave of pairs with disjoint query rows.
-    std::vector<int32_t> order;
-    std::vector<std::pair<size_t, size_t>> launches;  // (first index in order, count)
-    for (const auto& wave : gpu::ForwardWaves(f.pairs))
-      for (size_t b = 0; b < wave.size(); b += kMaxGridY) {
-        const size_t n = std::min<size_t>(kMaxGridY, wave.size() - b);
-        launches.push_back({order.size(), n});
-        order.insert(order.end(), wave.begin() + static_cast<std::ptrdiff_t>(b),
-                     wave.begin() + static_cast<std::ptrdiff_t>(b + n));
-      }
-    int32_t* dev_order = order_.Get<int32_t>(static_cast<int64_t>(order.size()));
-    Check(cudaMemcpyAsync(dev_order, order.data(), order.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
-          "copy pair order");
-    for (const auto& [first, count] : launches) {
-      int64_t max_work = 0;
-      for (size_t x = first; x < first + count; ++x)
-        max_work = std::max(max_work, f.pairs[static_cast<size_t>(order[x])].q_len * dims.heads_q);
-      ForwardKernel<<<GridFor(max_work, count), options_.threads_per_block, 0, stream_>>>(
-          d, dev_pairs, dev_order + first, q, k, v, o, lse);
-      Check(cudaGetLastError(), "forward kernel launch");
-    }
+    LaunchForward(stream_, options_.threads_per_block, d, f.pairs, dev_pairs, order_, q, k, v, o, lse);
     CopyOut(o, io.o + f.q_begin * dims.q_row_floats(), qn);
     CopyOut(lse, io.lse + f.q_begin * dims.heads_q, f.q_rows * dims.heads_q);
     Finish("forward");
@@ -196,15 +242,7 @@ class CudaAttentionKernel final : public AttentionKernel {
     float* dk = CopyIn(io.dk + koff, kn, dk_);
     float* dv = CopyIn(io.dv + koff, kn, dv_);
     PairDesc* dev_pairs = CopyPairs(f.pairs);
-    int64_t max_work = 0;
-    for (const PairDesc& p : f.pairs) max_work = std::max(max_work, p.q_len * dims.heads_q);
-    // dq, dk and dv are added atomically, so every pair can share a launch.
-    for (size_t b = 0; b < f.pairs.size(); b += kMaxGridY) {
-      const size_t n = std::min<size_t>(kMaxGridY, f.pairs.size() - b);
-      BackwardKernel<<<GridFor(max_work, n), options_.threads_per_block, 0, stream_>>>(
-          d, dev_pairs + b, q, k, v, d_o, lse, delta, dq, dk, dv);
-      Check(cudaGetLastError(), "backward kernel launch");
-    }
+    LaunchBackward(stream_, options_.threads_per_block, d, f.pairs, dev_pairs, q, k, v, d_o, lse, delta, dq, dk, dv);
     CopyOut(dq, io.dq + qoff, qn);
     CopyOut(dk, io.dk + koff, kn);
     CopyOut(dv, io.dv + koff, kn);
@@ -221,10 +259,6 @@ class CudaAttentionKernel final : public AttentionKernel {
     } else {
       Check(cudaStreamSynchronize(stream_), what);
     }
-  }
-  dim3 GridFor(int64_t work, size_t pairs) const {
-    const int64_t blocks = (work + options_.threads_per_block - 1) / options_.threads_per_block;
-    return dim3(static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, 1 << 20)), static_cast<unsigned>(pairs));
   }
 
   // float32 host rows -> bf16 device rows (through a float32 staging buffer).
@@ -269,6 +303,109 @@ int32_t CudaDeviceCount() {
     return 0;
   }
   return count;
+}
+
+namespace {
+
+// Times `launch` on `stream` with CUDA events: one warm-up, then `repeats`.
+double TimeOnStream(cudaStream_t stream, int32_t repeats, const std::function<void()>& launch) {
+  launch();
+  cudaEvent_t start, stop;
+  Check(cudaEventCreate(&start), "cudaEventCreate");
+  Check(cudaEventCreate(&stop), "cudaEventCreate");
+  Check(cudaEventRecord(start, stream), "cudaEventRecord");
+  for (int32_t r = 0; r < repeats; ++r) launch();
+  Check(cudaEventRecord(stop, stream), "cudaEventRecord");
+  Check(cudaEventSynchronize(stop), "timing");
+  float ms = 0;
+  Check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return ms * 1e-3 / repeats;
+}
+
+unsigned FillBlocks(int64_t n) { return static_cast<unsigned>(std::clamp<int64_t>((n + 255) / 256, 1, 4096)); }
+
+}  // namespace
+
+CudaAttentionTiming TimeCudaAttention(const AttentionDims& dims, const Mask& mask, int64_t tokens, int32_t repeats,
+                                      bool backward, const CudaKernelOptions& options) {
+  options.validate();
+  const KernelDims d = KernelDimsOf(dims, mask);
+  if (tokens < 1 || repeats < 1)
+    throw Error(ErrorCode::kInvalidArgument, "time cuda attention: tokens and repeats must be >= 1");
+  if (options.device >= CudaDeviceCount())
+    throw Error(ErrorCode::kBackend, "time cuda attention: no CUDA device " + std::to_string(options.device));
+  Check(cudaSetDevice(options.device), "cudaSetDevice");
+  cudaStream_t stream;
+  Check(cudaStreamCreate(&stream), "cudaStreamCreate");
+  const int64_t qn = tokens * dims.q_row_floats(), kn = tokens * dims.kv_row_floats(), ln = tokens * dims.heads_q;
+  DeviceBuffer qb, kb, vb, dob, ob, lseb, deltab, dqb, dkb, dvb, pairb, orderb;
+  uint16_t *q = qb.Get<uint16_t>(qn), *k = kb.Get<uint16_t>(kn), *v = vb.Get<uint16_t>(kn), *d_o = dob.Get<uint16_t>(qn);
+  float *o = ob.Get<float>(qn), *lse = lseb.Get<float>(ln), *delta = deltab.Get<float>(ln);
+  FillKernel<<<FillBlocks(qn), 256, 0, stream>>>(q, qn, 1);
+  FillKernel<<<FillBlocks(kn), 256, 0, stream>>>(k, kn, 2);
+  FillKernel<<<FillBlocks(kn), 256, 0, stream>>>(v, kn, 3);
+  FillKernel<<<FillBlocks(qn), 256, 0, stream>>>(d_o, qn, 4);
+  SetKernel<<<FillBlocks(ln), 256, 0, stream>>>(delta, ln, 0.1f);
+  Check(cudaGetLastError(), "fill launch");
+  // One sequence as one block pair: the plan's diagonal pair of a block.
+  const std::vector<PairDesc> pairs = {{0, 0, 0, 0, tokens, tokens}};
+  PairDesc* dev_pairs = pairb.Get<PairDesc>(1);
+  Check(cudaMemcpyAsync(dev_pairs, pairs.data(), sizeof(PairDesc), cudaMemcpyHostToDevice, stream), "copy pairs");
+  CudaAttentionTiming t;
+  auto forward = [&] {
+    SetKernel<<<FillBlocks(ln), 256, 0, stream>>>(lse, ln, gpu::NegInf());
+    LaunchForward(stream, options.threads_per_block, d, pairs, dev_pairs, orderb, q, k, v, o, lse);
+  };
+  t.forward_s = TimeOnStream(stream, repeats, forward);
+  if (backward) {
+    float *dq = dqb.Get<float>(qn), *dk = dkb.Get<float>(kn), *dv = dvb.Get<float>(kn);
+    t.backward_s = TimeOnStream(stream, repeats, [&] {
+      LaunchBackward(stream, options.threads_per_block, d, pairs, dev_pairs, q, k, v, d_o, lse, delta, dq, dk, dv);
+    });
+  }
+  Check(cudaStreamSynchronize(stream), "benchmark");
+  cudaStreamDestroy(stream);
+  return t;
+}
+
+double MeasureBf16MatmulRate(int32_t device, int64_t n, int32_t repeats) {
+  if (n < 16 || repeats < 1) throw Error(ErrorCode::kInvalidArgument, "bf16 matmul rate: n >= 16, repeats >= 1");
+  if (device < 0 || device >= CudaDeviceCount())
+    throw Error(ErrorCode::kBackend, "bf16 matmul rate: no CUDA device " + std::to_string(device));
+  Check(cudaSetDevice(device), "cudaSetDevice");
+  cudaStream_t stream;
+  Check(cudaStreamCreate(&stream), "cudaStreamCreate");
+  cublasHandle_t handle;
+  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) throw Error(ErrorCode::kBackend, "cublasCreate failed");
+  cublasSetStream(handle, stream);
+  DeviceBuffer ab, bb, cb;
+  uint16_t *a = ab.Get<uint16_t>(n * n), *b = bb.Get<uint16_t>(n * n), *c = cb.Get<uint16_t>(n * n);
+  FillKernel<<<FillBlocks(n * n), 256, 0, stream>>>(a, n * n, 5);
+  FillKernel<<<FillBlocks(n * n), 256, 0, stream>>>(b, n * n, 6);
+  const float alpha = 1.0f, beta = 0.0f;
+  const int dim = static_cast<int>(n);
+  cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+  const double s = TimeOnStream(stream, repeats, [&] {
+    const cublasStatus_t st = cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, dim, dim, dim, &alpha, a, CUDA_R_16BF, dim,
+                                           b, CUDA_R_16BF, dim, &beta, c, CUDA_R_16BF, dim, CUBLAS_COMPUTE_32F,
+                                           CUBLAS_GEMM_DEFAULT);
+    if (st != CUBLAS_STATUS_SUCCESS) status = st;
+  });
+  cublasDestroy(handle);
+  cudaStreamDestroy(stream);
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw Error(ErrorCode::kBackend, "bf16 matmul rate: cublasGemmEx failed (status " + std::to_string(status) + ")");
+  return 2.0 * static_cast<double>(n) * n * n / s;
+}
+
+std::string CudaDeviceName(int32_t device) {
+  if (device < 0 || device >= CudaDeviceCount())
+    throw Error(ErrorCode::kBackend, "cuda: no CUDA device " + std::to_string(device));
+  cudaDeviceProp prop;
+  Check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  return prop.name;
 }
 
 void CudaKernelOptions::validate() const {
