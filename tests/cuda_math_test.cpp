@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
@@ -39,7 +40,7 @@ TEST(Bf16, RoundsToNearestEven) {
 }
 
 // The allowed key ranges agree with the closed-form pair counts of mask.h.
-TEST(AllowedKeys, MatchesAllowedPairs) {
+TEST(AllowedKeys, MatchesAllowedPairsAndAllowedQueriesIsItsTranspose) {
   std::mt19937_64 rng(9);
   for (const Mask& mask : {Mask{MaskKind::kCausal, 0}, Mask{MaskKind::kFull, 0}, Mask{MaskKind::kSlidingWindow, 1},
                            Mask{MaskKind::kSlidingWindow, 7}}) {
@@ -59,6 +60,16 @@ TEST(AllowedKeys, MatchesAllowedPairs) {
         count += hi - lo;
       }
       EXPECT_EQ(count, AllowedPairs(mask, {p.q_pos, p.q_pos + p.q_len}, {p.k_pos, p.k_pos + p.k_len}));
+      // AllowedQueries is the exact transpose: j in keys(i) <=> i in queries(j).
+      for (int64_t j = 0; j < p.k_len; ++j) {
+        int64_t qlo, qhi;
+        AllowedQueries(d, p, j, &qlo, &qhi);
+        for (int64_t i = 0; i < p.q_len; ++i) {
+          int64_t lo, hi;
+          AllowedKeys(d, p, i, &lo, &hi);
+          ASSERT_EQ(lo <= j && j < hi, qlo <= i && i < qhi) << "i " << i << " j " << j;
+        }
+      }
     }
   }
 }
@@ -159,14 +170,18 @@ TEST_P(HostEmulation, MatchesFloat64WithinBf16Tolerance) {
     int64_t i;
     int32_t h;
     for (int64_t t = 0; ThreadWork(d, p, t, &i, &h); ++t)
-      BackwardRow(d, p, i, h, qb.data(), kb.data(), vb.data(), dob.data(), lse.data(), delta.data(), dq.data(),
-                  dk.data(), dv.data());
+      BackwardQueryRow(d, p, i, h, qb.data(), kb.data(), vb.data(), dob.data(), lse.data(), delta.data(), dq.data());
+    for (int64_t t = 0; KeyThreadWork(d, p, t, &i, &h); ++t)
+      BackwardKeyRow(d, p, i, h, qb.data(), kb.data(), vb.data(), dob.data(), lse.data(), delta.data(), dk.data(),
+                     dv.data());
   }
 
   const auto ref = ReferenceAttention(lengths, c.mask, dims, q.data(), k.data(), v.data(), d_o.data());
   auto err = [](const std::vector<float>& got, const std::vector<double>& want) {
     return RelativeError(got.data(), want.data(), static_cast<int64_t>(want.size()));
   };
+  std::printf("%s: relative errors o %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n", c.name.c_str(), err(o, ref.o),
+              err(lse, ref.lse), err(dq, ref.dq), err(dk, ref.dk), err(dv, ref.dv));
   EXPECT_LT(err(o, ref.o), 2e-2);
   EXPECT_LT(err(dv, ref.dv), 2e-2);
   if (c.mask.kind == MaskKind::kSlidingWindow && c.mask.window == 1) {

@@ -7,14 +7,16 @@
 // Inputs q, k, v, d_o are bf16 (raw bits, round-to-nearest-even from float32);
 // everything is accumulated in float32. Forward computes the pair's partial
 // (o', lse') with an online softmax and merges it into the float32 (o, lse)
-// it owns; backward (FlashAttention's rule, P = exp(S - lse)) accumulates dq
-// into registers and adds into dk, dv with atomics on the device (plain adds
-// on the host), because several threads read the same key rows.
+// it owns; backward (FlashAttention's rule, P = exp(S - lse)) runs one pass
+// per query row for dq and one per key row for dk, dv, each accumulating in
+// registers and adding its total once (atomically on the device, plain on
+// the host), so pairs sharing rows can share a launch.
 // Invariant the launcher keeps: within one launch no two threads own the same
 // (query row, head) in the forward (pairs are split into waves whose query
 // rows are disjoint, ForwardWaves below); the backward needs no waves.
-// Cost per thread: O(allowed keys * head_dim); registers hold head_dim <=
-// kMaxHeadDim floats of q and of the accumulator.
+// Cost per thread: O(allowed keys * head_dim) (the key pass: O(attending
+// queries * group * head_dim)); registers hold a few head_dim <= kMaxHeadDim
+// float vectors.
 #pragma once
 
 #include <cmath>
@@ -158,11 +160,31 @@ FCP_HD void ForwardRow(const KernelDims& d, const PairDesc& p, int64_t i, int32_
   MergeRow(hd, acc, m + logf(l), o + q_off, lse + (p.q_row + i) * d.heads_q + h);
 }
 
-// Backward of query index i, head h of pair p: dq (own row) += ..., dk, dv
-// (shared key rows) += ... atomically. lse and delta are the final ones.
-FCP_HD void BackwardRow(const KernelDims& d, const PairDesc& p, int64_t i, int32_t h, const uint16_t* q,
-                        const uint16_t* k, const uint16_t* v, const uint16_t* d_o, const float* lse,
-                        const float* delta, float* dq, float* dk, float* dv) {
+// Queries [*lo, *hi) of pair p (indices relative to p.q_row) that attend key
+// index j of the pair: the transpose of AllowedKeys, also contiguous.
+FCP_HD void AllowedQueries(const KernelDims& d, const PairDesc& p, int64_t j, int64_t* lo, int64_t* hi) {
+  const int64_t kpos = p.k_pos + j;
+  int64_t begin = 0, end = p.q_len;
+  if (d.mask_kind != kMaskFull) {
+    const int64_t first = kpos - p.q_pos;  // queries at positions >= kpos
+    if (first > begin) begin = first;
+  }
+  if (d.mask_kind == kMaskSlidingWindow) {
+    const int64_t last = kpos + d.window - p.q_pos;  // positions < kpos + W
+    if (last < end) end = last;
+  }
+  *lo = begin;
+  *hi = end < begin ? begin : end;
+}
+
+// The backward is two passes so that no two threads add into the same
+// gradient row of one pair (atomics only merge pairs of one launch):
+// BackwardQueryRow owns dq of (query i, head h); BackwardKeyRow owns dk, dv
+// of (key j, key/value head g) and walks the group's query heads. Both
+// recompute P = exp(scale q.k - lse) and dS = P (dO.v - delta) scale.
+FCP_HD void BackwardQueryRow(const KernelDims& d, const PairDesc& p, int64_t i, int32_t h, const uint16_t* q,
+                             const uint16_t* k, const uint16_t* v, const uint16_t* d_o, const float* lse,
+                             const float* delta, float* dq) {
   int64_t lo, hi;
   AllowedKeys(d, p, i, &lo, &hi);
   if (lo >= hi) return;
@@ -183,15 +205,47 @@ FCP_HD void BackwardRow(const KernelDims& d, const PairDesc& p, int64_t i, int32
       s += qf[c] * Bf16ToFloat(k[kv_off + c]);
       dp += dof[c] * Bf16ToFloat(v[kv_off + c]);
     }
-    const float prob = expf(s * d.scale - row_lse);
-    const float ds = prob * (dp - row_delta) * d.scale;
-    for (int32_t c = 0; c < hd; ++c) {
-      acc[c] += ds * Bf16ToFloat(k[kv_off + c]);
-      AtomicAdd(dk + kv_off + c, ds * qf[c]);
-      AtomicAdd(dv + kv_off + c, prob * dof[c]);
-    }
+    const float ds = expf(s * d.scale - row_lse) * (dp - row_delta) * d.scale;
+    for (int32_t c = 0; c < hd; ++c) acc[c] += ds * Bf16ToFloat(k[kv_off + c]);
   }
   for (int32_t c = 0; c < hd; ++c) AtomicAdd(dq + q_off + c, acc[c]);
+}
+
+FCP_HD void BackwardKeyRow(const KernelDims& d, const PairDesc& p, int64_t j, int32_t g, const uint16_t* q,
+                           const uint16_t* k, const uint16_t* v, const uint16_t* d_o, const float* lse,
+                           const float* delta, float* dk, float* dv) {
+  int64_t lo, hi;
+  AllowedQueries(d, p, j, &lo, &hi);
+  if (lo >= hi) return;
+  const int32_t hd = d.head_dim, group = d.heads_q / d.heads_kv;
+  const int64_t kv_off = ((p.k_row + j) * d.heads_kv + g) * hd;
+  float kf[kMaxHeadDim], vf[kMaxHeadDim], dk_acc[kMaxHeadDim], dv_acc[kMaxHeadDim];
+  for (int32_t c = 0; c < hd; ++c) {
+    kf[c] = Bf16ToFloat(k[kv_off + c]);
+    vf[c] = Bf16ToFloat(v[kv_off + c]);
+    dk_acc[c] = 0.0f;
+    dv_acc[c] = 0.0f;
+  }
+  for (int64_t i = lo; i < hi; ++i)
+    for (int32_t h = g * group; h < (g + 1) * group; ++h) {
+      const int64_t row = p.q_row + i;
+      const int64_t q_off = (row * d.heads_q + h) * hd;
+      float s = 0.0f, dp = 0.0f;
+      for (int32_t c = 0; c < hd; ++c) {
+        s += Bf16ToFloat(q[q_off + c]) * kf[c];
+        dp += Bf16ToFloat(d_o[q_off + c]) * vf[c];
+      }
+      const float prob = expf(s * d.scale - lse[row * d.heads_q + h]);
+      const float ds = prob * (dp - delta[row * d.heads_q + h]) * d.scale;
+      for (int32_t c = 0; c < hd; ++c) {
+        dk_acc[c] += ds * Bf16ToFloat(q[q_off + c]);
+        dv_acc[c] += prob * Bf16ToFloat(d_o[q_off + c]);
+      }
+    }
+  for (int32_t c = 0; c < hd; ++c) {
+    AtomicAdd(dk + kv_off + c, dk_acc[c]);
+    AtomicAdd(dv + kv_off + c, dv_acc[c]);
+  }
 }
 
 // delta[row][h] = sum_c o * d_o for one row and head (float32 o and d_o).
@@ -210,6 +264,14 @@ FCP_HD bool ThreadWork(const KernelDims& d, const PairDesc& p, int64_t t, int64_
   if (t >= p.q_len * d.heads_q) return false;
   *i = t / d.heads_q;
   *h = static_cast<int32_t>(t % d.heads_q);
+  return true;
+}
+
+// The same for the key pass of the backward: key index and key/value head.
+FCP_HD bool KeyThreadWork(const KernelDims& d, const PairDesc& p, int64_t t, int64_t* j, int32_t* g) {
+  if (t >= p.k_len * d.heads_kv) return false;
+  *j = t / d.heads_kv;
+  *g = static_cast<int32_t>(t % d.heads_kv);
   return true;
 }
 

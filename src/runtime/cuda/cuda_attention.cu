@@ -43,15 +43,27 @@ __global__ void ForwardKernel(KernelDims d, const PairDesc* pairs, const int32_t
   }
 }
 
-__global__ void BackwardKernel(KernelDims d, const PairDesc* pairs, const uint16_t* q, const uint16_t* k,
-                               const uint16_t* v, const uint16_t* d_o, const float* lse, const float* delta,
-                               float* dq, float* dk, float* dv) {
+__global__ void BackwardQueryKernel(KernelDims d, const PairDesc* pairs, const uint16_t* q, const uint16_t* k,
+                                    const uint16_t* v, const uint16_t* d_o, const float* lse, const float* delta,
+                                    float* dq) {
   const PairDesc p = pairs[blockIdx.y];
   for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;; t += int64_t{gridDim.x} * blockDim.x) {
     int64_t i;
     int32_t h;
     if (!gpu::ThreadWork(d, p, t, &i, &h)) return;
-    gpu::BackwardRow(d, p, i, h, q, k, v, d_o, lse, delta, dq, dk, dv);
+    gpu::BackwardQueryRow(d, p, i, h, q, k, v, d_o, lse, delta, dq);
+  }
+}
+
+__global__ void BackwardKeyKernel(KernelDims d, const PairDesc* pairs, const uint16_t* q, const uint16_t* k,
+                                  const uint16_t* v, const uint16_t* d_o, const float* lse, const float* delta,
+                                  float* dk, float* dv) {
+  const PairDesc p = pairs[blockIdx.y];
+  for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;; t += int64_t{gridDim.x} * blockDim.x) {
+    int64_t j;
+    int32_t g;
+    if (!gpu::KeyThreadWork(d, p, t, &j, &g)) return;
+    gpu::BackwardKeyRow(d, p, j, g, q, k, v, d_o, lse, delta, dk, dv);
   }
 }
 
@@ -175,18 +187,25 @@ void LaunchForward(cudaStream_t stream, int32_t threads, const KernelDims& d, co
   }
 }
 
-// The backward over `pairs`: dq, dk and dv are added atomically, so every
-// pair can share a launch.
+// The backward over `pairs`, a query pass (dq) and a key pass (dk, dv);
+// each thread adds its row's total atomically, so every pair can share a
+// launch.
 void LaunchBackward(cudaStream_t stream, int32_t threads, const KernelDims& d, const std::vector<PairDesc>& pairs,
                     const PairDesc* dev_pairs, const uint16_t* q, const uint16_t* k, const uint16_t* v,
                     const uint16_t* d_o, const float* lse, const float* delta, float* dq, float* dk, float* dv) {
-  int64_t max_work = 0;
-  for (const PairDesc& p : pairs) max_work = std::max(max_work, p.q_len * d.heads_q);
+  int64_t q_work = 0, k_work = 0;
+  for (const PairDesc& p : pairs) {
+    q_work = std::max(q_work, p.q_len * d.heads_q);
+    k_work = std::max(k_work, p.k_len * d.heads_kv);
+  }
   for (size_t b = 0; b < pairs.size(); b += kMaxGridY) {
     const size_t n = std::min<size_t>(kMaxGridY, pairs.size() - b);
-    BackwardKernel<<<GridFor(max_work, threads, n), threads, 0, stream>>>(d, dev_pairs + b, q, k, v, d_o, lse,
-                                                                           delta, dq, dk, dv);
-    Check(cudaGetLastError(), "backward kernel launch");
+    BackwardQueryKernel<<<GridFor(q_work, threads, n), threads, 0, stream>>>(d, dev_pairs + b, q, k, v, d_o, lse,
+                                                                              delta, dq);
+    Check(cudaGetLastError(), "backward query kernel launch");
+    BackwardKeyKernel<<<GridFor(k_work, threads, n), threads, 0, stream>>>(d, dev_pairs + b, q, k, v, d_o, lse,
+                                                                            delta, dk, dv);
+    Check(cudaGetLastError(), "backward key kernel launch");
   }
 }
 
