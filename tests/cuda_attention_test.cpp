@@ -7,10 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <exception>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "fcp/communicator.h"
@@ -20,6 +18,7 @@
 #include "fcp/planner.h"
 #include "fcp/reference_attention.h"
 #include "test_plans.h"
+#include "thread_runner.h"
 
 namespace fcp {
 namespace {
@@ -101,53 +100,21 @@ TEST(CudaAttention, KernelMatchesReferenceAllMasksGqa) {
 // Runs `plan` on plan.workers threads sharing GPU 0 and checks the outputs.
 void ExpectPlanMatches(const Plan& plan) {
   ValidatePlan(plan);
-  const int32_t n = plan.workers;
-  const int64_t T = plan.total_tokens();
-  const AttentionDims dims{plan.attention.heads_q, plan.attention.heads_kv, plan.attention.head_dim,
-                           1.0f / std::sqrt(static_cast<float>(plan.attention.head_dim))};
-  std::mt19937_64 rng(5);
-  const auto q = Random(T * dims.q_row_floats(), rng), k = Random(T * dims.kv_row_floats(), rng);
-  const auto v = Random(T * dims.kv_row_floats(), rng), d_o = Random(T * dims.q_row_floats(), rng);
-  auto comms = MakeLocalCommunicators(n, {60.0});
-  std::vector<RankOutputs> outs(n);
-  std::vector<std::exception_ptr> errors(n);
-  std::vector<std::thread> threads;
-  for (int32_t r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        const int64_t r0 = DataloaderBegin(T, n, r), r1 = DataloaderBegin(T, n, r + 1);
-        auto slice = [&](const std::vector<float>& x, int64_t w) {
-          return std::vector<float>(x.begin() + r0 * w, x.begin() + r1 * w);
-        };
-        RankInputs in{slice(q, dims.q_row_floats()), slice(k, dims.kv_row_floats()), slice(v, dims.kv_row_floats()),
-                      slice(d_o, dims.q_row_floats())};
-        ExecutorOptions options;
-        options.backward = true;
-        options.make_kernel = [](std::function<void()> progress) {
-          CudaKernelOptions ko;
-          ko.progress = std::move(progress);
-          return MakeCudaAttentionKernel(ko);
-        };
-        outs[r] = ExecutePlan(plan, *comms[r], in, options, nullptr, nullptr);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-  auto gather = [&](auto member) {
-    std::vector<float> all;
-    for (const RankOutputs& o : outs) all.insert(all.end(), (o.*member).begin(), (o.*member).end());
-    return all;
+  ExecutorOptions options;
+  options.backward = true;
+  options.make_kernel = [](std::function<void()> progress) {
+    CudaKernelOptions ko;
+    ko.progress = std::move(progress);
+    return MakeCudaAttentionKernel(ko);
   };
-  const auto ref = ReferenceAttention(plan.sequences, plan.mask, dims, q.data(), k.data(), v.data(), d_o.data());
-  const std::string what = plan.planner + " workers " + std::to_string(n) + " mask " + MaskKindName(plan.mask.kind);
-  EXPECT_LT(Err(gather(&RankOutputs::o), ref.o), kTol) << what;
-  EXPECT_LT(Err(gather(&RankOutputs::lse), ref.lse), kLseTol) << what;
-  EXPECT_LT(Err(gather(&RankOutputs::dq), ref.dq), kTol) << what;
-  EXPECT_LT(Err(gather(&RankOutputs::dk), ref.dk), kTol) << what;
-  EXPECT_LT(Err(gather(&RankOutputs::dv), ref.dv), kTol) << what;
+  const testing::PlanRunErrors e = testing::RunPlanOnThreads(plan, options, /*timeout_s=*/60.0);
+  const std::string what =
+      plan.planner + " workers " + std::to_string(plan.workers) + " mask " + MaskKindName(plan.mask.kind);
+  EXPECT_LT(e.o, kTol) << what;
+  EXPECT_LT(e.lse, kLseTol) << what;
+  EXPECT_LT(e.dq, kTol) << what;
+  EXPECT_LT(e.dk, kTol) << what;
+  EXPECT_LT(e.dv, kTol) << what;
 }
 
 TEST(CudaExecutor, GreedyRingAndFcpPlansOnOneGpu) {
