@@ -12,6 +12,7 @@ packages=(
   libopenmpi-dev openmpi-bin                    # the CPU runtime (mpirun)
   libopenblas-dev                               # the CPU attention kernel's matrix products
   python3-matplotlib python3-numpy              # docs/ plots and the evaluation script
+  python3-dev python3-venv                      # `pip install .` of the Python module (headers, venv)
   clang libclang-rt-14-dev                      # libFuzzer target for the plan reader
 )
 

@@ -22,6 +22,6 @@ if [ -f scripts/python_test.sh ]; then
 fi
 if [ -f scripts/fuzz.sh ]; then
   echo "== Fuzzing the plan reader"
-  FCP_FUZZ_SECONDS="${FCP_FUZZ_SECONDS:-30}" bash scripts/fuzz.sh
+  bash scripts/fuzz.sh "${FCP_FUZZ_SECONDS:-30}"
 fi
 echo "all tests passed"

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "fcp/plan.h"
@@ -58,5 +59,11 @@ double Imbalance(const std::vector<double>& values);
 
 // Counts from the plan. Precondition: ValidatePlan(plan) passes.
 PlanMetrics ComputePlanMetrics(const Plan& plan);
+
+// The multi-line report `fcp inspect` prints (and Python's Plan.summary()):
+// header, per-worker table (up to 64 workers), balance, stages, reshuffle.
+// `planning_seconds` < 0 leaves out the planning-time line. O(workers).
+std::string FormatPlanSummary(const Plan& plan, const PlanMetrics& metrics,
+                              double planning_seconds);
 
 }  // namespace fcp

@@ -44,8 +44,8 @@ struct PlannerConfig {
   // work per worker is split into up to max_split pieces (each completed to a
   // full block with tokens of light blocks), so that one block at the end of
   // a very long causal sequence cannot outweigh a worker's share. 0 = off.
-  double heavy_fraction = 0.5;
-  int32_t max_split = 8;
+  double heavy_fraction = 0.1;
+  int32_t max_split = 4;
   // FCP only: local-search moves/swaps after the greedy assignment (0 = off).
   int32_t local_search_rounds = 2;
   // Run ValidatePlan on the result (the debug self-check); throws kInternal if it fails.

@@ -78,6 +78,9 @@ const json& Field(const json& object, const char* name, const std::string& where
 
 int64_t Int(const json& v, const std::string& where) {
   if (!v.is_number_integer()) ParseFail(where, "must be an integer, got " + v.dump());
+  // nlohmann keeps integers above INT64_MAX as unsigned; get<int64_t> would wrap them.
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    ParseFail(where, "is out of range: " + v.dump());
   return v.get<int64_t>();
 }
 
@@ -206,8 +209,14 @@ Plan ReadPlanJson(const std::string& text) {
   json doc;
   try {
     doc = json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw Error(ErrorCode::kParse, std::string("plan: not valid JSON: ") + e.what());
+  } catch (const json::exception& e) {
+    // parse_error, and also out_of_range for numbers beyond double (1E999).
+    // nlohmann quotes the offending bytes raw: keep the one-line message
+    // printable ASCII whatever the file held.
+    std::string what = e.what();
+    for (char& c : what)
+      if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) c = '?';
+    throw Error(ErrorCode::kParse, "plan: not valid JSON: " + what);
   }
   if (!doc.is_object()) throw Error(ErrorCode::kParse, "plan: top level must be a JSON object");
   const json& format = Field(doc, "format", "");

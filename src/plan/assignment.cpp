@@ -19,9 +19,7 @@ constexpr int32_t kUnassigned = -1;
 constexpr int kComputeCandidates = 4;
 constexpr int kScanLimit = 64;  // ordered entries examined for feasible candidates
 constexpr int kTrafficCandidates = 4;
-constexpr int kSwapPartners = 8;
-// The traffic search may raise a worker's compute to 1% over the mean.
-constexpr double kComputeSlack = 0.01;
+constexpr int kSwapPartners = 4;
 
 // Compressed rows: row r is items[offset[r] .. offset[r+1]).
 struct Csr {

@@ -23,6 +23,17 @@ void AttentionShape::validate() const {
   positive("heads_kv", heads_kv);
   positive("head_dim", head_dim);
   positive("dtype_bytes", dtype_bytes);
+  // Byte counts are int64: Q, K, V and O of one token must stay far below
+  // 2^63 / 2^40 tokens. Real models are ~2^15 (Llama-3-70B: 36 KiB).
+  const __int128 bytes_per_token =
+      (2 * static_cast<__int128>(heads_q) + 2 * static_cast<__int128>(heads_kv)) * head_dim *
+      dtype_bytes;
+  if (bytes_per_token > (int64_t{1} << 22))
+    throw Error(ErrorCode::kInvalidArgument,
+                "attention: (2 * heads_q + 2 * heads_kv) * head_dim * dtype_bytes must be <= "
+                "2^22 bytes per token, got heads_q " + std::to_string(heads_q) + ", heads_kv " +
+                    std::to_string(heads_kv) + ", head_dim " + std::to_string(head_dim) +
+                    ", dtype_bytes " + std::to_string(dtype_bytes));
   if (heads_q % heads_kv != 0)
     throw Error(ErrorCode::kInvalidArgument,
                 "attention: heads_q (" + std::to_string(heads_q) +

@@ -96,7 +96,7 @@ PlanMetrics ComputePlanMetrics(const Plan& plan) {
       }
     }
   const int64_t bytes_per_token_in =
-      int64_t{plan.attention.heads_q + 2 * plan.attention.heads_kv} * plan.attention.head_dim *
+      (int64_t{plan.attention.heads_q} + 2 * int64_t{plan.attention.heads_kv}) * plan.attention.head_dim *
       plan.attention.dtype_bytes;
   const int64_t bytes_per_token_out =
       int64_t{plan.attention.heads_q} * plan.attention.head_dim * plan.attention.dtype_bytes;

@@ -11,6 +11,16 @@
 namespace fcp {
 namespace {
 
+constexpr int32_t kMaxWorkers = 1 << 20;
+// Longest sequence / largest batch the planner accepts (PlannerConfig); the
+// closed-form pair counts stay within int64 below these.
+constexpr int64_t kMaxSequenceTokens = int64_t{1} << 31;
+constexpr int64_t kMaxTotalTokens = int64_t{1} << 40;
+constexpr int64_t kMaxTokenPairs = int64_t{1} << 62;
+// Forward K/V traffic, in tokens moved: with <= 2^22 bytes per token
+// (AttentionShape::validate) every byte count of the metrics fits int64.
+constexpr int64_t kMaxTransferredTokens = int64_t{1} << 40;
+
 [[noreturn]] void Fail(const std::string& what) {
   throw Error(ErrorCode::kInvalidPlan, "plan: " + what);
 }
@@ -31,6 +41,10 @@ std::string PairText(const BlockPair& p) {
 
 void CheckHeader(const Plan& plan) {
   if (plan.workers < 1) Fail("workers must be >= 1, got " + std::to_string(plan.workers));
+  // Per-worker tables are allocated from `workers`: reject absurd counts (a
+  // hostile or corrupt file) before allocating. Same bound as PlannerConfig.
+  if (plan.workers > kMaxWorkers)
+    Fail("workers must be <= 2^20, got " + std::to_string(plan.workers));
   if (plan.coalesce < 1) Fail("coalesce must be >= 1, got " + std::to_string(plan.coalesce));
   if (plan.block_size < 1) Fail("block_size must be >= 1, got " + std::to_string(plan.block_size));
   if (plan.token_cap < 1) Fail("token_cap must be >= 1, got " + std::to_string(plan.token_cap));
@@ -41,22 +55,38 @@ void CheckHeader(const Plan& plan) {
     Fail(e.what());
   }
   if (plan.sequences.empty()) Fail("sequences is empty");
-  for (size_t s = 0; s < plan.sequences.size(); ++s)
+  int64_t total = 0;
+  __int128 squares = 0;
+  for (size_t s = 0; s < plan.sequences.size(); ++s) {
     if (plan.sequences[s] < 1)
       Fail("sequence " + std::to_string(s) + " has length " + std::to_string(plan.sequences[s]) +
            " (must be >= 1)");
+    if (plan.sequences[s] > kMaxSequenceTokens)
+      Fail("sequence " + std::to_string(s) + " has length " + std::to_string(plan.sequences[s]) +
+           " (must be <= 2^31)");
+    total += plan.sequences[s];
+    if (total > kMaxTotalTokens) Fail("sequences hold more than 2^40 tokens");
+    // Allowed token pairs, summed over any set of block pairs, stay in int64.
+    squares += static_cast<__int128>(plan.sequences[s]) * plan.sequences[s];
+    if (squares > kMaxTokenPairs) Fail("sequences hold more than 2^62 token pairs (sum of length^2)");
+  }
 }
 
-void CheckBlocks(const Plan& plan) {
-  std::vector<int64_t> tokens(plan.workers, 0);
+void CheckOwners(const Plan& plan) {
   for (size_t b = 0; b < plan.blocks.size(); ++b) {
     const Block& block = plan.blocks[b];
     if (block.worker < 0 || block.worker >= plan.workers)
       Fail("block " + std::to_string(b) + ": worker " + std::to_string(block.worker) +
            " is not in [0, " + std::to_string(plan.workers) + ")");
     if (block.segments.empty()) Fail("block " + std::to_string(b) + " has no segments");
-    tokens[block.worker] += block.tokens();
   }
+}
+
+// Precondition: the segments tile the sequences (SequenceIndex), so every sum
+// below is bounded by the total token count.
+void CheckTokenCap(const Plan& plan) {
+  std::vector<int64_t> tokens(plan.workers, 0);
+  for (const Block& block : plan.blocks) tokens[block.worker] += block.tokens();
   for (int32_t w = 0; w < plan.workers; ++w)
     if (tokens[w] > plan.token_cap)
       Fail("worker " + std::to_string(w) + " owns " + std::to_string(tokens[w]) +
@@ -86,8 +116,9 @@ class Holdings {
 void CheckTransfers(const Plan& plan, const std::vector<Transfer>& transfers,
                     const std::string& where, std::vector<int32_t>& send_count,
                     std::vector<int32_t>& recv_count) {
-  std::fill(send_count.begin(), send_count.end(), 0);
-  std::fill(recv_count.begin(), recv_count.end(), 0);
+  // The counters are all zero on entry and reset below by walking the
+  // transfers again: O(transfers) per stage, not O(workers), so many empty
+  // stages on many workers stay cheap.
   const int32_t n_blocks = static_cast<int32_t>(plan.blocks.size());
   for (const Transfer& t : transfers) {
     const std::string w = where + " " + TransferText(t) + ": ";
@@ -102,6 +133,7 @@ void CheckTransfers(const Plan& plan, const std::vector<Transfer>& transfers,
       Fail(w + "worker " + std::to_string(t.dst) + " receives more than coalesce = " +
            std::to_string(plan.coalesce) + " blocks in this stage");
   }
+  for (const Transfer& t : transfers) send_count[t.src] = recv_count[t.dst] = 0;
 }
 
 void CheckPairsComputedOnce(std::vector<BlockPair> computed,
@@ -161,10 +193,16 @@ void CheckForward(const Plan& plan, const std::vector<RequiredPair>& required,
   Holdings holdings(plan);
   std::vector<int32_t> send_count(plan.workers), recv_count(plan.workers);
   std::vector<BlockPair> computed;
+  int64_t transferred_tokens = 0;
   for (size_t t = 0; t < plan.forward.size(); ++t) {
     const ForwardStage& stage = plan.forward[t];
     const std::string where = "forward stage " + std::to_string(t);
     CheckTransfers(plan, stage.send, where + " send", send_count, recv_count);
+    for (const Transfer& s : stage.send) {
+      transferred_tokens += plan.blocks[s.block].tokens();  // each <= 2^40: no overflow
+      if (transferred_tokens > kMaxTransferredTokens)
+        Fail(where + ": forward transfers move more than 2^40 tokens in all");
+    }
     for (const BlockPair& p : stage.compute) CheckCompute(plan, holdings, p, where);
     computed.insert(computed.end(), stage.compute.begin(), stage.compute.end());
     ApplyKvTransfers(stage.send, holdings, where + " send", options.forbid_redundant_transfers);
@@ -229,8 +267,9 @@ void CheckBackward(const Plan& plan, const std::vector<RequiredPair>& required,
 
 void ValidatePlan(const Plan& plan, const ValidateOptions& options) {
   CheckHeader(plan);
-  CheckBlocks(plan);
+  CheckOwners(plan);
   const SequenceIndex index(plan.sequences, plan.blocks);
+  CheckTokenCap(plan);
   const std::vector<RequiredPair> required =
       RequiredPairs(plan.sequences, plan.blocks, plan.mask, index);
   CheckForward(plan, required, options);

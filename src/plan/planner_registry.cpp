@@ -2,6 +2,7 @@
 #include <cmath>
 #include <string>
 
+#include "fcp/baselines.h"
 #include "fcp/error.h"
 #include "fcp/planner.h"
 
@@ -12,6 +13,19 @@ const std::vector<PlannerInfo>& Planners() {
     std::vector<PlannerInfo> all = {
         {"fcp", "FCP: fixed-size blocks, balanced assignment, congestion-free coalesced stages",
          &MakeFcpPlan},
+        {"ring", "Ring attention, zig-zag: 2N chunks per sequence, K/V relayed around the ring",
+         &MakeRingPlan},
+        {"bytescale", "ByteScale-like: short sequences whole, long ones on a length-sized ring group",
+         &MakeByteScalePlan},
+        {"wlb", "WLB-LLM-like: ring or bytescale, whichever the cost model predicts faster",
+         &MakeWlbPlan},
+        {"magi", "MagiAttention-like: ceil(T/8N) chunks, compute-only LPT, one uncontrolled fetch stage",
+         &MakeMagiPlan},
+        {"fcp-nopipe", "FCP ablation: FCP's assignment, all transfers then all compute",
+         &MakeFcpNoPipelinePlan},
+        {"fcp-random-order", "FCP ablation: random pull order instead of congestion-free colouring",
+         &MakeFcpRandomOrderPlan},
+        {"fcp-nocoalesce", "FCP ablation: coalesce degree 1", &MakeFcpNoCoalescePlan},
     };
     std::sort(all.begin(), all.end(),
               [](const PlannerInfo& a, const PlannerInfo& b) { return a.name < b.name; });

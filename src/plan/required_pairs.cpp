@@ -23,9 +23,10 @@ SequenceIndex::SequenceIndex(const std::vector<int64_t>& sequences,
         fail(where + "sequence " + std::to_string(s.seq) + " does not exist (" +
              std::to_string(sequences.size()) + " sequences)");
       if (s.length <= 0) fail(where + "length must be > 0, got " + std::to_string(s.length));
-      if (s.start < 0 || s.start + s.length > sequences[s.seq])
-        fail(where + "tokens [" + std::to_string(s.start) + ", " +
-             std::to_string(s.start + s.length) + ") lie outside sequence " +
+      // Written so that no sum can overflow, whatever a plan file holds.
+      if (s.start < 0 || s.start > sequences[s.seq] || s.length > sequences[s.seq] - s.start)
+        fail(where + "[seq, start, length] = [" + std::to_string(s.seq) + ", " +
+             std::to_string(s.start) + ", " + std::to_string(s.length) + "] lies outside sequence " +
              std::to_string(s.seq) + " of length " + std::to_string(sequences[s.seq]));
       pieces_[s.seq].push_back({s.start, s.length, static_cast<int32_t>(b)});
     }

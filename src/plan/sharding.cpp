@@ -226,10 +226,14 @@ Sharding ShardBatch(const std::vector<int64_t>& lengths, int64_t block_size, int
     item.blocks.push_back(blocks[i]);
     items.push_back(std::move(item));
   };
+  // A worker holds at most floor(q/2) pairs, so at most N*floor(q/2) pairs
+  // can be placed; blocks beyond that stay single.
   std::vector<size_t> run;  // full, kept blocks of the current sequence
+  int64_t pairs_left = static_cast<int64_t>(workers) * (out.big_slots / 2);
   const auto flush_run = [&] {
     size_t lo = 0, hi = run.size();
-    while (mask.kind == MaskKind::kCausal && hi - lo >= 2) {
+    while (mask.kind == MaskKind::kCausal && hi - lo >= 2 && pairs_left > 0) {
+      --pairs_left;
       ProtoItem pair;
       pair.slots = 2;
       pair.work = work[run[lo]] + work[run[hi - 1]];

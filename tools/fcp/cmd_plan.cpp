@@ -27,55 +27,6 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-std::string Percent(double x) { return fmt::format("{:.2f}%", 100 * x); }
-
-void PrintSummary(const Plan& plan, const PlanMetrics& m, double planning_seconds) {
-  const int32_t n = plan.workers;
-  fmt::print("plan: planner {}, {} workers, {} sequences, {} tokens, {} blocks, mask {}{}\n",
-             plan.planner, n, plan.sequences.size(), m.total_tokens, plan.blocks.size(),
-             MaskKindName(plan.mask.kind),
-             plan.mask.kind == MaskKind::kSlidingWindow ? fmt::format(" (window {})", plan.mask.window)
-                                                        : std::string());
-  fmt::print("  block size {}, coalesce {}, token cap {}\n", plan.block_size, plan.coalesce,
-             plan.token_cap);
-  if (n <= 64) {
-    fmt::print("  {:>6} {:>8} {:>12} {:>10} {:>10} {:>10} {:>10}\n", "worker", "tokens",
-               "fwd GFLOP", "sent MiB", "recv MiB", "blk sent", "blk recv");
-    for (int32_t w = 0; w < n; ++w) {
-      const WorkerMetrics& x = m.workers[w];
-      fmt::print("  {:>6} {:>8} {:>12.1f} {:>10.1f} {:>10.1f} {:>10} {:>10}\n", w, x.tokens,
-                 x.forward_flops / 1e9, x.bytes_sent / 1048576.0, x.bytes_received / 1048576.0,
-                 x.kv_blocks_sent, x.kv_blocks_received);
-    }
-  }
-  double mean_traffic = 0, max_traffic = 0;
-  for (const WorkerMetrics& x : m.workers) {
-    mean_traffic += static_cast<double>(x.traffic_bytes()) / n;
-    max_traffic = std::max(max_traffic, static_cast<double>(x.traffic_bytes()));
-  }
-  fmt::print("  tokens:   max {} (cap {}), imbalance {}\n", m.max_tokens, plan.token_cap,
-             Percent(m.token_imbalance));
-  fmt::print("  compute:  max {:.1f} GFLOP, lower bound {:.1f} (gap {}), imbalance {}\n",
-             m.max_compute / 1e9, m.compute_lower_bound / 1e9,
-             Percent(m.compute_lower_bound > 0 ? m.max_compute / m.compute_lower_bound - 1 : 0),
-             Percent(m.compute_imbalance));
-  fmt::print("  traffic:  max {:.1f} MiB sent+received, mean {:.1f}, imbalance {} (send {}, receive {})\n",
-             max_traffic / 1048576.0, mean_traffic / 1048576.0, Percent(m.traffic_imbalance),
-             Percent(m.send_imbalance), Percent(m.receive_imbalance));
-  fmt::print("            lower bound on the max {:.1f} MiB (the K/V one query block needs beyond the cap)\n",
-             m.traffic_lower_bound_bytes / 1048576.0);
-  fmt::print("  stages:   forward {} ({} with transfers; lower bound ceil(Delta/c) = ceil({}/{}) = {}), "
-             "backward {}\n",
-             m.forward_stages, m.forward_transfer_stages, m.max_degree, plan.coalesce,
-             m.transfer_stage_lower_bound, m.backward_stages);
-  fmt::print("  pairs:    {} required block pairs, {} K/V transfers\n", m.required_pairs,
-             m.transfer_edges);
-  fmt::print("  reshuffle: {} tokens ({}) leave their dataloader worker, {:.1f} MiB in + out\n",
-             m.reshuffle_tokens, Percent(m.total_tokens ? double(m.reshuffle_tokens) / m.total_tokens : 0),
-             m.reshuffle_bytes / 1048576.0);
-  if (planning_seconds >= 0) fmt::print("  planning time: {:.2f} ms\n", planning_seconds * 1e3);
-}
-
 }  // namespace
 
 void AddPlanCommands(CLI::App& app) {
@@ -89,7 +40,11 @@ void AddPlanCommands(CLI::App& app) {
   plan->add_option("--block-size", config.block_size, "Tokens per block")->capture_default_str();
   plan->add_option("--coalesce", config.coalesce, "Sub-stages coalesced per stage (c)")
       ->capture_default_str();
-  plan->add_option("--mask", options->mask, "causal | full | sliding_window")->capture_default_str();
+  // Checked at parse time so a bad name is a usage error (exit 2).
+  plan->add_option("--mask", options->mask, "causal | full | sliding_window")
+      ->capture_default_str()
+      ->check(CLI::IsMember({MaskKindName(MaskKind::kCausal), MaskKindName(MaskKind::kFull),
+                             MaskKindName(MaskKind::kSlidingWindow)}));
   plan->add_option("--window", options->window, "Window for --mask sliding_window");
   plan->add_option("--heads-q", config.attention.heads_q, "Query heads")->capture_default_str();
   plan->add_option("--heads-kv", config.attention.heads_kv, "Key/value heads")->capture_default_str();
@@ -163,7 +118,7 @@ void AddPlanCommands(CLI::App& app) {
         fmt::print("note: re-planning this batch with planner '{}' gives a different plan "
                    "(made by another version or settings)\n", p.planner);
     }
-    PrintSummary(p, ComputePlanMetrics(p), seconds);
+    fmt::print("{}", FormatPlanSummary(p, ComputePlanMetrics(p), seconds));
   });
 }
 

@@ -45,8 +45,13 @@ void PrintStats(const std::vector<int64_t>& lengths) {
 void AddWorkloadCommand(CLI::App& app) {
   auto options = std::make_shared<WorkloadOptions>();
   CLI::App* cmd = app.add_subcommand("workload", "Generate a batch of sequence lengths");
+  // Checked at parse time so a bad name is a usage error (exit 2).
   cmd->add_option("--dist", options->dist, "lognormal | uniform | fixed | bimodal")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::IsMember({LengthDistributionName(LengthDistribution::kLognormal),
+                             LengthDistributionName(LengthDistribution::kUniform),
+                             LengthDistributionName(LengthDistribution::kFixed),
+                             LengthDistributionName(LengthDistribution::kBimodal)}));
   cmd->add_option("--workers", options->config.workers, "Number of workers N")
       ->capture_default_str();
   cmd->add_option("--tokens-per-worker", options->config.tokens_per_worker,

@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "fcp 0.1.0");
   fcp::cli::AddWorkloadCommand(app);
   fcp::cli::AddPlanCommands(app);
+  fcp::cli::AddSimulateCommands(app);
 #ifdef FCP_WITH_MPI
   fcp::cli::AddRunCommands(app);
 #endif

@@ -1,0 +1,135 @@
+// fcp/simulator.h — an event-driven simulator that executes any valid plan,
+// forward and backward, on a model cluster described by a HardwareProfile.
+//
+// Execution model (docs/simulator.md has the worked examples):
+//  * Each worker runs three streams, each through the stages in order:
+//    compute, send groups and receive groups. Send group t opens when group
+//    t-1 has been delivered; receive group t opens when group t-1 has arrived
+//    and compute t-1 is done (double buffering: its buffer held the blocks
+//    compute t-1 used); compute t starts when compute t-1 is done and receive
+//    group t-1 has arrived. So stage t's transfers overlap stage t's compute,
+//    and a block received in stage t is used from stage t+1.
+//  * A transfer starts when the sender's send group and the receiver's
+//    receive group of its stage are both open (NCCL-style rendezvous) and its
+//    data is there: a forward block sent by its owner once the reshuffle has
+//    brought it, a relayed block once the sender's receives of the stage
+//    before have arrived, a dK/dV partial once the sender's compute of the
+//    stage before is done. It is a fluid flow through the sender's out-port
+//    and the receiver's in-port (NVLink ports inside a node, NIC ports across
+//    nodes); concurrent flows share ports max-min fairly (progressive
+//    filling, recomputed at each flow start and end); it is delivered
+//    `latency` after its last byte.
+//  * Compute: a worker's pairs of one stage form one kernel. Pairs are merged
+//    per query segment; a query segment of q tokens with P allowed key tokens
+//    in the stage runs at f(2P/q) (cost_model.h), plus one kernel launch per
+//    stage. The compute stream runs the stage's pairs in plan order, each as
+//    soon as its inputs have arrived (reshuffle), so local work overlaps the
+//    reshuffle when the plan puts it first.
+//  * Reshuffle (SimConfig::reshuffle): per block and dataloader worker, a flow
+//    of Q, K, V (forward) or dO (backward) into the owner before use, and a
+//    flow of O (forward) or dQ, dK, dV (backward) back once final. kBlocking
+//    puts a barrier after the inbound all-to-all and before the outbound one.
+//  * The backward is simulated from time 0 like the forward (in training the
+//    two are separated by the rest of the model); the total is their sum.
+// Outputs count useful work and traffic independently of plan_metrics.h:
+// compute imbalance from per-worker forward FLOPs, traffic imbalance from
+// per-worker forward K/V bytes sent + received (the quantities
+// ComputePlanMetrics counts, through a different code path).
+//
+// Determinism: same plan, profile and config give identical results. Cost:
+// O(sum over computed pairs of the distinct sequences of both blocks) for the
+// kernels, plus O(F log P) per distinct flow event time for F active flows.
+// Precondition: ValidatePlan(plan) passes (indices are still range-checked:
+// Error(kInvalidPlan) rather than a crash).
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "fcp/cost_model.h"
+#include "fcp/plan.h"
+
+namespace fcp {
+
+enum class ReshuffleMode {
+  kNone,        // the dataloader already gives the plan's layout (intrusive baselines)
+  kBlocking,    // all-to-all in, barrier, attention, barrier, all-to-all out
+  kOverlapped,  // per-block: compute starts on blocks that have arrived
+};
+const char* ReshuffleModeName(ReshuffleMode mode);  // "none", "blocking", "overlap"
+ReshuffleMode ParseReshuffleMode(const std::string& name);  // Error(kInvalidArgument)
+
+struct SimConfig {
+  ReshuffleMode reshuffle = ReshuffleMode::kOverlapped;
+  // Bytes per element of a partial dK/dV transfer; 0 = the plan's dtype_bytes
+  // (partials cast to the activation type before sending, as K/V are). Set 4
+  // to model fp32 partials.
+  int32_t dkv_dtype_bytes = 0;
+  bool record_trace = false;  // fill SimResult::trace (Chrome trace events)
+  void validate() const;      // Error(kInvalidArgument) naming the field
+};
+
+struct WorkerSimStats {
+  double busy_s = 0;            // compute stream busy (both passes)
+  double exposed_comm_s = 0;    // before its own last activity, not computing
+  double idle_s = 0;            // after its own last activity, waiting for the slowest worker
+  double forward_flops = 0;     // useful attention FLOPs of the pairs it computes
+  double backward_flops = 0;
+  double forward_kv_bytes_sent = 0;  // forward K/V transfers (PLAN_FORMAT costs)
+  double forward_kv_bytes_received = 0;
+  double bytes_sent = 0;        // everything: K/V, dK/dV, both passes (no reshuffle)
+  double bytes_received = 0;
+  double reshuffle_bytes_sent = 0;
+  double reshuffle_bytes_received = 0;
+};
+
+struct TraceEvent {
+  int32_t worker = 0;
+  int32_t track = 0;  // 0 compute, 1 send, 2 receive
+  std::string name;
+  double start_s = 0;
+  double end_s = 0;
+};
+
+struct SimResult {
+  std::string planner;
+  std::string profile;
+  int32_t workers = 0;
+  double forward_time_s = 0;
+  double backward_time_s = 0;
+  double total_time_s = 0;
+  double forward_flops = 0;   // useful work (each required pair once)
+  double backward_flops = 0;
+  // (forward + backward FLOPs) / (N * peak * total time).
+  double mfu = 0;
+  // mfu / f at saturation (the best a single GPU reaches on long sequences).
+  double normalized_mfu = 0;
+  // What one GPU reaches on this batch unsharded (each sequence one causal
+  // kernel of its own length, all SMs): total FLOPs / sum of their times, / peak.
+  double reference_efficiency = 0;
+  double batch_normalized_mfu = 0;  // mfu / reference_efficiency
+  double compute_imbalance = 0;     // of forward FLOPs per worker
+  double traffic_imbalance = 0;     // of forward K/V bytes sent + received per worker
+  double total_traffic_imbalance = 0;  // of all bytes sent + received (both passes)
+  double max_exposed_comm_s = 0;
+  double mean_exposed_comm_s = 0;
+  double mean_busy_s = 0;
+  int64_t transfers = 0;       // flows simulated (stage transfers)
+  int64_t reshuffle_flows = 0;
+  std::vector<WorkerSimStats> worker_stats;
+  std::vector<TraceEvent> trace;  // when SimConfig::record_trace
+};
+
+SimResult Simulate(const Plan& plan, const HardwareProfile& profile, const SimConfig& config = {});
+
+// Summary (no per-worker arrays unless `per_worker`) as one JSON object.
+std::string SimResultJson(const SimResult& result, bool per_worker);
+
+// Chrome trace-event JSON (Perfetto / chrome://tracing): one process per
+// worker with compute, send and receive threads; times in microseconds.
+void WriteChromeTrace(const SimResult& result, std::ostream& out);
+void WriteChromeTraceFile(const SimResult& result, const std::string& path);  // Error(kIo)
+
+}  // namespace fcp

@@ -1,0 +1,388 @@
+"""fcp: flexible context parallelism for long-context attention, from Python.
+
+A native module over the fcp C++ library (not a re-implementation): plans are
+made by the same code as the ``fcp plan`` command and are byte-identical to it.
+
+Typical use, once per batch in the dataloader::
+
+    import fcp
+    plan = fcp.plan(lengths, workers=8)          # lengths: one int per sequence
+    order = plan.token_permutation(rank)          # global token ids this rank holds
+    tokens_for_rank = batch_tokens[order]         # in the order the plan stores them
+
+Arrays returned by a :class:`Plan` are read-only numpy views into memory the
+plan owns (no copy); they stay valid after the Plan object is gone.
+
+Errors raise ``ValueError`` (or a subclass: :class:`InvalidPlanError`,
+:class:`InfeasibleError`, :class:`ParseError`) with the same message the
+command line prints; ``TypeError`` for arguments of the wrong type.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Dict, Iterable, Optional, Tuple, Union
+
+import numpy as np
+
+from . import _fcp
+from ._fcp import InfeasibleError, InvalidPlanError, ParseError
+
+__all__ = [
+    "Plan",
+    "plan",
+    "planners",
+    "workload",
+    "InvalidPlanError",
+    "InfeasibleError",
+    "ParseError",
+]
+
+__version__ = "0.1.0"
+
+_INT64_MAX = np.iinfo(np.int64).max
+_INT64_MIN = np.iinfo(np.int64).min
+
+
+def _int(name: str, value) -> int:
+    """``value`` as a Python int: TypeError for non-integers, ValueError beyond int64."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    try:
+        result = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}") from None
+    if not _INT64_MIN <= result <= _INT64_MAX:
+        raise ValueError(f"{name} = {result} does not fit a 64-bit integer")
+    return result
+
+
+def _str(name: str, value) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a string, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _lengths(lengths) -> np.ndarray:
+    """Sequence lengths as a contiguous int64 vector (a copy only when needed)."""
+    array = np.asarray(lengths)
+    if array.ndim != 1:
+        raise ValueError(f"plan: lengths must be one-dimensional, got shape {array.shape}")
+    if array.size == 0:
+        return np.zeros(0, dtype=np.int64)  # the planner reports the empty batch
+    if array.dtype.kind not in "iu":
+        raise ValueError(f"plan: lengths must be integers, got dtype {array.dtype}")
+    if array.dtype.kind == "u" and int(array.max()) > _INT64_MAX:
+        raise ValueError(f"plan: length {int(array.max())} does not fit a 64-bit integer")
+    return np.ascontiguousarray(array, dtype=np.int64)
+
+
+class Plan:
+    """How one batch is computed by context-parallel attention on N workers.
+
+    The Python face of ``fcp::Plan`` (see PLAN_FORMAT.md for the meaning of
+    every field). Make one with :func:`fcp.plan` or :meth:`Plan.from_json`.
+    Immutable; picklable (as its JSON text), so it can cross process
+    boundaries such as DataLoader workers.
+    """
+
+    __slots__ = ("_h", "__weakref__")
+
+    def __init__(self, handle: "_fcp.PlanHandle"):
+        if not isinstance(handle, _fcp.PlanHandle):
+            raise TypeError("Plan objects come from fcp.plan() or fcp.Plan.from_json()")
+        self._h = handle
+
+    # ---- serialisation -------------------------------------------------------
+
+    def to_json(self) -> str:
+        """The plan file text, byte-identical to what ``fcp plan --out`` writes."""
+        return self._h.to_json()
+
+    @classmethod
+    def from_json(cls, text: str) -> "Plan":
+        """Parses plan file text. Raises :class:`ParseError` for malformed text.
+
+        The rules of the format are checked on first use of anything that
+        depends on them (metrics, permutations, summary) or by :meth:`validate`.
+        """
+        return cls(_fcp.from_json(_str("text", text)))
+
+    def validate(self, forbid_redundant_transfers: bool = False) -> None:
+        """Checks every rule of the plan format; raises :class:`InvalidPlanError`
+        naming the first broken one. ``forbid_redundant_transfers`` also rejects
+        K/V sent to a worker that does not use it or sent twice."""
+        self._h.validate(bool(forbid_redundant_transfers))
+
+    def __reduce__(self):
+        return (Plan.from_json, (self.to_json(),))
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, Plan):
+            return NotImplemented
+        return self._h.equals(other._h)
+
+    __hash__ = None  # equal plans compare equal; hashing would walk the whole plan
+
+    def __repr__(self) -> str:
+        return (f"<fcp.Plan planner={self.planner!r} workers={self.workers} "
+                f"sequences={self.num_sequences} tokens={self.total_tokens} "
+                f"blocks={self.num_blocks} stages={self.num_forward_stages}+{self.num_backward_stages}>")
+
+    # ---- header ---------------------------------------------------------------
+
+    @property
+    def planner(self) -> str:
+        """Name of the planner that made the plan."""
+        return self._h.planner
+
+    @property
+    def workers(self) -> int:
+        """Number of workers N."""
+        return self._h.workers
+
+    @property
+    def mask(self) -> str:
+        """'causal', 'full' or 'sliding_window'."""
+        return self._h.mask
+
+    @property
+    def window(self) -> Optional[int]:
+        """Window of a sliding_window mask, else None."""
+        return self._h.window if self._h.mask == "sliding_window" else None
+
+    @property
+    def attention(self) -> Dict[str, int]:
+        """Attention shape: heads_q, heads_kv, head_dim, dtype_bytes."""
+        h = self._h
+        return {"heads_q": h.heads_q, "heads_kv": h.heads_kv, "head_dim": h.head_dim,
+                "dtype_bytes": h.dtype_bytes}
+
+    @property
+    def block_size(self) -> int:
+        return self._h.block_size
+
+    @property
+    def coalesce(self) -> int:
+        """Congestion bound c: sends (and receives) per worker per stage."""
+        return self._h.coalesce
+
+    @property
+    def token_cap(self) -> int:
+        """Most tokens any one worker may own."""
+        return self._h.token_cap
+
+    @property
+    def total_tokens(self) -> int:
+        return self._h.total_tokens
+
+    @property
+    def num_sequences(self) -> int:
+        return len(self.sequences)
+
+    @property
+    def num_blocks(self) -> int:
+        return self._h.num_blocks
+
+    @property
+    def num_forward_stages(self) -> int:
+        return self._h.num_forward_stages
+
+    @property
+    def num_backward_stages(self) -> int:
+        return self._h.num_backward_stages
+
+    @property
+    def planning_seconds(self) -> Optional[float]:
+        """Wall time the planner took (fcp.plan only; None for parsed plans)."""
+        s = self._h.planning_seconds
+        return s if s >= 0 else None
+
+    # ---- arrays (read-only numpy views owned by the plan) ---------------------
+
+    @property
+    def sequences(self) -> np.ndarray:
+        """int64 [sequences]: lengths in dataloader (global token) order."""
+        return self._h.sequences()
+
+    @property
+    def block_owner(self) -> np.ndarray:
+        """int32 [blocks]: the worker that owns each block."""
+        return self._h.block_owner()
+
+    @property
+    def block_tokens(self) -> np.ndarray:
+        """int64 [blocks]: tokens in each block."""
+        return self._h.block_tokens()
+
+    @property
+    def segments(self) -> np.ndarray:
+        """int64 [segments, 4]: rows (block, seq, start, length), blocks in id
+        order and each block's segments in its storage order."""
+        return self._h.segments()
+
+    @property
+    def block_segment_offsets(self) -> np.ndarray:
+        """int64 [blocks + 1]: block b's rows of :attr:`segments` are
+        ``[offsets[b], offsets[b + 1])``."""
+        return self._h.block_segment_offsets()
+
+    def _stage(self, stage, count: int) -> int:
+        stage = _int("stage", stage)
+        return stage + count if stage < 0 else stage
+
+    def forward_send(self, stage: int) -> np.ndarray:
+        """int32 [sends, 3]: rows (kv_block, src, dst) of forward stage ``stage``."""
+        return self._h.forward_send(self._stage(stage, self.num_forward_stages))
+
+    def forward_compute(self, stage: int) -> np.ndarray:
+        """int32 [pairs, 2]: rows (q_block, kv_block) computed in forward stage ``stage``."""
+        return self._h.forward_compute(self._stage(stage, self.num_forward_stages))
+
+    def backward_send_kv(self, stage: int) -> np.ndarray:
+        """int32 [sends, 3]: K/V sends (kv_block, src, dst) of backward stage ``stage``."""
+        return self._h.backward_send_kv(self._stage(stage, self.num_backward_stages))
+
+    def backward_send_dkv(self, stage: int) -> np.ndarray:
+        """int32 [sends, 3]: partial dK/dV returns (kv_block, src, dst) of backward stage ``stage``."""
+        return self._h.backward_send_dkv(self._stage(stage, self.num_backward_stages))
+
+    def backward_compute(self, stage: int) -> np.ndarray:
+        """int32 [pairs, 2]: rows (q_block, kv_block) computed in backward stage ``stage``."""
+        return self._h.backward_compute(self._stage(stage, self.num_backward_stages))
+
+    # ---- metrics ---------------------------------------------------------------
+
+    def metrics(self) -> Dict[str, Union[int, float]]:
+        """Plan-wide counts (as ``fcp inspect``): tokens, FLOPs, transfers,
+        stage counts and lower bounds, imbalances, reshuffle volume."""
+        return self._h.metrics()
+
+    def worker_metrics(self) -> Dict[str, np.ndarray]:
+        """Per-worker arrays [workers]: tokens, forward_flops, kv_blocks_sent,
+        kv_blocks_received, bytes_sent, bytes_received."""
+        return self._h.worker_metrics()
+
+    def summary(self) -> str:
+        """Multi-line report, the same text ``fcp inspect`` prints."""
+        return self._h.summary()
+
+    # ---- token placement ---------------------------------------------------------
+
+    @property
+    def token_offsets(self) -> np.ndarray:
+        """int64 [workers + 1]: worker w's slice of :meth:`token_permutation`
+        ``()`` is ``[offsets[w], offsets[w + 1])``."""
+        return self._h.token_offsets()
+
+    @property
+    def dataloader_offsets(self) -> np.ndarray:
+        """int64 [workers + 1]: the dataloader layout; worker r holds global
+        tokens ``[floor(r*T/N), floor((r+1)*T/N))``."""
+        n, t = self.workers, self.total_tokens
+        return np.arange(n + 1, dtype=np.int64) * t // n  # r*T < 2^60: no overflow
+
+    def token_permutation(self, worker: Optional[int] = None) -> np.ndarray:
+        """Global token indices in plan order (int64).
+
+        With ``worker``: the tokens that worker owns, its blocks in increasing
+        block id, each block's segments in order, so ``tokens[perm]`` is the
+        worker's input in the layout the plan computes on; a new array, built
+        in O(its tokens + blocks). Without: all workers' orders concatenated
+        (a permutation of ``range(T)``), a view built once per plan.
+        """
+        if worker is None:
+            return self._h.token_order()
+        return self._h.worker_token_order(self._worker(worker))
+
+    def inverse_token_permutation(self, worker: Optional[int] = None) -> np.ndarray:
+        """Position in :meth:`token_permutation` ``()`` of each global token (int64).
+
+        ``token_permutation()[inverse] == arange(T)``, a view built once per
+        plan. With ``worker``: only the tokens of that worker's dataloader share
+        (:attr:`dataloader_offsets`), i.e. where each token the dataloader gave
+        it must go; a new array, built in O(its tokens).
+        """
+        if worker is None:
+            return self._h.inverse_token_order()
+        return self._h.planned_positions(*self._share(worker))
+
+    def token_placement(self, worker: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
+        """For each global token (or each token of dataloader worker ``worker``):
+        the worker that owns it under the plan (int32) and its index in that
+        worker's :meth:`token_permutation` (int64). What an all-to-all that
+        moves tokens from the dataloader layout into the plan needs. New
+        arrays, built in O(their size)."""
+        if worker is None:
+            return self._h.placement(0, self.total_tokens)
+        return self._h.placement(*self._share(worker))
+
+    def _share(self, worker) -> Tuple[int, int]:
+        """Dataloader worker ``worker``'s global tokens [begin, end)."""
+        worker = self._worker(worker)
+        n, t = self.workers, self.total_tokens
+        return worker * t // n, (worker + 1) * t // n
+
+    def _worker(self, worker) -> int:
+        worker = _int("worker", worker)
+        if not 0 <= worker < self.workers:
+            raise ValueError(f"plan: worker {worker} is not in [0, {self.workers})")
+        return worker
+
+
+def plan(lengths: Iterable[int], workers: int, block_size: int = 4096, coalesce: int = 16,
+         mask: str = "causal", window: Optional[int] = None, heads_q: int = 64, heads_kv: int = 8,
+         head_dim: int = 128, dtype_bytes: int = 2, token_cap: Optional[int] = None,
+         planner: str = "fcp", check: bool = False, heavy_fraction: Optional[float] = None,
+         max_split: Optional[int] = None, local_search: Optional[int] = None) -> Plan:
+    """Plans one batch: the same as ``fcp plan`` with the same arguments.
+
+    lengths: one positive int per sequence, in dataloader order (list or numpy array).
+    workers: N. block_size: tokens per block. coalesce: colours per stage (c).
+    mask: 'causal', 'full' or 'sliding_window' (needs ``window``).
+    heads_q, heads_kv, head_dim, dtype_bytes: the attention layer's shape.
+    token_cap: most tokens per worker (None: ceil(T/N)).
+    planner: see :func:`planners`. check: validate the result (debug self-check).
+    heavy_fraction, max_split, local_search: the FCP planner's tuning knobs
+    (``--heavy-fraction``, ``--max-split``, ``--local-search``); None keeps
+    the library's default.
+    The GIL is released while the planner runs.
+    """
+    mask = _str("mask", mask)
+    if mask == "sliding_window" and window is None:
+        raise ValueError("plan: mask='sliding_window' needs window=W")
+    # Lists and tuples are read in C++ directly; anything else via numpy.
+    if type(lengths) not in (list, tuple):
+        lengths = _lengths(lengths)
+    return Plan(_fcp.plan(
+        lengths, _int("workers", workers), _int("block_size", block_size),
+        _int("coalesce", coalesce), mask, 0 if window is None else _int("window", window),
+        _int("heads_q", heads_q), _int("heads_kv", heads_kv), _int("head_dim", head_dim),
+        _int("dtype_bytes", dtype_bytes), 0 if token_cap is None else _int("token_cap", token_cap),
+        _str("planner", planner), bool(check),
+        None if heavy_fraction is None else float(heavy_fraction),
+        None if max_split is None else _int("max_split", max_split),
+        None if local_search is None else _int("local_search", local_search)))
+
+
+def planners() -> Dict[str, str]:
+    """Available planners: name -> one-line description."""
+    return dict(_fcp.planners())
+
+
+def workload(dist: str = "lognormal", workers: int = 16, tokens_per_worker: int = 32768,
+             max_len: int = 524288, seed: int = 0, min_len: int = 1, mu: float = 5.43,
+             sigma: float = 1.7) -> np.ndarray:
+    """A batch of sequence lengths, as ``fcp workload`` makes it (int64 array).
+
+    dist: 'lognormal', 'uniform', 'fixed' or 'bimodal'. The lengths sum to
+    exactly ``workers * tokens_per_worker``, each in [min_len, max_len] (the
+    last may be shorter). mu, sigma: lognormal parameters of ln(length).
+    Deterministic in ``seed`` on every platform.
+    """
+    seed = _int("seed", seed)
+    if seed < 0:
+        raise ValueError(f"workload: seed must be >= 0, got {seed}")
+    return _fcp.workload(_str("dist", dist), _int("workers", workers),
+                         _int("tokens_per_worker", tokens_per_worker), _int("max_len", max_len),
+                         _int("min_len", min_len), float(mu), float(sigma), seed)

@@ -1,0 +1,538 @@
+// fcp._fcp: the native core of the Python module (python/fcp/__init__.py wraps
+// it with keyword defaults and docstrings).
+//
+// A PlanHandle owns one fcp::Plan for the lifetime of its Python object. Every
+// array handed to Python is a read-only numpy view into memory the handle owns
+// (the plan's own vectors where their layout allows, else a flattened copy
+// built once, on first use); the view holds a reference to the handle, so it
+// stays valid after the Plan wrapper is gone. Plans are immutable from Python.
+// Per-worker and per-range token arrays are instead built fresh on each call
+// (O(their size)) and owned by the array itself.
+//
+// Errors: fcp::Error becomes ValueError (bad argument), InfeasibleError,
+// ParseError and InvalidPlanError (all ValueError subclasses), OSError (I/O)
+// or RuntimeError (internal), carrying the message the command line prints.
+// The GIL is released while planning, parsing, writing, validating and
+// building the cached arrays; caches are built under std::call_once, so
+// threads sharing a plan are safe.
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
+
+#include "fcp/error.h"
+#include "fcp/plan.h"
+#include "fcp/plan_metrics.h"
+#include "fcp/planner.h"
+#include "fcp/token_permutation.h"
+#include "fcp/workload.h"
+
+namespace nb = nanobind;
+
+namespace fcp::python {
+namespace {
+
+template <typename T>
+using Array = nb::ndarray<nb::numpy, const T>;
+
+// The plan's transfer and pair lists are viewed in place as (n, 3) / (n, 2)
+// int32 arrays: that needs them to be plain packed int32 records.
+static_assert(std::is_standard_layout_v<Transfer> && sizeof(Transfer) == 3 * sizeof(int32_t));
+static_assert(offsetof(Transfer, block) == 0 && offsetof(Transfer, src) == 4 &&
+              offsetof(Transfer, dst) == 8);
+static_assert(std::is_standard_layout_v<BlockPair> && sizeof(BlockPair) == 2 * sizeof(int32_t));
+static_assert(offsetof(BlockPair, q_block) == 0 && offsetof(BlockPair, kv_block) == 4);
+
+// Read-only view of `rows` x `cols` (cols == 0: a vector) elements at `data`,
+// kept alive by `owner`. numpy wants a non-null pointer even for no elements.
+template <typename T>
+Array<T> View(const T* data, size_t rows, size_t cols, nb::handle owner) {
+  static const T kEmpty{};
+  if (rows == 0) data = &kEmpty;
+  const size_t shape[2] = {rows, cols};
+  return Array<T>(data, cols == 0 ? 1 : 2, shape, owner);
+}
+
+template <typename T>
+Array<T> VectorView(const std::vector<T>& v, nb::handle owner) {
+  return View(v.data(), v.size(), 0, owner);
+}
+
+// A fresh array that owns `values` (moved into a capsule).
+template <typename T>
+nb::ndarray<nb::numpy, T> OwnedArray(std::vector<T> values) {
+  auto* heap = new std::vector<T>(std::move(values));
+  nb::capsule owner(heap, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+  static T empty{};
+  T* data = heap->empty() ? &empty : heap->data();
+  const size_t shape[1] = {heap->size()};
+  return nb::ndarray<nb::numpy, T>(data, 1, shape, owner);
+}
+
+// Blocks flattened to arrays (Block holds a vector, so no in-place view).
+struct FlatBlocks {
+  std::vector<int32_t> owner;            // [blocks]
+  std::vector<int64_t> tokens;           // [blocks]
+  std::vector<int64_t> segment_offsets;  // [blocks + 1] into `segments` rows
+  std::vector<int64_t> segments;         // [segments x 4]: block, seq, start, length
+};
+
+FlatBlocks Flatten(const Plan& plan) {
+  FlatBlocks f;
+  const size_t n = plan.blocks.size();
+  f.owner.reserve(n);
+  f.tokens.reserve(n);
+  f.segment_offsets.reserve(n + 1);
+  f.segment_offsets.push_back(0);
+  for (size_t b = 0; b < n; ++b) {
+    const Block& block = plan.blocks[b];
+    f.owner.push_back(block.worker);
+    f.tokens.push_back(block.tokens());
+    for (const Segment& s : block.segments)
+      f.segments.insert(f.segments.end(), {static_cast<int64_t>(b), s.seq, s.start, s.length});
+    f.segment_offsets.push_back(static_cast<int64_t>(f.segments.size() / 4));
+  }
+  return f;
+}
+
+// Per-worker metrics as one contiguous array per field.
+struct WorkerColumns {
+  std::vector<int64_t> tokens, kv_blocks_sent, kv_blocks_received, bytes_sent, bytes_received;
+  std::vector<double> forward_flops;
+};
+
+WorkerColumns Columns(const PlanMetrics& m) {
+  WorkerColumns c;
+  for (const WorkerMetrics& w : m.workers) {
+    c.tokens.push_back(w.tokens);
+    c.forward_flops.push_back(w.forward_flops);
+    c.kv_blocks_sent.push_back(w.kv_blocks_sent);
+    c.kv_blocks_received.push_back(w.kv_blocks_received);
+    c.bytes_sent.push_back(w.bytes_sent);
+    c.bytes_received.push_back(w.bytes_received);
+  }
+  return c;
+}
+
+// Builds `value` once, the first time it is asked for; a throwing build is
+// retried on the next call (std::call_once semantics).
+template <typename T>
+class Lazy {
+ public:
+  template <typename Build>
+  const T& get(Build build) {
+    std::call_once(once_, [&] { value_.emplace(build()); });
+    return *value_;
+  }
+
+ private:
+  std::once_flag once_;
+  std::optional<T> value_;
+};
+
+class PlanHandle {
+ public:
+  // `known_valid`: the plan comes from a planner (whose contract is a valid
+  // plan); a parsed plan is validated before anything indexes through it.
+  PlanHandle(Plan plan, bool known_valid, double planning_seconds)
+      : plan_(std::move(plan)), valid_(known_valid), planning_seconds_(planning_seconds) {}
+
+  const Plan& plan() const { return plan_; }
+  double planning_seconds() const { return planning_seconds_; }
+
+  // Everything below derives arrays by indexing with the plan's ids, which is
+  // only safe once the plan is known to be valid.
+  void EnsureValid() {
+    if (!valid_) Validate({});
+  }
+  // Threads racing here may both validate: harmless, ValidatePlan is pure.
+  void Validate(const ValidateOptions& options) {
+    ValidatePlan(plan_, options);
+    valid_ = true;
+  }
+  const FlatBlocks& blocks() {
+    return blocks_.get([&] { return Flatten(plan_); });
+  }
+  const PlanMetrics& metrics() {
+    EnsureValid();
+    return metrics_.get([&] { return ComputePlanMetrics(plan_); });
+  }
+  const WorkerColumns& worker_columns() {
+    return columns_.get([&] { return Columns(metrics()); });
+  }
+  const TokenLayout& layout() {
+    EnsureValid();
+    return layout_.get([&] { return TokenLayout(plan_); });
+  }
+  const std::vector<int64_t>& order() {
+    return order_.get([&] { return layout().Order(); });
+  }
+  const std::vector<int64_t>& inverse() {
+    return inverse_.get([&] { return layout().PlannedPositions(0, layout().total_tokens()); });
+  }
+
+ private:
+  const Plan plan_;
+  std::atomic<bool> valid_;
+  const double planning_seconds_;
+  Lazy<FlatBlocks> blocks_;
+  Lazy<PlanMetrics> metrics_;
+  Lazy<WorkerColumns> columns_;
+  Lazy<TokenLayout> layout_;
+  Lazy<std::vector<int64_t>> order_;    // all workers' planned orders, concatenated
+  Lazy<std::vector<int64_t>> inverse_;  // planned position of every global token
+};
+
+// Runs `f` with the GIL released: for work that touches only C++ data.
+template <typename F>
+decltype(auto) WithoutGil(F&& f) {
+  nb::gil_scoped_release release;
+  return f();
+}
+
+// Python integers are 64-bit here; fields that are 32-bit in C++ are checked
+// rather than truncated. `operation` prefixes the message ("plan", "workload").
+int32_t ToInt32(const char* operation, const char* what, int64_t value) {
+  if (value < INT32_MIN || value > INT32_MAX)
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string(operation) + ": " + what + " = " + std::to_string(value) +
+                    " does not fit a 32-bit integer");
+  return static_cast<int32_t>(value);
+}
+
+using Lengths = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+// Lengths from a list or tuple of Python integers (what a dataloader usually
+// has), read directly: a detour through numpy costs more than some plans.
+std::vector<int64_t> LengthsFromSequence(nb::handle sequence) {
+  PyObject* fast = sequence.ptr();  // an exact list or tuple: PySequence_Fast is a no-op
+  const Py_ssize_t size = PySequence_Fast_GET_SIZE(fast);
+  PyObject** items = PySequence_Fast_ITEMS(fast);
+  std::vector<int64_t> values(static_cast<size_t>(size));
+  for (Py_ssize_t i = 0; i < size; ++i) {
+    PyObject* item = items[i];
+    const auto fail = [&](const std::string& what) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "plan: lengths[" + std::to_string(i) + "] " + what);
+    };
+    if (PyBool_Check(item)) fail("must be an integer, got bool");
+    // numpy integer scalars and other integer-like objects go through __index__.
+    nb::object index = nb::steal(PyNumber_Index(item));
+    if (!index.is_valid()) {
+      PyErr_Clear();
+      fail(std::string("must be an integer, got ") + Py_TYPE(item)->tp_name);
+    }
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+    if (overflow != 0) fail("does not fit a 64-bit integer");
+    values[i] = v;
+  }
+  return values;
+}
+
+std::vector<int64_t> LengthsFrom(nb::handle lengths) {
+  if (PyList_CheckExact(lengths.ptr()) || PyTuple_CheckExact(lengths.ptr()))
+    return LengthsFromSequence(lengths);
+  const Lengths array = nb::cast<Lengths>(lengths);  // fcp.plan made it int64, 1-D, contiguous
+  return std::vector<int64_t>(array.data(), array.data() + array.shape(0));
+}
+
+std::unique_ptr<PlanHandle> MakePlanHandle(nb::handle lengths, int64_t workers, int64_t block_size,
+                                           int64_t coalesce, const std::string& mask,
+                                           int64_t window, int64_t heads_q, int64_t heads_kv,
+                                           int64_t head_dim, int64_t dtype_bytes,
+                                           int64_t token_cap, const std::string& planner,
+                                           bool check, std::optional<double> heavy_fraction,
+                                           std::optional<int64_t> max_split,
+                                           std::optional<int64_t> local_search) {
+  PlannerConfig config;
+  config.workers = ToInt32("plan", "workers", workers);
+  config.block_size = block_size;
+  config.coalesce = ToInt32("plan", "coalesce", coalesce);
+  config.mask.kind = ParseMaskKind(mask);
+  config.mask.window = window;
+  config.attention.heads_q = ToInt32("plan", "heads_q", heads_q);
+  config.attention.heads_kv = ToInt32("plan", "heads_kv", heads_kv);
+  config.attention.head_dim = ToInt32("plan", "head_dim", head_dim);
+  config.attention.dtype_bytes = ToInt32("plan", "dtype_bytes", dtype_bytes);
+  config.token_cap = token_cap;
+  config.planner = planner;
+  config.self_check = check;
+  // FCP tuning knobs: unset keeps the library's default.
+  if (heavy_fraction) config.heavy_fraction = *heavy_fraction;
+  if (max_split) config.max_split = ToInt32("plan", "max_split", *max_split);
+  if (local_search) config.local_search_rounds = ToInt32("plan", "local_search", *local_search);
+  const std::vector<int64_t> values = LengthsFrom(lengths);
+  return WithoutGil([&] {
+    const auto start = std::chrono::steady_clock::now();
+    Plan plan = MakePlan(values, config);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return std::make_unique<PlanHandle>(std::move(plan), /*known_valid=*/true, seconds);
+  });
+}
+
+nb::dict MetricsDict(const PlanMetrics& m) {
+  nb::dict d;
+  d["total_tokens"] = m.total_tokens;
+  d["max_tokens"] = m.max_tokens;
+  d["total_forward_flops"] = m.total_forward_flops;
+  d["max_pair_flops"] = m.max_pair_flops;
+  d["required_pairs"] = m.required_pairs;
+  d["transfer_edges"] = m.transfer_edges;
+  d["max_degree"] = m.max_degree;
+  d["forward_stages"] = m.forward_stages;
+  d["forward_transfer_stages"] = m.forward_transfer_stages;
+  d["transfer_stage_lower_bound"] = m.transfer_stage_lower_bound;
+  d["backward_stages"] = m.backward_stages;
+  d["compute_imbalance"] = m.compute_imbalance;
+  d["traffic_imbalance"] = m.traffic_imbalance;
+  d["send_imbalance"] = m.send_imbalance;
+  d["receive_imbalance"] = m.receive_imbalance;
+  d["token_imbalance"] = m.token_imbalance;
+  d["compute_lower_bound"] = m.compute_lower_bound;
+  d["max_compute"] = m.max_compute;
+  d["traffic_lower_bound_bytes"] = m.traffic_lower_bound_bytes;
+  d["max_traffic_bytes"] = m.max_traffic_bytes;
+  d["reshuffle_tokens"] = m.reshuffle_tokens;
+  d["reshuffle_bytes"] = m.reshuffle_bytes;
+  return d;
+}
+
+template <typename Stage>
+const Stage& StageAt(const std::vector<Stage>& stages, int64_t stage, const char* pass) {
+  if (stage < 0 || stage >= static_cast<int64_t>(stages.size()))
+    throw nb::index_error((std::string("plan: ") + pass + " stage " + std::to_string(stage) +
+                           " is not in [0, " + std::to_string(stages.size()) + ")")
+                              .c_str());
+  return stages[stage];
+}
+
+// Exception types of the module, created at import.
+struct ExceptionTypes {
+  PyObject* invalid_plan = nullptr;
+  PyObject* infeasible = nullptr;
+  PyObject* parse = nullptr;
+};
+
+PyObject* PythonTypeFor(const ExceptionTypes& types, ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kInvalidArgument: return PyExc_ValueError;
+    case ErrorCode::kInfeasible: return types.infeasible;
+    case ErrorCode::kParse: return types.parse;
+    case ErrorCode::kInvalidPlan: return types.invalid_plan;
+    case ErrorCode::kIo: return PyExc_OSError;
+    case ErrorCode::kBackend:
+    case ErrorCode::kInternal: return PyExc_RuntimeError;
+  }
+  return PyExc_RuntimeError;
+}
+
+}  // namespace
+}  // namespace fcp::python
+
+NB_MODULE(_fcp, m) {
+  using namespace fcp;
+  using namespace fcp::python;
+  m.doc() = "Native core of the fcp Python module (use the 'fcp' package).";
+
+  static ExceptionTypes types;
+  const auto new_type = [&m](const char* name, const char* doc) {
+    PyObject* type = PyErr_NewExceptionWithDoc((std::string("fcp.") + name).c_str(), doc,
+                                               PyExc_ValueError, nullptr);
+    if (!type) throw nb::python_error();
+    m.attr(name) = nb::handle(type);  // the module keeps the reference for good
+    return type;
+  };
+  types.invalid_plan = new_type("InvalidPlanError", "A plan that breaks a rule of the plan format.");
+  types.infeasible = new_type("InfeasibleError", "Valid inputs that admit no plan (e.g. token_cap too small).");
+  types.parse = new_type("ParseError", "Malformed plan JSON.");
+  nb::register_exception_translator(
+      [](const std::exception_ptr& p, void*) {
+        try {
+          std::rethrow_exception(p);
+        } catch (const Error& e) {
+          PyErr_SetString(PythonTypeFor(types, e.code()), e.what());
+        }
+      });
+
+  nb::class_<PlanHandle>(m, "PlanHandle", "One plan, owned by C++; use fcp.Plan.")
+      .def_prop_ro("planner", [](PlanHandle& h) { return h.plan().planner; })
+      .def_prop_ro("workers", [](PlanHandle& h) { return h.plan().workers; })
+      .def_prop_ro("mask", [](PlanHandle& h) { return std::string(MaskKindName(h.plan().mask.kind)); })
+      .def_prop_ro("window", [](PlanHandle& h) { return h.plan().mask.window; })
+      .def_prop_ro("heads_q", [](PlanHandle& h) { return h.plan().attention.heads_q; })
+      .def_prop_ro("heads_kv", [](PlanHandle& h) { return h.plan().attention.heads_kv; })
+      .def_prop_ro("head_dim", [](PlanHandle& h) { return h.plan().attention.head_dim; })
+      .def_prop_ro("dtype_bytes", [](PlanHandle& h) { return h.plan().attention.dtype_bytes; })
+      .def_prop_ro("block_size", [](PlanHandle& h) { return h.plan().block_size; })
+      .def_prop_ro("coalesce", [](PlanHandle& h) { return h.plan().coalesce; })
+      .def_prop_ro("token_cap", [](PlanHandle& h) { return h.plan().token_cap; })
+      .def_prop_ro("total_tokens", [](PlanHandle& h) { return h.plan().total_tokens(); })
+      .def_prop_ro("num_blocks", [](PlanHandle& h) { return h.plan().blocks.size(); })
+      .def_prop_ro("num_forward_stages", [](PlanHandle& h) { return h.plan().forward.size(); })
+      .def_prop_ro("num_backward_stages", [](PlanHandle& h) { return h.plan().backward.size(); })
+      .def_prop_ro("planning_seconds", [](PlanHandle& h) { return h.planning_seconds(); })
+      .def("equals", [](PlanHandle& a, PlanHandle& b) { return a.plan() == b.plan(); })
+      .def("to_json",
+           [](PlanHandle& h) { return WithoutGil([&] { return WritePlanJson(h.plan()); }); })
+      .def("validate",
+           [](PlanHandle& h, bool forbid_redundant_transfers) {
+             WithoutGil([&] {
+               h.Validate({.forbid_redundant_transfers = forbid_redundant_transfers});
+               return 0;
+             });
+           })
+      .def("sequences",
+           [](PlanHandle& h) { return VectorView(h.plan().sequences, nb::find(&h)); })
+      .def("block_owner",
+           [](PlanHandle& h) {
+             const FlatBlocks& f = WithoutGil([&]() -> const FlatBlocks& { return h.blocks(); });
+             return VectorView(f.owner, nb::find(&h));
+           })
+      .def("block_tokens",
+           [](PlanHandle& h) {
+             const FlatBlocks& f = WithoutGil([&]() -> const FlatBlocks& { return h.blocks(); });
+             return VectorView(f.tokens, nb::find(&h));
+           })
+      .def("block_segment_offsets",
+           [](PlanHandle& h) {
+             const FlatBlocks& f = WithoutGil([&]() -> const FlatBlocks& { return h.blocks(); });
+             return VectorView(f.segment_offsets, nb::find(&h));
+           })
+      .def("segments",
+           [](PlanHandle& h) {
+             const FlatBlocks& f = WithoutGil([&]() -> const FlatBlocks& { return h.blocks(); });
+             return View(f.segments.data(), f.segments.size() / 4, 4, nb::find(&h));
+           })
+      .def("forward_send",
+           [](PlanHandle& h, int64_t stage) {
+             const auto& s = StageAt(h.plan().forward, stage, "forward").send;
+             return View(reinterpret_cast<const int32_t*>(s.data()), s.size(), 3, nb::find(&h));
+           })
+      .def("forward_compute",
+           [](PlanHandle& h, int64_t stage) {
+             const auto& c = StageAt(h.plan().forward, stage, "forward").compute;
+             return View(reinterpret_cast<const int32_t*>(c.data()), c.size(), 2, nb::find(&h));
+           })
+      .def("backward_send_kv",
+           [](PlanHandle& h, int64_t stage) {
+             const auto& s = StageAt(h.plan().backward, stage, "backward").send_kv;
+             return View(reinterpret_cast<const int32_t*>(s.data()), s.size(), 3, nb::find(&h));
+           })
+      .def("backward_send_dkv",
+           [](PlanHandle& h, int64_t stage) {
+             const auto& s = StageAt(h.plan().backward, stage, "backward").send_dkv;
+             return View(reinterpret_cast<const int32_t*>(s.data()), s.size(), 3, nb::find(&h));
+           })
+      .def("backward_compute",
+           [](PlanHandle& h, int64_t stage) {
+             const auto& c = StageAt(h.plan().backward, stage, "backward").compute;
+             return View(reinterpret_cast<const int32_t*>(c.data()), c.size(), 2, nb::find(&h));
+           })
+      .def("metrics",
+           [](PlanHandle& h) {
+             const PlanMetrics& m = WithoutGil([&]() -> const PlanMetrics& { return h.metrics(); });
+             return MetricsDict(m);
+           })
+      .def("worker_metrics",
+           [](PlanHandle& h) {
+             const WorkerColumns& c =
+                 WithoutGil([&]() -> const WorkerColumns& { return h.worker_columns(); });
+             nb::object owner = nb::find(&h);
+             nb::dict d;
+             d["tokens"] = VectorView(c.tokens, owner);
+             d["forward_flops"] = VectorView(c.forward_flops, owner);
+             d["kv_blocks_sent"] = VectorView(c.kv_blocks_sent, owner);
+             d["kv_blocks_received"] = VectorView(c.kv_blocks_received, owner);
+             d["bytes_sent"] = VectorView(c.bytes_sent, owner);
+             d["bytes_received"] = VectorView(c.bytes_received, owner);
+             return d;
+           })
+      .def("summary",
+           [](PlanHandle& h) {
+             return WithoutGil([&] {
+               return FormatPlanSummary(h.plan(), h.metrics(), h.planning_seconds());
+             });
+           })
+      .def("token_order",
+           [](PlanHandle& h) {
+             return VectorView(WithoutGil([&]() -> const auto& { return h.order(); }), nb::find(&h));
+           })
+      .def("inverse_token_order",
+           [](PlanHandle& h) {
+             return VectorView(WithoutGil([&]() -> const auto& { return h.inverse(); }),
+                               nb::find(&h));
+           })
+      .def("token_offsets",
+           [](PlanHandle& h) {
+             const TokenLayout& layout = WithoutGil([&]() -> const auto& { return h.layout(); });
+             return VectorView(layout.worker_offsets(), nb::find(&h));
+           })
+      // Per worker or per token range: fresh arrays of O(their size), so one
+      // rank never pays for the whole batch.
+      .def("worker_token_order",
+           [](PlanHandle& h, int64_t worker) {
+             return OwnedArray(WithoutGil([&] {
+               return h.layout().WorkerOrder(ToInt32("plan", "worker", worker));
+             }));
+           })
+      .def("planned_positions",
+           [](PlanHandle& h, int64_t begin, int64_t end) {
+             return OwnedArray(WithoutGil([&] { return h.layout().PlannedPositions(begin, end); }));
+           })
+      .def("placement", [](PlanHandle& h, int64_t begin, int64_t end) {
+        TokenLayout::Placement p = WithoutGil([&] { return h.layout().Place(begin, end); });
+        return nb::make_tuple(OwnedArray(std::move(p.owner)), OwnedArray(std::move(p.index)));
+      });
+
+  m.def("plan", &MakePlanHandle, nb::arg("lengths"), nb::arg("workers"), nb::arg("block_size"),
+        nb::arg("coalesce"), nb::arg("mask"), nb::arg("window"), nb::arg("heads_q"),
+        nb::arg("heads_kv"), nb::arg("head_dim"), nb::arg("dtype_bytes"), nb::arg("token_cap"),
+        nb::arg("planner"), nb::arg("check"), nb::arg("heavy_fraction").none(),
+        nb::arg("max_split").none(), nb::arg("local_search").none());
+
+  m.def("from_json", [](const std::string& text) {
+    return WithoutGil([&] {
+      return std::make_unique<PlanHandle>(ReadPlanJson(text), /*known_valid=*/false,
+                                          /*planning_seconds=*/-1.0);
+    });
+  });
+
+  m.def("planners", [] {
+    nb::list out;
+    for (const PlannerInfo& p : Planners()) out.append(nb::make_tuple(p.name, p.description));
+    return out;
+  });
+
+  m.def("workload",
+        [](const std::string& dist, int64_t workers, int64_t tokens_per_worker, int64_t max_len,
+           int64_t min_len, double mu, double sigma, uint64_t seed) {
+          WorkloadConfig config;
+          config.dist = ParseLengthDistribution(dist);
+          config.workers = ToInt32("workload", "workers", workers);
+          config.tokens_per_worker = tokens_per_worker;
+          config.max_len = max_len;
+          config.min_len = min_len;
+          config.lognormal_mu = mu;
+          config.lognormal_sigma = sigma;
+          config.seed = seed;
+          return OwnedArray(WithoutGil([&] { return GenerateWorkload(config); }));
+        },
+        nb::arg("dist"), nb::arg("workers"), nb::arg("tokens_per_worker"), nb::arg("max_len"),
+        nb::arg("min_len"), nb::arg("mu"), nb::arg("sigma"), nb::arg("seed"));
+}

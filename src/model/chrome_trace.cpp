@@ -1,0 +1,112 @@
+// Simulation results as text: the Chrome trace-event file and the JSON summary.
+#include <cstdio>
+#include <fstream>
+#include <ostream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "fcp/error.h"
+#include "fcp/simulator.h"
+
+namespace fcp {
+namespace {
+
+const char* TrackName(int32_t track) {
+  switch (track) {
+    case 0: return "compute";
+    case 1: return "send";
+    default: return "receive";
+  }
+}
+
+}  // namespace
+
+void WriteChromeTrace(const SimResult& result, std::ostream& out) {
+  // Hand-written (not nlohmann) so a 100k-event trace streams without a DOM.
+  out << "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"planner\": "
+      << nlohmann::json(result.planner).dump() << ", \"profile\": "
+      << nlohmann::json(result.profile).dump() << "},\n\"traceEvents\": [\n";
+  bool first = true;
+  const auto sep = [&] {
+    if (!first) out << ",\n";
+    first = false;
+  };
+  for (int32_t w = 0; w < result.workers; ++w) {
+    sep();
+    out << "{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": " << w
+        << ", \"args\": {\"name\": \"worker " << w << "\"}}";
+    sep();
+    out << "{\"ph\": \"M\", \"name\": \"process_sort_index\", \"pid\": " << w
+        << ", \"args\": {\"sort_index\": " << w << "}}";
+    for (int32_t track = 0; track < 3; ++track) {
+      sep();
+      out << "{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": " << w << ", \"tid\": " << track
+          << ", \"args\": {\"name\": \"" << TrackName(track) << "\"}}";
+    }
+  }
+  char buf[64];
+  for (const TraceEvent& e : result.trace) {
+    sep();
+    out << "{\"ph\": \"X\", \"name\": " << nlohmann::json(e.name).dump() << ", \"pid\": " << e.worker
+        << ", \"tid\": " << e.track << ", \"ts\": ";
+    std::snprintf(buf, sizeof(buf), "%.3f", e.start_s * 1e6);
+    out << buf << ", \"dur\": ";
+    std::snprintf(buf, sizeof(buf), "%.3f", (e.end_s - e.start_s) * 1e6);
+    out << buf << "}";
+  }
+  out << "\n]}\n";
+}
+
+void WriteChromeTraceFile(const SimResult& result, const std::string& path) {
+  std::ofstream file(path);
+  if (!file) throw Error(ErrorCode::kIo, "simulate: cannot write trace '" + path + "'");
+  WriteChromeTrace(result, file);
+  if (!file) throw Error(ErrorCode::kIo, "simulate: cannot write trace '" + path + "'");
+}
+
+std::string SimResultJson(const SimResult& r, bool per_worker) {
+  nlohmann::ordered_json j;
+  j["planner"] = r.planner;
+  j["profile"] = r.profile;
+  j["workers"] = r.workers;
+  j["forward_time_s"] = r.forward_time_s;
+  j["backward_time_s"] = r.backward_time_s;
+  j["total_time_s"] = r.total_time_s;
+  j["forward_flops"] = r.forward_flops;
+  j["backward_flops"] = r.backward_flops;
+  j["mfu"] = r.mfu;
+  j["normalized_mfu"] = r.normalized_mfu;
+  j["reference_efficiency"] = r.reference_efficiency;
+  j["batch_normalized_mfu"] = r.batch_normalized_mfu;
+  j["compute_imbalance"] = r.compute_imbalance;
+  j["traffic_imbalance"] = r.traffic_imbalance;
+  j["total_traffic_imbalance"] = r.total_traffic_imbalance;
+  j["mean_busy_s"] = r.mean_busy_s;
+  j["mean_exposed_comm_s"] = r.mean_exposed_comm_s;
+  j["max_exposed_comm_s"] = r.max_exposed_comm_s;
+  j["transfers"] = r.transfers;
+  j["reshuffle_flows"] = r.reshuffle_flows;
+  if (per_worker) {
+    nlohmann::ordered_json workers = nlohmann::ordered_json::array();
+    for (const WorkerSimStats& s : r.worker_stats) {
+      nlohmann::ordered_json w;
+      w["busy_s"] = s.busy_s;
+      w["exposed_comm_s"] = s.exposed_comm_s;
+      w["idle_s"] = s.idle_s;
+      w["forward_flops"] = s.forward_flops;
+      w["backward_flops"] = s.backward_flops;
+      w["forward_kv_bytes_sent"] = s.forward_kv_bytes_sent;
+      w["forward_kv_bytes_received"] = s.forward_kv_bytes_received;
+      w["bytes_sent"] = s.bytes_sent;
+      w["bytes_received"] = s.bytes_received;
+      w["reshuffle_bytes_sent"] = s.reshuffle_bytes_sent;
+      w["reshuffle_bytes_received"] = s.reshuffle_bytes_received;
+      workers.push_back(w);
+    }
+    j["worker_stats"] = workers;
+  }
+  return j.dump(2) + "\n";
+}
+
+}  // namespace fcp

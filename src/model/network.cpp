@@ -1,0 +1,148 @@
+#include "network.h"
+
+#include <algorithm>
+#include <functional>
+
+namespace fcp::sim {
+namespace {
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+// Flows within this of their end drain together: one rate recomputation
+// instead of several for ends a few nanoseconds apart.
+constexpr double kDrainSlack_s = 1e-7;
+enum Port { kNvlinkOut = 0, kNvlinkIn = 1, kNicOut = 2, kNicIn = 3, kPortsPerWorker = 4 };
+
+}  // namespace
+
+Network::Network(const HardwareProfile& profile, int32_t workers)
+    : capacity_(static_cast<size_t>(workers) * kPortsPerWorker),
+      gpus_per_node_(profile.gpus_per_node) {
+  for (int32_t w = 0; w < workers; ++w) {
+    capacity_[w * kPortsPerWorker + kNvlinkOut] = profile.nvlink_bytes_per_s;
+    capacity_[w * kPortsPerWorker + kNvlinkIn] = profile.nvlink_bytes_per_s;
+    capacity_[w * kPortsPerWorker + kNicOut] = profile.nic_bytes_per_s;
+    capacity_[w * kPortsPerWorker + kNicIn] = profile.nic_bytes_per_s;
+  }
+}
+
+void Network::Start(int32_t src, int32_t dst, double bytes, int64_t tag) {
+  const bool same_node = src / gpus_per_node_ == dst / gpus_per_node_;
+  out_port_.push_back(src * kPortsPerWorker + (same_node ? kNvlinkOut : kNicOut));
+  in_port_.push_back(dst * kPortsPerWorker + (same_node ? kNvlinkIn : kNicIn));
+  remaining_bytes_.push_back(bytes);
+  tolerance_bytes_.push_back(1e-12 * bytes);
+  rate_.push_back(0);
+  drain_time_.push_back(kInfinity);
+  tag_.push_back(tag);
+  dirty_ = true;
+}
+
+double Network::RateOf(int64_t tag) {
+  if (dirty_) Recompute();
+  for (size_t k = 0; k < tag_.size(); ++k)
+    if (tag_[k] == tag) return rate_[k];
+  return -1;
+}
+
+double Network::NextDrainTime() {
+  if (tag_.empty()) return kInfinity;
+  if (dirty_) Recompute();
+  return next_drain_;
+}
+
+void Network::AdvanceTo(double time, std::vector<int64_t>& drained) {
+  if (dirty_) Recompute();
+  now_ = std::max(now_, time);
+  if (now_ + kDrainSlack_s < next_drain_) return;
+  // Bring the byte counts up to date, then take out the drained flows.
+  const double dt = now_ - updated_;
+  updated_ = now_;
+  size_t kept = 0;
+  for (size_t k = 0; k < tag_.size(); ++k) {
+    remaining_bytes_[k] -= rate_[k] * dt;
+    if (remaining_bytes_[k] <= tolerance_bytes_[k] || drain_time_[k] <= now_ + kDrainSlack_s) {
+      drained.push_back(tag_[k]);
+      continue;
+    }
+    out_port_[kept] = out_port_[k];
+    in_port_[kept] = in_port_[k];
+    remaining_bytes_[kept] = remaining_bytes_[k];
+    tolerance_bytes_[kept] = tolerance_bytes_[k];
+    rate_[kept] = rate_[k];
+    drain_time_[kept] = drain_time_[k];
+    tag_[kept] = tag_[k];
+    ++kept;
+  }
+  if (kept != tag_.size()) {
+    for (auto* v : {&out_port_, &in_port_}) v->resize(kept);
+    for (auto* v : {&remaining_bytes_, &tolerance_bytes_, &rate_, &drain_time_}) v->resize(kept);
+    tag_.resize(kept);
+    dirty_ = true;
+  }
+}
+
+void Network::Recompute() {
+  dirty_ = false;
+  // Bring byte counts to now under the old rates.
+  const double dt = now_ - updated_;
+  updated_ = now_;
+  const size_t flows = tag_.size();
+  for (size_t k = 0; k < flows; ++k) remaining_bytes_[k] -= rate_[k] * dt;
+
+  const size_t ports = capacity_.size();
+  remaining_capacity_.assign(capacity_.begin(), capacity_.end());
+  unfrozen_.assign(ports, 0);
+  port_begin_.assign(ports + 1, 0);
+  for (size_t k = 0; k < flows; ++k) {
+    ++port_begin_[out_port_[k] + 1];
+    ++port_begin_[in_port_[k] + 1];
+  }
+  for (size_t p = 0; p < ports; ++p) port_begin_[p + 1] += port_begin_[p];
+  port_slots_.resize(port_begin_[ports]);
+  for (size_t k = 0; k < flows; ++k) {
+    port_slots_[port_begin_[out_port_[k]] + unfrozen_[out_port_[k]]++] = static_cast<int32_t>(k);
+    port_slots_[port_begin_[in_port_[k]] + unfrozen_[in_port_[k]]++] = static_cast<int32_t>(k);
+  }
+  frozen_.assign(flows, 0);
+  // Progressive filling: the port with the smallest fair share is the next
+  // bottleneck; its unfrozen flows get that share and leave their other port.
+  // A port's share rem/cnt never falls while the water level rises (removing a
+  // flow at level s <= rem/cnt leaves (rem - s)/(cnt - 1) >= rem/cnt), so the
+  // heap is lazy: a popped port whose share has grown is pushed back.
+  using Entry = std::pair<double, int32_t>;  // share when pushed, port
+  heap_.clear();
+  for (size_t p = 0; p < ports; ++p)
+    if (unfrozen_[p] > 0)
+      heap_.emplace_back(remaining_capacity_[p] / unfrozen_[p], static_cast<int32_t>(p));
+  std::make_heap(heap_.begin(), heap_.end(), std::greater<Entry>());
+  while (!heap_.empty()) {
+    std::pop_heap(heap_.begin(), heap_.end(), std::greater<Entry>());
+    const auto [pushed_share, port] = heap_.back();
+    heap_.pop_back();
+    if (unfrozen_[port] == 0) continue;
+    const double share = remaining_capacity_[port] / unfrozen_[port];
+    if (share > pushed_share * (1 + 1e-12) && !heap_.empty() && share > heap_.front().first) {
+      heap_.emplace_back(share, port);
+      std::push_heap(heap_.begin(), heap_.end(), std::greater<Entry>());
+      continue;
+    }
+    for (int32_t i = port_begin_[port]; i < port_begin_[port + 1]; ++i) {
+      const int32_t k = port_slots_[i];
+      if (frozen_[k]) continue;
+      frozen_[k] = 1;
+      // A float round-off can leave a port with ~0 capacity; keep the flow moving.
+      rate_[k] = std::max(share, 1e-12 * capacity_[port]);
+      const int32_t other = out_port_[k] == port ? in_port_[k] : out_port_[k];
+      remaining_capacity_[other] = std::max(0.0, remaining_capacity_[other] - share);
+      --unfrozen_[other];
+    }
+    unfrozen_[port] = 0;
+  }
+  next_drain_ = kInfinity;
+  for (size_t k = 0; k < flows; ++k) {
+    drain_time_[k] = now_ + std::max(0.0, remaining_bytes_[k]) / rate_[k];
+    next_drain_ = std::min(next_drain_, drain_time_[k]);
+  }
+}
+
+}  // namespace fcp::sim

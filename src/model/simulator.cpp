@@ -1,0 +1,876 @@
+// The event-driven plan simulator (fcp/simulator.h). Numbered steps:
+//   1. index the plan (segments per block by sequence, owners, token shares);
+//   2. kernel costs per (stage, worker), memoised across the two passes;
+//   3. one event loop per pass over compute streams, stage transfers and the
+//      reshuffle flows, on the fluid Network;
+//   4. per-worker statistics and the summary.
+#include "fcp/simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <queue>
+#include <string>
+
+#include "fcp/error.h"
+#include "fcp/mask.h"
+#include "network.h"
+
+namespace fcp {
+namespace {
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+[[noreturn]] void BadPlan(const std::string& what) {
+  throw Error(ErrorCode::kInvalidPlan, "simulate: " + what);
+}
+
+// ---- 1. plan index ----------------------------------------------------------
+
+// Each block's segments sorted by (seq, start), numbered globally so a query
+// segment has one id; per block the runs of equal seq.
+class SegmentIndex {
+ public:
+  struct Seg {
+    int32_t seq;
+    int64_t start;
+    int64_t length;
+  };
+  struct Run {
+    int32_t seq;
+    int32_t begin;  // global segment ids [begin, end)
+    int32_t end;
+  };
+  explicit SegmentIndex(const Plan& plan) : run_begin_(plan.blocks.size() + 1, 0) {
+    for (size_t b = 0; b < plan.blocks.size(); ++b) {
+      const size_t first = segs_.size();
+      for (const Segment& s : plan.blocks[b].segments) {
+        if (s.seq < 0 || static_cast<size_t>(s.seq) >= plan.sequences.size() || s.length <= 0)
+          BadPlan("block " + std::to_string(b) + " has a segment outside the sequences");
+        segs_.push_back({s.seq, s.start, s.length});
+      }
+      std::stable_sort(segs_.begin() + first, segs_.end(), [](const Seg& a, const Seg& c) {
+        return a.seq != c.seq ? a.seq < c.seq : a.start < c.start;
+      });
+      for (size_t k = first; k < segs_.size(); ++k) {
+        if (k == first || segs_[k].seq != segs_[k - 1].seq)
+          runs_.push_back({segs_[k].seq, static_cast<int32_t>(k), static_cast<int32_t>(k + 1)});
+        else
+          runs_.back().end = static_cast<int32_t>(k + 1);
+      }
+      run_begin_[b + 1] = static_cast<int32_t>(runs_.size());
+    }
+  }
+  const Seg& seg(int32_t id) const { return segs_[id]; }
+  size_t segment_count() const { return segs_.size(); }
+  const Run* runs_begin(int32_t block) const { return runs_.data() + run_begin_[block]; }
+  const Run* runs_end(int32_t block) const { return runs_.data() + run_begin_[block + 1]; }
+
+ private:
+  std::vector<Seg> segs_;
+  std::vector<Run> runs_;
+  std::vector<int32_t> run_begin_;
+};
+
+// ---- 2. kernel costs --------------------------------------------------------
+
+struct PairCost {
+  double forward_s = 0;  // this pair's share of its stage kernel (no launch cost)
+  int64_t token_pairs = 0;
+};
+
+// Costs the pairs one worker computes in one stage as one kernel: pairs are
+// merged per query segment, each segment charged at f(2P/q).
+class KernelCoster {
+ public:
+  KernelCoster(const Plan& plan, const HardwareProfile& profile)
+      : plan_(plan), profile_(profile), index_(plan), segment_pairs_(index_.segment_count(), 0) {
+    flops_per_pair_ = ForwardFlops(plan.attention, 1);
+  }
+
+  // Costs of `pairs` (one stage on one worker), memoised on the pair list.
+  const std::vector<PairCost>& Cost(const std::vector<BlockPair>& pairs) {
+    std::vector<uint64_t> key(pairs.size());
+    for (size_t i = 0; i < pairs.size(); ++i)
+      key[i] = (static_cast<uint64_t>(static_cast<uint32_t>(pairs[i].q_block)) << 32) |
+               static_cast<uint32_t>(pairs[i].kv_block);
+    auto it = memo_.find(key);
+    if (it != memo_.end()) return it->second;
+    return memo_.emplace(std::move(key), Compute(pairs)).first->second;
+  }
+
+ private:
+  struct Entry {
+    int32_t pair;
+    int32_t q_segment;
+    int64_t token_pairs;
+  };
+
+  std::vector<PairCost> Compute(const std::vector<BlockPair>& pairs) {
+    entries_.clear();
+    for (size_t p = 0; p < pairs.size(); ++p) {
+      // Merge-join the two blocks' sequence runs.
+      const SegmentIndex::Run* a = index_.runs_begin(pairs[p].q_block);
+      const SegmentIndex::Run* a_end = index_.runs_end(pairs[p].q_block);
+      const SegmentIndex::Run* b = index_.runs_begin(pairs[p].kv_block);
+      const SegmentIndex::Run* b_end = index_.runs_end(pairs[p].kv_block);
+      while (a != a_end && b != b_end) {
+        if (a->seq < b->seq) {
+          ++a;
+        } else if (b->seq < a->seq) {
+          ++b;
+        } else {
+          for (int32_t qs = a->begin; qs < a->end; ++qs) {
+            const SegmentIndex::Seg& q = index_.seg(qs);
+            int64_t total = 0;
+            for (int32_t ks = b->begin; ks < b->end; ++ks) {
+              const SegmentIndex::Seg& k = index_.seg(ks);
+              total += AllowedPairs(plan_.mask, {q.start, q.start + q.length},
+                                    {k.start, k.start + k.length});
+            }
+            if (total > 0) entries_.push_back({static_cast<int32_t>(p), qs, total});
+          }
+          ++a;
+          ++b;
+        }
+      }
+    }
+    touched_.clear();
+    for (const Entry& e : entries_) {
+      if (segment_pairs_[e.q_segment] == 0) touched_.push_back(e.q_segment);
+      segment_pairs_[e.q_segment] += e.token_pairs;
+    }
+    // Seconds per token pair of each merged query segment, stored in place.
+    seconds_per_pair_.resize(std::max(seconds_per_pair_.size(), index_.segment_count()));
+    for (int32_t s : touched_) {
+      const double kernel_tokens =
+          EquivalentKernelTokens(index_.seg(s).length, segment_pairs_[s]);
+      seconds_per_pair_[s] = AttentionTime_s(profile_, flops_per_pair_, kernel_tokens, false);
+    }
+    std::vector<PairCost> costs(pairs.size());
+    for (const Entry& e : entries_) {
+      costs[e.pair].forward_s += static_cast<double>(e.token_pairs) * seconds_per_pair_[e.q_segment];
+      costs[e.pair].token_pairs += e.token_pairs;
+    }
+    for (int32_t s : touched_) segment_pairs_[s] = 0;
+    return costs;
+  }
+
+  const Plan& plan_;
+  const HardwareProfile& profile_;
+  SegmentIndex index_;
+  double flops_per_pair_ = 0;
+  std::vector<int64_t> segment_pairs_;
+  std::vector<double> seconds_per_pair_;
+  std::vector<int32_t> touched_;
+  std::vector<Entry> entries_;
+  std::map<std::vector<uint64_t>, std::vector<PairCost>> memo_;
+};
+
+// ---- 3. one pass --------------------------------------------------------------
+
+enum class TransferKind { kKv, kDkv };
+
+struct StageTransfer {
+  int32_t block, src, dst, stage;
+  TransferKind kind;
+  double bytes;
+};
+
+struct PairTask {
+  int32_t q_block, kv_block, worker, stage;
+  double seconds;
+  int64_t token_pairs;
+};
+
+struct ReshuffleFlow {
+  int32_t block, src, dst;
+  double bytes;
+};
+
+struct PassInput {
+  bool backward = false;
+  int32_t stages = 0;
+  std::vector<StageTransfer> transfers;
+  std::vector<PairTask> pairs;
+  std::vector<ReshuffleFlow> in_flows, out_flows;
+};
+
+struct PassOutput {
+  double time_s = 0;
+  std::vector<double> busy_s, last_activity_s;
+};
+
+// Tags of flows in the network: kind in the low 2 bits.
+enum FlowKind : int64_t { kStageFlow = 0, kInFlow = 1, kOutFlow = 2 };
+int64_t Tag(FlowKind kind, size_t index) { return static_cast<int64_t>(index) * 4 + kind; }
+
+class PassSimulator {
+ public:
+  PassSimulator(const Plan& plan, const HardwareProfile& profile, const SimConfig& config,
+                const PassInput& in, double trace_offset_s, std::vector<TraceEvent>* trace)
+      : plan_(plan), profile_(profile), config_(config), in_(in), n_(plan.workers),
+        net_(profile, plan.workers), trace_offset_s_(trace_offset_s), trace_(trace) {}
+
+  PassOutput Run() {
+    Setup();
+    for (int32_t w = 0; w < n_; ++w) Progress(w);
+    std::vector<int64_t> drained;
+    for (;;) {
+      const double drain_time = net_.NextDrainTime();
+      const double event_time = events_.empty() ? kInfinity : events_.top().time;
+      if (drain_time == kInfinity && event_time == kInfinity) break;
+      drained.clear();
+      if (drain_time <= event_time) {
+        net_.AdvanceTo(drain_time, drained);
+        now_ = drain_time;
+        HandleDrained(drained);
+        continue;
+      }
+      net_.AdvanceTo(event_time, drained);
+      now_ = event_time;
+      HandleDrained(drained);
+      while (!events_.empty() && events_.top().time <= now_) {
+        const Event e = events_.top();
+        events_.pop();
+        Handle(e);
+      }
+    }
+    for (int32_t w = 0; w < n_; ++w)
+      if (workers_[w].c_done + 1 < in_.stages || workers_[w].r_done + 1 < in_.stages ||
+          workers_[w].s_stage < in_.stages)
+        throw Error(ErrorCode::kInternal, "simulate: worker " + std::to_string(w) +
+                                              " stalled in stage " + std::to_string(workers_[w].c_stage));
+    PassOutput out;
+    out.time_s = end_time_;
+    out.busy_s.resize(n_);
+    out.last_activity_s.resize(n_);
+    for (int32_t w = 0; w < n_; ++w) {
+      out.busy_s[w] = workers_[w].busy_s;
+      out.last_activity_s[w] = workers_[w].last_activity_s;
+    }
+    return out;
+  }
+
+ private:
+  enum class EventKind { kComputeDone, kDelivered };
+  struct Event {
+    double time;
+    int64_t seq;
+    EventKind kind;
+    int64_t a;
+    bool operator>(const Event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
+  };
+  // Three streams per worker: compute, send groups and receive groups, each
+  // running its stages in order.
+  struct WorkerState {
+    int32_t c_stage = 0;      // the compute stage running or next
+    bool c_started = false;   // its pairs are loaded into `pending`
+    int32_t c_done = -1;      // last stage whose compute is complete
+    int32_t s_stage = -1;     // the send group in flight
+    int32_t s_left = 0;       // its sends not yet delivered
+    int32_t r_stage = -1;     // the receive group in flight
+    int32_t r_left = 0;
+    int32_t r_done = -1;      // last stage whose receives have all arrived
+    bool busy = false;
+    bool launched = false;
+    std::vector<int32_t> pending;  // pair tasks of the current stage, in plan order
+    std::vector<int32_t> blocked;  // sends of its send group waiting for their data
+    double busy_s = 0;
+    double last_activity_s = 0;
+    double run_start_s = -1, run_end_s = -1;  // current compute trace span
+  };
+
+  size_t Cell(int32_t stage, int32_t worker) const {
+    return static_cast<size_t>(stage) * n_ + worker;
+  }
+
+  void Setup() {
+    const size_t cells = static_cast<size_t>(in_.stages) * n_;
+    // CSR of pair tasks and transfers per (stage, worker).
+    pair_begin_.assign(cells + 1, 0);
+    for (const PairTask& p : in_.pairs) ++pair_begin_[Cell(p.stage, p.worker) + 1];
+    for (size_t c = 0; c < cells; ++c) pair_begin_[c + 1] += pair_begin_[c];
+    pair_list_.resize(in_.pairs.size());
+    {
+      std::vector<int32_t> fill(cells, 0);
+      for (size_t i = 0; i < in_.pairs.size(); ++i) {
+        const size_t c = Cell(in_.pairs[i].stage, in_.pairs[i].worker);
+        pair_list_[pair_begin_[c] + fill[c]++] = static_cast<int32_t>(i);
+      }
+    }
+    // Sends (by src) and receives (by dst) per (stage, worker).
+    for (int side = 0; side < 2; ++side) {
+      std::vector<int32_t>& begin = side == 0 ? send_begin_ : recv_begin_;
+      std::vector<int32_t>& list = side == 0 ? send_list_ : recv_list_;
+      begin.assign(cells + 1, 0);
+      for (const StageTransfer& t : in_.transfers) ++begin[Cell(t.stage, side == 0 ? t.src : t.dst) + 1];
+      for (size_t c = 0; c < cells; ++c) begin[c + 1] += begin[c];
+      list.resize(in_.transfers.size());
+      std::vector<int32_t> fill(cells, 0);
+      for (size_t i = 0; i < in_.transfers.size(); ++i) {
+        const StageTransfer& t = in_.transfers[i];
+        const size_t c = Cell(t.stage, side == 0 ? t.src : t.dst);
+        list[begin[c] + fill[c]++] = static_cast<int32_t>(i);
+      }
+    }
+    arrivals_.assign(in_.transfers.size(), 0);
+    started_.assign(in_.transfers.size(), 0);
+    transfer_start_s_.assign(in_.transfers.size(), 0);
+    workers_.assign(n_, WorkerState{});
+    const size_t blocks = plan_.blocks.size();
+    waiting_.assign(blocks, {});
+
+    // Inputs arriving by reshuffle.
+    in_ready_.assign(blocks, 1);
+    in_left_.assign(blocks, 0);
+    in_flows_left_ = 0;
+    if (config_.reshuffle != ReshuffleMode::kNone) {
+      for (size_t i = 0; i < in_.in_flows.size(); ++i) {
+        const ReshuffleFlow& f = in_.in_flows[i];
+        in_ready_[f.block] = 0;
+        ++in_left_[f.block];
+        ++in_flows_left_;
+        StartFlow(f.src, f.dst, f.bytes, Tag(kInFlow, i));
+      }
+      if (config_.reshuffle == ReshuffleMode::kBlocking && in_flows_left_ > 0)
+        std::fill(in_ready_.begin(), in_ready_.end(), 0);
+    }
+    // Outputs leaving by reshuffle once final.
+    out_left_.assign(blocks, 0);
+    for (const PairTask& p : in_.pairs) {
+      ++out_left_[p.q_block];
+      if (in_.backward && plan_.blocks[p.kv_block].worker == p.worker) ++out_left_[p.kv_block];
+    }
+    if (in_.backward)
+      for (const StageTransfer& t : in_.transfers)
+        if (t.kind == TransferKind::kDkv && t.dst == plan_.blocks[t.block].worker) ++out_left_[t.block];
+    out_flow_begin_.assign(blocks + 1, 0);
+    for (const ReshuffleFlow& f : in_.out_flows) ++out_flow_begin_[f.block + 1];
+    for (size_t b = 0; b < blocks; ++b) out_flow_begin_[b + 1] += out_flow_begin_[b];
+    out_flow_list_.resize(in_.out_flows.size());
+    {
+      std::vector<int32_t> fill(blocks, 0);
+      for (size_t i = 0; i < in_.out_flows.size(); ++i) {
+        const int32_t b = in_.out_flows[i].block;
+        out_flow_list_[out_flow_begin_[b] + fill[b]++] = static_cast<int32_t>(i);
+      }
+    }
+    out_start_s_.assign(in_.out_flows.size(), 0);
+    blocks_not_final_ = 0;
+    for (size_t b = 0; b < blocks; ++b)
+      if (out_left_[b] > 0) ++blocks_not_final_;
+    for (size_t b = 0; b < blocks; ++b)
+      if (out_left_[b] == 0) OutputFinal(static_cast<int32_t>(b));
+  }
+
+  void StartFlow(int32_t src, int32_t dst, double bytes, int64_t tag) {
+    net_.Start(src, dst, bytes, tag);
+  }
+
+  void Push(double time, EventKind kind, int64_t a) {
+    events_.push({time, next_seq_++, kind, a});
+  }
+
+  void Touch(int32_t w, double t) {
+    workers_[w].last_activity_s = std::max(workers_[w].last_activity_s, t);
+    end_time_ = std::max(end_time_, t);
+  }
+
+  // Data condition of a send beyond the two groups having started.
+  bool SourceReady(const StageTransfer& t) const {
+    const WorkerState& src = workers_[t.src];
+    if (t.kind == TransferKind::kDkv)  // the partial is final after its compute (and any relay in)
+      return src.c_done >= t.stage - 1 && src.r_done >= t.stage - 1;
+    if (t.src != plan_.blocks[t.block].worker)  // a relay: what arrived in the stage before
+      return src.r_done >= t.stage - 1;
+    // The forward's owner needs the block's K/V from the reshuffle first.
+    return in_.backward || in_ready_[t.block] != 0;
+  }
+
+  // Starts transfer t if its send and receive groups are open and its data is there.
+  void TryStartTransfer(int32_t t) {
+    const StageTransfer& x = in_.transfers[t];
+    if (arrivals_[t] < 2 || started_[t]) return;
+    if (!SourceReady(x)) {
+      if (!in_.backward && x.kind == TransferKind::kKv && x.src == plan_.blocks[x.block].worker)
+        waiting_[x.block].push_back(t);
+      else
+        workers_[x.src].blocked.push_back(t);
+      return;
+    }
+    started_[t] = 1;
+    transfer_start_s_[t] = now_;
+    StartFlow(x.src, x.dst, x.bytes, Tag(kStageFlow, t));
+  }
+
+  void OpenSendGroup(int32_t w, int32_t stage) {
+    WorkerState& s = workers_[w];
+    s.s_stage = stage;
+    s.blocked.clear();
+    if (stage >= in_.stages) return;
+    const size_t c = Cell(stage, w);
+    s.s_left = send_begin_[c + 1] - send_begin_[c];
+    for (int32_t k = send_begin_[c]; k < send_begin_[c + 1]; ++k) {
+      ++arrivals_[send_list_[k]];
+      TryStartTransfer(send_list_[k]);
+    }
+  }
+
+  void OpenRecvGroup(int32_t w, int32_t stage) {
+    WorkerState& s = workers_[w];
+    s.r_stage = stage;
+    const size_t c = Cell(stage, w);
+    s.r_left = recv_begin_[c + 1] - recv_begin_[c];
+    for (int32_t k = recv_begin_[c]; k < recv_begin_[c + 1]; ++k) {
+      ++arrivals_[recv_list_[k]];
+      TryStartTransfer(recv_list_[k]);
+    }
+  }
+
+  bool PairReady(const PairTask& p) const {
+    if (!in_ready_[p.q_block]) return false;
+    if (!in_.backward && plan_.blocks[p.kv_block].worker == p.worker && !in_ready_[p.kv_block])
+      return false;
+    return true;
+  }
+
+  // Runs worker w's three streams forward as far as they go at the current time:
+  //  * send group t opens when group t-1 has been delivered;
+  //  * receive group t opens when group t-1 has arrived and compute t-1 is done
+  //    (its buffer held the blocks compute t-1 used: double buffering);
+  //  * compute t starts when compute t-1 is done and receive group t-1 has arrived,
+  //    each pair as soon as its reshuffled inputs are there.
+  void Progress(int32_t w) {
+    WorkerState& s = workers_[w];
+    for (;;) {
+      bool moved = false;
+      if (!s.blocked.empty()) {  // sends whose data may have arrived meanwhile
+        std::vector<int32_t> retry;
+        retry.swap(s.blocked);
+        for (int32_t t : retry) TryStartTransfer(t);
+      }
+      while (s.s_stage < in_.stages && (s.s_stage < 0 || s.s_left == 0)) {
+        OpenSendGroup(w, s.s_stage + 1);
+        moved = true;
+      }
+      while (s.r_stage + 1 < in_.stages && s.r_done == s.r_stage && s.c_done >= s.r_stage) {
+        OpenRecvGroup(w, s.r_stage + 1);
+        if (s.r_left == 0) s.r_done = s.r_stage;
+        moved = true;
+      }
+      if (!s.busy && s.c_stage < in_.stages) {
+        if (!s.c_started && s.c_done == s.c_stage - 1 && s.r_done >= s.c_stage - 1) {
+          const size_t c = Cell(s.c_stage, w);
+          s.pending.assign(pair_list_.begin() + pair_begin_[c], pair_list_.begin() + pair_begin_[c + 1]);
+          s.c_started = true;
+          s.launched = false;
+        }
+        if (s.c_started) {
+          auto it = std::find_if(s.pending.begin(), s.pending.end(),
+                                 [&](int32_t p) { return PairReady(in_.pairs[p]); });
+          if (it != s.pending.end()) {
+            const int32_t p = *it;
+            s.pending.erase(it);
+            double seconds = in_.pairs[p].seconds;
+            if (!s.launched) {
+              seconds += profile_.kernel_launch_s;
+              s.launched = true;
+            }
+            s.busy = true;
+            s.busy_s += seconds;
+            if (trace_) {
+              if (s.run_end_s != now_) FlushRun(w);
+              if (s.run_start_s < 0) s.run_start_s = now_;
+              s.run_end_s = now_ + seconds;
+            }
+            Push(now_ + seconds, EventKind::kComputeDone, p);
+          } else if (s.pending.empty()) {
+            if (trace_) FlushRun(w);
+            s.c_done = s.c_stage++;
+            s.c_started = false;
+            moved = true;
+          }
+        }
+      }
+      if (!moved) return;
+    }
+  }
+
+  void FlushRun(int32_t w) {
+    WorkerState& s = workers_[w];
+    if (s.run_start_s >= 0 && s.run_end_s > s.run_start_s)
+      trace_->push_back({w, 0,
+                         std::string(in_.backward ? "backward" : "forward") + " stage " +
+                             std::to_string(s.c_stage),
+                         trace_offset_s_ + s.run_start_s, trace_offset_s_ + s.run_end_s});
+    s.run_start_s = -1;
+    s.run_end_s = -1;
+  }
+
+  void HandleDrained(const std::vector<int64_t>& drained) {
+    for (int64_t tag : drained) {
+      const size_t index = static_cast<size_t>(tag / 4);
+      int32_t src = 0, dst = 0;
+      if (tag % 4 == kStageFlow) {
+        src = in_.transfers[index].src;
+        dst = in_.transfers[index].dst;
+      } else if (tag % 4 == kInFlow) {
+        src = in_.in_flows[index].src;
+        dst = in_.in_flows[index].dst;
+      } else {
+        src = in_.out_flows[index].src;
+        dst = in_.out_flows[index].dst;
+      }
+      Push(now_ + LinkLatency_s(profile_, src, dst), EventKind::kDelivered, tag);
+    }
+  }
+
+  void Handle(const Event& e) {
+    if (e.kind == EventKind::kComputeDone) {
+      const PairTask& p = in_.pairs[e.a];
+      WorkerState& s = workers_[p.worker];
+      s.busy = false;
+      Touch(p.worker, now_);
+      PairDone(p);
+      Progress(p.worker);
+      return;
+    }
+    const size_t index = static_cast<size_t>(e.a / 4);
+    switch (e.a % 4) {
+      case kStageFlow: {
+        const StageTransfer& t = in_.transfers[index];
+        Touch(t.src, now_);
+        Touch(t.dst, now_);
+        if (trace_) {
+          const std::string name = std::string(t.kind == TransferKind::kKv ? "kv " : "dkv ") +
+                                   std::to_string(t.block);
+          trace_->push_back({t.src, 1, name + " -> " + std::to_string(t.dst),
+                             trace_offset_s_ + transfer_start_s_[index], trace_offset_s_ + now_});
+          trace_->push_back({t.dst, 2, name + " <- " + std::to_string(t.src),
+                             trace_offset_s_ + transfer_start_s_[index], trace_offset_s_ + now_});
+        }
+        if (t.kind == TransferKind::kDkv && in_.backward && t.dst == plan_.blocks[t.block].worker)
+          OutputProgress(t.block);
+        --workers_[t.src].s_left;
+        if (--workers_[t.dst].r_left == 0) workers_[t.dst].r_done = t.stage;
+        Progress(t.src);
+        Progress(t.dst);
+        break;
+      }
+      case kInFlow: {
+        const ReshuffleFlow& f = in_.in_flows[index];
+        Touch(f.src, now_);
+        Touch(f.dst, now_);
+        if (trace_)
+          trace_->push_back({f.dst, 2, "reshuffle in " + std::to_string(f.block),
+                             trace_offset_s_, trace_offset_s_ + now_});
+        --in_flows_left_;
+        if (config_.reshuffle == ReshuffleMode::kBlocking) {
+          if (in_flows_left_ == 0)
+            for (size_t b = 0; b < plan_.blocks.size(); ++b) BlockArrived(static_cast<int32_t>(b));
+        } else if (--in_left_[f.block] == 0) {
+          BlockArrived(f.block);
+        }
+        break;
+      }
+      default: {
+        const ReshuffleFlow& f = in_.out_flows[index];
+        Touch(f.src, now_);
+        Touch(f.dst, now_);
+        if (trace_)
+          trace_->push_back({f.src, 1, "reshuffle out " + std::to_string(f.block),
+                             trace_offset_s_ + out_start_s_[index], trace_offset_s_ + now_});
+        break;
+      }
+    }
+  }
+
+  void BlockArrived(int32_t b) {
+    in_ready_[b] = 1;
+    std::vector<int32_t> waiting;
+    waiting.swap(waiting_[b]);
+    for (int32_t t : waiting) TryStartTransfer(t);
+    Progress(plan_.blocks[b].worker);
+  }
+
+  void PairDone(const PairTask& p) {
+    OutputProgress(p.q_block);
+    if (in_.backward && plan_.blocks[p.kv_block].worker == p.worker) OutputProgress(p.kv_block);
+  }
+
+  void OutputProgress(int32_t b) {
+    if (--out_left_[b] == 0) {
+      --blocks_not_final_;
+      OutputFinal(b);
+    }
+  }
+
+  // Block b's output (O, or dQ/dK/dV) is final: send it back to the dataloader layout.
+  void OutputFinal(int32_t b) {
+    if (config_.reshuffle == ReshuffleMode::kNone) return;
+    if (config_.reshuffle == ReshuffleMode::kOverlapped) {
+      for (int32_t k = out_flow_begin_[b]; k < out_flow_begin_[b + 1]; ++k) StartOut(out_flow_list_[k]);
+      return;
+    }
+    if (blocks_not_final_ > 0 || all_out_started_) return;
+    all_out_started_ = true;  // the barrier before the outbound all-to-all
+    for (size_t i = 0; i < in_.out_flows.size(); ++i) StartOut(static_cast<int32_t>(i));
+  }
+
+  void StartOut(int32_t i) {
+    const ReshuffleFlow& f = in_.out_flows[i];
+    out_start_s_[i] = now_;
+    StartFlow(f.src, f.dst, f.bytes, Tag(kOutFlow, i));
+  }
+
+  const Plan& plan_;
+  const HardwareProfile& profile_;
+  const SimConfig& config_;
+  const PassInput& in_;
+  const int32_t n_;
+  sim::Network net_;
+  double trace_offset_s_;
+  std::vector<TraceEvent>* trace_;
+
+  double now_ = 0, end_time_ = 0;
+  bool all_out_started_ = false;
+  std::vector<double> out_start_s_;
+  int64_t next_seq_ = 0;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
+  std::vector<WorkerState> workers_;
+  std::vector<int32_t> pair_begin_, pair_list_, send_begin_, send_list_, recv_begin_, recv_list_;
+  std::vector<int32_t> arrivals_;
+  std::vector<char> started_;
+  std::vector<double> transfer_start_s_;
+  std::vector<std::vector<int32_t>> waiting_;  // transfers waiting for a block's reshuffle
+  std::vector<char> in_ready_;
+  std::vector<int32_t> in_left_, out_left_, out_flow_begin_, out_flow_list_;
+  int64_t in_flows_left_ = 0, blocks_not_final_ = 0;
+};
+
+// ---- building the passes --------------------------------------------------------
+
+// Per block, the tokens it holds from each dataloader worker other than its owner.
+std::vector<ReshuffleFlow> ReshufflePieces(const Plan& plan, double bytes_per_token, bool inbound) {
+  std::vector<ReshuffleFlow> flows;
+  const std::vector<int64_t> offsets = SequenceOffsets(plan.sequences);
+  const int64_t total = offsets.back();
+  std::map<int32_t, int64_t> by_worker;
+  for (size_t b = 0; b < plan.blocks.size(); ++b) {
+    by_worker.clear();
+    const int32_t owner = plan.blocks[b].worker;
+    for (const Segment& s : plan.blocks[b].segments) {
+      int64_t token = offsets[s.seq] + s.start;
+      const int64_t end = token + s.length;
+      while (token < end) {
+        const int32_t r = DataloaderWorker(total, plan.workers, token);
+        const int64_t share_end = std::min(end, DataloaderBegin(total, plan.workers, r + 1));
+        if (r != owner) by_worker[r] += share_end - token;
+        token = share_end;
+      }
+    }
+    for (const auto& [r, tokens] : by_worker) {
+      const double bytes = bytes_per_token * static_cast<double>(tokens);
+      flows.push_back(inbound ? ReshuffleFlow{static_cast<int32_t>(b), r, owner, bytes}
+                              : ReshuffleFlow{static_cast<int32_t>(b), owner, r, bytes});
+    }
+  }
+  return flows;
+}
+
+void CheckTransfer(const Plan& plan, const Transfer& t, const char* where) {
+  const int32_t blocks = static_cast<int32_t>(plan.blocks.size());
+  if (t.block < 0 || t.block >= blocks || t.src < 0 || t.src >= plan.workers || t.dst < 0 ||
+      t.dst >= plan.workers || t.src == t.dst)
+    BadPlan(std::string(where) + ": transfer [" + std::to_string(t.block) + ", " +
+            std::to_string(t.src) + ", " + std::to_string(t.dst) + "] is out of range");
+}
+
+void CheckPair(const Plan& plan, const BlockPair& p, const char* where) {
+  const int32_t blocks = static_cast<int32_t>(plan.blocks.size());
+  if (p.q_block < 0 || p.q_block >= blocks || p.kv_block < 0 || p.kv_block >= blocks)
+    BadPlan(std::string(where) + ": pair [" + std::to_string(p.q_block) + ", " +
+            std::to_string(p.kv_block) + "] is out of range");
+}
+
+// Adds one stage's pairs as tasks, grouped per worker in plan order.
+void AddStagePairs(const Plan& plan, KernelCoster& coster, const std::vector<BlockPair>& compute,
+                   int32_t stage, double scale, PassInput& pass) {
+  std::vector<std::vector<BlockPair>> per_worker(plan.workers);
+  for (const BlockPair& p : compute) {
+    CheckPair(plan, p, "compute");
+    per_worker[plan.blocks[p.q_block].worker].push_back(p);
+  }
+  for (int32_t w = 0; w < plan.workers; ++w) {
+    if (per_worker[w].empty()) continue;
+    const std::vector<PairCost>& costs = coster.Cost(per_worker[w]);
+    for (size_t i = 0; i < per_worker[w].size(); ++i)
+      pass.pairs.push_back({per_worker[w][i].q_block, per_worker[w][i].kv_block, w, stage,
+                            costs[i].forward_s * scale, costs[i].token_pairs});
+  }
+}
+
+double Imbalance(const std::vector<double>& values) {
+  double max = 0, sum = 0;
+  for (double v : values) {
+    max = std::max(max, v);
+    sum += v;
+  }
+  if (values.empty() || max <= 0) return 0;
+  return (max - sum / static_cast<double>(values.size())) / max;
+}
+
+}  // namespace
+
+const char* ReshuffleModeName(ReshuffleMode mode) {
+  switch (mode) {
+    case ReshuffleMode::kNone: return "none";
+    case ReshuffleMode::kBlocking: return "blocking";
+    case ReshuffleMode::kOverlapped: return "overlap";
+  }
+  return "?";
+}
+
+ReshuffleMode ParseReshuffleMode(const std::string& name) {
+  for (auto m : {ReshuffleMode::kNone, ReshuffleMode::kBlocking, ReshuffleMode::kOverlapped})
+    if (name == ReshuffleModeName(m)) return m;
+  throw Error(ErrorCode::kInvalidArgument,
+              "simulate: unknown reshuffle mode '" + name + "' (expected none, blocking or overlap)");
+}
+
+void SimConfig::validate() const {
+ if (dkv_dtype_bytes < 0)
+    throw Error(ErrorCode::kInvalidArgument,
+                "simulate: dkv_dtype_bytes must be >= 0 (0 = the plan's dtype), got " + std::to_string(dkv_dtype_bytes));
+}
+
+SimResult Simulate(const Plan& plan, const HardwareProfile& profile, const SimConfig& config) {
+  profile.validate();
+  config.validate();
+  if (plan.workers < 1) BadPlan("workers must be >= 1");
+  plan.attention.validate();
+  for (size_t b = 0; b < plan.blocks.size(); ++b)
+    if (plan.blocks[b].worker < 0 || plan.blocks[b].worker >= plan.workers)
+      BadPlan("block " + std::to_string(b) + " has no valid owner");
+  const int32_t n = plan.workers;
+  const AttentionShape& a = plan.attention;
+  KernelCoster coster(plan, profile);
+  std::vector<double> block_tokens(plan.blocks.size());
+  for (size_t b = 0; b < plan.blocks.size(); ++b) block_tokens[b] = static_cast<double>(plan.blocks[b].tokens());
+  const double kv_bytes_per_token = static_cast<double>(KvTransferBytes(a, 1));
+  const double backward_scale = 2.5 / profile.backward_efficiency_ratio;
+
+  // Forward pass.
+  PassInput fwd;
+  fwd.stages = static_cast<int32_t>(plan.forward.size());
+  for (int32_t t = 0; t < fwd.stages; ++t) {
+    for (const Transfer& x : plan.forward[t].send) {
+      CheckTransfer(plan, x, "forward send");
+      fwd.transfers.push_back({x.block, x.src, x.dst, t, TransferKind::kKv,
+                               kv_bytes_per_token * block_tokens[x.block]});
+    }
+    AddStagePairs(plan, coster, plan.forward[t].compute, t, 1.0, fwd);
+  }
+  // Backward pass.
+  PassInput bwd;
+  bwd.backward = true;
+  bwd.stages = static_cast<int32_t>(plan.backward.size());
+  for (int32_t t = 0; t < bwd.stages; ++t) {
+    const BackwardStage& s = plan.backward[t];
+    for (const Transfer& x : s.send_kv) {
+      CheckTransfer(plan, x, "backward send_kv");
+      bwd.transfers.push_back({x.block, x.src, x.dst, t, TransferKind::kKv,
+                               kv_bytes_per_token * block_tokens[x.block]});
+    }
+    for (const Transfer& x : s.send_dkv) {
+      CheckTransfer(plan, x, "backward send_dkv");
+      const int32_t element_bytes = config.dkv_dtype_bytes > 0 ? config.dkv_dtype_bytes : a.dtype_bytes;
+      const double bytes = 2.0 * a.heads_kv * a.head_dim * element_bytes * block_tokens[x.block];
+      bwd.transfers.push_back({x.block, x.src, x.dst, t, TransferKind::kDkv, bytes});
+    }
+    AddStagePairs(plan, coster, s.compute, t, backward_scale, bwd);
+  }
+  const double qkv_bytes = static_cast<double>(a.heads_q + 2 * a.heads_kv) * a.head_dim * a.dtype_bytes;
+  const double o_bytes = static_cast<double>(a.heads_q) * a.head_dim * a.dtype_bytes;
+  if (config.reshuffle != ReshuffleMode::kNone && plan.total_tokens() > 0) {
+    fwd.in_flows = ReshufflePieces(plan, qkv_bytes, true);   // Q, K, V in
+    fwd.out_flows = ReshufflePieces(plan, o_bytes, false);   // O out
+    bwd.in_flows = ReshufflePieces(plan, o_bytes, true);     // dO in
+    bwd.out_flows = ReshufflePieces(plan, qkv_bytes, false);  // dQ, dK, dV out
+  }
+
+  SimResult r;
+  r.planner = plan.planner;
+  r.profile = profile.name;
+  r.workers = n;
+  std::vector<TraceEvent>* trace = config.record_trace ? &r.trace : nullptr;
+  const PassOutput f_out = PassSimulator(plan, profile, config, fwd, 0, trace).Run();
+  const PassOutput b_out = PassSimulator(plan, profile, config, bwd, f_out.time_s, trace).Run();
+
+  // ---- 4. statistics ----
+  r.forward_time_s = f_out.time_s;
+  r.backward_time_s = b_out.time_s;
+  r.total_time_s = f_out.time_s + b_out.time_s;
+  r.worker_stats.resize(n);
+  const double flops_per_pair = ForwardFlops(a, 1);
+  for (const PairTask& p : fwd.pairs) r.worker_stats[p.worker].forward_flops += flops_per_pair * p.token_pairs;
+  for (const PairTask& p : bwd.pairs)
+    r.worker_stats[p.worker].backward_flops += 2.5 * flops_per_pair * p.token_pairs;
+  for (const StageTransfer& t : fwd.transfers) {
+    r.worker_stats[t.src].forward_kv_bytes_sent += t.bytes;
+    r.worker_stats[t.dst].forward_kv_bytes_received += t.bytes;
+  }
+  for (const PassInput* pass : {&fwd, &bwd}) {
+    for (const StageTransfer& t : pass->transfers) {
+      r.worker_stats[t.src].bytes_sent += t.bytes;
+      r.worker_stats[t.dst].bytes_received += t.bytes;
+    }
+    for (const auto* flows : {&pass->in_flows, &pass->out_flows})
+      for (const ReshuffleFlow& f : *flows) {
+        r.worker_stats[f.src].reshuffle_bytes_sent += f.bytes;
+        r.worker_stats[f.dst].reshuffle_bytes_received += f.bytes;
+      }
+    r.transfers += static_cast<int64_t>(pass->transfers.size());
+    r.reshuffle_flows += static_cast<int64_t>(pass->in_flows.size() + pass->out_flows.size());
+  }
+  std::vector<double> compute(n), traffic(n), total_traffic(n);
+  for (int32_t w = 0; w < n; ++w) {
+    WorkerSimStats& s = r.worker_stats[w];
+    for (const PassOutput* o : {&f_out, &b_out}) {
+      s.busy_s += o->busy_s[w];
+      s.exposed_comm_s += std::max(0.0, o->last_activity_s[w] - o->busy_s[w]);
+      s.idle_s += o->time_s - std::max(o->last_activity_s[w], o->busy_s[w]);
+    }
+    r.forward_flops += s.forward_flops;
+    r.backward_flops += s.backward_flops;
+    compute[w] = s.forward_flops;
+    traffic[w] = s.forward_kv_bytes_sent + s.forward_kv_bytes_received;
+    total_traffic[w] = s.bytes_sent + s.bytes_received;
+    r.max_exposed_comm_s = std::max(r.max_exposed_comm_s, s.exposed_comm_s);
+    r.mean_exposed_comm_s += s.exposed_comm_s / n;
+    r.mean_busy_s += s.busy_s / n;
+  }
+  r.compute_imbalance = Imbalance(compute);
+  r.traffic_imbalance = Imbalance(traffic);
+  r.total_traffic_imbalance = Imbalance(total_traffic);
+  const double useful = r.forward_flops + r.backward_flops;
+  if (r.total_time_s > 0) r.mfu = useful / (n * profile.peak_flops * r.total_time_s);
+  r.normalized_mfu = r.mfu / SaturatedEfficiency(profile);
+  // Single-GPU reference: every sequence one causal (or masked) kernel of its own length.
+  double reference_s = 0, reference_flops = 0;
+  for (int64_t len : plan.sequences) {
+    const int64_t pairs = AllowedPairs(plan.mask, {0, len}, {0, len});
+    const double f = ForwardFlops(a, pairs);
+    const double kernel_tokens = EquivalentKernelTokens(len, pairs);
+    const double rate = profile.peak_flops * KernelEfficiency(profile, kernel_tokens);
+    reference_s += f / rate + 2.5 * f / (rate * profile.backward_efficiency_ratio);
+    reference_flops += 3.5 * f;
+  }
+  if (reference_s > 0) r.reference_efficiency = reference_flops / (profile.peak_flops * reference_s);
+  if (r.reference_efficiency > 0) r.batch_normalized_mfu = r.mfu / r.reference_efficiency;
+  return r;
+}
+
+}  // namespace fcp

@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# End-to-end test of the `fcp` command: happy paths of workload, plan,
+# validate and inspect, and every kind of bad input giving exactly one line
+# on stderr and exit code 2 (usage) or 1 (other), never a crash (>= 128) or a
+# hang (timeout, exit 124).
+#   tests/cli_test.sh <path to fcp> <tests source dir>
+set -u
+fcp="$1"
+src="$2"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+
+# expect <rc> <name> -- <args...>: runs fcp and checks the exit code; for a
+# nonzero code also that stderr is exactly one line starting with "fcp:".
+expect() {
+  local want="$1" name="$2"
+  shift 3
+  timeout 60 "$fcp" "$@" >"$tmp/stdout" 2>"$tmp/stderr" <"${STDIN:-/dev/null}"
+  local rc=$?
+  if [[ $rc -ne $want ]]; then
+    fail "$name: exit code $rc, expected $want (fcp $*)"
+    sed 's/^/    stderr: /' "$tmp/stderr" | head -5 >&2
+    return
+  fi
+  if [[ $want -ne 0 ]]; then
+    local lines
+    lines=$(wc -l <"$tmp/stderr")
+    if [[ $lines -ne 1 ]] || ! grep -q '^fcp: ' "$tmp/stderr"; then
+      fail "$name: stderr is not one 'fcp: ...' line ($lines lines)"
+      sed 's/^/    stderr: /' "$tmp/stderr" | head -5 >&2
+    fi
+  fi
+  echo "ok: $name (exit $rc)"
+}
+
+# contains <name> <file> <text>
+contains() {
+  grep -qF -- "$3" "$2" || fail "$1: '$3' not in output: $(head -c 300 "$2")"
+}
+
+corpus="$src/fuzz/corpus"
+
+# ---- happy paths --------------------------------------------------------------
+expect 0 "workload to a file" -- workload --workers 4 --tokens-per-worker 1000 --max-len 3000 \
+  --seed 3 --out "$tmp/lengths.txt"
+total=$(awk '{s += $1} END {print s}' "$tmp/lengths.txt")
+[[ "$total" == 4000 ]] || fail "workload: lengths sum to $total, expected 4000"
+
+expect 0 "workload to stdout with stats" -- workload --dist uniform --workers 2 \
+  --tokens-per-worker 500 --min-len 10 --max-len 100 --stats
+contains "workload stats" "$tmp/stderr" "workload: "
+total=$(awk '{s += $1} END {print s}' "$tmp/stdout")
+[[ "$total" == 1000 ]] || fail "workload stdout: lengths sum to $total, expected 1000"
+
+expect 0 "workload is deterministic" -- workload --workers 4 --tokens-per-worker 1000 \
+  --max-len 3000 --seed 3
+cmp -s "$tmp/stdout" "$tmp/lengths.txt" || fail "workload: same seed gave different lengths"
+
+expect 0 "plan" -- plan --lengths "$tmp/lengths.txt" --workers 4 --block-size 256 --coalesce 2 \
+  --out "$tmp/plan.json" --check
+contains "plan" "$tmp/plan.json" '"format": "fcp-plan"'
+
+expect 0 "plan sliding window to stdout" -- plan --lengths "$tmp/lengths.txt" --workers 3 \
+  --block-size 100 --mask sliding_window --window 300 --out -
+cp "$tmp/stdout" "$tmp/window.json"
+contains "plan window" "$tmp/window.json" '"window": 300'
+
+expect 0 "validate the plan" -- validate --plan "$tmp/plan.json"
+contains "validate" "$tmp/stdout" "valid fcp-plan (4 workers"
+
+STDIN="$tmp/window.json" expect 0 "validate from stdin" -- validate --plan -
+contains "validate stdin" "$tmp/stdout" "valid fcp-plan (3 workers"
+
+expect 0 "inspect the plan" -- inspect --plan "$tmp/plan.json"
+contains "inspect" "$tmp/stdout" "stages:"
+contains "inspect" "$tmp/stdout" "planning time:"
+
+for f in "$corpus"/*.json; do
+  expect 0 "validate $(basename "$f")" -- validate --plan "$f"
+  expect 0 "inspect $(basename "$f")" -- inspect --plan "$f"
+done
+contains "inspect hand plan" "$tmp/stdout" "plan: planner hand"
+
+# ---- usage errors: exit 2 ---------------------------------------------------------
+expect 2 "no subcommand" --
+expect 2 "unknown subcommand" -- frobnicate
+expect 2 "unknown flag" -- plan --lengths "$tmp/lengths.txt" --workers 4 --out "$tmp/x.json" --bogus
+expect 2 "unknown workload flag" -- workload --bogus 1
+expect 2 "missing --workers" -- plan --lengths "$tmp/lengths.txt" --out "$tmp/x.json"
+expect 2 "missing --lengths" -- plan --workers 4 --out "$tmp/x.json"
+expect 2 "missing --out" -- plan --lengths "$tmp/lengths.txt" --workers 4
+expect 2 "missing --plan" -- validate
+expect 2 "missing --plan (inspect)" -- inspect
+expect 2 "--workers abc" -- plan --lengths "$tmp/lengths.txt" --workers abc --out "$tmp/x.json"
+expect 2 "--block-size 1.5" -- plan --lengths "$tmp/lengths.txt" --workers 2 --block-size 1.5 \
+  --out "$tmp/x.json"
+expect 2 "--mask foo" -- plan --lengths "$tmp/lengths.txt" --workers 4 --mask foo --out "$tmp/x.json"
+expect 2 "sliding_window without --window" -- plan --lengths "$tmp/lengths.txt" --workers 4 \
+  --mask sliding_window --out "$tmp/x.json"
+expect 2 "--dist zipf" -- workload --dist zipf
+expect 2 "--tokens-per-worker x" -- workload --tokens-per-worker x
+expect 2 "--workers without value" -- workload --workers
+
+# ---- other errors: exit 1 -------------------------------------------------------
+expect 1 "unreadable lengths file" -- plan --lengths "$tmp/missing.txt" --workers 4 \
+  --out "$tmp/x.json"
+contains "unreadable lengths" "$tmp/stderr" "missing.txt"
+printf '100\n200\nabc\n' >"$tmp/bad_lengths.txt"
+expect 1 "malformed lengths file" -- plan --lengths "$tmp/bad_lengths.txt" --workers 4 \
+  --out "$tmp/x.json"
+contains "malformed lengths" "$tmp/stderr" "line 3"
+: >"$tmp/empty.txt"
+expect 1 "empty lengths file" -- plan --lengths "$tmp/empty.txt" --workers 4 --out "$tmp/x.json"
+expect 1 "unreadable plan" -- validate --plan "$tmp/missing.json"
+expect 1 "unreadable plan (inspect)" -- inspect --plan "$tmp/missing.json"
+printf '{"format": "fcp-plan", "version": 1,' >"$tmp/truncated.json"
+expect 1 "truncated plan JSON" -- validate --plan "$tmp/truncated.json"
+contains "truncated plan" "$tmp/stderr" "not valid JSON"
+sed 's/"version": 1/"version": 7/' "$corpus/two_workers.json" >"$tmp/v7.json"
+expect 1 "wrong plan version" -- validate --plan "$tmp/v7.json"
+contains "wrong version" "$tmp/stderr" "'version'"
+sed 's/"coalesce": 1/"coalesce": "one"/' "$corpus/two_workers.json" >"$tmp/type.json"
+expect 1 "wrongly typed field" -- inspect --plan "$tmp/type.json"
+contains "wrong type" "$tmp/stderr" "'coalesce'"
+sed 's/\[\[1, 0\], \[2, 0\]\]/[[1, 0]]/' "$corpus/two_workers.json" >"$tmp/invalid.json"
+expect 1 "invalid plan (missing pair)" -- validate --plan "$tmp/invalid.json"
+contains "invalid plan" "$tmp/stderr" "required pair [2, 0] is never computed"
+expect 1 "invalid plan (inspect)" -- inspect --plan "$tmp/invalid.json"
+expect 1 "infeasible token cap" -- plan --lengths "$tmp/lengths.txt" --workers 4 --token-cap 10 \
+  --out "$tmp/x.json"
+contains "token cap" "$tmp/stderr" "below ceil(T/N) = 1000"
+expect 1 "--workers 0" -- plan --lengths "$tmp/lengths.txt" --workers 0 --out "$tmp/x.json"
+expect 1 "--window with causal" -- plan --lengths "$tmp/lengths.txt" --workers 2 --window 5 \
+  --out "$tmp/x.json"
+expect 1 "unwritable plan output" -- plan --lengths "$tmp/lengths.txt" --workers 4 \
+  --out "$tmp/no/such/dir/plan.json"
+expect 1 "unwritable workload output" -- workload --out "$tmp/no/such/dir/lengths.txt"
+expect 1 "workload --max-len 0" -- workload --max-len 0
+[[ -e "$tmp/x.json" ]] && fail "a failed plan command left $tmp/x.json behind"
+
+if [[ $failures -ne 0 ]]; then
+  echo "$failures CLI check(s) failed" >&2
+  exit 1
+fi
+echo "all CLI checks passed"

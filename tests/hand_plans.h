@@ -1,0 +1,83 @@
+// Small plans drawn by hand, shared by the plan tests (validator, metrics,
+// JSON). Each is valid under PLAN_FORMAT.md; tests mutate copies of them.
+#pragma once
+
+#include "fcp/plan.h"
+
+namespace fcp::testing {
+
+// A tiny attention shape so byte and FLOP counts stay easy to check by hand:
+// FLOPs per token pair = 4 * 2 * 4 = 32; K/V bytes per token = 2 * 1 * 4 * 2 = 16.
+inline AttentionShape TinyShape() { return AttentionShape{2, 1, 4, 2}; }
+
+// Two workers, one causal sequence of 12 tokens in blocks of 4:
+//
+//   seq 0: |  B0 [0,4)  |  B1 [4,8)  |  B2 [8,12) |
+//   owner:     w0            w1            w1
+//
+// Required pairs (causal): (0,0) (1,0) (1,1) (2,0) (2,1) (2,2).
+// Only block 0 ever moves (w0 -> w1); w1 uses it for two query blocks, so its
+// partial dK/dV of block 0 goes back after the later of the two computes.
+//
+//   forward   stage 0: send B0 w0->w1 | compute (0,0) (1,1) (2,1) (2,2)
+//             stage 1:                | compute (1,0) (2,0)
+//   backward  stage 0: send_kv B0 w0->w1 | compute (0,0) (1,1) (2,1) (2,2)
+//             stage 1:                   | compute (1,0)
+//             stage 2:                   | compute (2,0)
+//             stage 3: send_dkv B0 w1->w0
+inline Plan TwoWorkerPlan() {
+  Plan p;
+  p.planner = "hand";
+  p.workers = 2;
+  p.mask = {MaskKind::kCausal, 0};
+  p.attention = TinyShape();
+  p.block_size = 4;
+  p.coalesce = 1;
+  p.token_cap = 8;
+  p.sequences = {12};
+  p.blocks = {{0, {{0, 0, 4}}}, {1, {{0, 4, 4}}}, {1, {{0, 8, 4}}}};
+  p.forward = {{{{0, 0, 1}}, {{0, 0}, {1, 1}, {2, 1}, {2, 2}}}, {{}, {{1, 0}, {2, 0}}}};
+  p.backward = {{{{0, 0, 1}}, {}, {{0, 0}, {1, 1}, {2, 1}, {2, 2}}},
+                {{}, {}, {{1, 0}}},
+                {{}, {}, {{2, 0}}},
+                {{}, {{0, 1, 0}}, {}}};
+  return p;
+}
+
+// Three workers, one causal sequence of 12 tokens in blocks of 4, coalesce 1:
+//
+//   seq 0: |  B0 [0,4)  |  B1 [4,8)  |  B2 [8,12) |
+//   owner:     w0            w1            w2
+//
+// Transfers: B0 to w1 and w2, B1 to w2. w0 sends twice, so with c = 1 the
+// forward needs two stages with sends (Delta = 2).
+//
+//   forward   stage 0: send B0 w0->w1, B1 w1->w2 | compute (0,0) (1,1) (2,2)
+//             stage 1: send B0 w0->w2            | compute (1,0) (2,1)
+//             stage 2:                           | compute (2,0)
+//   backward  stage 0: send_kv as forward 0      | compute (0,0) (1,1) (2,2)
+//             stage 1: send_kv as forward 1      | compute (1,0) (2,1)
+//             stage 2: send_dkv B0 w1->w0, B1 w2->w1 | compute (2,0)
+//             stage 3: send_dkv B0 w2->w0
+inline Plan ThreeWorkerPlan() {
+  Plan p;
+  p.planner = "hand";
+  p.workers = 3;
+  p.mask = {MaskKind::kCausal, 0};
+  p.attention = TinyShape();
+  p.block_size = 4;
+  p.coalesce = 1;
+  p.token_cap = 4;
+  p.sequences = {12};
+  p.blocks = {{0, {{0, 0, 4}}}, {1, {{0, 4, 4}}}, {2, {{0, 8, 4}}}};
+  p.forward = {{{{0, 0, 1}, {1, 1, 2}}, {{0, 0}, {1, 1}, {2, 2}}},
+               {{{0, 0, 2}}, {{1, 0}, {2, 1}}},
+               {{}, {{2, 0}}}};
+  p.backward = {{{{0, 0, 1}, {1, 1, 2}}, {}, {{0, 0}, {1, 1}, {2, 2}}},
+                {{{0, 0, 2}}, {}, {{1, 0}, {2, 1}}},
+                {{}, {{0, 1, 0}, {1, 2, 1}}, {{2, 0}}},
+                {{}, {{0, 2, 0}}, {}}};
+  return p;
+}
+
+}  // namespace fcp::testing

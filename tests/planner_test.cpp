@@ -1,0 +1,353 @@
+// The FCP planner through MakePlan: hand cases whose plan is forced, property
+// tests over random batches and configs, quality on the paper's setup, and
+// config errors.
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+#include <tuple>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "fcp/error.h"
+#include "fcp/plan_metrics.h"
+#include "fcp/planner.h"
+#include "fcp/workload.h"
+
+namespace fcp {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::UnorderedElementsAre;
+
+int64_t Total(const std::vector<int64_t>& lengths) {
+  return std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
+}
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+PlannerConfig Config(int32_t workers, int64_t block_size, int32_t coalesce, Mask mask = {}) {
+  PlannerConfig c;
+  c.workers = workers;
+  c.block_size = block_size;
+  c.coalesce = coalesce;
+  c.mask = mask;
+  return c;
+}
+
+std::vector<Transfer> AllSends(const Plan& plan) {
+  std::vector<Transfer> all;
+  for (const ForwardStage& s : plan.forward) all.insert(all.end(), s.send.begin(), s.send.end());
+  return all;
+}
+
+// ---- hand cases -------------------------------------------------------------
+
+// Two workers, one sequence of two blocks, full mask:
+//
+//   seq 0: | [0,4) | [4,8) |      token cap 4: one block per worker, and each
+//                                 worker needs the other's block.
+//
+// Forced: each worker owns one block and sends it to the other, in one stage
+// (Delta = 1); in the backward each returns the other's partial dK/dV.
+TEST(PlannerTest, TwoWorkersOneSequenceFullMask) {
+  const Plan plan = MakePlan({8}, Config(2, 4, 1, {MaskKind::kFull, 0}));
+  ASSERT_EQ(plan.blocks.size(), 2u);
+  EXPECT_THAT((std::vector<int32_t>{plan.blocks[0].worker, plan.blocks[1].worker}),
+              UnorderedElementsAre(0, 1));
+  EXPECT_THAT((std::vector<Segment>{plan.blocks[0].segments.at(0), plan.blocks[1].segments.at(0)}),
+              UnorderedElementsAre(Segment{0, 0, 4}, Segment{0, 4, 4}));
+  const int32_t w0 = plan.blocks[0].worker, w1 = plan.blocks[1].worker;
+  EXPECT_THAT(AllSends(plan), UnorderedElementsAre(Transfer{0, w0, w1}, Transfer{1, w1, w0}));
+  int stages_with_sends = 0;
+  for (const ForwardStage& s : plan.forward) stages_with_sends += !s.send.empty();
+  EXPECT_EQ(stages_with_sends, 1);
+  std::vector<Transfer> dkv;
+  for (const BackwardStage& s : plan.backward)
+    dkv.insert(dkv.end(), s.send_dkv.begin(), s.send_dkv.end());
+  EXPECT_THAT(dkv, UnorderedElementsAre(Transfer{0, w1, w0}, Transfer{1, w0, w1}));
+  EXPECT_NO_THROW(ValidatePlan(plan, {.forbid_redundant_transfers = true}));
+}
+
+// Causal instead: only the later block needs the earlier one, one transfer.
+TEST(PlannerTest, TwoWorkersOneSequenceCausal) {
+  const Plan plan = MakePlan({8}, Config(2, 4, 1));
+  ASSERT_EQ(plan.blocks.size(), 2u);
+  const std::vector<Transfer> sends = AllSends(plan);
+  ASSERT_EQ(sends.size(), 1u);
+  const Block& sent = plan.blocks[sends[0].block];
+  EXPECT_EQ(sent.segments, (std::vector<Segment>{{0, 0, 4}}));
+  EXPECT_EQ(sends[0].src, sent.worker);
+}
+
+// Two short sequences packed into one block of 4096 on one worker:
+//   | seq0 [0,1000) | seq1 [0,3096) |   one block, two segments, one pair.
+TEST(PlannerTest, PackedBlockOnOneWorker) {
+  const Plan plan = MakePlan({1000, 3096}, Config(1, 4096, 16));
+  ASSERT_EQ(plan.blocks.size(), 1u);
+  EXPECT_EQ(plan.blocks[0].worker, 0);
+  EXPECT_THAT(plan.blocks[0].segments, UnorderedElementsAre(Segment{0, 0, 1000}, Segment{1, 0, 3096}));
+  EXPECT_TRUE(AllSends(plan).empty());
+  std::vector<BlockPair> forward, backward;
+  for (const ForwardStage& s : plan.forward)
+    forward.insert(forward.end(), s.compute.begin(), s.compute.end());
+  for (const BackwardStage& s : plan.backward) {
+    backward.insert(backward.end(), s.compute.begin(), s.compute.end());
+    EXPECT_TRUE(s.send_kv.empty());
+    EXPECT_TRUE(s.send_dkv.empty());
+  }
+  EXPECT_THAT(forward, UnorderedElementsAre(BlockPair{0, 0}));
+  EXPECT_THAT(backward, UnorderedElementsAre(BlockPair{0, 0}));
+}
+
+TEST(PlannerTest, OneWorkerNeverTransfers) {
+  for (const Mask& mask : {Mask{MaskKind::kCausal, 0}, Mask{MaskKind::kFull, 0},
+                           Mask{MaskKind::kSlidingWindow, 100}}) {
+    const Plan plan = MakePlan({5000, 1, 300, 9000}, Config(1, 1024, 4, mask));
+    ValidatePlan(plan, {.forbid_redundant_transfers = true});
+    EXPECT_TRUE(AllSends(plan).empty());
+    for (const BackwardStage& s : plan.backward) {
+      EXPECT_TRUE(s.send_kv.empty());
+      EXPECT_TRUE(s.send_dkv.empty());
+    }
+    for (const Block& b : plan.blocks) EXPECT_EQ(b.worker, 0);
+  }
+}
+
+// Four sequences of exactly one block each on four workers, causal: no block
+// needs another, so nothing moves and each worker owns one whole sequence.
+TEST(PlannerTest, IndependentSequencesStayLocal) {
+  const Plan plan = MakePlan({4, 4, 4, 4}, Config(4, 4, 1));
+  ASSERT_EQ(plan.blocks.size(), 4u);
+  std::set<int32_t> owners;
+  for (const Block& b : plan.blocks) {
+    owners.insert(b.worker);
+    ASSERT_EQ(b.segments.size(), 1u);
+    EXPECT_EQ(b.segments[0].start, 0);
+    EXPECT_EQ(b.segments[0].length, 4);
+  }
+  EXPECT_EQ(owners.size(), 4u);
+  EXPECT_TRUE(AllSends(plan).empty());
+}
+
+TEST(PlannerTest, PlanRecordsTheConfig) {
+  PlannerConfig c = Config(3, 7, 2, {MaskKind::kSlidingWindow, 9});
+  c.attention = {16, 4, 64, 4};
+  c.token_cap = 40;
+  const Plan plan = MakePlan({50, 3, 20}, c);
+  EXPECT_EQ(plan.planner, "fcp");
+  EXPECT_EQ(plan.workers, 3);
+  EXPECT_EQ(plan.block_size, 7);
+  EXPECT_EQ(plan.coalesce, 2);
+  EXPECT_EQ(plan.mask, (Mask{MaskKind::kSlidingWindow, 9}));
+  EXPECT_EQ(plan.attention, (AttentionShape{16, 4, 64, 4}));
+  EXPECT_EQ(plan.token_cap, 40);
+  EXPECT_EQ(plan.sequences, (std::vector<int64_t>{50, 3, 20}));
+  c.token_cap = 0;
+  EXPECT_EQ(MakePlan({50, 3, 20}, c).token_cap, 25);  // ceil(73 / 3)
+}
+
+// ---- properties over random batches and configs ---------------------------
+
+struct Case {
+  std::vector<int64_t> lengths;
+  PlannerConfig config;
+  std::string describe() const {
+    std::string s = "N=" + std::to_string(config.workers) + " b=" +
+                    std::to_string(config.block_size) + " c=" + std::to_string(config.coalesce) +
+                    " mask=" + MaskKindName(config.mask.kind) + "/" +
+                    std::to_string(config.mask.window) + " cap=" + std::to_string(config.token_cap) +
+                    " lengths=[";
+    for (size_t i = 0; i < lengths.size() && i < 40; ++i) s += (i ? "," : "") + std::to_string(lengths[i]);
+    return s + (lengths.size() > 40 ? ",...]" : "]");
+  }
+};
+
+// A random batch and config, small enough that the whole sweep stays at a
+// few seconds in Release and well under a minute under sanitizers.
+Case RandomCase(std::mt19937_64& rng) {
+  const auto pick = [&](std::initializer_list<int64_t> xs) {
+    return *(xs.begin() + rng() % xs.size());
+  };
+  Case k;
+  PlannerConfig& c = k.config;
+  c.workers = static_cast<int32_t>(rng() % 3 == 0 ? pick({1, 2, 3, 64}) : 1 + rng() % 40);
+  c.block_size = pick({1, 2, 3, 7, 16, 64, 100, 512, 4096, 1 << 20});
+  c.coalesce = static_cast<int32_t>(pick({1, 1, 2, 3, 4, 16, 32}));
+  switch (rng() % 5) {
+    case 0: c.mask = {MaskKind::kFull, 0}; break;
+    case 1:
+    case 2: c.mask = {MaskKind::kCausal, 0}; break;
+    default:
+      c.mask = {MaskKind::kSlidingWindow,
+                pick({1, 2, 7, std::max<int64_t>(1, c.block_size / 2), c.block_size,
+                      3 * c.block_size + 1, 1 << 30})};
+  }
+  // Total tokens: at least one per worker, at most ~200 blocks (120 for the
+  // full mask, whose pairs are quadratic in blocks) and 20000 tokens.
+  const int64_t max_blocks = c.mask.kind == MaskKind::kFull ? 120 : 200;
+  const int64_t max_total =
+      std::max<int64_t>(c.workers, std::min<int64_t>(max_blocks * c.block_size, 20000));
+  const int64_t total = c.workers + static_cast<int64_t>(rng() % (max_total - c.workers + 1));
+  const int64_t max_len = pick({1, 2, 5, 50, 1000, 30000, 1 << 30});
+  switch (rng() % 4) {
+    case 0: {  // lognormal-like via the generator, scaled to `total`
+      WorkloadConfig w;
+      w.workers = 1;
+      w.tokens_per_worker = total;
+      w.max_len = std::max<int64_t>(1, std::min<int64_t>(max_len, total));
+      w.lognormal_mu = std::log(std::max<double>(2, static_cast<double>(total) / 50));
+      w.seed = rng();
+      k.lengths = GenerateWorkload(w);
+      break;
+    }
+    case 1:  // many sequences of length 1 mixed with a long one
+      k.lengths.assign(static_cast<size_t>(std::min<int64_t>(total - 1, 200)), 1);
+      k.lengths.push_back(total - static_cast<int64_t>(k.lengths.size()));
+      if (k.lengths.back() == 0) k.lengths.pop_back();
+      std::shuffle(k.lengths.begin(), k.lengths.end(), rng);
+      break;
+    default:  // uniform pieces
+      for (int64_t left = total; left > 0;) {
+        const int64_t len = std::min<int64_t>(left, 1 + rng() % std::max<int64_t>(1, std::min(max_len, total)));
+        k.lengths.push_back(len);
+        left -= len;
+      }
+  }
+  const int64_t even = CeilDiv(Total(k.lengths), c.workers);
+  c.token_cap = rng() % 4 == 0 ? even + static_cast<int64_t>(rng() % (even + 1)) : 0;
+  return k;
+}
+
+void CheckPlanProperties(const Case& k) {
+  SCOPED_TRACE(k.describe());
+  Plan plan;
+  try {
+    plan = MakePlan(k.lengths, k.config);
+  } catch (const std::exception& e) {
+    FAIL() << "MakePlan threw: " << e.what();
+  }
+  ASSERT_NO_THROW(ValidatePlan(plan, {.forbid_redundant_transfers = true}));
+  const int64_t cap = k.config.token_cap ? k.config.token_cap
+                                         : CeilDiv(Total(k.lengths), k.config.workers);
+  EXPECT_EQ(plan.token_cap, cap);
+  const PlanMetrics m = ComputePlanMetrics(plan);
+  EXPECT_LE(m.max_tokens, cap);
+  // Delta-optimal: exactly ceil(Delta / c) forward stages carry transfers.
+  EXPECT_EQ(m.forward_transfer_stages, CeilDiv(m.max_degree, k.config.coalesce));
+  EXPECT_EQ(m.transfer_stage_lower_bound, CeilDiv(m.max_degree, k.config.coalesce));
+  // Deterministic: the same input gives the same bytes.
+  const std::string text = WritePlanJson(plan);
+  EXPECT_EQ(WritePlanJson(MakePlan(k.lengths, k.config)), text);
+  EXPECT_EQ(ReadPlanJson(text), plan);
+}
+
+TEST(PlannerPropertyTest, RandomBatchesGiveValidOptimalDeterministicPlans) {
+  std::mt19937_64 rng(20261129);
+  for (int trial = 0; trial < 120; ++trial) {
+    const Case k = RandomCase(rng);
+    CheckPlanProperties(k);
+    if (HasFatalFailure() || HasNonfatalFailure()) {
+      ADD_FAILURE() << "first failing trial " << trial;
+      return;
+    }
+  }
+}
+
+// Block sizes at the edges: 1 (every token its own block) and larger than
+// every sequence; coalesce larger than any degree.
+TEST(PlannerPropertyTest, ExtremeBlockSizesAndCoalesce) {
+  const std::vector<int64_t> lengths = {1, 17, 1, 40, 3, 1, 60, 2};  // T = 125
+  for (int32_t workers : {1, 2, 5, 64})
+    for (int64_t block : {1, 2, 5, 125, 1000})
+      for (int32_t coalesce : {1, 32})
+        for (const Mask& mask : {Mask{MaskKind::kCausal, 0}, Mask{MaskKind::kFull, 0},
+                                 Mask{MaskKind::kSlidingWindow, 4}}) {
+          if (workers > Total(lengths)) continue;
+          PlannerConfig c = Config(workers, block, coalesce, mask);
+          CheckPlanProperties({lengths, c});
+          if (HasFailure()) return;
+        }
+}
+
+// ---- quality on the paper's setup ------------------------------------------
+
+// Lognormal batches, 32K tokens per worker up to 512K, block 4096, coalesce
+// 16, causal, Llama-3-70B attention: compute and traffic imbalance < 5%
+// (the paper's claim, section 5).
+class PlannerQualityTest : public ::testing::TestWithParam<std::tuple<int32_t, uint64_t>> {};
+
+TEST_P(PlannerQualityTest, ComputeAndTrafficImbalanceBelowFivePercent) {
+  const auto [workers, seed] = GetParam();
+  WorkloadConfig w;
+  w.workers = workers;
+  w.tokens_per_worker = 32768;
+  w.max_len = 524288;
+  w.seed = seed;
+  const std::vector<int64_t> lengths = GenerateWorkload(w);
+  PlannerConfig c = Config(workers, 4096, 16);
+  c.attention = {64, 8, 128, 2};
+  const Plan plan = MakePlan(lengths, c);
+  ValidatePlan(plan, {.forbid_redundant_transfers = true});
+  const PlanMetrics m = ComputePlanMetrics(plan);
+  EXPECT_LT(m.compute_imbalance, 0.05);
+  EXPECT_LT(m.traffic_imbalance, 0.05);
+  EXPECT_EQ(m.max_tokens, 32768);  // b divides T/N: exact memory balance
+  EXPECT_EQ(m.forward_transfer_stages, m.transfer_stage_lower_bound);
+  RecordProperty("compute_imbalance", std::to_string(m.compute_imbalance));
+  RecordProperty("traffic_imbalance", std::to_string(m.traffic_imbalance));
+}
+
+INSTANTIATE_TEST_SUITE_P(Paper, PlannerQualityTest,
+                         ::testing::Combine(::testing::Values(16, 64), ::testing::Values(0, 1, 2)),
+                         [](const auto& info) {
+                           return "N" + std::to_string(std::get<0>(info.param)) + "_seed" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+// ---- config errors -----------------------------------------------------------
+
+std::string PlanError(const std::vector<int64_t>& lengths, const PlannerConfig& c,
+                      ErrorCode code = ErrorCode::kInvalidArgument) {
+  try {
+    MakePlan(lengths, c);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "planned";
+  return "";
+}
+
+TEST(PlannerTest, ConfigErrorsNameTheField) {
+  EXPECT_THAT(PlanError({8}, Config(0, 4, 1)), HasSubstr("workers must be >= 1, got 0"));
+  EXPECT_THAT(PlanError({8}, Config(-3, 4, 1)), HasSubstr("workers must be >= 1, got -3"));
+  EXPECT_THAT(PlanError({8}, Config(2, 0, 1)), HasSubstr("block_size must be >= 1, got 0"));
+  EXPECT_THAT(PlanError({8}, Config(2, 4, 0)), HasSubstr("coalesce must be >= 1, got 0"));
+  EXPECT_THAT(PlanError({}, Config(2, 4, 1)), HasSubstr("the batch has no sequences"));
+  EXPECT_THAT(PlanError({8, 0}, Config(2, 4, 1)), HasSubstr("sequence 1 has length 0"));
+  EXPECT_THAT(PlanError({8}, Config(2, 4, 1, {MaskKind::kSlidingWindow, 0})),
+              HasSubstr("sliding_window needs window >= 1"));
+  EXPECT_THAT(PlanError({8}, Config(2, 4, 1, {MaskKind::kCausal, 5})),
+              HasSubstr("window is only meaningful for sliding_window"));
+  PlannerConfig c = Config(3, 4, 1);
+  c.token_cap = 3;  // ceil(10 / 3) = 4
+  EXPECT_THAT(PlanError({10}, c, ErrorCode::kInfeasible),
+              HasSubstr("token_cap 3 is below ceil(T/N) = 4"));
+  c.token_cap = -1;
+  EXPECT_THAT(PlanError({10}, c), HasSubstr("token_cap must be >= 0"));
+  c = Config(2, 4, 1);
+  c.planner = "nope";
+  EXPECT_THAT(PlanError({8}, c), HasSubstr("unknown planner 'nope'"));
+  c = Config(2, 4, 1);
+  c.attention.heads_kv = 0;
+  EXPECT_THAT(PlanError({8}, c), HasSubstr("heads_kv must be > 0"));
+  // More workers than tokens cannot give every worker a token, but is still
+  // feasible: some workers own nothing.
+  EXPECT_NO_THROW(ValidatePlan(MakePlan({3}, Config(5, 1, 1))));
+}
+
+}  // namespace
+}  // namespace fcp

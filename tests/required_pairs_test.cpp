@@ -1,0 +1,169 @@
+// RequiredPairs and SequenceIndex: hand-counted pairs of a packed block for
+// every mask, tiling errors, and a brute-force check over random packings.
+#include <random>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "fcp/error.h"
+#include "fcp/required_pairs.h"
+
+namespace fcp {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// Two sequences, seq0 of 8 tokens and seq1 of 2, in two blocks:
+//
+//   seq 0: | A: [0,4) | B: [4,8) |
+//   seq 1: | A: [0,2) |
+//
+// Block A is packed (two sequences, listed seq1 first); block B holds the
+// second half of seq 0.
+const std::vector<int64_t> kSequences = {8, 2};
+const std::vector<Block> kBlocks = {{0, {{1, 0, 2}, {0, 0, 4}}}, {1, {{0, 4, 4}}}};
+
+TEST(RequiredPairsTest, PackedBlockCausal) {
+  // (A,A): seq0 4x4 lower triangle 1+2+3+4 = 10, plus seq1 2x2: 1+2 = 3 -> 13.
+  // (A,B): seq0 queries [0,4) never see keys [4,8): not required.
+  // (B,A): queries [4,8) see all of [0,4): 16.  (B,B): 10.
+  EXPECT_THAT(RequiredPairs(kSequences, kBlocks, {MaskKind::kCausal, 0}),
+              ElementsAre(RequiredPair{0, 0, 13}, RequiredPair{1, 0, 16}, RequiredPair{1, 1, 10}));
+}
+
+TEST(RequiredPairsTest, PackedBlockFull) {
+  // (A,A): 16 + 4 = 20; every seq0 pair is 4x4 = 16; seq1 never meets block B.
+  EXPECT_THAT(RequiredPairs(kSequences, kBlocks, {MaskKind::kFull, 0}),
+              ElementsAre(RequiredPair{0, 0, 20}, RequiredPair{0, 1, 16}, RequiredPair{1, 0, 16},
+                          RequiredPair{1, 1, 16}));
+}
+
+TEST(RequiredPairsTest, PackedBlockWindow2) {
+  // W = 2: each query sees itself and its predecessor.
+  // (A,A): seq0 1+2+2+2 = 7, seq1 1+2 = 3 -> 10. (B,A): only (q4, k3) -> 1.
+  // (B,B): q4 -> {4}, q5 -> {4,5}, q6 -> {5,6}, q7 -> {6,7}: 7.
+  EXPECT_THAT(RequiredPairs(kSequences, kBlocks, {MaskKind::kSlidingWindow, 2}),
+              ElementsAre(RequiredPair{0, 0, 10}, RequiredPair{1, 0, 1}, RequiredPair{1, 1, 7}));
+}
+
+TEST(RequiredPairsTest, PackedBlockWindow1IsTheDiagonal) {
+  // W = 1: (B,A) disappears; the diagonal gives 4 + 2 and 4.
+  EXPECT_THAT(RequiredPairs(kSequences, kBlocks, {MaskKind::kSlidingWindow, 1}),
+              ElementsAre(RequiredPair{0, 0, 6}, RequiredPair{1, 1, 4}));
+}
+
+TEST(RequiredPairsTest, WindowSkipsDistantBlocks) {
+  // seq0 of 12 tokens in three blocks of 4, W = 5: block 2 ([8,12)) reaches
+  // back to token 4 at most (q8 - 5 < k), so (2,0) is not required.
+  const std::vector<Block> blocks = {{0, {{0, 0, 4}}}, {0, {{0, 4, 4}}}, {0, {{0, 8, 4}}}};
+  // (1,0): q4..7 see k > q-5: q4 -> 0..3 (4), q5 -> 1..3 (3), q6 -> 2 (2), q7 -> 1: 10.
+  // (1,1): 10. (2,1): q8 -> 4..7 (4), q9 -> 5..7 (3), q10 -> 2, q11 -> 1: 10. (2,2): 10.
+  EXPECT_THAT(RequiredPairs({12}, blocks, {MaskKind::kSlidingWindow, 5}),
+              ElementsAre(RequiredPair{0, 0, 10}, RequiredPair{1, 0, 10}, RequiredPair{1, 1, 10},
+                          RequiredPair{2, 1, 10}, RequiredPair{2, 2, 10}));
+}
+
+TEST(RequiredPairsTest, SegmentsOfOneSequenceInOneBlockAreMerged) {
+  // A block holding two non-adjacent pieces of one sequence: [0,2) and [4,6);
+  // the other block holds [2,4). Causal.
+  const std::vector<Block> blocks = {{0, {{0, 4, 2}, {0, 0, 2}}}, {0, {{0, 2, 2}}}};
+  // (0,0): q0..1 x k0..1 = 3, q4..5 x k0..1 = 4, q4..5 x k4..5 = 3 -> 10.
+  // (0,1): q4..5 x k2..3 = 4. (1,0): q2..3 x k0..1 = 4. (1,1): 3.
+  EXPECT_THAT(RequiredPairs({6}, blocks, {MaskKind::kCausal, 0}),
+              ElementsAre(RequiredPair{0, 0, 10}, RequiredPair{0, 1, 4}, RequiredPair{1, 0, 4},
+                          RequiredPair{1, 1, 3}));
+}
+
+std::string IndexError(const std::vector<int64_t>& sequences, const std::vector<Block>& blocks) {
+  try {
+    SequenceIndex index(sequences, blocks);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidPlan);
+    return e.what();
+  }
+  ADD_FAILURE() << "accepted";
+  return "";
+}
+
+TEST(RequiredPairsTest, SequenceIndexSortsPiecesByStart) {
+  const SequenceIndex index(kSequences, kBlocks);
+  ASSERT_EQ(index.pieces(0).size(), 2u);
+  EXPECT_EQ(index.pieces(0)[0].start, 0);
+  EXPECT_EQ(index.pieces(0)[0].block, 0);
+  EXPECT_EQ(index.pieces(0)[1].start, 4);
+  EXPECT_EQ(index.pieces(0)[1].block, 1);
+  ASSERT_EQ(index.pieces(1).size(), 1u);
+  EXPECT_EQ(index.pieces(1)[0].length, 2);
+}
+
+TEST(RequiredPairsTest, SequenceIndexRejectsBadTilings) {
+  EXPECT_THAT(IndexError({8, 2}, {{0, {{1, 0, 2}, {0, 0, 4}}}, {0, {{0, 5, 3}}}}),
+              HasSubstr("sequence 0: tokens [4, 5) are in no block"));
+  EXPECT_THAT(IndexError({8, 2}, {{0, {{1, 0, 2}, {0, 0, 4}}}, {0, {{0, 4, 3}}}}),
+              HasSubstr("sequence 0: tokens [7, 8) are in no block"));
+  EXPECT_THAT(IndexError({8, 2}, {{0, {{0, 0, 8}}}}),
+              HasSubstr("sequence 1: tokens [0, 2) are in no block"));
+  EXPECT_THAT(IndexError({8, 2}, {{0, {{1, 0, 2}, {0, 0, 5}}}, {0, {{0, 4, 4}}}}),
+              HasSubstr("sequence 0: token 4 lies in more than one segment"));
+  EXPECT_THAT(IndexError({8, 2}, {{0, {{1, 0, 2}, {0, 0, 8}, {0, 0, 8}}}}),
+              HasSubstr("token 0 lies in more than one segment"));
+  EXPECT_THAT(IndexError({8, 2}, {{0, {{2, 0, 2}}}}), HasSubstr("sequence 2 does not exist"));
+  EXPECT_THAT(IndexError({8, 2}, {{0, {{-1, 0, 2}}}}), HasSubstr("sequence -1 does not exist"));
+  EXPECT_THAT(IndexError({8, 2}, {{0, {{0, 0, 0}}}}), HasSubstr("length must be > 0, got 0"));
+  EXPECT_THAT(IndexError({8, 2}, {{0, {{0, -1, 3}}}}), HasSubstr("lies outside sequence 0"));
+  EXPECT_THAT(IndexError({8, 2}, {{0, {{1, 1, 2}}}}),
+              HasSubstr("[seq, start, length] = [1, 1, 2] lies outside sequence 1 of length 2"));
+  // Huge values must not overflow the bounds check.
+  EXPECT_THAT(IndexError({8, 2}, {{0, {{0, INT64_MAX, INT64_MAX}}}}),
+              HasSubstr("lies outside sequence 0"));
+  EXPECT_THAT(IndexError({8, 2}, {{0, {{0, 4, INT64_MAX}}}}), HasSubstr("lies outside sequence 0"));
+}
+
+// Brute force: the allowed (q, k) token pairs between two blocks, token by token.
+int64_t BruteForcePairs(const Mask& mask, const Block& q, const Block& kv) {
+  int64_t n = 0;
+  for (const Segment& a : q.segments)
+    for (const Segment& b : kv.segments) {
+      if (a.seq != b.seq) continue;
+      for (int64_t i = a.start; i < a.start + a.length; ++i)
+        for (int64_t j = b.start; j < b.start + b.length; ++j)
+          n += mask.kind == MaskKind::kFull || (j <= i && (mask.kind == MaskKind::kCausal ||
+                                                           j > i - mask.window));
+    }
+  return n;
+}
+
+TEST(RequiredPairsTest, MatchesBruteForceOnRandomPackings) {
+  std::mt19937_64 rng(7);
+  const Mask masks[] = {{MaskKind::kCausal, 0}, {MaskKind::kFull, 0},
+                        {MaskKind::kSlidingWindow, 1}, {MaskKind::kSlidingWindow, 3},
+                        {MaskKind::kSlidingWindow, 10}};
+  for (int trial = 0; trial < 200; ++trial) {
+    // Random sequences cut into random pieces, dealt to random blocks.
+    std::vector<int64_t> sequences(1 + rng() % 4);
+    for (int64_t& len : sequences) len = 1 + rng() % 20;
+    const int32_t n_blocks = 1 + static_cast<int32_t>(rng() % 5);
+    std::vector<Block> blocks(n_blocks);
+    for (size_t s = 0; s < sequences.size(); ++s)
+      for (int64_t start = 0; start < sequences[s];) {
+        const int64_t len = std::min<int64_t>(sequences[s] - start, 1 + rng() % 7);
+        blocks[rng() % n_blocks].segments.push_back({static_cast<int32_t>(s), start, len});
+        start += len;
+      }
+    for (const Mask& mask : masks) {
+      const std::vector<RequiredPair> pairs = RequiredPairs(sequences, blocks, mask);
+      std::vector<RequiredPair> expected;
+      for (int32_t q = 0; q < n_blocks; ++q)
+        for (int32_t kv = 0; kv < n_blocks; ++kv)
+          if (const int64_t n = BruteForcePairs(mask, blocks[q], blocks[kv]); n > 0)
+            expected.push_back({q, kv, n});
+      ASSERT_EQ(pairs, expected) << "trial " << trial << " mask " << MaskKindName(mask.kind)
+                                 << " window " << mask.window;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fcp

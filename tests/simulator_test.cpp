@@ -1,0 +1,309 @@
+#include "fcp/simulator.h"
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "fcp/baselines.h"
+#include "fcp/error.h"
+#include "fcp/plan_metrics.h"
+#include "fcp/planner.h"
+#include "fcp/workload.h"
+#include "../src/model/network.h"
+
+namespace fcp {
+namespace {
+
+// A cluster with round numbers: 1 byte/s links with 1 s latency, and with the
+// unit attention shape below one token pair of work per second (peak 4 FLOP/s,
+// 4 FLOPs per pair); f = 1 at every length, no launch cost, no reserved SMs.
+HardwareProfile UnitProfile(double peak_flops = 4) {
+  HardwareProfile p;
+  p.name = "unit";
+  p.peak_flops = peak_flops;
+  p.gpus_per_node = 1;
+  p.nvlink_bytes_per_s = 1;
+  p.nic_bytes_per_s = 1;
+  p.nvlink_latency_s = 1;
+  p.nic_latency_s = 1;
+  p.kernel_launch_s = 0;
+  p.compute_sm_fraction = 1;
+  p.backward_efficiency_ratio = 1;
+  p.efficiency = {{1, 1.0}};
+  return p;
+}
+
+// 1 head, head_dim 1, 1 byte: a pair costs 4 FLOPs, K/V of a token is 2 bytes,
+// Q/K/V of a token 3 bytes, O 1 byte.
+Plan UnitPlan(int32_t workers, std::vector<int64_t> sequences) {
+  Plan plan;
+  plan.planner = "hand";
+  plan.workers = workers;
+  plan.attention = {1, 1, 1, 1};
+  plan.sequences = std::move(sequences);
+  plan.token_cap = plan.total_tokens();
+  plan.coalesce = 1;
+  return plan;
+}
+
+SimConfig NoReshuffle() {
+  SimConfig c;
+  c.reshuffle = ReshuffleMode::kNone;
+  return c;
+}
+
+// Two workers, one sequence of 8 tokens, causal:
+//   block 0 = tokens [0,4) on w0, block 1 = [4,8) on w1.
+//   pairs (0,0) and (1,1) have 10 token pairs, (1,0) has 16.
+//   forward:  stage 0: w0 -> w1 sends block 0 (8 bytes); both compute their diagonal
+//             stage 1: w1 computes (1,0)
+//   backward: the same, then stage 2: w1 returns block 0's dK/dV (8 bytes) to w0
+//
+//   forward  w0: [0,10] compute    link: [0,8] + 1 s latency = delivered 9
+//            w1: [0,10] compute, stage 1 at max(10, 9) = 10: [10,26]    => 26
+//   backward w0: [0,25]; w1: [0,25], [25,65]; dK/dV starts when w1 enters
+//            stage 2 at 65: [65,73] + 1 = 74                             => 74
+Plan TwoWorkerPlan() {
+  Plan plan = UnitPlan(2, {8});
+  plan.blocks = {{0, {{0, 0, 4}}}, {1, {{0, 4, 4}}}};
+  plan.forward = {{{{0, 0, 1}}, {{0, 0}, {1, 1}}}, {{}, {{1, 0}}}};
+  plan.backward = {{{{0, 0, 1}}, {}, {{0, 0}, {1, 1}}}, {{}, {}, {{1, 0}}}, {{}, {{0, 1, 0}}, {}}};
+  return plan;
+}
+
+TEST(SimulatorTest, TwoWorkersOneTransferByHand) {
+  const Plan plan = TwoWorkerPlan();
+  ASSERT_NO_THROW(ValidatePlan(plan));
+  const SimResult r = Simulate(plan, UnitProfile(), NoReshuffle());
+  EXPECT_NEAR(r.forward_time_s, 26, 1e-9);
+  EXPECT_NEAR(r.backward_time_s, 74, 1e-9);
+  EXPECT_NEAR(r.total_time_s, 100, 1e-9);
+  EXPECT_DOUBLE_EQ(r.forward_flops, 4.0 * 36);
+  EXPECT_DOUBLE_EQ(r.backward_flops, 2.5 * 4.0 * 36);
+  EXPECT_NEAR(r.mfu, (144 + 360) / (2 * 4 * 100.0), 1e-12);
+  // w0: busy 10 + 25; forward idle 26 - 10; backward it waits 74 - 25 for its dK/dV.
+  EXPECT_NEAR(r.worker_stats[0].busy_s, 35, 1e-9);
+  EXPECT_NEAR(r.worker_stats[0].idle_s, 16, 1e-9);
+  EXPECT_NEAR(r.worker_stats[0].exposed_comm_s, 49, 1e-9);
+  // w1: busy 26 + 65, then 9 s sending the dK/dV.
+  EXPECT_NEAR(r.worker_stats[1].busy_s, 91, 1e-9);
+  EXPECT_NEAR(r.worker_stats[1].exposed_comm_s, 9, 1e-9);
+  EXPECT_NEAR(r.worker_stats[1].idle_s, 0, 1e-9);
+  // Forward FLOPs 40 vs 104: imbalance (104 - 72) / 104. K/V traffic 8 bytes each way.
+  EXPECT_NEAR(r.compute_imbalance, 32.0 / 104, 1e-12);
+  EXPECT_NEAR(r.traffic_imbalance, 0, 1e-12);
+  EXPECT_DOUBLE_EQ(r.worker_stats[0].forward_kv_bytes_sent, 8);
+  // fp32 partials double the dK/dV transfer: [65,81] + 1.
+  SimConfig fp32 = NoReshuffle();
+  fp32.dkv_dtype_bytes = 2;
+  EXPECT_NEAR(Simulate(plan, UnitProfile(), fp32).backward_time_s, 82, 1e-9);
+}
+
+// Three senders, one receiver. Sequences k = 0,1,2 of 8 tokens each:
+//   block k = seq k [0,4) on worker k; block 3+k = seq k [4,8) on worker 3.
+// Worker 3 needs blocks 0, 1, 2 (8 bytes each). Peak 400: 100 pairs/s.
+//   coalesced (one stage): the three flows share w3's in-port, 1/3 byte/s
+//     each, all drain at 24, delivered 25; w3's diagonals take 0.3 s; stage 1
+//     at 25 computes 3 x 16 pairs = 0.48 s                                => 25.48
+//   one per stage: [0,8]+1, stage 1 at 9: [9,17]+1 (+0.16 compute),
+//     stage 2 at 18: [18,26]+1, stage 3 at 27: 0.16                        => 27.16
+Plan HotspotPlan(bool coalesced) {
+  Plan plan = UnitPlan(4, {8, 8, 8});
+  for (int32_t k = 0; k < 3; ++k) plan.blocks.push_back({k, {{k, 0, 4}}});
+  for (int32_t k = 0; k < 3; ++k) plan.blocks.push_back({3, {{k, 4, 4}}});
+  plan.token_cap = 12;
+  std::vector<BlockPair> diagonal;
+  for (int32_t b = 0; b < 6; ++b) diagonal.push_back({b, b});
+  if (coalesced) {
+    plan.coalesce = 3;
+    plan.forward = {{{{0, 0, 3}, {1, 1, 3}, {2, 2, 3}}, diagonal},
+                    {{}, {{3, 0}, {4, 1}, {5, 2}}}};
+    plan.backward = {{{{0, 0, 3}, {1, 1, 3}, {2, 2, 3}}, {}, diagonal},
+                     {{}, {}, {{3, 0}, {4, 1}, {5, 2}}},
+                     {{}, {{0, 3, 0}, {1, 3, 1}, {2, 3, 2}}, {}}};
+  } else {
+    plan.forward = {{{{0, 0, 3}}, diagonal}, {{{1, 1, 3}}, {{3, 0}}}, {{{2, 2, 3}}, {{4, 1}}},
+                    {{}, {{5, 2}}}};
+    plan.backward = {{{{0, 0, 3}}, {}, diagonal},       {{{1, 1, 3}}, {}, {{3, 0}}},
+                     {{{2, 2, 3}}, {{0, 3, 0}}, {{4, 1}}}, {{}, {{1, 3, 1}}, {{5, 2}}},
+                     {{}, {{2, 3, 2}}, {}}};
+  }
+  return plan;
+}
+
+TEST(SimulatorTest, HotspotThreeSendersShareOneReceiver) {
+  const Plan plan = HotspotPlan(true);
+  ASSERT_NO_THROW(ValidatePlan(plan));
+  const SimResult r = Simulate(plan, UnitProfile(400), NoReshuffle());
+  EXPECT_NEAR(r.forward_time_s, 25.48, 1e-9);
+  // Backward: stage 1 at 25 computes 3 x 40 pairs (1.2 s); the three dK/dV
+  // returns share w3's out-port from 26.2: 24 s + 1 s latency.
+  EXPECT_NEAR(r.backward_time_s, 51.2, 1e-9);
+  // w3 receives 24 bytes, the senders 8 each: traffic imbalance (24 - 12) / 24.
+  EXPECT_NEAR(r.traffic_imbalance, 0.5, 1e-12);
+}
+
+TEST(SimulatorTest, OneTransferPerStageIsSlowerHere) {
+  const Plan plan = HotspotPlan(false);
+  ASSERT_NO_THROW(ValidatePlan(plan));
+  const SimResult r = Simulate(plan, UnitProfile(400), NoReshuffle());
+  EXPECT_NEAR(r.forward_time_s, 27.16, 1e-9);
+}
+
+// One worker, one sequence of 8 tokens, full mask, blocks [0,4) and [4,8):
+// four pairs of 16 token pairs. f = 0.5 at 8 tokens, 1 at 16 and above,
+// launch 1 s per stage kernel.
+//   all four pairs in one stage: each query block has 32 pairs -> length
+//     2*32/4 = 16, f = 1: 64 s + 1 launch                                => 65
+//   two stages of two: 16 pairs per query block -> length 8, f = 0.5:
+//     2 x (64 s + 1)                                                        => 130
+TEST(SimulatorTest, CoalescingMergesQuerySegmentsIntoLongerKernels) {
+  HardwareProfile p = UnitProfile();
+  p.efficiency = {{8, 0.5}, {16, 1.0}};
+  p.kernel_launch_s = 1;
+  Plan plan = UnitPlan(1, {8});
+  plan.mask.kind = MaskKind::kFull;
+  plan.blocks = {{0, {{0, 0, 4}}}, {0, {{0, 4, 4}}}};
+  plan.forward = {{{}, {{0, 0}, {0, 1}, {1, 0}, {1, 1}}}};
+  plan.backward = {{{}, {}, {{0, 0}, {0, 1}, {1, 0}, {1, 1}}}};
+  ASSERT_NO_THROW(ValidatePlan(plan));
+  EXPECT_NEAR(Simulate(plan, p, NoReshuffle()).forward_time_s, 65, 1e-9);
+  plan.forward = {{{}, {{0, 0}, {1, 1}}}, {{}, {{0, 1}, {1, 0}}}};
+  plan.backward = {{{}, {}, {{0, 0}, {1, 1}}}, {{}, {}, {{0, 1}, {1, 0}}}};
+  ASSERT_NO_THROW(ValidatePlan(plan));
+  EXPECT_NEAR(Simulate(plan, p, NoReshuffle()).forward_time_s, 130, 1e-9);
+}
+
+// Two workers, sequence of 8 tokens, both blocks on w0: block 0 = [0,4) is in
+// w0's dataloader share, block 1 = [4,8) comes from w1 (12 bytes of Q/K/V).
+//   overlap:  (0,0) runs [0,10] while block 1 arrives at 13; (1,1) [13,23],
+//             (1,0) [23,39]; O of block 1 (4 bytes) back to w1 [39,43]+1  => 44
+//   blocking: compute waits for the all-to-all (13): [13,49]; out [49,53]+1 => 54
+TEST(SimulatorTest, ReshuffleOverlapHidesBehindLocalWork) {
+  Plan plan = UnitPlan(2, {8});
+  plan.blocks = {{0, {{0, 0, 4}}}, {0, {{0, 4, 4}}}};
+  plan.forward = {{{}, {{0, 0}, {1, 1}, {1, 0}}}};
+  plan.backward = {{{}, {}, {{0, 0}, {1, 1}, {1, 0}}}};
+  ASSERT_NO_THROW(ValidatePlan(plan));
+  SimConfig c;
+  c.reshuffle = ReshuffleMode::kOverlapped;
+  const SimResult overlap = Simulate(plan, UnitProfile(), c);
+  EXPECT_NEAR(overlap.forward_time_s, 44, 1e-9);
+  c.reshuffle = ReshuffleMode::kBlocking;
+  const SimResult blocking = Simulate(plan, UnitProfile(), c);
+  EXPECT_NEAR(blocking.forward_time_s, 54, 1e-9);
+  EXPECT_LT(overlap.backward_time_s, blocking.backward_time_s);
+  EXPECT_NEAR(Simulate(plan, UnitProfile(), NoReshuffle()).forward_time_s, 36, 1e-9);
+  EXPECT_DOUBLE_EQ(overlap.worker_stats[1].reshuffle_bytes_sent, 12 + 4);  // Q/K/V in, dO in
+}
+
+TEST(NetworkTest, MaxMinFairSharing) {
+  HardwareProfile p = UnitProfile();
+  sim::Network net(p, 5);
+  // A: 0->2, B: 1->2, C: 1->3, D: 1->4. Worker 1's out-port is the first
+  // bottleneck (1/3 each for B, C, D); A then takes what is left of 2's in-port.
+  net.Start(0, 2, 100, 0);
+  net.Start(1, 2, 100, 1);
+  net.Start(1, 3, 100, 2);
+  net.Start(1, 4, 100, 3);
+  EXPECT_NEAR(net.RateOf(0), 2.0 / 3, 1e-12);
+  for (int64_t tag : {1, 2, 3}) EXPECT_NEAR(net.RateOf(tag), 1.0 / 3, 1e-12);
+  // A drains first (at 150); the others then share at 1/3 until 300.
+  std::vector<int64_t> drained;
+  EXPECT_NEAR(net.NextDrainTime(), 150, 1e-9);
+  net.AdvanceTo(net.NextDrainTime(), drained);
+  EXPECT_EQ(drained, std::vector<int64_t>{0});
+  EXPECT_NEAR(net.NextDrainTime(), 300, 1e-9);
+  drained.clear();
+  net.AdvanceTo(300, drained);
+  EXPECT_EQ(drained, (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(net.active_flows(), 0);
+}
+
+// Compute and traffic imbalance from the simulator's own count agree with
+// ComputePlanMetrics on every planner, mask and size tried.
+TEST(SimulatorTest, ImbalanceAgreesWithPlanMetrics) {
+  const HardwareProfile gpu_x = BuiltinProfile("gpu-x");
+  for (const char* planner : {"ring", "bytescale", "magi", "fcp"})
+    for (int32_t n : {2, 5, 8, 16})
+      for (MaskKind kind : {MaskKind::kCausal, MaskKind::kFull, MaskKind::kSlidingWindow}) {
+        WorkloadConfig wc;
+        wc.workers = n;
+        wc.tokens_per_worker = 2048;
+        wc.max_len = 16384;
+        wc.seed = static_cast<uint64_t>(n) * 7 + static_cast<int>(kind);
+        PlannerConfig pc;
+        pc.workers = n;
+        pc.block_size = 512;
+        pc.coalesce = 4;
+        pc.mask.kind = kind;
+        pc.mask.window = kind == MaskKind::kSlidingWindow ? 700 : 0;
+        pc.planner = planner;
+        const Plan plan = MakePlan(GenerateWorkload(wc), pc);
+        const PlanMetrics m = ComputePlanMetrics(plan);
+        const SimResult r = Simulate(plan, gpu_x);
+        SCOPED_TRACE(std::string(planner) + " N=" + std::to_string(n) + " " + MaskKindName(kind));
+        EXPECT_NEAR(r.compute_imbalance, m.compute_imbalance, 1e-6);
+        EXPECT_NEAR(r.traffic_imbalance, m.traffic_imbalance, 1e-6);
+        EXPECT_NEAR(r.forward_flops, m.total_forward_flops, 1e-9 * m.total_forward_flops);
+        EXPECT_GT(r.mfu, 0);
+        EXPECT_LE(r.mfu, SaturatedEfficiency(gpu_x));
+        for (const WorkerSimStats& s : r.worker_stats)
+          EXPECT_NEAR(s.busy_s + s.exposed_comm_s + s.idle_s, r.total_time_s, 1e-9 * r.total_time_s);
+      }
+}
+
+TEST(SimulatorTest, DeterministicAndTraceIsChromeJson) {
+  PlannerConfig pc;
+  pc.workers = 8;
+  pc.block_size = 1024;
+  pc.planner = "magi";
+  WorkloadConfig wc;
+  wc.workers = 8;
+  wc.tokens_per_worker = 4096;
+  wc.max_len = 32768;
+  const Plan plan = MakePlan(GenerateWorkload(wc), pc);
+  SimConfig c;
+  c.record_trace = true;
+  const SimResult a = Simulate(plan, BuiltinProfile("gpu-y"), c);
+  const SimResult b = Simulate(plan, BuiltinProfile("gpu-y"), c);
+  EXPECT_EQ(a.total_time_s, b.total_time_s);
+  EXPECT_EQ(SimResultJson(a, true), SimResultJson(b, true));
+  ASSERT_FALSE(a.trace.empty());
+  std::ostringstream out;
+  WriteChromeTrace(a, out);
+  const nlohmann::json trace = nlohmann::json::parse(out.str());
+  int complete = 0;
+  for (const auto& e : trace["traceEvents"])
+    if (e["ph"] == "X") {
+      ++complete;
+      EXPECT_GE(e["dur"].get<double>(), 0);
+      EXPECT_LT(e["pid"].get<int>(), 8);
+    }
+  EXPECT_EQ(complete, static_cast<int>(a.trace.size()));
+  const nlohmann::json summary = nlohmann::json::parse(SimResultJson(a, false));
+  EXPECT_DOUBLE_EQ(summary["total_time_s"].get<double>(), a.total_time_s);
+}
+
+TEST(SimulatorTest, RejectsOutOfRangePlans) {
+  Plan plan = TwoWorkerPlan();
+  plan.forward[0].send[0].dst = 7;
+  try {
+    Simulate(plan, UnitProfile());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidPlan);
+  }
+  plan = TwoWorkerPlan();
+  plan.forward[1].compute[0].kv_block = 9;
+  EXPECT_THROW(Simulate(plan, UnitProfile()), Error);
+  SimConfig bad;
+  bad.dkv_dtype_bytes = -1;
+  EXPECT_THROW(Simulate(TwoWorkerPlan(), UnitProfile(), bad), Error);
+  EXPECT_EQ(ParseReshuffleMode("overlap"), ReshuffleMode::kOverlapped);
+  EXPECT_THROW(ParseReshuffleMode("sometimes"), Error);
+}
+
+}  // namespace
+}  // namespace fcp

@@ -1,0 +1,291 @@
+// fcp simulate | compare: run plans on the model cluster.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "commands.h"
+#include "fcp/cost_model.h"
+#include "fcp/error.h"
+#include "fcp/plan.h"
+#include "fcp/planner.h"
+#include "fcp/simulator.h"
+#include "fcp/workload.h"
+
+namespace fcp::cli {
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string Percent(double x) { return fmt::format("{:.1f}%", 100 * x); }
+
+void PrintSimSummary(const Plan& plan, const SimResult& r) {
+  fmt::print("simulate: planner {}, {} workers, profile {}\n", r.planner, r.workers, r.profile);
+  fmt::print("  time:      forward {:.3f} ms, backward {:.3f} ms, total {:.3f} ms\n",
+             r.forward_time_s * 1e3, r.backward_time_s * 1e3, r.total_time_s * 1e3);
+  fmt::print("  MFU:       {} (normalised by saturated kernel efficiency {}; by this batch's "
+             "single-GPU efficiency {}: {})\n",
+             Percent(r.mfu), Percent(r.normalized_mfu), Percent(r.reference_efficiency),
+             Percent(r.batch_normalized_mfu));
+  fmt::print("  imbalance: compute {}, traffic {} (forward K/V), all traffic {}\n",
+             Percent(r.compute_imbalance), Percent(r.traffic_imbalance),
+             Percent(r.total_traffic_imbalance));
+  fmt::print("  per worker: busy {:.3f} ms mean, exposed communication {:.3f} ms mean / {:.3f} ms max\n",
+             r.mean_busy_s * 1e3, r.mean_exposed_comm_s * 1e3, r.max_exposed_comm_s * 1e3);
+  fmt::print("  plan: {} blocks, {} forward / {} backward stages, coalesce {}, token cap {}; "
+             "{} transfers, {} reshuffle flows\n",
+             plan.blocks.size(), plan.forward.size(), plan.backward.size(), plan.coalesce,
+             plan.token_cap, r.transfers, r.reshuffle_flows);
+  if (r.workers <= 16) {
+    fmt::print("  {:>6} {:>10} {:>12} {:>10} {:>12} {:>12}\n", "worker", "busy ms", "exposed ms",
+               "idle ms", "fwd GFLOP", "fwd KV MiB");
+    for (int32_t w = 0; w < r.workers; ++w) {
+      const WorkerSimStats& s = r.worker_stats[w];
+      fmt::print("  {:>6} {:>10.3f} {:>12.3f} {:>10.3f} {:>12.1f} {:>12.1f}\n", w, s.busy_s * 1e3,
+                 s.exposed_comm_s * 1e3, s.idle_s * 1e3, s.forward_flops / 1e9,
+                 (s.forward_kv_bytes_sent + s.forward_kv_bytes_received) / 1048576.0);
+    }
+  }
+}
+
+std::vector<std::string> SplitList(const std::string& text) {
+  std::vector<std::string> items;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ','))
+    if (!item.empty()) items.push_back(item);
+  return items;
+}
+
+struct CompareOptions {
+  std::string dist = "lognormal";
+  std::string workers = "16,32,64,128,256";
+  std::string planners = "fcp,ring,bytescale,wlb,magi";
+  std::string profile = "gpu-x";
+  std::string csv;
+  std::string lengths_path;
+  std::string mask = "causal";
+  int64_t window = 0;
+  std::string reshuffle = "overlap";
+  std::string baseline_reshuffle = "none";
+  int32_t seeds = 1;
+  bool validate = false;
+  WorkloadConfig workload;
+  PlannerConfig planner;
+};
+
+struct Row {
+  uint64_t seed;
+  int32_t workers;
+  std::string planner;
+  std::string reshuffle;
+  Plan plan;
+  SimResult sim;
+  double plan_s, sim_s;
+};
+
+class Progress {
+ public:
+  explicit Progress(size_t total) : total_(total), enabled_(total > 4 && isatty(fileno(stderr))) {}
+  void Step(const std::string& what) {
+    ++done_;
+    if (!enabled_) return;
+    const int width = 30;
+    const int filled = static_cast<int>(width * done_ / total_);
+    std::fprintf(stderr, "\r[%s%s] %zu/%zu %-40s", std::string(filled, '#').c_str(),
+                 std::string(width - filled, ' ').c_str(), done_, total_, what.c_str());
+    if (done_ == total_) std::fprintf(stderr, "\r%*s\r", width + 60, "");
+    std::fflush(stderr);
+  }
+
+ private:
+  size_t total_, done_ = 0;
+  bool enabled_;
+};
+
+void WriteCsv(const std::string& path, const CompareOptions& o, const std::vector<Row>& rows) {
+  std::ofstream file(path);
+  if (!file) throw Error(ErrorCode::kIo, "compare: cannot write '" + path + "'");
+  file << "dist,seed,workers,tokens_per_worker,block_size,coalesce,mask,planner,reshuffle,profile,"
+          "forward_time_s,backward_time_s,total_time_s,mfu,normalized_mfu,batch_normalized_mfu,"
+          "reference_efficiency,compute_imbalance,traffic_imbalance,total_traffic_imbalance,"
+          "mean_busy_s,mean_exposed_comm_s,max_exposed_comm_s,plan_token_cap,plan_coalesce,"
+          "forward_stages,blocks,plan_s,sim_s\n";
+  for (const Row& r : rows) {
+    const SimResult& s = r.sim;
+    file << fmt::format(
+        "{},{},{},{},{},{},{},{},{},{},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},"
+        "{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{},{},{},{},{:.6f},{:.6f}\n",
+        o.lengths_path.empty() ? o.dist : "file", r.seed, r.workers, o.workload.tokens_per_worker,
+        o.planner.block_size, o.planner.coalesce, MaskKindName(o.planner.mask.kind), r.planner,
+        r.reshuffle, s.profile, s.forward_time_s, s.backward_time_s, s.total_time_s, s.mfu,
+        s.normalized_mfu, s.batch_normalized_mfu, s.reference_efficiency, s.compute_imbalance,
+        s.traffic_imbalance, s.total_traffic_imbalance, s.mean_busy_s, s.mean_exposed_comm_s,
+        s.max_exposed_comm_s, r.plan.token_cap, r.plan.coalesce, r.plan.forward.size(),
+        r.plan.blocks.size(), r.plan_s, r.sim_s);
+  }
+  if (!file) throw Error(ErrorCode::kIo, "compare: cannot write '" + path + "'");
+}
+
+void RunCompare(CompareOptions& o) {
+  const HardwareProfile profile = ResolveProfile(o.profile);
+  o.planner.mask.kind = ParseMaskKind(o.mask);
+  o.planner.mask.window = o.window;
+  if (o.planner.mask.kind == MaskKind::kSlidingWindow && o.window == 0)
+    throw UsageError("compare: --mask sliding_window needs --window W");
+  o.workload.dist = ParseLengthDistribution(o.dist);
+  if (o.seeds < 1) throw UsageError("compare: --seeds must be >= 1");
+  const ReshuffleMode fcp_reshuffle = ParseReshuffleMode(o.reshuffle);
+  const ReshuffleMode baseline_reshuffle = ParseReshuffleMode(o.baseline_reshuffle);
+  std::vector<int32_t> workers;
+  for (const std::string& w : SplitList(o.workers)) {
+    try {
+      workers.push_back(std::stoi(w));
+    } catch (const std::exception&) {
+      throw UsageError("compare: --workers takes a comma-separated list of integers, got '" + w + "'");
+    }
+    if (workers.back() < 1) throw UsageError("compare: --workers values must be >= 1");
+  }
+  const std::vector<std::string> planners = SplitList(o.planners);
+  if (workers.empty() || planners.empty()) throw UsageError("compare: empty --workers or --planners");
+  for (const std::string& p : planners) FindPlanner(p);  // unknown names fail before any work
+  std::vector<int64_t> file_lengths;
+  if (!o.lengths_path.empty()) file_lengths = ReadLengthsFile(o.lengths_path);
+
+  const uint64_t first_seed = o.workload.seed;
+  Progress progress(workers.size() * planners.size() * o.seeds);
+  std::vector<Row> rows;
+  for (int32_t n : workers)
+    for (int32_t k = 0; k < o.seeds; ++k) {
+      WorkloadConfig wc = o.workload;
+      wc.workers = n;
+      wc.seed = first_seed + k;
+      const std::vector<int64_t> lengths = file_lengths.empty() ? GenerateWorkload(wc) : file_lengths;
+      for (const std::string& name : planners) {
+        PlannerConfig pc = o.planner;
+        pc.workers = n;
+        pc.planner = name;
+        SimConfig sc;
+        sc.reshuffle = name.rfind("fcp", 0) == 0 ? fcp_reshuffle : baseline_reshuffle;
+        auto start = std::chrono::steady_clock::now();
+        Row row{wc.seed, n, name, ReshuffleModeName(sc.reshuffle), MakePlan(lengths, pc), {}, 0, 0};
+        row.plan_s = SecondsSince(start);
+        if (o.validate) ValidatePlan(row.plan);
+        start = std::chrono::steady_clock::now();
+        row.sim = Simulate(row.plan, profile, sc);
+        row.sim_s = SecondsSince(start);
+        progress.Step(fmt::format("{} N={} seed {}", name, n, wc.seed));
+        row.plan.blocks.clear();  // keep only the header fields the table needs
+        rows.push_back(std::move(row));
+      }
+    }
+
+  fmt::print("compare: {} tokens per worker, dist {}, block {}, coalesce {}, mask {}, profile {}; "
+             "reshuffle: fcp* {}, baselines {}\n",
+             o.workload.tokens_per_worker, o.lengths_path.empty() ? o.dist : o.lengths_path,
+             o.planner.block_size, o.planner.coalesce, o.mask, profile.name, o.reshuffle,
+             o.baseline_reshuffle);
+  fmt::print("{:>5} {:>5} {:<17} {:>10} {:>7} {:>7} {:>7} {:>8} {:>8} {:>9} {:>8} {:>8}\n", "N",
+             "seed", "planner", "time ms", "MFU", "normMFU", "batchN", "comp-imb", "traf-imb",
+             "exposed", "plan s", "sim s");
+  for (const Row& r : rows) {
+    const SimResult& s = r.sim;
+    fmt::print("{:>5} {:>5} {:<17} {:>10.3f} {:>7} {:>7} {:>7} {:>8} {:>8} {:>7.2f}ms {:>8.3f} {:>8.3f}\n",
+               r.workers, r.seed, r.planner, s.total_time_s * 1e3, Percent(s.mfu),
+               Percent(s.normalized_mfu), Percent(s.batch_normalized_mfu),
+               Percent(s.compute_imbalance), Percent(s.traffic_imbalance),
+               s.mean_exposed_comm_s * 1e3, r.plan_s, r.sim_s);
+  }
+  // FCP's speedup over each baseline (MFU ratio = time ratio on the same batch).
+  bool header = false;
+  for (const Row& f : rows) {
+    if (f.planner != "fcp") continue;
+    std::string line;
+    for (const Row& b : rows)
+      if (b.workers == f.workers && b.seed == f.seed && b.planner != "fcp" && b.sim.mfu > 0)
+        line += fmt::format("  {} {:.2f}x", b.planner, f.sim.mfu / b.sim.mfu);
+    if (line.empty()) continue;
+    if (!header) fmt::print("FCP MFU / baseline MFU:\n");
+    header = true;
+    fmt::print("  N={:<4} seed {}:{}\n", f.workers, f.seed, line);
+  }
+  if (!o.csv.empty()) WriteCsv(o.csv, o, rows);
+}
+
+}  // namespace
+
+void AddSimulateCommands(CLI::App& app) {
+  struct SimulateOptions {
+    std::string plan, profile = "gpu-x", trace, reshuffle = "overlap";
+    bool json = false, per_worker = false, no_validate = false;
+    int32_t dkv_bytes = 0;
+  };
+  auto so = std::make_shared<SimulateOptions>();
+  CLI::App* sim = app.add_subcommand("simulate", "Simulate a plan on a model cluster");
+  sim->add_option("--plan", so->plan, "Plan file ('-' = stdin)")->required();
+  sim->add_option("--profile", so->profile, "Hardware profile: gpu-x, gpu-y or a JSON file")
+      ->capture_default_str();
+  sim->add_option("--trace", so->trace, "Write a Chrome trace (Perfetto) to this file");
+  sim->add_option("--reshuffle", so->reshuffle, "overlap | blocking | none")->capture_default_str();
+  sim->add_option("--dkv-bytes", so->dkv_bytes, "Bytes per element of partial dK/dV transfers (0 = the plan's dtype)")
+      ->capture_default_str();
+  sim->add_flag("--json", so->json, "Print the result as JSON");
+  sim->add_flag("--per-worker", so->per_worker, "With --json: include per-worker statistics");
+  sim->add_flag("--no-validate", so->no_validate, "Skip ValidatePlan (large trusted plans)");
+  sim->callback([so] {
+    const HardwareProfile profile = ResolveProfile(so->profile);
+    SimConfig config;
+    config.reshuffle = ParseReshuffleMode(so->reshuffle);
+    config.dkv_dtype_bytes = so->dkv_bytes;
+    config.record_trace = !so->trace.empty();
+    const Plan plan = ReadPlanJsonFile(so->plan);
+    if (!so->no_validate) ValidatePlan(plan);
+    const auto start = std::chrono::steady_clock::now();
+    const SimResult result = Simulate(plan, profile, config);
+    const double seconds = SecondsSince(start);
+    if (!so->trace.empty()) WriteChromeTraceFile(result, so->trace);
+    if (so->json)
+      fmt::print("{}", SimResultJson(result, so->per_worker));
+    else
+      PrintSimSummary(plan, result);
+    std::fprintf(stderr, "fcp simulate: simulated in %.3f s%s\n", seconds,
+                 so->trace.empty() ? "" : (", trace -> " + so->trace).c_str());
+  });
+
+  auto co = std::make_shared<CompareOptions>();
+  CLI::App* cmp = app.add_subcommand("compare", "Plan and simulate one batch per N with several planners");
+  cmp->add_option("--dist", co->dist, "lognormal | uniform | fixed | bimodal")->capture_default_str();
+  cmp->add_option("--lengths", co->lengths_path, "Use this lengths file instead of --dist");
+  cmp->add_option("--workers", co->workers, "Comma-separated worker counts")->capture_default_str();
+  cmp->add_option("--planners", co->planners, "Comma-separated planner names")->capture_default_str();
+  cmp->add_option("--profile", co->profile, "gpu-x, gpu-y or a JSON profile")->capture_default_str();
+  cmp->add_option("--csv", co->csv, "Also write one CSV row per (N, seed, planner)");
+  cmp->add_option("--tokens-per-worker", co->workload.tokens_per_worker, "Tokens per worker")
+      ->capture_default_str();
+  cmp->add_option("--max-len", co->workload.max_len, "Longest sequence")->capture_default_str();
+  cmp->add_option("--min-len", co->workload.min_len, "Shortest sequence")->capture_default_str();
+  cmp->add_option("--mu", co->workload.lognormal_mu, "lognormal: mean of ln(length)")->capture_default_str();
+  cmp->add_option("--sigma", co->workload.lognormal_sigma, "lognormal: std dev of ln(length)")
+      ->capture_default_str();
+  cmp->add_option("--seed", co->workload.seed, "First workload seed")->capture_default_str();
+  cmp->add_option("--seeds", co->seeds, "Batches per N (seeds seed..seed+k-1)")->capture_default_str();
+  cmp->add_option("--block-size", co->planner.block_size, "Tokens per block")->capture_default_str();
+  cmp->add_option("--coalesce", co->planner.coalesce, "Coalesce degree")->capture_default_str();
+  cmp->add_option("--mask", co->mask, "causal | full | sliding_window")->capture_default_str();
+  cmp->add_option("--window", co->window, "Window for --mask sliding_window");
+  cmp->add_option("--reshuffle", co->reshuffle, "Reshuffle of fcp* planners: overlap | blocking | none")
+      ->capture_default_str();
+  cmp->add_option("--baseline-reshuffle", co->baseline_reshuffle,
+                  "Reshuffle of the baselines (they change the dataloader instead): none | blocking | overlap")
+      ->capture_default_str();
+  cmp->add_flag("--validate", co->validate, "ValidatePlan every plan (slow at large N)");
+  cmp->callback([co] { RunCompare(*co); });
+}
+
+}  // namespace fcp::cli
