@@ -8,20 +8,23 @@
 #     `fcp run --device cuda --in-process --check` from the CLI;
 #  3. the kernel's efficiency curve f(len), 256..16K-token blocks with
 #     Llama-3-70B heads (64 q, 8 kv, dim 128), against cuBLAS's measured bf16
-#     GEMM rate; saved as a simulator profile profiles/<name>-measured.json;
+#     GEMM rate; saved as a simulator profile profiles/<gpu>-measured.json
+#     (e.g. h200-measured; `fcp simulate --profile FILE`), and the simulator's
+#     Figure 11 comparison re-run with it next to the built-in gpu-x;
 #  4. an 8-worker FCP plan on one GPU (in-process workers) against the
 #     1-worker plan of the same batch (the single-GPU kernel on everything);
 #  5. everything into docs/gpu.md, between the gpu_check markers.
 # Usage: scripts/gpu_check.sh   (FCP_GPU_BENCH_BUDGET_S overrides the curve's
-# time budget, default 150 s). Exit 1 when a correctness step fails.
+# time budget, default 100 s; FCP_GPU_BUILD_DIR the build directory, default
+# build-gpu). Exit 1 when a correctness step fails.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 START=$(date +%s)
 ROOT=$(pwd)
-B=build-gpu
+B="${FCP_GPU_BUILD_DIR:-build-gpu}"
 WORK=$(mktemp -d); trap 'rm -rf "$WORK"' EXIT
 LOG="$WORK/report.md"
-BUDGET_S="${FCP_GPU_BENCH_BUDGET_S:-150}"
+BUDGET_S="${FCP_GPU_BENCH_BUDGET_S:-100}"
 status=0
 
 say() { echo "$@" | tee -a "$LOG"; }
@@ -81,14 +84,24 @@ mkdir -p profiles
 block timeout $(( BUDGET_S + 90 )) "$ROOT/$B/fcp_gpu_bench" --budget-s "$BUDGET_S" --name "$profile" \
   --out "profiles/$profile.json"
 if [ -f "profiles/$profile.json" ]; then
-  eff=$(python3 -c "import json,sys; p=json.load(open(sys.argv[1])); c=[e for e in p['efficiency_curve'] if e['tokens']==4096]; print(c[0]['forward_efficiency'] if c else -1)" "profiles/$profile.json")
+  eff=$(python3 -c "import json,sys; p=json.load(open(sys.argv[1])); c=[f for t, f in p['efficiency'] if t == 4096]; print(c[0] if c else -1)" "profiles/$profile.json")
   say ""
   if python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0.5 else 1)" "$eff"; then
     say "Forward efficiency at 4K-token blocks: $eff of the measured bf16 matrix rate (target >= 0.5): met."
   else
     say "Forward efficiency at 4K-token blocks: $eff of the measured bf16 matrix rate (target >= 0.5): NOT met."
   fi
-  say "Profile saved as profiles/$profile.json."
+  say "Simulator profile saved as profiles/$profile.json (gpu-x's network, this chip's measured peak and curve)."
+  block cat "profiles/$profile.json"
+
+  # ---- 3b. the simulator's Figure 11 with the measured profile ------------------------
+  say ""; say "### Simulator, Figure 11 setup (docs/evaluation.md), measured profile vs gpu-x"; say ""
+  for prof in "profiles/$profile.json" gpu-x; do
+    if [ "$(elapsed)" -gt 330 ]; then say "skipped the simulator with $prof: time budget"; continue; fi
+    say "\`fcp compare --dist lognormal --workers 16,32,64,128 --profile $prof --reshuffle none --baseline-reshuffle none --planners fcp,ring,bytescale,wlb,magi\`"
+    block timeout 60 "$F" compare --dist lognormal --workers 16,32,64,128 --profile "$prof" --reshuffle none \
+      --baseline-reshuffle none --planners fcp,ring,bytescale,wlb,magi
+  done
 fi
 
 # ---- 4. 8 workers on one GPU vs the single-GPU kernel ------------------------------
@@ -103,8 +116,8 @@ say "Batch: $(wc -l <"$WORK/batch.txt") sequences, 32768 tokens (lognormal, seed
 "$F" make-inputs --plan "$WORK/fcp8.json" --out "$WORK/big-in" --seed 1 >/dev/null
 declare -A total_s
 for p in one fcp8; do
-  if [ "$(elapsed)" -gt 400 ]; then say "skipped $p: time budget"; continue; fi
-  block timeout 150 "$F" run --device cuda --in-process --plan "$WORK/$p.json" --inputs "$WORK/big-in" \
+  if [ "$(elapsed)" -gt 380 ]; then say "skipped $p: time budget"; continue; fi
+  block timeout 45 "$F" run --device cuda --in-process --plan "$WORK/$p.json" --inputs "$WORK/big-in" \
     --out "$WORK/big-out-$p" --backward | tee "$WORK/run-$p.log" >/dev/null || status=1
   total_s[$p]=$(sed -n 's/^run: .*: \([0-9.]*\) s (forward.*/\1/p' "$WORK/run-$p.log")
 done

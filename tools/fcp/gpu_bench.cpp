@@ -1,9 +1,12 @@
 // fcp_gpu_bench: the CUDA attention kernel's measured efficiency curve
 // f(len) = achieved TFLOP/s / the chip's measured bf16 matrix rate (cuBLAS),
-// for one-sequence blocks of 256 .. 16K tokens, written as a simulator
-// profile (JSON). Used by scripts/gpu_check.sh. A time budget bounds the
-// run: lengths whose estimated time (from the previous length, O(len^2))
-// would exceed it are skipped and listed as such.
+// for one causal sequence of len = 256 .. 16K tokens per block (the axis of
+// fcp/cost_model.h's f(len)), written as a simulator profile: the gpu-x
+// profile's network with this chip's measured peak, forward curve and
+// backward/forward ratio (fcp simulate --profile FILE). Used by
+// scripts/gpu_check.sh. A time budget bounds the run: lengths whose
+// estimated time (from the previous length, O(len^2)) would not fit are
+// skipped and listed.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -14,8 +17,9 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
+#include <fmt/ranges.h>
 
+#include "fcp/cost_model.h"
 #include "fcp/cuda_attention.h"
 #include "fcp/error.h"
 #include "fcp/mask.h"
@@ -49,7 +53,9 @@ int Main(const Options& opt) {
   fmt::print("device {}: measured bf16 matrix rate {:.1f} TFLOP/s (cuBLAS {}^3)\n", device, peak * 1e-12, opt.gemm_n);
   fmt::print("{:>7} {:>12} {:>12} {:>8} {:>12} {:>12} {:>8}\n", "tokens", "fwd ms", "fwd TFLOP/s", "fwd eff",
              "bwd ms", "bwd TFLOP/s", "bwd eff");
-  nlohmann::json curve = nlohmann::json::array(), skipped = nlohmann::json::array();
+  std::vector<fcp::EfficiencyPoint> forward_curve;
+  std::vector<double> backward_ratios;
+  std::vector<int64_t> skipped;
   double last_s = 0;
   int64_t last_len = 0;
   for (int64_t len : opt.lens) {
@@ -70,31 +76,32 @@ int Main(const Options& opt) {
     fmt::print("{:>7} {:>12.3f} {:>12.2f} {:>7.1f}% {:>12.3f} {:>12.2f} {:>7.1f}%\n", len, t.forward_s * 1e3,
                fwd_rate * 1e-12, 100 * fwd_rate / peak, t.backward_s * 1e3, bwd_rate * 1e-12, 100 * bwd_rate / peak);
     std::fflush(stdout);
-    curve.push_back({{"tokens", len},
-                     {"forward_s", t.forward_s},
-                     {"backward_s", t.backward_s},
-                     {"forward_tflops", fwd_rate * 1e-12},
-                     {"backward_tflops", bwd_rate * 1e-12},
-                     {"forward_efficiency", fwd_rate / peak},
-                     {"backward_efficiency", bwd_rate / peak}});
+    // The profile's fractions must lie in (0, 1].
+    forward_curve.push_back({static_cast<double>(len), std::clamp(fwd_rate / peak, 1e-9, 1.0)});
+    backward_ratios.push_back(std::clamp(bwd_rate / fwd_rate, 1e-9, 1.0));
     last_s = t.forward_s + t.backward_s;
     last_len = len;
   }
-  if (!skipped.empty()) fmt::print("skipped (time budget {:.0f} s): {}\n", opt.budget_s, skipped.dump());
+  if (!skipped.empty()) fmt::print("skipped (time budget {:.0f} s): {}\n", opt.budget_s, fmt::join(skipped, ", "));
   if (!opt.out.empty()) {
-    const nlohmann::json profile = {
-        {"name", opt.name},
-        {"device", device},
-        {"kernel", "fcp_cuda per-thread kernel (bf16 in, fp32 accumulate)"},
-        {"bf16_matmul_tflops", peak * 1e-12},
-        {"attention", {{"heads_q", dims.heads_q}, {"heads_kv", dims.heads_kv}, {"head_dim", dims.head_dim},
-                       {"mask", opt.mask}, {"window", opt.window}}},
-        {"efficiency_curve", curve},
-        {"skipped_tokens", skipped}};
+    if (forward_curve.empty()) throw fcp::Error(fcp::ErrorCode::kInternal, "gpu bench: no length was measured");
+    fcp::HardwareProfile profile = fcp::BuiltinProfile("gpu-x");  // network and latencies
+    profile.name = opt.name;
+    profile.description = fmt::format(
+        "{}: fcp_cuda kernel measured by fcp_gpu_bench ({}/{} heads, dim {}, {} mask); peak = cuBLAS bf16 "
+        "GEMM {}^3; network from gpu-x",
+        device, dims.heads_q, dims.heads_kv, dims.head_dim, opt.mask, opt.gemm_n);
+    profile.peak_flops = peak;
+    profile.efficiency = forward_curve;
+    std::sort(backward_ratios.begin(), backward_ratios.end());
+    profile.backward_efficiency_ratio = backward_ratios[backward_ratios.size() / 2];  // median
+    profile.validate();
     std::ofstream f(opt.out);
-    f << profile.dump(2) << "\n";
+    f << fcp::WriteProfileJson(profile) << "\n";
+    f.close();
     if (!f) throw fcp::Error(fcp::ErrorCode::kIo, "gpu bench: cannot write " + opt.out);
-    fmt::print("profile {} written to {}\n", opt.name, opt.out);
+    fcp::LoadProfileJson(opt.out);  // the simulator can read it back
+    fmt::print("simulator profile {} written to {}\n", opt.name, opt.out);
   }
   return 0;
 }
