@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "../src/runtime/cuda/attention_math.h"
+#include "../src/runtime/cuda/footprint.h"
 #include "fcp/attention_kernel.h"
+#include "fcp/error.h"
 #include "fcp/reference_attention.h"
 
 namespace fcp::gpu {
@@ -103,6 +105,18 @@ TEST(ForwardWaves, DisjointQueryRowsWithinAWaveAndOrderKept) {
   }
 }
 
+// The forward launches on the host: waves in order, every thread of a pair.
+void EmulateForward(const KernelDims& d, const std::vector<PairDesc>& pairs, const uint16_t* q, const uint16_t* k,
+                    const uint16_t* v, float* o, float* lse) {
+  for (const auto& wave : ForwardWaves(pairs))
+    for (int32_t a : wave) {
+      const PairDesc& p = pairs[static_cast<size_t>(a)];
+      int64_t i;
+      int32_t h;
+      for (int64_t t = 0; ThreadWork(d, p, t, &i, &h); ++t) ForwardRow(d, p, i, h, q, k, v, o, lse);
+    }
+}
+
 std::vector<uint16_t> ToBf16(const std::vector<float>& x) {
   std::vector<uint16_t> out(x.size());
   for (size_t i = 0; i < x.size(); ++i) out[i] = FloatToBf16(x[i]);
@@ -156,14 +170,7 @@ TEST_P(HostEmulation, MatchesFloat64WithinBf16Tolerance) {
                c.mask.window};
   std::vector<float> o(q.size()), lse(static_cast<size_t>(total * c.heads_q));
   InitForwardOutput(dims, total, o.data(), lse.data());
-  for (const auto& wave : ForwardWaves(pairs))
-    for (int32_t a : wave) {
-      const PairDesc& p = pairs[static_cast<size_t>(a)];
-      int64_t i;
-      int32_t h;
-      for (int64_t t = 0; ThreadWork(d, p, t, &i, &h); ++t)
-        ForwardRow(d, p, i, h, qb.data(), kb.data(), vb.data(), o.data(), lse.data());
-    }
+  EmulateForward(d, pairs, qb.data(), kb.data(), vb.data(), o.data(), lse.data());
   std::vector<float> delta(lse.size()), dq(q.size()), dk(k.size()), dv(v.size());
   ComputeDelta(dims, total, o.data(), d_o.data(), delta.data());
   for (const PairDesc& p : pairs) {
@@ -223,6 +230,59 @@ TEST(HostEmulation, LargeScoresStayFinite) {
   EXPECT_FLOAT_EQ(lse[0], 10000.0f);
   EXPECT_FLOAT_EQ(o[0], 1.0f);
   EXPECT_FLOAT_EQ(o[3], 4.0f);
+}
+
+TEST(Footprint, HandCase) {
+  const std::vector<SegmentPair> pairs = {{10, 40, 0, 0, 5, 3}, {12, 30, 2, 0, 6, 2}, {0, 0, 0, 0, 0, 9}};
+  const Footprint f = FootprintOf(pairs);
+  EXPECT_EQ(f.q_begin, 10);
+  EXPECT_EQ(f.q_rows, 8);   // rows 10..17
+  EXPECT_EQ(f.k_begin, 30);
+  EXPECT_EQ(f.k_rows, 13);  // rows 30..42
+  ASSERT_EQ(f.pairs.size(), 2u);  // the empty pair is dropped
+  EXPECT_EQ(f.pairs[1].q_row, 2);
+  EXPECT_EQ(f.pairs[1].k_row, 0);
+  EXPECT_EQ(f.pairs[1].q_pos, 2);
+  EXPECT_TRUE(FootprintOf(std::vector<SegmentPair>{{3, 3, 0, 0, 0, 4}}).pairs.empty());
+  EXPECT_THROW(FootprintOf(std::vector<SegmentPair>{{-1, 0, 0, 0, 1, 1}}), Error);
+}
+
+// Staging only the footprint's rows with rebased pairs computes exactly
+// what the whole buffers would (what the CUDA kernel relies on).
+TEST(Footprint, StagedRowsGiveIdenticalResults) {
+  std::mt19937_64 rng(31);
+  const KernelDims d{4, 2, 8, 0.35f, kMaskCausal, 0};
+  const int64_t rows = 120;
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  auto random = [&](int64_t n) {
+    std::vector<uint16_t> x(static_cast<size_t>(n));
+    for (auto& e : x) e = FloatToBf16(u(rng));
+    return x;
+  };
+  const auto q = random(rows * 4 * 8), k = random(rows * 2 * 8), v = random(rows * 2 * 8);
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<SegmentPair> pairs;
+    for (int n = 0; n < 5; ++n) {
+      const int64_t ql = static_cast<int64_t>(rng() % 20), kl = static_cast<int64_t>(rng() % 20);
+      const int64_t qr = 30 + static_cast<int64_t>(rng() % 60), kr = 20 + static_cast<int64_t>(rng() % 80);
+      pairs.push_back({qr, kr, static_cast<int64_t>(rng() % 30), static_cast<int64_t>(rng() % 30), ql, kl});
+    }
+    std::vector<PairDesc> full;
+    for (const SegmentPair& s : pairs) full.push_back({s.q_row, s.k_row, s.q_pos, s.k_pos, s.q_len, s.k_len});
+    std::vector<float> o(q.size(), 0.0f), lse(static_cast<size_t>(rows * 4), -INFINITY);
+    EmulateForward(d, full, q.data(), k.data(), v.data(), o.data(), lse.data());
+
+    const Footprint f = FootprintOf(pairs);
+    std::vector<float> so(static_cast<size_t>(f.q_rows * 32), 0.0f), slse(static_cast<size_t>(f.q_rows * 4), -INFINITY);
+    if (f.q_rows > 0)
+      EmulateForward(d, f.pairs, q.data() + f.q_begin * 32, k.data() + f.k_begin * 16, v.data() + f.k_begin * 16,
+                     so.data(), slse.data());
+    std::vector<float> staged_o(q.size(), 0.0f), staged_lse(lse.size(), -INFINITY);
+    std::copy(so.begin(), so.end(), staged_o.begin() + f.q_begin * 32);
+    std::copy(slse.begin(), slse.end(), staged_lse.begin() + f.q_begin * 4);
+    EXPECT_EQ(staged_o, o) << "trial " << trial;
+    EXPECT_EQ(staged_lse, lse) << "trial " << trial;
+  }
 }
 
 }  // namespace

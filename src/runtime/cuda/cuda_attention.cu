@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "attention_math.h"
+#include "footprint.h"
 #include "fcp/cuda_attention.h"
 #include "fcp/error.h"
 
@@ -17,6 +18,7 @@ namespace fcp {
 namespace {
 
 using gpu::KernelDims;
+using gpu::Footprint;
 using gpu::PairDesc;
 
 void Check(cudaError_t status, const char* what) {
@@ -110,36 +112,6 @@ class DeviceBuffer {
   int64_t bytes_ = 0;
 };
 
-// The rows of the query and key buffers a list of pairs touches, and the
-// pairs rebased onto them.
-struct Footprint {
-  int64_t q_begin = 0, q_rows = 0, k_begin = 0, k_rows = 0;
-  std::vector<PairDesc> pairs;
-};
-
-Footprint FootprintOf(std::span<const SegmentPair> pairs) {
-  Footprint f;
-  int64_t q_lo = INT64_MAX, q_hi = 0, k_lo = INT64_MAX, k_hi = 0;
-  for (const SegmentPair& s : pairs) {
-    if (s.q_len < 0 || s.k_len < 0 || s.q_row < 0 || s.k_row < 0)
-      throw Error(ErrorCode::kInvalidArgument, "cuda attention: a segment pair has a negative row or length");
-    if (s.q_len == 0 || s.k_len == 0) continue;
-    q_lo = std::min(q_lo, s.q_row);
-    q_hi = std::max(q_hi, s.q_row + s.q_len);
-    k_lo = std::min(k_lo, s.k_row);
-    k_hi = std::max(k_hi, s.k_row + s.k_len);
-  }
-  if (q_lo == INT64_MAX) return f;
-  f.q_begin = q_lo;
-  f.q_rows = q_hi - q_lo;
-  f.k_begin = k_lo;
-  f.k_rows = k_hi - k_lo;
-  for (const SegmentPair& s : pairs)
-    if (s.q_len > 0 && s.k_len > 0)
-      f.pairs.push_back({s.q_row - q_lo, s.k_row - k_lo, s.q_pos, s.k_pos, s.q_len, s.k_len});
-  return f;
-}
-
 KernelDims KernelDimsOf(const AttentionDims& dims, const Mask& mask) {
   dims.validate();
   mask.validate();
@@ -225,7 +197,7 @@ class CudaAttentionKernel final : public AttentionKernel {
   void Forward(const AttentionDims& dims, const Mask& mask, std::span<const SegmentPair> pairs,
                const ForwardBuffers& io) override {
     const KernelDims d = KernelDimsOf(dims, mask);
-    const Footprint f = FootprintOf(pairs);
+    const Footprint f = gpu::FootprintOf(pairs);
     if (f.pairs.empty()) return;
     Check(cudaSetDevice(options_.device), "cudaSetDevice");
     const int64_t qn = f.q_rows * dims.q_row_floats(), kn = f.k_rows * dims.kv_row_floats();
@@ -245,7 +217,7 @@ class CudaAttentionKernel final : public AttentionKernel {
   void Backward(const AttentionDims& dims, const Mask& mask, std::span<const SegmentPair> pairs,
                 const BackwardBuffers& io) override {
     const KernelDims d = KernelDimsOf(dims, mask);
-    const Footprint f = FootprintOf(pairs);
+    const Footprint f = gpu::FootprintOf(pairs);
     if (f.pairs.empty()) return;
     Check(cudaSetDevice(options_.device), "cudaSetDevice");
     const int64_t qn = f.q_rows * dims.q_row_floats(), kn = f.k_rows * dims.kv_row_floats();
