@@ -209,9 +209,12 @@ class CudaAttentionKernel final : public AttentionKernel {
     PairDesc* dev_pairs = CopyPairs(f.pairs);
 
     LaunchForward(stream_, options_.threads_per_block, d, f.pairs, dev_pairs, order_, q, k, v, o, lse);
+    // Copies to pageable host memory block the host, so the wait that drives
+    // the caller's communication comes first.
+    Finish("forward");
     CopyOut(o, io.o + f.q_begin * dims.q_row_floats(), qn);
     CopyOut(lse, io.lse + f.q_begin * dims.heads_q, f.q_rows * dims.heads_q);
-    Finish("forward");
+    Check(cudaStreamSynchronize(stream_), "forward copy-out");
   }
 
   void Backward(const AttentionDims& dims, const Mask& mask, std::span<const SegmentPair> pairs,
@@ -234,10 +237,11 @@ class CudaAttentionKernel final : public AttentionKernel {
     float* dv = CopyIn(io.dv + koff, kn, dv_);
     PairDesc* dev_pairs = CopyPairs(f.pairs);
     LaunchBackward(stream_, options_.threads_per_block, d, f.pairs, dev_pairs, q, k, v, d_o, lse, delta, dq, dk, dv);
+    Finish("backward");
     CopyOut(dq, io.dq + qoff, qn);
     CopyOut(dk, io.dk + koff, kn);
     CopyOut(dv, io.dv + koff, kn);
-    Finish("backward");
+    Check(cudaStreamSynchronize(stream_), "backward copy-out");
   }
 
  private:
