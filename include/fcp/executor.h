@@ -29,6 +29,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include "fcp/attention_kernel.h"
@@ -52,6 +54,10 @@ struct RankOutputs {
 struct ExecutorOptions {
   bool backward = false;
   CpuKernelOptions kernel;  // tile sizes; its progress hook is set by the executor
+  // Builds the kernel the executor computes with (e.g. the CUDA backend of
+  // fcp/cuda_attention.h), given the progress hook the kernel should call
+  // while it computes. Empty: the CPU kernel with `kernel`'s tile sizes.
+  std::function<std::unique_ptr<AttentionKernel>(std::function<void()> progress)> make_kernel;
   // Fault injection for the liveness tests: rank `debug_exit_rank` exits
   // abruptly (no MPI_Finalize) at the start of forward stage
   // `debug_exit_stage`. -1 = never.

@@ -156,9 +156,13 @@ class Runner {
       : plan_(plan), comm_(comm), options_(options), trace_(trace ? trace : &own_trace_), stats_(stats) {
     dims_ = {plan.attention.heads_q, plan.attention.heads_kv, plan.attention.head_dim,
              1.0f / std::sqrt(static_cast<float>(plan.attention.head_dim))};
-    CpuKernelOptions kopt = options.kernel;
-    kopt.progress = [this] { Poll(); };
-    kernel_ = MakeCpuAttentionKernel(kopt);
+    if (options.make_kernel) {
+      kernel_ = options.make_kernel([this] { Poll(); });
+    } else {
+      CpuKernelOptions kopt = options.kernel;
+      kopt.progress = [this] { Poll(); };
+      kernel_ = MakeCpuAttentionKernel(kopt);
+    }
     layout_ = MakeLayout(plan, comm.rank());
     seq_offset_ = SequenceOffsets(plan.sequences);
     qrow_ = dims_.q_row_floats();

@@ -90,5 +90,30 @@ case "$CASE" in
     run 2 run --plan "$DIR/plan2.json" "${ARGS[@]}" --debug-exit-rank 1 --debug-exit-stage 1
     [ "$RC" -ne 0 ] || fail "exit code 0 after a rank died"
     echo "ok: job exited $RC $(( $(date +%s) - start )) s after start with rank 1 dead";;
+  in_process)
+    # All workers as threads of one process, no mpirun.
+    timeout 60 "$FCP" run --plan "$DIR/plan3.json" --inputs "$DIR/in" --out "$DIR/out" --backward --in-process \
+      --check >"$DIR/log" 2>&1
+    RC=$?
+    [ "$RC" -eq 0 ] || fail "in-process run exit $RC"
+    grep -q "3 ranks (in-process) on cpu" "$DIR/log" || fail "no in-process summary line"
+    grep -q "matched the reference" "$DIR/log" || fail "no match line"
+    echo "ok: in-process run matched the reference";;
+  device_cuda)
+    # With a GPU: the in-process run matches within bf16 tolerance. Without
+    # one (or without CUDA in the build): exit 1 with one clear line.
+    timeout 120 "$FCP" run --plan "$DIR/plan3.json" --inputs "$DIR/in" --out "$DIR/out" --backward --in-process \
+      --device cuda --check --tolerance 2e-2 >"$DIR/log" 2>&1
+    RC=$?
+    if [ "$RC" -eq 0 ]; then
+      grep -q "matched the reference" "$DIR/log" || fail "no match line"
+      echo "ok: --device cuda matched the reference"
+    else
+      [ "$RC" -eq 1 ] || fail "exit $RC, expected 1"
+      grep -Eq "^fcp: run: --device cuda: (no CUDA device|this fcp was built without CUDA)" "$DIR/log" \
+        || fail "no clear no-device error"
+      [ "$(wc -l <"$DIR/log")" -eq 1 ] || fail "more than one line of output"
+      echo "ok: exit 1: $(cat "$DIR/log")"
+    fi;;
   *) echo "unknown case $CASE"; exit 2;;
 esac

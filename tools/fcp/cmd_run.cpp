@@ -10,6 +10,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -21,6 +22,9 @@
 #include "fcp/npy.h"
 #include "fcp/plan.h"
 #include "fcp/reference_attention.h"
+#ifdef FCP_WITH_CUDA
+#include "fcp/cuda_attention.h"
+#endif
 
 namespace fcp::cli {
 namespace {
@@ -128,6 +132,8 @@ struct RunOptions {
   double timeout_s = 60;
   int32_t q_tile = 64, kv_tile = 128;
   int32_t debug_exit_rank = -1, debug_exit_stage = 0;
+  std::string device = "cpu";  // cpu | cuda
+  bool in_process = false;     // workers are threads of this process (no mpirun)
 };
 
 // An error every rank raised together (see Agreed): all ranks are alive and
@@ -189,7 +195,63 @@ void WriteTrace(Communicator& comm, const Trace& trace, const std::string& path)
 
 void RunOnRanks(Communicator& comm, const RunOptions& opt);
 
+// Fails early, before any communication, when --device cuda cannot work.
+void RequireDevice(const RunOptions& opt) {
+  if (opt.device != "cuda") return;
+#ifdef FCP_WITH_CUDA
+  if (CudaDeviceCount() == 0)
+    throw Error(ErrorCode::kBackend, "run: --device cuda: no CUDA device (cudaGetDeviceCount found none)");
+#else
+  throw Error(ErrorCode::kBackend, "run: --device cuda: this fcp was built without CUDA (FCP_WITH_CUDA=OFF)");
+#endif
+}
+
+// The kernel factory of --device: empty for the CPU kernel. Rank r computes
+// on device r mod (device count), so one process per GPU under mpirun and
+// all in-process workers on a one-GPU machine both work.
+std::function<std::unique_ptr<AttentionKernel>(std::function<void()>)> KernelFactory(const RunOptions& opt,
+                                                                                    int32_t rank) {
+  if (opt.device != "cuda") return {};
+#ifdef FCP_WITH_CUDA
+  return [rank](std::function<void()> progress) {
+    CudaKernelOptions ko;
+    ko.device = rank % CudaDeviceCount();
+    ko.progress = std::move(progress);
+    return MakeCudaAttentionKernel(ko);
+  };
+#else
+  (void)rank;
+  RequireDevice(opt);
+  return {};
+#endif
+}
+
+// All workers as threads of this process over the in-process communicator
+// (no mpirun); the first failing rank's error is reported.
+void RunInProcess(const RunOptions& opt) {
+  const Plan plan = ReadValidPlan(opt.plan_path);
+  auto comms = MakeLocalCommunicators(plan.workers, {opt.timeout_s});
+  std::vector<std::exception_ptr> errors(comms.size());
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < comms.size(); ++r)
+    threads.emplace_back([&, r] {
+      try {
+        RunOnRanks(*comms[r], opt);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
 void Run(const RunOptions& opt) {
+  RequireDevice(opt);
+  if (opt.in_process) {
+    RunInProcess(opt);
+    return;
+  }
   int argc = 0;
   char** argv = nullptr;
   auto comm = MakeMpiCommunicator(&argc, &argv, {opt.timeout_s});
@@ -249,6 +311,7 @@ void RunOnRanks(Communicator& comm, const RunOptions& opt) {
   eo.kernel.kv_tile_rows = opt.kv_tile;
   eo.debug_exit_rank = opt.debug_exit_rank;
   eo.debug_exit_stage = opt.debug_exit_stage;
+  eo.make_kernel = KernelFactory(opt, me);
   Trace trace;
   ExecutorStats stats;
   RankOutputs outputs;
@@ -296,7 +359,8 @@ void RunOnRanks(Communicator& comm, const RunOptions& opt) {
   comm.AllreduceSum(sums);
   if (me == 0) {
     const double transfer = sums[1] * 1e-6, exposed = sums[2] * 1e-6;
-    fmt::print("run: {} ranks, {} tokens, {} blocks, mask {}, {}: {:.3f} s (forward {:.3f} s{})\n", comm.size(), T,
+    fmt::print("run: {} ranks{} on {}, {} tokens, {} blocks, mask {}, {}: {:.3f} s (forward {:.3f} s{})\n",
+               comm.size(), opt.in_process ? " (in-process)" : "", opt.device, T,
                plan.blocks.size(), MaskKindName(plan.mask.kind), opt.backward ? "forward+backward" : "forward",
                maxes[0] * 1e-6, maxes[1] * 1e-6,
                opt.backward ? fmt::format(", backward {:.3f} s", maxes[2] * 1e-6) : std::string());
@@ -357,6 +421,11 @@ void AddRunCommands(CLI::App& app) {
   run->add_option("--timeout-s", opt->timeout_s, "Give up on a silent peer after this long")->capture_default_str();
   run->add_option("--q-tile", opt->q_tile, "Query rows per kernel tile")->capture_default_str();
   run->add_option("--kv-tile", opt->kv_tile, "Key rows per kernel tile")->capture_default_str();
+  run->add_option("--device", opt->device, "Compute on the CPU or on CUDA GPUs (rank r on GPU r mod count)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  run->add_flag("--in-process", opt->in_process,
+                "Run the plan's workers as threads of this process, without mpirun (they share the GPU)");
   run->add_option("--debug-exit-rank", opt->debug_exit_rank, "Testing: this rank dies at --debug-exit-stage")
       ->group("");
   run->add_option("--debug-exit-stage", opt->debug_exit_stage, "Testing: forward stage where it dies")->group("");
