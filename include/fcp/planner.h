@@ -71,6 +71,12 @@ const std::vector<PlannerInfo>& Planners();
 // Error(kInvalidArgument) listing the names if `name` is unknown.
 const PlannerInfo& FindPlanner(const std::string& name);
 
+// A plan with the header fields set from `config` (workers, mask, attention,
+// block size, coalesce, effective token cap) and the sequences, no blocks or
+// stages yet: where every planner starts.
+Plan PlanHeader(const std::vector<int64_t>& lengths, const PlannerConfig& config,
+                const std::string& planner);
+
 // Validates, then runs the planner named by config.planner.
 Plan MakePlan(const std::vector<int64_t>& lengths, const PlannerConfig& config);
 

@@ -15,20 +15,6 @@ int32_t ZigZagMember(int32_t members, int32_t c) { return c < members ? c : 2 * 
 
 namespace baselines {
 
-Plan PlanSkeleton(const std::vector<int64_t>& lengths, const PlannerConfig& config,
-                  const std::string& planner) {
-  Plan plan;
-  plan.planner = planner;
-  plan.workers = config.workers;
-  plan.mask = config.mask;
-  plan.attention = config.attention;
-  plan.block_size = config.block_size;
-  plan.coalesce = config.coalesce;
-  plan.token_cap = config.EffectiveTokenCap(lengths);
-  plan.sequences = lengths;
-  return plan;
-}
-
 void AddZigZagSequence(Plan& plan, int32_t seq, const std::vector<int32_t>& members,
                        std::vector<int32_t>& member_blocks) {
   const int32_t k = static_cast<int32_t>(members.size());

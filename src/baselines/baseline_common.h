@@ -14,10 +14,6 @@
 
 namespace fcp::baselines {
 
-// Header fields from the config; no blocks or stages yet.
-Plan PlanSkeleton(const std::vector<int64_t>& lengths, const PlannerConfig& config,
-                  const std::string& planner);
-
 // Appends one block per member holding the zig-zag chunks m and 2k-1-m of
 // sequence `seq` (k = members.size()) for every member with tokens; returns
 // the block id of each member (-1 if that member got no tokens). When

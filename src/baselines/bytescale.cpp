@@ -11,7 +11,7 @@
 namespace fcp {
 
 Plan MakeByteScalePlan(const std::vector<int64_t>& lengths, const PlannerConfig& config) {
-  Plan plan = baselines::PlanSkeleton(lengths, config, "bytescale");
+  Plan plan = PlanHeader(lengths, config, "bytescale");
   const int32_t n = config.workers;
   const int64_t share = config.EffectiveTokenCap(lengths);
   std::vector<int32_t> order(lengths.size());

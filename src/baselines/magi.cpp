@@ -14,7 +14,7 @@
 namespace fcp {
 
 Plan MakeMagiPlan(const std::vector<int64_t>& lengths, const PlannerConfig& config) {
-  Plan plan = baselines::PlanSkeleton(lengths, config, "magi");
+  Plan plan = PlanHeader(lengths, config, "magi");
   const int32_t n = config.workers;
   const int64_t total = std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
   // MagiAttention's default chunk size: ceil(T / (8 N)) (MAGI_ATTENTION_MIN_CHUNKS_PER_RANK = 8).

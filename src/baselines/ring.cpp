@@ -59,7 +59,7 @@ void MarkSequence(const Mask& mask, int64_t length, const std::vector<Piece>& pi
 }  // namespace
 
 Plan MakeRingPlan(const std::vector<int64_t>& lengths, const PlannerConfig& config) {
-  Plan plan = baselines::PlanSkeleton(lengths, config, "ring");
+  Plan plan = PlanHeader(lengths, config, "ring");
   const int32_t n = config.workers;
   std::vector<int32_t> members(n);
   std::iota(members.begin(), members.end(), 0);

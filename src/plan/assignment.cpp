@@ -476,14 +476,6 @@ class Assigner {
       ledger.AddItem(items_[take.first], from);
       if (take.second >= 0) ledger.AddItem(items_[take.second], from);
     };
-    const auto undo = [&](int32_t give, int32_t from, Offer take, int32_t to) {
-      ledger.RemoveItem(items_[give]);
-      ledger.RemoveItem(items_[take.first]);
-      if (take.second >= 0) ledger.RemoveItem(items_[take.second]);
-      ledger.AddItem(items_[give], from);
-      ledger.AddItem(items_[take.first], to);
-      if (take.second >= 0) ledger.AddItem(items_[take.second], to);
-    };
     const auto offer_work = [&](Offer o) {
       return item_work_[o.first] + (o.second >= 0 ? item_work_[o.second] : 0.0);
     };
@@ -547,7 +539,7 @@ class Assigner {
               improved = true;
               break;
             }
-            undo(a, heavy, offer, light);
+            exchange(a, light, offer, heavy);  // undo: a back to heavy, the offer to light
             refresh();
           }
           if (improved) break;

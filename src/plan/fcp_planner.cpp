@@ -10,14 +10,7 @@ namespace fcp {
 
 Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& config) {
   config.validate(lengths);
-  Plan plan;
-  plan.planner = "fcp";
-  plan.workers = config.workers;
-  plan.mask = config.mask;
-  plan.attention = config.attention;
-  plan.coalesce = config.coalesce;
-  plan.token_cap = config.EffectiveTokenCap(lengths);
-  plan.sequences = lengths;
+  Plan plan = PlanHeader(lengths, config, "fcp");
 
   // 1. Shard.
   detail::Sharding sharding =

@@ -84,6 +84,20 @@ int64_t PlannerConfig::EffectiveTokenCap(const std::vector<int64_t>& lengths) co
   return (total + workers - 1) / workers;
 }
 
+Plan PlanHeader(const std::vector<int64_t>& lengths, const PlannerConfig& config,
+                const std::string& planner) {
+  Plan plan;
+  plan.planner = planner;
+  plan.workers = config.workers;
+  plan.mask = config.mask;
+  plan.attention = config.attention;
+  plan.block_size = config.block_size;
+  plan.coalesce = config.coalesce;
+  plan.token_cap = config.EffectiveTokenCap(lengths);
+  plan.sequences = lengths;
+  return plan;
+}
+
 Plan MakePlan(const std::vector<int64_t>& lengths, const PlannerConfig& config) {
   config.validate(lengths);
   Plan plan = FindPlanner(config.planner).make(lengths, config);
