@@ -22,7 +22,7 @@ struct Piece {
 class BlockMatrix {
  public:
   explicit BlockMatrix(int32_t blocks)
-      : blocks_(blocks), words_((blocks + 63) / 64), bits_(static_cast<size_t>(blocks) * words_, 0) {}
+      : words_((blocks + 63) / 64), bits_(static_cast<size_t>(blocks) * words_, 0) {}
   bool get(int32_t q, int32_t kv) const {
     return (bits_[static_cast<size_t>(q) * words_ + kv / 64] >> (kv % 64)) & 1;
   }
@@ -33,7 +33,7 @@ class BlockMatrix {
   int32_t words() const { return words_; }
 
  private:
-  int32_t blocks_, words_;
+  int32_t words_;
   std::vector<uint64_t> bits_;
 };
 
