@@ -46,6 +46,15 @@ struct PlannerConfig {
   // a very long causal sequence cannot outweigh a worker's share. 0 = off.
   double heavy_fraction = 0.1;
   int32_t max_split = 4;
+  // FCP only: the cluster's balance point, attention FLOPs per byte of K/V
+  // moved (FLOP/s of the attention kernel over network bytes/s per worker).
+  // Splitting heavy blocks balances compute but every piece needs the K/V of
+  // its whole sequence; when this is > 0 the planner also plans the batch
+  // with at most two pieces per heavy block and keeps the plan whose worst
+  // worker has the smaller compute FLOPs + bytes moved x this ratio.
+  // 0 = plan once, exactly as heavy_fraction and max_split say. The default
+  // is an H100 at ~60% of its 989 TFLOP/s behind one 400 Gb/s NIC (50 GB/s).
+  double network_flops_per_byte = 12000;
   // FCP only: local-search moves/swaps after the greedy assignment (0 = off).
   int32_t local_search_rounds = 2;
   // Run ValidatePlan on the result (the debug self-check); throws kInternal if it fails.

@@ -5,6 +5,7 @@
 #include <limits>
 #include <numeric>
 #include <set>
+#include <unordered_map>
 #include <utility>
 
 #include "fcp/error.h"
@@ -20,6 +21,11 @@ constexpr int kComputeCandidates = 4;
 constexpr int kScanLimit = 64;  // ordered entries examined for feasible candidates
 constexpr int kTrafficCandidates = 4;
 constexpr int kSwapPartners = 4;
+// kAffinity start: workers already holding an item's sequence examined per
+// sequence, and the weight of the item's added traffic in the score, which
+// breaks the near-ties of a compute-bound choice toward less traffic.
+constexpr size_t kAffinityCandidates = 8;
+constexpr double kAffinityWeight = 0.25;
 
 // Compressed rows: row r is items[offset[r] .. offset[r+1]).
 struct Csr {
@@ -271,6 +277,73 @@ class Slots {
   int64_t pairs_needed_ = 0;  // two-slot items not yet placed
 };
 
+// The K/V one item's queries attend in one sequence it only partly holds:
+// the hull [lo, hi) of those keys and how many of them the item owns.
+struct SequenceNeed {
+  int32_t seq;
+  int64_t lo, hi, own;
+};
+
+// Per (worker, sequence), the hull of the keys the worker's queries attend
+// and the tokens it owns: hull minus owned estimates the K/V tokens it must
+// receive for that sequence (exact for causal and full masks, where every
+// hull starts at the sequence start or covers it). Placing a block next to
+// blocks of its own sequence then costs only the keys they do not share,
+// which is what makes the greedy keep long sequences on few workers.
+class NeedHulls {
+ public:
+  explicit NeedHulls(size_t sequences) : workers_of_(sequences) {}
+  // Receive tokens added if `needs` joined worker w.
+  double Marginal(int32_t w, const std::vector<SequenceNeed>& needs) const {
+    double added = 0;
+    for (const SequenceNeed& n : needs) {
+      const auto it = hulls_.find(Key(w, n.seq));
+      if (it == hulls_.end()) {
+        added += static_cast<double>(n.hi - n.lo - n.own);
+        continue;
+      }
+      const Hull& h = it->second;
+      const int64_t before = h.hi - h.lo - h.own;
+      const int64_t after = std::max(h.hi, n.hi) - std::min(h.lo, n.lo) - h.own - n.own;
+      added += static_cast<double>(after - before);
+    }
+    return added;
+  }
+  void Add(int32_t w, const std::vector<SequenceNeed>& needs) {
+    for (const SequenceNeed& n : needs) {
+      const auto [it, inserted] = hulls_.try_emplace(Key(w, n.seq), Hull{n.lo, n.hi, n.own});
+      if (inserted) {
+        workers_of_[n.seq].push_back(w);
+        continue;
+      }
+      Hull& h = it->second;
+      h.lo = std::min(h.lo, n.lo);
+      h.hi = std::max(h.hi, n.hi);
+      h.own += n.own;
+    }
+  }
+  // Workers holding queries of `seq`, in the order they got them.
+  const std::vector<int32_t>& WorkersOf(int32_t seq) const { return workers_of_[seq]; }
+
+ private:
+  struct Hull {
+    int64_t lo, hi, own;
+  };
+  static uint64_t Key(int32_t w, int32_t seq) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(seq)) << 32) | static_cast<uint32_t>(w);
+  }
+  // Only looked up, never iterated: its order cannot reach the plan.
+  std::unordered_map<uint64_t, Hull> hulls_;
+  std::vector<std::vector<int32_t>> workers_of_;
+};
+
+enum class Start { kCompute, kVector, kAffinity };
+
+// Per-worker compute (token pairs) and K/V traffic (tokens sent + received).
+struct Loads {
+  std::vector<double> compute, traffic;
+};
+
 class Assigner {
  public:
   explicit Assigner(const AssignmentInput& in)
@@ -285,6 +358,7 @@ class Assigner {
         item_work_[i] += static_cast<double>(in.block_work[b]);
       }
     EstimateTraffic();
+    ComputeNeeds();
     const double total_work = std::accumulate(item_work_.begin(), item_work_.end(), 0.0);
     const double total_traffic = std::accumulate(item_traffic_.begin(), item_traffic_.end(), 0.0);
     targets_.compute = std::max(total_work / n_, 1.0);
@@ -310,6 +384,7 @@ class Assigner {
   // which the traffic search then exploits.
   void EstimateTraffic() {
     item_traffic_.assign(items_.size(), 0);
+    item_send_.assign(items_.size(), 0);
     for (size_t i = 0; i < items_.size(); ++i) {
       const auto outside = [&](int32_t block) { return item_of_[block] != static_cast<int32_t>(i); };
       std::vector<int32_t> received;
@@ -320,31 +395,70 @@ class Assigner {
         int64_t users_outside = 0;
         auto [ubegin, uend] = users_.row(b);
         for (const int32_t* q = ubegin; q != uend; ++q) users_outside += outside(*q);
-        item_traffic_[i] += static_cast<double>(std::min<int64_t>(users_outside, n_ - 1)) *
-                            static_cast<double>(in_.sharding->blocks[b].tokens());
+        item_send_[i] += static_cast<double>(std::min<int64_t>(users_outside, n_ - 1)) *
+                         static_cast<double>(in_.sharding->blocks[b].tokens());
       }
       std::sort(received.begin(), received.end());
       received.erase(std::unique(received.begin(), received.end()), received.end());
+      item_traffic_[i] = item_send_[i];
       for (int32_t j : received)
         item_traffic_[i] += static_cast<double>(in_.sharding->blocks[j].tokens());
     }
   }
 
-  std::vector<int32_t> Run() {
-    // Two starts, compute-first LPT and vector LPT (compute and estimated
-    // traffic), each refined by the local search on real loads; the plan
-    // with the smaller worse imbalance wins (ties: the first).
-    std::vector<int32_t> best;
-    double best_score = std::numeric_limits<double>::infinity();
-    for (const bool vector_lpt : {false, true}) {
-      std::vector<int32_t> owner = Greedy(vector_lpt);
-      const double score = Improve(owner);
-      if (score < best_score) {
-        best_score = score;
-        best = std::move(owner);
+  // item_needs_: per item, the sequences it holds only part of and the keys
+  // its queries attend in each (sequences it holds whole need nothing).
+  void ComputeNeeds() {
+    const std::vector<int64_t>& lengths = *in_.lengths;
+    item_needs_.assign(items_.size(), {});
+    std::vector<Segment> segments;
+    for (size_t i = 0; i < items_.size(); ++i) {
+      segments.clear();
+      for (int32_t b : items_[i].blocks)
+        for (const Segment& x : in_.sharding->blocks[b].segments)
+          if (x.length < lengths[x.seq]) segments.push_back(x);
+      std::sort(segments.begin(), segments.end(), [](const Segment& a, const Segment& b) {
+        return a.seq != b.seq ? a.seq < b.seq : a.start < b.start;
+      });
+      for (const Segment& x : segments) {
+        const TokenRange keys = AttendedKeys(in_.mask, {x.start, x.start + x.length}, lengths[x.seq]);
+        std::vector<SequenceNeed>& needs = item_needs_[i];
+        if (!needs.empty() && needs.back().seq == x.seq) {
+          needs.back().lo = std::min(needs.back().lo, keys.begin);
+          needs.back().hi = std::max(needs.back().hi, keys.end);
+          needs.back().own += x.length;
+        } else {
+          needs.push_back({x.seq, keys.begin, keys.end, x.length});
+        }
       }
     }
-    return best;
+  }
+
+  Assignment Run() {
+    // Three starts, each refined by the local search on real loads:
+    // compute-first LPT, vector LPT (compute and estimated traffic), and
+    // vector LPT that prices traffic by what a worker already holds of the
+    // item's sequences. The one with the lowest Cost wins (ties: the earlier).
+    struct Result {
+      std::vector<int32_t> owner;
+      Loads loads;
+    };
+    std::vector<Result> results;
+    size_t best = 0;
+    double best_cost = std::numeric_limits<double>::infinity();
+    for (const Start start : {Start::kCompute, Start::kVector, Start::kAffinity}) {
+      Result r{Greedy(start), {}};
+      r.loads = Improve(r.owner);
+      const double cost =
+          Cost({{}, r.loads.compute, r.loads.traffic}, in_.pairs_per_traffic_token);
+      if (cost < best_cost) {
+        best_cost = cost;
+        best = results.size();
+      }
+      results.push_back(std::move(r));
+    }
+    Result& r = results[best];
+    return {std::move(r.owner), std::move(r.loads.compute), std::move(r.loads.traffic)};
   }
 
  private:
@@ -361,13 +475,19 @@ class Assigner {
       }
   }
 
-  // Places items in vector-LPT order on the candidate minimising the larger
-  // normalised load (compute, estimated traffic) after taking the item.
-  std::vector<int32_t> Greedy(bool vector_lpt) {
-    const Targets targets = {targets_.compute,
-                             vector_lpt ? targets_.traffic : std::numeric_limits<double>::infinity()};
-    const std::vector<int32_t>& order = vector_lpt ? vector_order_ : compute_order_;
+  // Places items in LPT order (by work, or by the larger normalised share)
+  // on the candidate minimising the larger normalised load (compute,
+  // traffic) after taking the item. kAffinity prices an item's traffic on a
+  // worker by NeedHulls (what the worker already receives of its sequences)
+  // and adds the workers holding its sequences to the candidates.
+  std::vector<int32_t> Greedy(Start start) {
+    const bool affinity = start == Start::kAffinity;
+    const Targets targets = {targets_.compute, start == Start::kCompute
+                                                   ? std::numeric_limits<double>::infinity()
+                                                   : targets_.traffic};
+    const std::vector<int32_t>& order = start == Start::kCompute ? compute_order_ : vector_order_;
     Slots slots(*in_.sharding, n_);
+    NeedHulls hulls(in_.lengths->size());
     std::vector<double> compute(n_, 0), traffic(n_, 0);
     // Indexes of open workers (a free slot of the class) by compute and traffic.
     WorkerIndex by_compute[2] = {WorkerIndex(n_), WorkerIndex(n_)};
@@ -382,23 +502,36 @@ class Assigner {
     std::vector<int32_t> candidates;
     for (int32_t i : order) {
       const Item& item = items_[i];
+      const std::vector<SequenceNeed>& needs = item_needs_[i];
       const int cls = item.small ? 1 : 0;
       candidates.clear();
       Collect(by_compute[cls], slots, item, kComputeCandidates, candidates);
       Collect(by_traffic[cls], slots, item, kTrafficCandidates, candidates);
+      const auto consider = [&](int32_t w) {
+        if (slots.Fits(item, w) && std::find(candidates.begin(), candidates.end(), w) == candidates.end())
+          candidates.push_back(w);
+      };
       const int32_t home = in_.dataloader[i];
-      if (slots.Fits(item, home) &&
-          std::find(candidates.begin(), candidates.end(), home) == candidates.end())
-        candidates.push_back(home);
+      consider(home);
+      if (affinity)
+        for (const SequenceNeed& n : needs) {
+          const std::vector<int32_t>& holders = hulls.WorkersOf(n.seq);
+          const size_t first = holders.size() - std::min<size_t>(holders.size(), kAffinityCandidates);
+          for (size_t k = holders.size(); k-- > first;) consider(holders[k]);
+        }
       if (candidates.empty())  // every indexed candidate was infeasible: scan all
-        for (int32_t w = 0; w < n_ && candidates.empty(); ++w)
-          if (slots.Fits(item, w)) candidates.push_back(w);
+        for (int32_t w = 0; w < n_ && candidates.empty(); ++w) consider(w);
       FCP_CHECK(!candidates.empty(), "assignment: no worker has room for item " + std::to_string(i));
 
+      const auto item_traffic = [&](int32_t w) {
+        return affinity ? hulls.Marginal(w, needs) + item_send_[i] : item_traffic_[i];
+      };
       int32_t best = -1;
-      double best_load = 0;
+      double best_load = 0, best_traffic = 0;
       for (int32_t w : candidates) {
-        const double load = targets.Load(compute[w] + item_work_[i], traffic[w] + item_traffic_[i]);
+        const double added = item_traffic(w);
+        const double load = targets.Load(compute[w] + item_work_[i], traffic[w] + added) +
+                            (affinity ? kAffinityWeight * added / targets.traffic : 0.0);
         bool better = best < 0;
         if (!better) {
           const double tolerance = 1e-12 * std::max(load, best_load);
@@ -409,11 +542,13 @@ class Assigner {
         if (better) {
           best = w;
           best_load = load;
+          best_traffic = added;
         }
       }
       for (int32_t b : item.blocks) owner[b] = best;
       compute[best] += item_work_[i];
-      traffic[best] += item_traffic_[i];
+      traffic[best] += best_traffic;
+      if (affinity) hulls.Add(best, needs);
       slots.Take(item, best);
       for (int c = 0; c < 2; ++c) {
         if (!slots.Open(best, c)) {
@@ -433,8 +568,8 @@ class Assigner {
   // lightest workers by compute and by traffic: one item for one, or a
   // two-slot item for two one-slot items. An exchange is kept when it brings
   // the worst worker below its load without lifting any other to it. Returns
-  // max(compute imbalance, traffic imbalance) of the result.
-  double Improve(std::vector<int32_t>& owner) {
+  // the real per-worker loads of the result.
+  Loads Improve(std::vector<int32_t>& owner) {
     Ledger ledger(in_, deps_);
     std::vector<std::vector<int32_t>> owned(n_);
     for (size_t i = 0; i < items_.size(); ++i) {
@@ -548,12 +683,12 @@ class Assigner {
       if (!improved) break;
     }
     owner = ledger.owners();
-    std::vector<double> compute(n_), traffic(n_);
+    Loads loads{std::vector<double>(n_), std::vector<double>(n_)};
     for (int32_t w = 0; w < n_; ++w) {
-      compute[w] = ledger.compute(w);
-      traffic[w] = ledger.traffic(w);
+      loads.compute[w] = ledger.compute(w);
+      loads.traffic[w] = ledger.traffic(w);
     }
-    return std::max(Imbalance(compute), Imbalance(traffic));
+    return loads;
   }
 
   const AssignmentInput& in_;
@@ -563,13 +698,23 @@ class Assigner {
   std::vector<int32_t> item_of_;
   std::vector<double> item_work_;
   std::vector<double> item_traffic_;  // estimated tokens sent + received
+  std::vector<double> item_send_;     // estimated tokens sent
+  std::vector<std::vector<SequenceNeed>> item_needs_;
   std::vector<int32_t> compute_order_, vector_order_;
   Targets targets_;
 };
 
 }  // namespace
 
-std::vector<int32_t> AssignBlocks(const AssignmentInput& input) { return Assigner(input).Run(); }
+Assignment AssignBlocks(const AssignmentInput& input) { return Assigner(input).Run(); }
+
+double Cost(const Assignment& a, double pairs_per_traffic_token) {
+  if (pairs_per_traffic_token <= 0) return std::max(Imbalance(a.compute), Imbalance(a.traffic));
+  double worst = 0;
+  for (size_t w = 0; w < a.compute.size(); ++w)
+    worst = std::max(worst, a.compute[w] + pairs_per_traffic_token * a.traffic[w]);
+  return worst;
+}
 
 std::vector<int32_t> LocalityRenaming(const std::vector<Block>& blocks,
                                       const std::vector<int32_t>& owner,

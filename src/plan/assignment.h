@@ -36,11 +36,31 @@ struct AssignmentInput {
   std::vector<int64_t> block_work;   // allowed token pairs of each block as a query block
   std::vector<int32_t> dataloader;   // dataloader worker of each item's first token
   const std::vector<RequiredPair>* pairs = nullptr;  // sorted by (q, kv)
+  const std::vector<int64_t>* lengths = nullptr;     // sequence lengths
+  Mask mask;
+  // Token pairs of compute that moving one K/V token costs (see Cost); 0 =
+  // judge assignments by balance alone.
+  double pairs_per_traffic_token = 0;
   int32_t local_search_rounds = 2;
 };
 
-// owner[block] for every block. Deterministic.
-std::vector<int32_t> AssignBlocks(const AssignmentInput& input);
+struct Assignment {
+  std::vector<int32_t> owner;  // owner[block]
+  // Per worker: allowed token pairs of its query blocks, and K/V tokens it
+  // sends plus receives.
+  std::vector<double> compute, traffic;
+};
+
+// Deterministic.
+Assignment AssignBlocks(const AssignmentInput& input);
+
+// How an assignment is judged (lower is better). With a ratio r > 0: the
+// worst worker's compute + r x traffic, its time in token pairs if nothing
+// overlapped (overlap hides part of the smaller term, but simulated plans
+// rank by this sum better than by the max: a plan that halves traffic at the
+// price of 40% compute imbalance loses). With r = 0: the larger of the
+// compute and traffic imbalances.
+double Cost(const Assignment& assignment, double pairs_per_traffic_token);
 
 // A renaming of workers (rename[w] is w's new id, a permutation) that keeps
 // tokens on their dataloader worker: greedy maximum-weight matching of

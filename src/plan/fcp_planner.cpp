@@ -8,40 +8,74 @@
 
 namespace fcp {
 
+namespace {
+
+// Moving one K/V token (2 Hkv D dtype bytes) costs network_flops_per_byte
+// FLOPs per byte; a token pair costs 4 Hq D FLOPs (head_dim cancels).
+double PairsPerTrafficToken(const PlannerConfig& config) {
+  const AttentionShape& a = config.attention;
+  return config.network_flops_per_byte * 2.0 * a.heads_kv * a.dtype_bytes / (4.0 * a.heads_q);
+}
+
+// One sharding and assignment of the batch.
+struct Candidate {
+  detail::Sharding sharding;
+  std::vector<RequiredPair> pairs;
+  detail::Assignment assignment;
+};
+
+Candidate ShardAndAssign(const std::vector<int64_t>& lengths, const PlannerConfig& config,
+                         const Plan& header, double heavy_fraction, int32_t max_split) {
+  Candidate c;
+  c.sharding = detail::ShardBatch(lengths, config.block_size, header.token_cap, config.workers,
+                                  config.mask, heavy_fraction, max_split);
+  c.pairs = RequiredPairs(lengths, c.sharding.blocks, header.mask);
+  detail::AssignmentInput input;
+  input.workers = config.workers;
+  input.sharding = &c.sharding;
+  input.pairs = &c.pairs;
+  input.lengths = &lengths;
+  input.mask = header.mask;
+  input.local_search_rounds = config.local_search_rounds;
+  input.pairs_per_traffic_token = PairsPerTrafficToken(config);
+  input.block_work.assign(c.sharding.blocks.size(), 0);
+  for (const RequiredPair& p : c.pairs) input.block_work[p.q_block] += p.token_pairs;
+  const std::vector<int64_t> offsets = SequenceOffsets(lengths);
+  for (const detail::Item& item : c.sharding.items) {
+    const Segment& first = c.sharding.blocks[item.blocks.front()].segments.front();
+    input.dataloader.push_back(
+        DataloaderWorker(offsets.back(), config.workers, offsets[first.seq] + first.start));
+  }
+  c.assignment = detail::AssignBlocks(input);
+  return c;
+}
+
+}  // namespace
+
 Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& config) {
   config.validate(lengths);
   Plan plan = PlanHeader(lengths, config, "fcp");
 
-  // 1. Shard.
-  detail::Sharding sharding =
-      detail::ShardBatch(lengths, config.block_size, plan.token_cap, config.workers, config.mask,
-                         config.heavy_fraction, config.max_split);
-  plan.block_size = sharding.block_size;
-  plan.blocks = sharding.blocks;
-  const std::vector<RequiredPair> pairs = RequiredPairs(lengths, plan.blocks, plan.mask);
-
-  // 2. Assign.
-  detail::AssignmentInput input;
-  input.workers = config.workers;
-  input.sharding = &sharding;
-  input.pairs = &pairs;
-  input.local_search_rounds = config.local_search_rounds;
-  input.block_work.assign(plan.blocks.size(), 0);
-  for (const RequiredPair& p : pairs) input.block_work[p.q_block] += p.token_pairs;
-  const std::vector<int64_t> offsets = SequenceOffsets(lengths);
-  for (const detail::Item& item : sharding.items) {
-    const Segment& first = plan.blocks[item.blocks.front()].segments.front();
-    input.dataloader.push_back(
-        DataloaderWorker(offsets.back(), config.workers, offsets[first.seq] + first.start));
+  // 1-2. Shard and assign; with a network ratio, also with heavy blocks cut
+  // in at most two pieces (less traffic, coarser balance), keeping the
+  // candidate with the smaller bottleneck (ties: the configured one).
+  Candidate best = ShardAndAssign(lengths, config, plan, config.heavy_fraction, config.max_split);
+  if (config.network_flops_per_byte > 0 && config.heavy_fraction > 0 && config.max_split > 2) {
+    Candidate coarse = ShardAndAssign(lengths, config, plan, config.heavy_fraction, 2);
+    const double ratio = PairsPerTrafficToken(config);
+    if (detail::Cost(coarse.assignment, ratio) < detail::Cost(best.assignment, ratio))
+      best = std::move(coarse);
   }
-  const std::vector<int32_t> owner = detail::AssignBlocks(input);
+  plan.block_size = best.sharding.block_size;
+  plan.blocks = std::move(best.sharding.blocks);
+  const std::vector<int32_t>& owner = best.assignment.owner;
   // Workers are interchangeable for balance; renaming them so that each keeps
   // as many of its dataloader tokens as possible shrinks the reshuffle.
   const std::vector<int32_t> rename = detail::LocalityRenaming(plan.blocks, owner, lengths, config.workers);
   for (size_t b = 0; b < plan.blocks.size(); ++b) plan.blocks[b].worker = rename[owner[b]];
 
   // 3-5. Transfer graph, colouring, coalesced forward and backward stages.
-  BuildStages(plan, pairs, config.self_check);
+  BuildStages(plan, best.pairs, config.self_check);
   return plan;
 }
 

@@ -55,6 +55,9 @@ void PlannerConfig::validate(const std::vector<int64_t>& lengths) const {
   if (!(heavy_fraction >= 0) || !std::isfinite(heavy_fraction))
     fail("heavy_fraction must be >= 0 (0 = no splitting), got " + std::to_string(heavy_fraction));
   if (max_split < 1) fail("max_split must be >= 1, got " + std::to_string(max_split));
+  if (!(network_flops_per_byte >= 0) || !std::isfinite(network_flops_per_byte))
+    fail("network_flops_per_byte must be >= 0 (0 = no split search), got " +
+         std::to_string(network_flops_per_byte));
   if (local_search_rounds < 0)
     fail("local_search_rounds must be >= 0, got " + std::to_string(local_search_rounds));
   mask.validate();

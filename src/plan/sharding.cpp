@@ -156,6 +156,26 @@ void SplitHeavyItems(std::vector<ProtoItem>& items, int64_t b, double bound, int
   items = std::move(kept);
 }
 
+// A packed block's segments that are only part of their sequence become
+// blocks of their own; the whole sequences stay together in one block. A
+// piece's K/V (or its queries' need for the rest of its sequence) is then
+// the only thing that crosses workers, so a short sequence split at a slot
+// boundary costs a transfer of that piece, not of the whole packed block.
+// The item keeps its tokens, so slots and the token cap are unchanged.
+std::vector<Block> IsolatePartialSegments(Block block, const std::vector<int64_t>& lengths) {
+  if (block.segments.size() < 2) return {std::move(block)};
+  std::vector<Block> out;
+  Block whole;
+  for (const Segment& s : block.segments) {
+    if (s.length == lengths[s.seq])
+      whole.segments.push_back(s);
+    else
+      out.push_back(Block{0, {s}});
+  }
+  if (!whole.segments.empty()) out.push_back(std::move(whole));
+  return out;
+}
+
 }  // namespace
 
 Sharding ShardBatch(const std::vector<int64_t>& lengths, int64_t block_size, int64_t token_cap,
@@ -261,6 +281,14 @@ Sharding ShardBatch(const std::vector<int64_t>& lengths, int64_t block_size, int
     while (split_limit * 2 <= max_split && b / (split_limit * 2) >= kMinPieceTokens) split_limit *= 2;
     if (split_limit >= 2)
       SplitHeavyItems(items, b, heavy_fraction * total_work / workers, split_limit, lengths, mask);
+  }
+
+  for (ProtoItem& item : items) {
+    std::vector<Block> isolated;
+    for (Block& block : item.blocks)
+      for (Block& piece : IsolatePartialSegments(std::move(block), lengths))
+        isolated.push_back(std::move(piece));
+    item.blocks = std::move(isolated);
   }
 
   // 5. Final block ids in global token order; items refer to them.

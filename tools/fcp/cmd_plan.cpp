@@ -59,6 +59,10 @@ void AddPlanCommands(CLI::App& app) {
       ->capture_default_str();
   plan->add_option("--max-split", config.max_split, "fcp: most pieces a heavy block is split into")
       ->capture_default_str();
+  plan->add_option("--network-flops-per-byte", config.network_flops_per_byte,
+                   "fcp: attention FLOPs per network byte of the cluster; picks the heavy-block "
+                   "split by the worst worker's FLOPs + bytes x this (0 = as configured)")
+      ->capture_default_str();
   plan->add_option("--local-search", config.local_search_rounds,
                    "fcp: local-search effort after the greedy assignment (0 = off)")
       ->capture_default_str();
