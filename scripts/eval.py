@@ -186,7 +186,7 @@ efficiency): {", ".join(f"N={n}: {pct(norm[n]['normalized_mfu'])} / {pct(norm[n]
     return series, ratios
 
 
-def figure9(md, workers, rows, shown):
+def figure9(md, workers, rows, shown, balanced, shown_b):
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
     planners = sorted({r["planner"] for r in rows}, key=PLANNERS.index)
     body = []
@@ -196,6 +196,9 @@ def figure9(md, workers, rows, shown):
         a.plot(workers, comp, marker="o", label=p, color=COLORS.get(p))
         b.plot(workers, traf, marker="o", label=p, color=COLORS.get(p))
         body.append([p] + [f"{pct(c)} / {pct(t)}" for c, t in zip(comp, traf)])
+    bal = [one(balanced, workers=n) for n in workers]
+    body.append(["fcp (balance mode)"] + [f"{pct(x['compute_imbalance'])} / {pct(x['traffic_imbalance'])}"
+                                          for x in bal])
     for ax, t in ((a, "compute imbalance"), (b, "traffic imbalance")):
         ax.set_xscale("log", base=2)
         ax.set_xticks(workers)
@@ -223,6 +226,13 @@ tests/simulator_test.cpp). From the Figure 11 run: `{shown}`
 {table(["planner"] + [f"N={n} compute / traffic" for n in workers], body)}
 Worst over N: FCP {pct(fcp_max)} (paper: under 5%), MagiAttention-like traffic {pct(magi_traffic)}
 (paper: up to 17%), ByteScale-like compute {pct(bs_compute)} (paper: up to 70%).
+
+The FCP row is the default planner, which trades balance for traffic: it also plans each batch with
+heavy blocks cut in at most two pieces instead of four and keeps the plan whose worst worker has the
+smaller compute + traffic cost, with the network ratio taken from the profile
+(`--network-flops-per-byte`, docs/planner.md). "fcp (balance mode)" is the same planner judged by
+balance alone (`{shown_b}`): worst over N {pct(max(max(x['compute_imbalance'], x['traffic_imbalance']) for x in bal))},
+at MFU {", ".join(f"N={n}: {pct(x['mfu'])}" for n, x in zip(workers, bal))}, below the default's.
 """)
 
 
@@ -244,7 +254,10 @@ def main():
 
     # Figure 11 (and 9) on gpu-x.
     shown, rows, shown_t, transparent = main_sweep(r, md, workers, "gpu-x", PLANNERS, "x")
-    figure9(md, workers, rows, shown)
+    shown_b, balanced = r.compare(["--dist", "lognormal", "--workers", ",".join(map(str, workers)),
+                                   "--profile", "gpu-x", "--reshuffle", "none", "--planners", "fcp",
+                                   "--network-flops-per-byte", "0"])
+    figure9(md, workers, rows, shown, balanced, shown_b)
     md.append("## Figure 11: attention-module MFU versus N (gpu-x)\n")
     facts = {"rows": rows, "workers": workers}
     series, ratios = figure11(
@@ -257,6 +270,9 @@ def main():
     shown10, rows10 = r.compare(["--dist", "fixed", "--max-len", str(fixed), "--workers",
                                  ",".join(map(str, workers[:-1] if not args.quick else workers)),
                                  "--planners", ",".join(PLANNERS), "--reshuffle", "none"])
+    shown10_top, rows10_top = r.compare(["--dist", "fixed", "--max-len", str(fixed), "--workers",
+                                         str(workers[-1]), "--planners", "fcp", "--reshuffle", "none"])
+    fcp10_top = one(rows10_top, workers=workers[-1])
     w10 = sorted({x["workers"] for x in rows10})
     s10 = {p: [one(rows10, workers=n, planner=p)["batch_normalized_mfu"] for n in w10] for p in PLANNERS}
     facts["fig10"] = {p: v[-1] for p, v in s10.items()}
@@ -272,13 +288,17 @@ def main():
 MFU normalised by what one GPU reaches on the same sequences unsharded (the paper's definition for
 this figure). Paper: FCP above 90%, ring far lower from over-sharding. Mean exposed communication
 per worker (ms) at the largest N: {", ".join(f"{p} {one(rows10, workers=w10[-1], planner=p)['mean_exposed_comm_s'] * 1e3:.2f}" for p in PLANNERS)}.
+FCP at N = {workers[-1]} (`{shown10_top}`): {pct(fcp10_top['batch_normalized_mfu'])}, exposed
+communication {fcp10_top['mean_exposed_comm_s'] * 1e3:.2f} ms per worker. The other planners are not
+run at N = {workers[-1]} here: ring's 2N chunks per sequence make that simulation slow.
+
 A planner that keeps every {fixed}-token sequence whole on one worker moves no K/V at all and is
-limited only by the SMs reserved for communication and the kernel launch; one that cuts sequences
-across blocks on different workers (FCP's packing splits a sequence at a block boundary when it does
-not fit; MagiAttention cuts the token stream every ceil(T/8N) tokens) must move a whole 4K block's K/V
-for the few hundred tokens of the split piece, which costs more than this batch's tiny attention
-work. Ring cuts every sequence into 2N chunks of a few tokens and sends all of every worker's K/V
-N-1 times. N = 256 is left out of this figure to keep the script fast.
+limited only by the SMs reserved for communication and the kernel launch. With an exact token cap
+(T = N x cap) some sequences must be split between workers; FCP makes each split piece a block of its
+own, so only that piece's K/V moves, and the pieces are computed in the next stage at the
+efficiency of their short length. MagiAttention cuts the token stream every ceil(T/8N) tokens and
+moves whole chunks. Ring cuts every sequence into 2N chunks of a few tokens and sends all of every
+worker's K/V N-1 times.
 """)
 
     # Table 2: ablations at N = mid.
@@ -425,14 +445,13 @@ def discussion(facts, mid):
   1K tokens, so 32K tokens per GPU carry only ~10 ms of forward attention per GPU, while the plans
   move K/V of the same order of time: communication, not compute, bounds every planner at large N.
   The paper's traces evidently carry more attention work per moved block.
-* **FCP's own imbalance grows with N here** (compute {pct(f['fcp']['compute_imbalance'])}, traffic
-  {pct(f['fcp']['traffic_imbalance'])} at N = {n_max}; the paper: under 5%). This is the FCP
-  planner's assignment (src/plan), not the simulator: `fcp inspect` on the same plan shows the same
-  compute gap to the lower bound and a receive imbalance well above the send/receive total. Its
-  busiest receiver needs hundreds of 16 MiB K/V blocks per pass, and every K/V block a worker pulls
-  serves only the few query blocks of that sequence it holds; co-locating blocks of the same long
-  sequence (each pulled block then serves several query blocks) and balancing receives per stage
-  are the levers.
+* **FCP's imbalance against its MFU.** The default FCP plan is not the most balanced one it can make
+  (compute {pct(f['fcp']['compute_imbalance'])}, traffic {pct(f['fcp']['traffic_imbalance'])} at
+  N = {n_max}; paper: under 5%). Cutting a heavy query block into pieces balances compute, but each
+  piece pulls the K/V of its whole sequence, so on this network the simulated time is lower with
+  fewer pieces at small N. The planner chooses per batch by a compute + traffic cost with the
+  profile's ratio (docs/planner.md); "fcp (balance mode)" in Figure 9 shows the balanced plans and
+  their lower MFU.
 * **Per-stage coupling.** The runtime model has per-stage send/receive rendezvous with double
   buffering, so a stage lasts as long as its slowest participant. The ablation at N = {mid} shows
   it: components added one by one {ladder_text}; components removed from FCP: {loo_text}.
@@ -467,10 +486,9 @@ def discussion(facts, mid):
   {pct(facts['fig10']['fcp'])}, ByteScale-like {pct(facts['fig10']['bytescale'])},
   MagiAttention-like {pct(facts['fig10']['magi'])}, ring {pct(facts['fig10']['ring'])} of the
   single-GPU efficiency on the same sequences (paper: FCP above 90%). A placement that keeps every
-  sequence whole moves nothing and loses only the reserved SMs and launches; a sequence split at a
-  block boundary costs a whole 4K block's K/V transfer for a piece of a few hundred tokens, more
-  than the attention it enables. Placing short sequences whole (tolerating blocks slightly under 4K)
-  is the fix for a packing planner.
+  sequence whole moves nothing and loses only the reserved SMs and launches; FCP splits the
+  sequences the exact token cap forces it to split, moves only those pieces and computes them in a
+  second stage at short-length efficiency, which costs it a few points.
 * **Figure 12**: the best block size on this batch is {facts['fig12']} tokens (the paper: 4K);
   larger blocks mean fewer stages and fewer transfers per unit of work, smaller ones better balance.
 """

@@ -80,6 +80,10 @@ HardwareProfile ResolveProfile(const std::string& name_or_path);
 double KernelEfficiency(const HardwareProfile& profile, double kernel_tokens);
 // f at the table's longest length: what one GPU reaches on long sequences.
 double SaturatedEfficiency(const HardwareProfile& profile);
+// Attention FLOPs the profile computes in the time its NIC moves one byte
+// (peak x compute_sm_fraction x saturated f / NIC bytes per second): the
+// PlannerConfig::network_flops_per_byte that describes this cluster.
+double NetworkFlopsPerByte(const HardwareProfile& profile);
 // 2 * token_pairs / q_tokens: the causal-equivalent kernel length (0 if q_tokens == 0).
 double EquivalentKernelTokens(int64_t q_tokens, int64_t token_pairs);
 

@@ -241,6 +241,11 @@ double SaturatedEfficiency(const HardwareProfile& profile) {
   return profile.efficiency.back().efficiency;
 }
 
+double NetworkFlopsPerByte(const HardwareProfile& profile) {
+  return profile.peak_flops * profile.compute_sm_fraction * SaturatedEfficiency(profile) /
+         profile.nic_bytes_per_s;
+}
+
 double EquivalentKernelTokens(int64_t q_tokens, int64_t token_pairs) {
   if (q_tokens <= 0) return 0;
   return 2.0 * static_cast<double>(token_pairs) / static_cast<double>(q_tokens);

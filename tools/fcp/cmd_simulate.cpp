@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -78,6 +79,7 @@ struct CompareOptions {
   bool validate = false;
   WorkloadConfig workload;
   PlannerConfig planner;
+  std::optional<double> network_flops_per_byte;  // unset: from the profile
 };
 
 struct Row {
@@ -135,6 +137,7 @@ void WriteCsv(const std::string& path, const CompareOptions& o, const std::vecto
 
 void RunCompare(CompareOptions& o) {
   const HardwareProfile profile = ResolveProfile(o.profile);
+  o.planner.network_flops_per_byte = o.network_flops_per_byte.value_or(NetworkFlopsPerByte(profile));
   o.planner.mask.kind = ParseMaskKind(o.mask);
   o.planner.mask.window = o.window;
   if (o.planner.mask.kind == MaskKind::kSlidingWindow && o.window == 0)
@@ -277,6 +280,8 @@ void AddSimulateCommands(CLI::App& app) {
   cmp->add_option("--seeds", co->seeds, "Batches per N (seeds seed..seed+k-1)")->capture_default_str();
   cmp->add_option("--block-size", co->planner.block_size, "Tokens per block")->capture_default_str();
   cmp->add_option("--coalesce", co->planner.coalesce, "Coalesce degree")->capture_default_str();
+  cmp->add_option("--network-flops-per-byte", co->network_flops_per_byte,
+                  "fcp: the planner's network ratio (default: the profile's; 0 = balance only)");
   cmp->add_option("--mask", co->mask, "causal | full | sliding_window")->capture_default_str();
   cmp->add_option("--window", co->window, "Window for --mask sliding_window");
   cmp->add_option("--reshuffle", co->reshuffle, "Reshuffle of fcp* planners: overlap | blocking | none")
