@@ -106,6 +106,9 @@ expect 2 "sliding_window without --window" -- plan --lengths "$tmp/lengths.txt" 
 expect 2 "--dist zipf" -- workload --dist zipf
 expect 2 "--tokens-per-worker x" -- workload --tokens-per-worker x
 expect 2 "--workers without value" -- workload --workers
+expect 2 "--seed -1 (would wrap around)" -- workload --workers 2 --seed -1
+contains "--seed -1" "$tmp/stderr" "must be >= 0, got -1"
+expect 2 "compare --seed -1" -- compare --workers 2 --planners fcp --seed -1
 
 # ---- other errors: exit 1 -------------------------------------------------------
 expect 1 "unreadable lengths file" -- plan --lengths "$tmp/missing.txt" --workers 4 \

@@ -437,7 +437,7 @@ void AddRunCommands(CLI::App& app) {
   CLI::App* make = app.add_subcommand("make-inputs", "Write random q, k, v, do .npy inputs for a plan");
   make->add_option("--plan", *plan_path, "Plan file")->required();
   make->add_option("--out", *out, "Directory to write")->required();
-  make->add_option("--seed", *seed, "Random seed")->capture_default_str();
+  make->add_option("--seed", *seed, "Random seed")->check(kNotNegative)->capture_default_str();
   make->callback([plan_path, out, seed] { MakeInputs(*plan_path, *out, *seed); });
 
   auto check_plan = std::make_shared<std::string>();

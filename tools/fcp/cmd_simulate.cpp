@@ -276,7 +276,7 @@ void AddSimulateCommands(CLI::App& app) {
   cmp->add_option("--mu", co->workload.lognormal_mu, "lognormal: mean of ln(length)")->capture_default_str();
   cmp->add_option("--sigma", co->workload.lognormal_sigma, "lognormal: std dev of ln(length)")
       ->capture_default_str();
-  cmp->add_option("--seed", co->workload.seed, "First workload seed")->capture_default_str();
+  cmp->add_option("--seed", co->workload.seed, "First workload seed")->check(kNotNegative)->capture_default_str();
   cmp->add_option("--seeds", co->seeds, "Batches per N (seeds seed..seed+k-1)")->capture_default_str();
   cmp->add_option("--block-size", co->planner.block_size, "Tokens per block")->capture_default_str();
   cmp->add_option("--coalesce", co->planner.coalesce, "Coalesce degree")->capture_default_str();

@@ -21,6 +21,13 @@ struct ReportedError {
   int exit_code;
 };
 
+// For unsigned options: CLI11 would wrap "-1" around to the largest value.
+inline const CLI::Validator kNotNegative(
+    [](std::string& value) {
+      return value.rfind('-', 0) == 0 ? "must be >= 0, got " + value : std::string();
+    },
+    "NOT NEGATIVE");
+
 // A usage error raised after parsing (a bad combination of flags): exit code 2.
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
