@@ -17,15 +17,17 @@ SequenceIndex::SequenceIndex(const std::vector<int64_t>& sequences,
     const auto& segments = blocks[b].segments;
     for (size_t k = 0; k < segments.size(); ++k) {
       const Segment& s = segments[k];
-      const std::string where =
-          "block " + std::to_string(b) + " segment " + std::to_string(k) + ": ";
+      // Built only for a message: this loop runs over every segment of a plan.
+      const auto where = [&] {
+        return "block " + std::to_string(b) + " segment " + std::to_string(k) + ": ";
+      };
       if (s.seq < 0 || static_cast<size_t>(s.seq) >= sequences.size())
-        fail(where + "sequence " + std::to_string(s.seq) + " does not exist (" +
+        fail(where() + "sequence " + std::to_string(s.seq) + " does not exist (" +
              std::to_string(sequences.size()) + " sequences)");
-      if (s.length <= 0) fail(where + "length must be > 0, got " + std::to_string(s.length));
+      if (s.length <= 0) fail(where() + "length must be > 0, got " + std::to_string(s.length));
       // Written so that no sum can overflow, whatever a plan file holds.
       if (s.start < 0 || s.start > sequences[s.seq] || s.length > sequences[s.seq] - s.start)
-        fail(where + "[seq, start, length] = [" + std::to_string(s.seq) + ", " +
+        fail(where() + "[seq, start, length] = [" + std::to_string(s.seq) + ", " +
              std::to_string(s.start) + ", " + std::to_string(s.length) + "] lies outside sequence " +
              std::to_string(s.seq) + " of length " + std::to_string(sequences[s.seq]));
       pieces_[s.seq].push_back({s.start, s.length, static_cast<int32_t>(b)});
