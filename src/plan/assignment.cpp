@@ -367,9 +367,10 @@ class Assigner {
   // which the traffic search then exploits.
   void EstimateTraffic() {
     item_traffic_.assign(items_.size(), 0);
+    std::vector<int32_t> received;
     for (size_t i = 0; i < items_.size(); ++i) {
       const auto outside = [&](int32_t block) { return item_of_[block] != static_cast<int32_t>(i); };
-      std::vector<int32_t> received;
+      received.clear();
       for (int32_t b : items_[i].blocks) {
         for (int32_t j : deps_.row(b))
           if (outside(j)) received.push_back(j);

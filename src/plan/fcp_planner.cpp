@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <utility>
 
 #include "assignment.h"
 #include "fcp/planner.h"
@@ -17,8 +18,7 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
       detail::ShardBatch(lengths, config.block_size, plan.token_cap, config.workers, config.mask,
                          config.heavy_fraction, config.max_split);
   plan.block_size = sharding.block_size;
-  plan.blocks = sharding.blocks;
-  const std::vector<RequiredPair> pairs = RequiredPairs(lengths, plan.blocks, plan.mask);
+  const std::vector<RequiredPair> pairs = RequiredPairs(lengths, sharding.blocks, plan.mask);
 
   // 2. Assign.
   detail::AssignmentInput input;
@@ -26,15 +26,16 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   input.sharding = &sharding;
   input.pairs = &pairs;
   input.local_search_rounds = config.local_search_rounds;
-  input.block_work.assign(plan.blocks.size(), 0);
+  input.block_work.assign(sharding.blocks.size(), 0);
   for (const RequiredPair& p : pairs) input.block_work[p.q_block] += p.token_pairs;
   const std::vector<int64_t> offsets = SequenceOffsets(lengths);
   for (const detail::Item& item : sharding.items) {
-    const Segment& first = plan.blocks[item.blocks.front()].segments.front();
+    const Segment& first = sharding.blocks[item.blocks.front()].segments.front();
     input.dataloader.push_back(
         DataloaderWorker(offsets.back(), config.workers, offsets[first.seq] + first.start));
   }
   const std::vector<int32_t> owner = detail::AssignBlocks(input);
+  plan.blocks = std::move(sharding.blocks);  // the sharding is not used after this
   // Workers are interchangeable for balance; renaming them so that each keeps
   // as many of its dataloader tokens as possible shrinks the reshuffle.
   const std::vector<int32_t> rename = detail::LocalityRenaming(plan.blocks, owner, lengths, config.workers);
