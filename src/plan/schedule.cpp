@@ -1,7 +1,7 @@
 #include "fcp/schedule.h"
 
 #include <algorithm>
-#include <numeric>
+#include <span>
 
 #include "fcp/edge_coloring.h"
 #include "fcp/error.h"
@@ -15,44 +15,67 @@ bool TransferLess(const Transfer& a, const Transfer& b) {
   return a.block < b.block;
 }
 
+// Checks that every block has an owner in [0, plan.workers): the buckets
+// below are per worker.
+void CheckOwners(const Plan& plan) {
+  for (const Block& b : plan.blocks)
+    FCP_CHECK(b.worker >= 0 && b.worker < plan.workers, "block owners in [0, workers)");
+}
+
+// Row r of a bucketing of n items: items[begin[r] .. begin[r+1]).
+struct Buckets {
+  std::vector<int32_t> begin;
+  std::vector<int32_t> items;
+  std::span<const int32_t> row(int32_t r) const {
+    return std::span(items).subspan(begin[r], begin[r + 1] - begin[r]);
+  }
+};
+
+bool StrictlySorted(const std::vector<Transfer>& edges) {
+  return std::adjacent_find(edges.begin(), edges.end(), [](const Transfer& a, const Transfer& b) {
+           return !TransferLess(a, b);
+         }) == edges.end();
+}
+
+// Stable bucket sort of items 0..n-1 by key(i) in [0, rows).
+template <typename Key>
+Buckets BucketBy(int32_t rows, size_t n, Key key) {
+  Buckets out;
+  out.begin.assign(static_cast<size_t>(rows) + 1, 0);
+  for (size_t i = 0; i < n; ++i) ++out.begin[key(i) + 1];
+  for (int32_t r = 0; r < rows; ++r) out.begin[r + 1] += out.begin[r];
+  out.items.resize(n);
+  std::vector<int32_t> fill(out.begin.begin(), out.begin.end() - 1);
+  for (size_t i = 0; i < n; ++i) out.items[fill[key(i)]++] = static_cast<int32_t>(i);
+  return out;
+}
+
 }  // namespace
 
 std::vector<Transfer> TransferEdges(const Plan& plan, const std::vector<RequiredPair>& pairs) {
-  const int32_t workers = plan.workers;
-  bool in_range = workers > 0;
-  for (const Block& b : plan.blocks) in_range = in_range && b.worker >= 0 && b.worker < workers;
-  std::vector<Transfer> edges;
-  if (!in_range) {  // no worker buckets: one comparison sort
-    for (const RequiredPair& p : pairs) {
-      const int32_t src = plan.blocks[p.kv_block].worker, dst = plan.blocks[p.q_block].worker;
-      if (src != dst) edges.push_back({p.kv_block, src, dst});
-    }
-    std::sort(edges.begin(), edges.end(), TransferLess);
-    edges.erase(std::unique(edges.begin(), edges.end()), edges.end());
-    return edges;
-  }
-  // Bucket the remote pairs by sender, then sort each bucket by (dst, block)
-  // packed in one integer: the same order, without a comparator call.
-  std::vector<int32_t> begin(static_cast<size_t>(workers) + 1, 0);
-  for (const RequiredPair& p : pairs) {
-    const int32_t src = plan.blocks[p.kv_block].worker;
-    if (src != plan.blocks[p.q_block].worker) ++begin[src + 1];
-  }
-  for (int32_t w = 0; w < workers; ++w) begin[w + 1] += begin[w];
-  std::vector<uint64_t> keys(begin.back());
-  std::vector<int32_t> fill(begin.begin(), begin.end() - 1);
+  CheckOwners(plan);
+  // Remote pairs bucketed by sender, each bucket sorted by (dst, block)
+  // packed in one integer: (src, dst, block) order without comparator calls.
+  std::vector<uint64_t> keys;
+  std::vector<int32_t> src_of;
   for (const RequiredPair& p : pairs) {
     const int32_t src = plan.blocks[p.kv_block].worker, dst = plan.blocks[p.q_block].worker;
-    if (src != dst)
-      keys[fill[src]++] = static_cast<uint64_t>(dst) << 32 | static_cast<uint32_t>(p.kv_block);
+    if (src == dst) continue;
+    keys.push_back(static_cast<uint64_t>(dst) << 32 | static_cast<uint32_t>(p.kv_block));
+    src_of.push_back(src);
   }
-  edges.reserve(keys.size());
-  for (int32_t src = 0; src < workers; ++src) {
-    const auto first = keys.begin() + begin[src], last = keys.begin() + begin[src + 1];
-    std::sort(first, last);
-    for (auto k = first; k != last; ++k)
-      if (k == first || *k != *(k - 1))
-        edges.push_back({static_cast<int32_t>(*k & 0xffffffffu), src, static_cast<int32_t>(*k >> 32)});
+  const Buckets by_src = BucketBy(plan.workers, keys.size(), [&](size_t i) { return src_of[i]; });
+  std::vector<uint64_t> bucket;
+  std::vector<Transfer> edges;
+  for (int32_t src = 0; src < plan.workers; ++src) {
+    bucket.clear();
+    for (int32_t k : by_src.row(src)) bucket.push_back(keys[k]);
+    std::sort(bucket.begin(), bucket.end());
+    bucket.erase(std::unique(bucket.begin(), bucket.end()), bucket.end());
+    for (uint64_t key : bucket) {
+      const auto block = static_cast<int32_t>(key & 0xffffffffu);
+      edges.push_back({block, src, static_cast<int32_t>(key >> 32)});
+    }
   }
   return edges;
 }
@@ -61,49 +84,50 @@ void BuildStagesFromSubStages(Plan& plan, const std::vector<RequiredPair>& pairs
                               const std::vector<Transfer>& edges,
                               const std::vector<int32_t>& sub_stage, int32_t sub_stages) {
   FCP_CHECK(sub_stage.size() == edges.size(), "one sub-stage per edge");
-  FCP_CHECK(std::is_sorted(edges.begin(), edges.end(), TransferLess), "edges sorted by (src, dst, block)");
+  FCP_CHECK(StrictlySorted(edges), "edges sorted by (src, dst, block), unique");
+  CheckOwners(plan);
+  for (const Transfer& t : edges)
+    FCP_CHECK(t.block >= 0 && static_cast<size_t>(t.block) < plan.blocks.size() && t.dst >= 0 &&
+                  t.dst < plan.workers,
+              "edge block and receiver in range");
   const int32_t c = plan.coalesce;
   const int32_t transfer_stages = (sub_stages + c - 1) / c;
   plan.forward.assign(transfer_stages + 1, ForwardStage{});
   plan.backward.assign(transfer_stages > 0 ? transfer_stages + 2 : 1, BackwardStage{});
-  std::vector<size_t> sends(plan.forward.size(), 0);
+  std::vector<int32_t> edge_stage(edges.size());
   for (size_t e = 0; e < edges.size(); ++e) {
     FCP_CHECK(sub_stage[e] >= 0 && sub_stage[e] < sub_stages, "sub-stage out of range");
-    ++sends[sub_stage[e] / c];
+    edge_stage[e] = sub_stage[e] / c;
   }
 
-  // The edges of each block, in edge order (so sorted by (src, dst)), for
-  // finding the edge of a remote pair among its block's few.
-  std::vector<int32_t> block_begin(plan.blocks.size() + 1, 0);
-  for (const Transfer& t : edges) {
-    FCP_CHECK(t.block >= 0 && static_cast<size_t>(t.block) < plan.blocks.size(), "edge block in range");
-    ++block_begin[t.block + 1];
-  }
-  for (size_t b = 0; b < plan.blocks.size(); ++b) block_begin[b + 1] += block_begin[b];
-  std::vector<int32_t> by_block(edges.size());
-  {
-    std::vector<int32_t> fill(block_begin.begin(), block_begin.end() - 1);
-    for (size_t e = 0; e < edges.size(); ++e) by_block[fill[edges[e].block]++] = static_cast<int32_t>(e);
-  }
-  // Stage of every pair: 0 for local ones, else the one after its K/V arrives.
+  // Edges and pairs by receiver; a stable bucket sort of the (src, dst,
+  // block)-sorted edges by dst is (dst, src, block) order.
+  const Buckets edges_to =
+      BucketBy(plan.workers, edges.size(), [&](size_t e) { return edges[e].dst; });
+  const Buckets pairs_to = BucketBy(plan.workers, pairs.size(), [&](size_t k) {
+    return plan.blocks[pairs[k].q_block].worker;
+  });
+  // Stage of every pair: 0 for a local one, else the one after its K/V
+  // arrives, found one receiver at a time: arrival[kv] is the stage after
+  // the edge owner(kv) -> receiver.
   std::vector<int32_t> pair_stage(pairs.size(), 0);
-  for (size_t k = 0; k < pairs.size(); ++k) {
-    const RequiredPair& p = pairs[k];
-    const int32_t worker = plan.blocks[p.q_block].worker;
-    if (plan.blocks[p.kv_block].worker == worker) continue;
-    // The edge that brings kv_block to this worker.
-    const Transfer key{p.kv_block, plan.blocks[p.kv_block].worker, worker};
-    const auto first = by_block.begin() + block_begin[p.kv_block];
-    const auto last = by_block.begin() + block_begin[p.kv_block + 1];
-    auto it = std::lower_bound(first, last, key, [&](int32_t e, const Transfer& k) {
-      return TransferLess(edges[e], k);
-    });
-    FCP_CHECK(it != last && edges[*it] == key, "every remote pair has a transfer");
-    pair_stage[k] = sub_stage[*it] / c + 1;
+  std::vector<int32_t> arrival(plan.blocks.size(), -1);
+  for (int32_t w = 0; w < plan.workers; ++w) {
+    for (int32_t e : edges_to.row(w))
+      if (edges[e].src == plan.blocks[edges[e].block].worker)
+        arrival[edges[e].block] = edge_stage[e] + 1;
+    for (int32_t k : pairs_to.row(w)) {
+      const int32_t kv = pairs[k].kv_block;
+      if (plan.blocks[kv].worker == w) continue;
+      FCP_CHECK(arrival[kv] > 0, "every remote pair has a transfer");
+      pair_stage[k] = arrival[kv];
+    }
+    for (int32_t e : edges_to.row(w)) arrival[edges[e].block] = -1;
   }
 
   // Exact sizes first: the lists are long and filled one element at a time.
-  std::vector<size_t> computes(plan.forward.size(), 0);
+  std::vector<size_t> sends(plan.forward.size(), 0), computes(plan.forward.size(), 0);
+  for (int32_t stage : edge_stage) ++sends[stage];
   for (int32_t stage : pair_stage) ++computes[stage];
   for (size_t s = 0; s < plan.forward.size(); ++s) {
     plan.forward[s].send.reserve(sends[s]);
@@ -112,35 +136,15 @@ void BuildStagesFromSubStages(Plan& plan, const std::vector<RequiredPair>& pairs
     plan.forward[s].compute.reserve(computes[s]);
     plan.backward[s].compute.reserve(computes[s]);
   }
-
+  // Visiting edges and pairs in their sorted orders (the dK/dV edges by
+  // receiver, reversed) leaves every stage's lists sorted.
   for (size_t e = 0; e < edges.size(); ++e) {
-    const int32_t stage = sub_stage[e] / c;
-    plan.forward[stage].send.push_back(edges[e]);
-    plan.backward[stage].send_kv.push_back(edges[e]);
+    plan.forward[edge_stage[e]].send.push_back(edges[e]);
+    plan.backward[edge_stage[e]].send_kv.push_back(edges[e]);
   }
-  // The reversed dK/dV edges, visited by receiver: a stable bucket sort by
-  // dst of the (src, dst, block)-sorted edges is (dst, src, block) order, so
-  // every stage's list comes out sorted. Receivers outside [0, workers)
-  // (not from a planner) fall back to sorting each stage.
-  std::vector<int32_t> dst_begin(static_cast<size_t>(std::max(plan.workers, 0)) + 1, 0);
-  bool by_receiver = plan.workers > 0;
-  for (const Transfer& t : edges) {
-    by_receiver = by_receiver && t.dst >= 0 && t.dst < plan.workers;
-    if (by_receiver) ++dst_begin[t.dst + 1];
-  }
-  std::vector<int32_t> reversed(edges.size());
-  if (by_receiver) {
-    for (size_t w = 0; w + 1 < dst_begin.size(); ++w) dst_begin[w + 1] += dst_begin[w];
-    for (size_t e = 0; e < edges.size(); ++e) reversed[dst_begin[edges[e].dst]++] = static_cast<int32_t>(e);
-  } else {
-    std::iota(reversed.begin(), reversed.end(), 0);
-  }
-  for (int32_t e : reversed)
-    plan.backward[sub_stage[e] / c + 2].send_dkv.push_back({edges[e].block, edges[e].dst, edges[e].src});
-  if (!by_receiver)
-    for (BackwardStage& s : plan.backward) std::sort(s.send_dkv.begin(), s.send_dkv.end(), TransferLess);
-
-  // Pairs are visited in sorted order, so every stage's computes are sorted.
+  for (int32_t e : edges_to.items)
+    plan.backward[edge_stage[e] + 2].send_dkv.push_back(
+        {edges[e].block, edges[e].dst, edges[e].src});
   for (size_t k = 0; k < pairs.size(); ++k) {
     const BlockPair pair{pairs[k].q_block, pairs[k].kv_block};
     plan.forward[pair_stage[k]].compute.push_back(pair);
