@@ -9,6 +9,7 @@
 #include <span>
 #include <utility>
 
+#include "buckets.h"
 #include "fcp/error.h"
 #include "fcp/plan_metrics.h"
 
@@ -386,20 +387,22 @@ class Assigner {
     }
   }
 
+  // Row i: each K/V block item i needs once, in first-need order, with the
+  // number of its blocks that need it. (LoadModel only sums over a row.)
   void BuildItemDeps() {
     item_deps_.offset.assign(1, 0);
-    std::vector<int32_t> kvs;
+    std::vector<int32_t> slot(in_.sharding->blocks.size(), -1);  // kv -> its entry in the row
     for (const Item& item : items_) {
-      kvs.clear();
+      const size_t first = item_deps_.items.size();
       for (int32_t b : item.blocks)
-        for (int32_t j : deps_.row(b)) kvs.push_back(j);
-      std::sort(kvs.begin(), kvs.end());
-      for (size_t k = 0; k < kvs.size(); ++k) {
-        if (k > 0 && kvs[k] == kvs[k - 1])
-          ++item_deps_.items.back().mult;
-        else
-          item_deps_.items.push_back({kvs[k], 1});
-      }
+        for (int32_t j : deps_.row(b)) {
+          if (slot[j] < 0) {
+            slot[j] = static_cast<int32_t>(item_deps_.items.size());
+            item_deps_.items.push_back({j, 0});
+          }
+          ++item_deps_.items[slot[j]].mult;
+        }
+      for (size_t k = first; k < item_deps_.items.size(); ++k) slot[item_deps_.items[k].kv] = -1;
       item_deps_.offset.push_back(static_cast<int32_t>(item_deps_.items.size()));
     }
   }
@@ -645,7 +648,7 @@ class Assigner {
   const std::vector<Item>& items_;
   int32_t n_;
   Csr deps_, users_;
-  Rows<Dep> item_deps_;  // row i: the K/V blocks item i needs (ascending), with multiplicities
+  Rows<Dep> item_deps_;  // row i: the K/V blocks item i needs, with multiplicities
   std::vector<int32_t> item_of_;
   std::vector<double> item_work_;
   std::vector<double> item_traffic_;  // estimated tokens sent + received
@@ -678,16 +681,24 @@ std::vector<int32_t> LocalityRenaming(const std::vector<Block>& blocks,
         token = stop;
       }
     }
-  // Sum per (worker, home), then take pairs heaviest first.
-  std::sort(shared.begin(), shared.end(), [](const Shared& a, const Shared& b) {
-    return a.worker != b.worker ? a.worker < b.worker : a.home < b.home;
-  });
+  // Sum per (worker, home), one worker at a time, then take pairs heaviest
+  // first (a total order: the merge order does not matter).
+  const Buckets by_worker =
+      BucketBy(workers, shared.size(), [&](int32_t k) { return shared[k].worker; });
   std::vector<Shared> merged;
-  for (const Shared& x : shared) {
-    if (!merged.empty() && merged.back().worker == x.worker && merged.back().home == x.home)
-      merged.back().tokens += x.tokens;
-    else
-      merged.push_back(x);
+  std::vector<int32_t> slot(workers, -1);  // home -> its entry in merged, for this worker
+  for (int32_t w = 0; w < workers; ++w) {
+    const size_t first = merged.size();
+    for (int32_t k : by_worker.row(w)) {
+      const Shared& x = shared[k];
+      if (slot[x.home] < 0) {
+        slot[x.home] = static_cast<int32_t>(merged.size());
+        merged.push_back(x);
+      } else {
+        merged[slot[x.home]].tokens += x.tokens;
+      }
+    }
+    for (size_t m = first; m < merged.size(); ++m) slot[merged[m].home] = -1;
   }
   std::sort(merged.begin(), merged.end(), [](const Shared& a, const Shared& b) {
     if (a.tokens != b.tokens) return a.tokens > b.tokens;

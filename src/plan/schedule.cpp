@@ -3,11 +3,15 @@
 #include <algorithm>
 #include <span>
 
+#include "buckets.h"
 #include "fcp/edge_coloring.h"
 #include "fcp/error.h"
 
 namespace fcp {
 namespace {
+
+using detail::BucketBy;
+using detail::Buckets;
 
 bool TransferLess(const Transfer& a, const Transfer& b) {
   if (a.src != b.src) return a.src < b.src;
@@ -22,60 +26,30 @@ void CheckOwners(const Plan& plan) {
     FCP_CHECK(b.worker >= 0 && b.worker < plan.workers, "block owners in [0, workers)");
 }
 
-// Row r of a bucketing of n items: items[begin[r] .. begin[r+1]).
-struct Buckets {
-  std::vector<int32_t> begin;
-  std::vector<int32_t> items;
-  std::span<const int32_t> row(int32_t r) const {
-    return std::span(items).subspan(begin[r], begin[r + 1] - begin[r]);
-  }
-};
-
 bool StrictlySorted(const std::vector<Transfer>& edges) {
   return std::adjacent_find(edges.begin(), edges.end(), [](const Transfer& a, const Transfer& b) {
            return !TransferLess(a, b);
          }) == edges.end();
 }
 
-// Stable bucket sort of items 0..n-1 by key(i) in [0, rows).
-template <typename Key>
-Buckets BucketBy(int32_t rows, size_t n, Key key) {
-  Buckets out;
-  out.begin.assign(static_cast<size_t>(rows) + 1, 0);
-  for (size_t i = 0; i < n; ++i) ++out.begin[key(i) + 1];
-  for (int32_t r = 0; r < rows; ++r) out.begin[r + 1] += out.begin[r];
-  out.items.resize(n);
-  std::vector<int32_t> fill(out.begin.begin(), out.begin.end() - 1);
-  for (size_t i = 0; i < n; ++i) out.items[fill[key(i)]++] = static_cast<int32_t>(i);
-  return out;
-}
-
 }  // namespace
 
 std::vector<Transfer> TransferEdges(const Plan& plan, const std::vector<RequiredPair>& pairs) {
   CheckOwners(plan);
-  // Remote pairs bucketed by sender, each bucket sorted by (dst, block)
-  // packed in one integer: (src, dst, block) order without comparator calls.
-  std::vector<uint64_t> keys;
-  std::vector<int32_t> src_of;
-  for (const RequiredPair& p : pairs) {
-    const int32_t src = plan.blocks[p.kv_block].worker, dst = plan.blocks[p.q_block].worker;
-    if (src == dst) continue;
-    keys.push_back(static_cast<uint64_t>(dst) << 32 | static_cast<uint32_t>(p.kv_block));
-    src_of.push_back(src);
-  }
-  const Buckets by_src = BucketBy(plan.workers, keys.size(), [&](size_t i) { return src_of[i]; });
-  std::vector<uint64_t> bucket;
+  const auto src = [&](int32_t k) { return plan.blocks[pairs[k].kv_block].worker; };
+  const auto dst = [&](int32_t k) { return plan.blocks[pairs[k].q_block].worker; };
+  std::vector<int32_t> remote;
+  for (int32_t k = 0; k < static_cast<int32_t>(pairs.size()); ++k)
+    if (src(k) != dst(k)) remote.push_back(k);
+  // Least significant key first: by block, then dst, then src (all stable).
+  const int32_t blocks = static_cast<int32_t>(plan.blocks.size());
+  const Buckets by_block = BucketBy(blocks, remote, [&](int32_t k) { return pairs[k].kv_block; });
+  const Buckets by_dst = BucketBy(plan.workers, by_block.items, dst);
+  const Buckets by_src = BucketBy(plan.workers, by_dst.items, src);
   std::vector<Transfer> edges;
-  for (int32_t src = 0; src < plan.workers; ++src) {
-    bucket.clear();
-    for (int32_t k : by_src.row(src)) bucket.push_back(keys[k]);
-    std::sort(bucket.begin(), bucket.end());
-    bucket.erase(std::unique(bucket.begin(), bucket.end()), bucket.end());
-    for (uint64_t key : bucket) {
-      const auto block = static_cast<int32_t>(key & 0xffffffffu);
-      edges.push_back({block, src, static_cast<int32_t>(key >> 32)});
-    }
+  for (int32_t k : by_src.items) {
+    const Transfer t{pairs[k].kv_block, src(k), dst(k)};
+    if (edges.empty() || !(edges.back() == t)) edges.push_back(t);
   }
   return edges;
 }
