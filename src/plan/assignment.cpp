@@ -151,7 +151,7 @@ class LoadModel {
       : items_(items), item_deps_(item_deps), users_(users), owner_(owner),
         compute_(in.workers, 0), traffic_(in.workers, 0) {
     const size_t blocks = owner.size();
-    for (const Block& b : in.sharding->blocks) tokens_.push_back(static_cast<double>(b.tokens()));
+    for (const Block& b : in.sharding->blocks) tokens_.push_back(b.tokens());
     for (const Item& item : items)
       for (int32_t b : item.blocks) compute_[owner_[b]] += in.block_work[b];
     // A transfer owner(kv) -> w for every worker w != owner(kv) that owns a
@@ -165,8 +165,8 @@ class LoadModel {
         seen[w] = kv;
         ++needers_[kv];
         if (w != owner_[kv]) {
-          traffic_[w] += tokens_[kv];
-          traffic_[owner_[kv]] += tokens_[kv];
+          traffic_[w] += static_cast<double>(tokens_[kv]);
+          traffic_[owner_[kv]] += static_cast<double>(tokens_[kv]);
         }
       }
     }
@@ -232,29 +232,45 @@ class LoadModel {
     shift(give, light, give_);
     for (int32_t item : take)
       if (item >= 0) shift(item, heavy, take_);
-    Change(heavy, 0);
-    Change(light, 0);
+    Register(heavy);
+    Register(light);
+    // Token counts, exact; heavy's and light's in registers (they change the
+    // most, and a sum in memory would chain every update through a store).
+    int64_t heavy_delta = 0, light_delta = 0;
+    const auto change = [&](int32_t w, int64_t amount) {
+      if (w == heavy) {
+        heavy_delta += amount;
+      } else if (w == light) {
+        light_delta += amount;
+      } else if (amount != 0) {
+        Register(w);
+        delta_[w] += amount;
+      }
+    };
     for (int32_t kv : kvs_) {
-      const double t = tokens_[kv];
       const int32_t o = owner_[kv];
       const int32_t o2 = moved_stamp_[kv] == stamp_ ? moved_to_[kv] : o;
       const Membership m = Members(kv);
       // Change of heavy's and light's receiving kv (not as its owner).
       const int rh = (m.heavy_after && heavy != o2) - (m.heavy_before && heavy != o);
       const int rl = (m.light_after && light != o2) - (m.light_before && light != o);
-      Change(heavy, rh * t);
-      Change(light, rl * t);
+      if (o == o2 && rh == 0 && rl == 0) continue;  // its transfers stay as they are
+      const int64_t t = tokens_[kv];
+      heavy_delta += rh * t;
+      light_delta += rl * t;
       if (o == o2) {
-        Change(o, (rh + rl) * t);  // other receivers are unchanged
+        change(o, (rh + rl) * t);  // other receivers are unchanged
       } else {                     // re-sent by its new owner to every needer
         const int32_t before = needers_[kv], after = before + m.delta();
-        Change(o, -(before - (o == heavy ? m.heavy_before : m.light_before)) * t);
-        Change(o2, (after - (o2 == heavy ? m.heavy_after : m.light_after)) * t);
+        change(o, -(before - (o == heavy ? m.heavy_before : m.light_before)) * t);
+        change(o2, (after - (o2 == heavy ? m.heavy_after : m.light_after)) * t);
       }
     }
+    delta_[heavy] = heavy_delta;
+    delta_[light] = light_delta;
   }
   const std::vector<int32_t>& changed() const { return changed_; }
-  double traffic_after(int32_t w) const { return traffic_[w] + delta_[w]; }
+  double traffic_after(int32_t w) const { return traffic_[w] + static_cast<double>(delta_[w]); }
   bool in_changed(int32_t w) const { return delta_stamp_[w] == stamp_; }
 
   // Whether the evaluated exchange, applied as remove-all then add-all
@@ -285,7 +301,7 @@ class LoadModel {
     }
     compute_[heavy_] = heavy_compute;
     compute_[light_] = light_compute;
-    for (int32_t w : changed_) traffic_[w] += delta_[w];
+    for (int32_t w : changed_) traffic_[w] += static_cast<double>(delta_[w]);
   }
 
  private:
@@ -298,21 +314,20 @@ class LoadModel {
     const int32_t ch = count_[hs_][kv], cl = count_[ls_][kv];
     return {ch > 0, ch - give_[kv] + take_[kv] > 0, cl > 0, cl - take_[kv] + give_[kv] > 0};
   }
-  void Change(int32_t w, double amount) {
-    if (delta_stamp_[w] != stamp_) {
-      if (amount == 0 && w != heavy_ && w != light_) return;
-      delta_stamp_[w] = stamp_;
-      delta_[w] = 0;
-      changed_.push_back(w);
-    }
-    delta_[w] += amount;
+  // Puts w in changed() (once per evaluation).
+  void Register(int32_t w) {
+    if (delta_stamp_[w] == stamp_) return;
+    delta_stamp_[w] = stamp_;
+    delta_[w] = 0;
+    changed_.push_back(w);
   }
 
   const std::vector<Item>& items_;
   const Rows<Dep>& item_deps_;
   const Csr& users_;
   std::vector<int32_t> owner_;
-  std::vector<double> compute_, traffic_, tokens_;
+  std::vector<double> compute_, traffic_;
+  std::vector<int64_t> tokens_;
   std::vector<int32_t> needers_;  // workers owning a block that needs kv
   std::array<std::vector<int32_t>, kTables> count_, filled_;
   // The evaluated exchange.
@@ -323,7 +338,7 @@ class LoadModel {
   std::vector<int32_t> give_, take_;  // dependencies of the given / taken items on kv
   std::vector<uint32_t> kv_stamp_, moved_stamp_;
   std::vector<int32_t> moved_to_;
-  std::vector<double> delta_;  // traffic change of the workers in changed_
+  std::vector<int64_t> delta_;  // traffic change (tokens) of the workers in changed_
   std::vector<uint32_t> delta_stamp_;
   std::vector<int32_t> changed_;
 };
