@@ -147,11 +147,10 @@ class LoadModel {
   static constexpr int kTables = 1 + kSwapPartners;  // the heavy worker and its partners
 
   LoadModel(const AssignmentInput& in, const std::vector<Item>& items, const Rows<Dep>& item_deps,
-            const Csr& users, const std::vector<int32_t>& owner)
-      : items_(items), item_deps_(item_deps), users_(users), owner_(owner),
+            const Csr& users, const std::vector<int64_t>& tokens, const std::vector<int32_t>& owner)
+      : items_(items), item_deps_(item_deps), users_(users), tokens_(tokens), owner_(owner),
         compute_(in.workers, 0), traffic_(in.workers, 0) {
     const size_t blocks = owner.size();
-    for (const Block& b : in.sharding->blocks) tokens_.push_back(b.tokens());
     for (const Item& item : items)
       for (int32_t b : item.blocks) compute_[owner_[b]] += in.block_work[b];
     // A transfer owner(kv) -> w for every worker w != owner(kv) that owns a
@@ -325,9 +324,9 @@ class LoadModel {
   const std::vector<Item>& items_;
   const Rows<Dep>& item_deps_;
   const Csr& users_;
+  const std::vector<int64_t>& tokens_;  // of each block
   std::vector<int32_t> owner_;
   std::vector<double> compute_, traffic_;
-  std::vector<int64_t> tokens_;
   std::vector<int32_t> needers_;  // workers owning a block that needs kv
   std::array<std::vector<int32_t>, kTables> count_, filled_;
   // The evaluated exchange.
@@ -350,6 +349,7 @@ class Assigner {
     const int32_t blocks = static_cast<int32_t>(in.sharding->blocks.size());
     BuildGraphs(*in.pairs, blocks, deps_, users_);
     item_of_.assign(blocks, -1);
+    for (const Block& b : in.sharding->blocks) block_tokens_.push_back(b.tokens());
     item_work_.assign(items_.size(), 0);
     for (size_t i = 0; i < items_.size(); ++i)
       for (int32_t b : items_[i].blocks) {
@@ -393,12 +393,12 @@ class Assigner {
         int64_t users_outside = 0;
         for (int32_t q : users_.row(b)) users_outside += outside(q);
         item_traffic_[i] += static_cast<double>(std::min<int64_t>(users_outside, n_ - 1)) *
-                            static_cast<double>(in_.sharding->blocks[b].tokens());
+                            static_cast<double>(block_tokens_[b]);
       }
       std::sort(received.begin(), received.end());
       received.erase(std::unique(received.begin(), received.end()), received.end());
       for (int32_t j : received)
-        item_traffic_[i] += static_cast<double>(in_.sharding->blocks[j].tokens());
+        item_traffic_[i] += static_cast<double>(block_tokens_[j]);
     }
   }
 
@@ -531,7 +531,7 @@ class Assigner {
   // block also blocks it. Returns max(compute imbalance, traffic imbalance)
   // of the result.
   double Improve(std::vector<int32_t>& owner) {
-    LoadModel model(in_, items_, item_deps_, users_, owner);
+    LoadModel model(in_, items_, item_deps_, users_, block_tokens_, owner);
     std::vector<std::vector<int32_t>> owned(n_);
     for (size_t i = 0; i < items_.size(); ++i)
       owned[owner[items_[i].blocks.front()]].push_back(static_cast<int32_t>(i));
@@ -665,6 +665,7 @@ class Assigner {
   Csr deps_, users_;
   Rows<Dep> item_deps_;  // row i: the K/V blocks item i needs, with multiplicities
   std::vector<int32_t> item_of_;
+  std::vector<int64_t> block_tokens_;
   std::vector<double> item_work_;
   std::vector<double> item_traffic_;  // estimated tokens sent + received
   std::vector<int32_t> compute_order_, vector_order_;
