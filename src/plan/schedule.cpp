@@ -19,11 +19,44 @@ bool TransferLess(const Transfer& a, const Transfer& b) {
   return a.block < b.block;
 }
 
-// Checks that every block has an owner in [0, plan.workers): the buckets
-// below are per worker.
-void CheckOwners(const Plan& plan) {
-  for (const Block& b : plan.blocks)
-    FCP_CHECK(b.worker >= 0 && b.worker < plan.workers, "block owners in [0, workers)");
+// The pairs grouped by receiver (the owner of the query block) without
+// moving them: each query block's row of the (q-sorted) pairs, and each
+// worker's blocks. Owners are copied into one compact array: the pair loops
+// below look one up per pair, and a Block is much larger than its worker.
+struct PairsByReceiver {
+  std::vector<int32_t> owner;      // of each block
+  std::vector<int32_t> row_begin;  // pairs of query block q: [row_begin[q], row_begin[q+1])
+  Buckets blocks_of;               // the blocks of each worker, ascending
+
+  // Calls f(k) for every pair k whose query block worker w owns.
+  template <typename F>
+  void ForEachPair(int32_t w, F f) const {
+    for (int32_t q : blocks_of.row(w))
+      for (int32_t k = row_begin[q]; k < row_begin[q + 1]; ++k) f(k);
+  }
+};
+
+// Requires block owners in [0, plan.workers) and pairs sorted by q_block
+// (internal errors otherwise).
+PairsByReceiver GroupPairs(const Plan& plan, const std::vector<RequiredPair>& pairs) {
+  const auto blocks = static_cast<int32_t>(plan.blocks.size());
+  PairsByReceiver g;
+  g.owner.resize(blocks);
+  for (int32_t b = 0; b < blocks; ++b) {
+    g.owner[b] = plan.blocks[b].worker;
+    FCP_CHECK(g.owner[b] >= 0 && g.owner[b] < plan.workers, "block owners in [0, workers)");
+  }
+  g.row_begin.assign(static_cast<size_t>(blocks) + 1, 0);
+  for (size_t k = 0; k < pairs.size(); ++k) {
+    const RequiredPair& p = pairs[k];
+    FCP_CHECK(p.q_block >= 0 && p.q_block < blocks && p.kv_block >= 0 && p.kv_block < blocks,
+              "pair blocks in range");
+    FCP_CHECK(k == 0 || pairs[k - 1].q_block <= p.q_block, "pairs sorted by q_block");
+    ++g.row_begin[p.q_block + 1];
+  }
+  for (int32_t b = 0; b < blocks; ++b) g.row_begin[b + 1] += g.row_begin[b];
+  g.blocks_of = BucketBy(plan.workers, plan.blocks.size(), [&](int32_t b) { return g.owner[b]; });
+  return g;
 }
 
 bool StrictlySorted(const std::vector<Transfer>& edges) {
@@ -35,22 +68,27 @@ bool StrictlySorted(const std::vector<Transfer>& edges) {
 }  // namespace
 
 std::vector<Transfer> TransferEdges(const Plan& plan, const std::vector<RequiredPair>& pairs) {
-  CheckOwners(plan);
-  const auto src = [&](int32_t k) { return plan.blocks[pairs[k].kv_block].worker; };
-  const auto dst = [&](int32_t k) { return plan.blocks[pairs[k].q_block].worker; };
-  std::vector<int32_t> remote;
-  for (int32_t k = 0; k < static_cast<int32_t>(pairs.size()); ++k)
-    if (src(k) != dst(k)) remote.push_back(k);
-  // Least significant key first: by block, then dst, then src (all stable).
-  const int32_t blocks = static_cast<int32_t>(plan.blocks.size());
-  const Buckets by_block = BucketBy(blocks, remote, [&](int32_t k) { return pairs[k].kv_block; });
-  const Buckets by_dst = BucketBy(plan.workers, by_block.items, dst);
-  const Buckets by_src = BucketBy(plan.workers, by_dst.items, src);
-  std::vector<Transfer> edges;
-  for (int32_t k : by_src.items) {
-    const Transfer t{pairs[k].kv_block, src(k), dst(k)};
-    if (edges.empty() || !(edges.back() == t)) edges.push_back(t);
+  const PairsByReceiver g = GroupPairs(plan, pairs);
+  // Per receiver, the K/V blocks it needs from other workers, each once and
+  // ascending: (dst, block) order; a stable bucket sort by sender then gives
+  // (src, dst, block).
+  std::vector<Transfer> by_dst;
+  std::vector<int32_t> seen(plan.blocks.size(), -1), needed;
+  for (int32_t w = 0; w < plan.workers; ++w) {
+    needed.clear();
+    g.ForEachPair(w, [&](int32_t k) {
+      const int32_t kv = pairs[k].kv_block;
+      if (g.owner[kv] == w || seen[kv] == w) return;
+      seen[kv] = w;
+      needed.push_back(kv);
+    });
+    std::sort(needed.begin(), needed.end());
+    for (int32_t kv : needed) by_dst.push_back({kv, g.owner[kv], w});
   }
+  const Buckets by_src =
+      BucketBy(plan.workers, by_dst.size(), [&](int32_t e) { return by_dst[e].src; });
+  std::vector<Transfer> edges(by_dst.size());
+  for (size_t e = 0; e < edges.size(); ++e) edges[e] = by_dst[by_src.items[e]];
   return edges;
 }
 
@@ -59,7 +97,7 @@ void BuildStagesFromSubStages(Plan& plan, const std::vector<RequiredPair>& pairs
                               const std::vector<int32_t>& sub_stage, int32_t sub_stages) {
   FCP_CHECK(sub_stage.size() == edges.size(), "one sub-stage per edge");
   FCP_CHECK(StrictlySorted(edges), "edges sorted by (src, dst, block), unique");
-  CheckOwners(plan);
+  const PairsByReceiver g = GroupPairs(plan, pairs);
   for (const Transfer& t : edges)
     FCP_CHECK(t.block >= 0 && static_cast<size_t>(t.block) < plan.blocks.size() && t.dst >= 0 &&
                   t.dst < plan.workers,
@@ -74,13 +112,10 @@ void BuildStagesFromSubStages(Plan& plan, const std::vector<RequiredPair>& pairs
     edge_stage[e] = sub_stage[e] / c;
   }
 
-  // Edges and pairs by receiver; a stable bucket sort of the (src, dst,
-  // block)-sorted edges by dst is (dst, src, block) order.
+  // Edges by receiver; a stable bucket sort of the (src, dst, block)-sorted
+  // edges by dst is (dst, src, block) order.
   const Buckets edges_to =
-      BucketBy(plan.workers, edges.size(), [&](size_t e) { return edges[e].dst; });
-  const Buckets pairs_to = BucketBy(plan.workers, pairs.size(), [&](size_t k) {
-    return plan.blocks[pairs[k].q_block].worker;
-  });
+      BucketBy(plan.workers, edges.size(), [&](int32_t e) { return edges[e].dst; });
   // Stage of every pair: 0 for a local one, else the one after its K/V
   // arrives, found one receiver at a time: arrival[kv] is the stage after
   // the edge owner(kv) -> receiver.
@@ -88,14 +123,13 @@ void BuildStagesFromSubStages(Plan& plan, const std::vector<RequiredPair>& pairs
   std::vector<int32_t> arrival(plan.blocks.size(), -1);
   for (int32_t w = 0; w < plan.workers; ++w) {
     for (int32_t e : edges_to.row(w))
-      if (edges[e].src == plan.blocks[edges[e].block].worker)
-        arrival[edges[e].block] = edge_stage[e] + 1;
-    for (int32_t k : pairs_to.row(w)) {
+      if (edges[e].src == g.owner[edges[e].block]) arrival[edges[e].block] = edge_stage[e] + 1;
+    g.ForEachPair(w, [&](int32_t k) {
       const int32_t kv = pairs[k].kv_block;
-      if (plan.blocks[kv].worker == w) continue;
+      if (g.owner[kv] == w) return;
       FCP_CHECK(arrival[kv] > 0, "every remote pair has a transfer");
       pair_stage[k] = arrival[kv];
-    }
+    });
     for (int32_t e : edges_to.row(w)) arrival[edges[e].block] = -1;
   }
 
