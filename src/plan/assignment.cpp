@@ -62,34 +62,46 @@ void BuildGraphs(const std::vector<RequiredPair>& pairs, int32_t blocks, Csr& de
   }
 }
 
-// An ordered index of workers by a key, with O(log N) updates.
+// An ordered index of workers by (key, id), with O(log N) updates.
 class WorkerIndex {
+  // (key, id) ascending; keys are never NaN, so plain comparisons (cheaper
+  // than the pair's synthesised three-way comparison on doubles).
+  struct Less {
+    bool operator()(const std::pair<double, int32_t>& a, const std::pair<double, int32_t>& b) const {
+      return a.first < b.first || (a.first == b.first && a.second < b.second);
+    }
+  };
+  using Set = std::set<std::pair<double, int32_t>, Less>;
+
  public:
-  explicit WorkerIndex(int32_t workers) : key_(workers, 0), member_(workers, 0) {}
+  explicit WorkerIndex(int32_t workers) : key_(workers, 0), member_(workers, 0), node_(workers) {}
   void Insert(int32_t w, double key) {
     key_[w] = key;
     member_[w] = 1;
-    set_.insert({key, w});
+    node_[w] = set_.insert({key, w}).first;
   }
   void Erase(int32_t w) {
     if (!member_[w]) return;
-    set_.erase({key_[w], w});
+    set_.erase(node_[w]);
     member_[w] = 0;
   }
   void Update(int32_t w, double key) {
     if (!member_[w] || key_[w] == key) return;
-    // Re-keys the node in place: no allocation on this hot path.
-    auto node = set_.extract({key_[w], w});
+    // Re-keys the node in place: no allocation and no search to find it on
+    // this hot path; the old successor is the hint for a small increase.
+    const auto hint = std::next(node_[w]);
+    auto node = set_.extract(node_[w]);
     node.value().first = key;
     key_[w] = key;
-    set_.insert(std::move(node));
+    node_[w] = set_.insert(hint, std::move(node));
   }
-  const std::set<std::pair<double, int32_t>>& ordered() const { return set_; }
+  const Set& ordered() const { return set_; }
 
  private:
   std::vector<double> key_;
   std::vector<uint8_t> member_;
-  std::set<std::pair<double, int32_t>> set_;
+  std::vector<Set::iterator> node_;  // each member's entry
+  Set set_;
 };
 
 struct Targets {
