@@ -368,8 +368,8 @@ class Assigner {
         item_of_[b] = static_cast<int32_t>(i);
         item_work_[i] += static_cast<double>(in.block_work[b]);
       }
-    EstimateTraffic();
     BuildItemDeps();
+    EstimateTraffic();
     const double total_work = std::accumulate(item_work_.begin(), item_work_.end(), 0.0);
     const double total_traffic = std::accumulate(item_traffic_.begin(), item_traffic_.end(), 0.0);
     targets_.compute = std::max(total_work / n_, 1.0);
@@ -395,22 +395,18 @@ class Assigner {
   // which the traffic search then exploits.
   void EstimateTraffic() {
     item_traffic_.assign(items_.size(), 0);
-    std::vector<int32_t> received;
     for (size_t i = 0; i < items_.size(); ++i) {
       const auto outside = [&](int32_t block) { return item_of_[block] != static_cast<int32_t>(i); };
-      received.clear();
       for (int32_t b : items_[i].blocks) {
-        for (int32_t j : deps_.row(b))
-          if (outside(j)) received.push_back(j);
         int64_t users_outside = 0;
         for (int32_t q : users_.row(b)) users_outside += outside(q);
         item_traffic_[i] += static_cast<double>(std::min<int64_t>(users_outside, n_ - 1)) *
                             static_cast<double>(block_tokens_[b]);
       }
-      std::sort(received.begin(), received.end());
-      received.erase(std::unique(received.begin(), received.end()), received.end());
-      for (int32_t j : received)
-        item_traffic_[i] += static_cast<double>(block_tokens_[j]);
+      // Each K/V block it needs from outside, once (sums of integers: the
+      // order does not matter).
+      for (const Dep& d : item_deps_.row(static_cast<int32_t>(i)))
+        if (outside(d.kv)) item_traffic_[i] += static_cast<double>(block_tokens_[d.kv]);
     }
   }
 
