@@ -7,6 +7,7 @@
 #include <numeric>
 #include <set>
 #include <span>
+#include <string>
 #include <utility>
 
 #include "buckets.h"
@@ -659,6 +660,12 @@ class Assigner {
       if (!improved) break;
     }
     owner = model.owners();
+    if (in_.self_check) {
+      const LoadModel recount(in_, items_, item_deps_, users_, block_tokens_, owner);
+      for (int32_t w = 0; w < n_; ++w)
+        FCP_CHECK(recount.compute(w) == model.compute(w) && recount.traffic(w) == model.traffic(w),
+                  "local search: worker " + std::to_string(w) + "'s loads differ from a recount");
+    }
     std::vector<double> compute(n_), traffic(n_);
     for (int32_t w = 0; w < n_; ++w) {
       compute[w] = model.compute(w);

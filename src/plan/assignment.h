@@ -38,6 +38,7 @@ struct AssignmentInput {
   std::vector<int32_t> dataloader;   // dataloader worker of each item's first token
   const std::vector<RequiredPair>* pairs = nullptr;  // sorted by (q, kv)
   int32_t local_search_rounds = 2;
+  bool self_check = false;  // verify the local search's loads against a recount
 };
 
 // owner[block] for every block. Deterministic.

@@ -26,6 +26,7 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   input.sharding = &sharding;
   input.pairs = &pairs;
   input.local_search_rounds = config.local_search_rounds;
+  input.self_check = config.self_check;
   input.block_work.assign(sharding.blocks.size(), 0);
   for (const RequiredPair& p : pairs) input.block_work[p.q_block] += p.token_pairs;
   const std::vector<int64_t> offsets = SequenceOffsets(lengths);
