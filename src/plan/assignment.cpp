@@ -68,7 +68,8 @@ class WorkerIndex {
   // (key, id) ascending; keys are never NaN, so plain comparisons (cheaper
   // than the pair's synthesised three-way comparison on doubles).
   struct Less {
-    bool operator()(const std::pair<double, int32_t>& a, const std::pair<double, int32_t>& b) const {
+    using Entry = std::pair<double, int32_t>;
+    bool operator()(const Entry& a, const Entry& b) const {
       return a.first < b.first || (a.first == b.first && a.second < b.second);
     }
   };
@@ -153,8 +154,9 @@ class Slots {
 // change. Item dependencies are aggregated per item (K/V block, multiplicity),
 // and the dependency counts of the heavy worker and its partners live in
 // dense tables filled once per local-search step, so an evaluation costs
-// O(dependencies of the moved items) array accesses, no hashing. All loads are sums of integers, exact in doubles, so
-// the result equals applying the exchange block by block.
+// O(dependencies of the moved items) array accesses, no hashing. All loads
+// are sums of integers, exact in doubles, so the result equals applying the
+// exchange block by block.
 class LoadModel {
  public:
   static constexpr int kTables = 1 + kSwapPartners;  // the heavy worker and its partners
@@ -589,11 +591,12 @@ class Assigner {
       // by its (unchanged) load.
       const auto below_limit = [&](double heavy_compute, double light_compute, int32_t light) {
         for (int32_t w : model.changed()) {
-          const double c = w == heavy ? heavy_compute : w == light ? light_compute : model.compute(w);
+          const double c =
+              w == heavy ? heavy_compute : (w == light ? light_compute : model.compute(w));
           if (targets.Load(c, model.traffic_after(w)) >= limit) return false;
         }
-        for (auto it = by_load.ordered().rbegin(); it != by_load.ordered().rend() && it->first >= limit;
-             ++it)
+        const auto& ordered = by_load.ordered();
+        for (auto it = ordered.rbegin(); it != ordered.rend() && it->first >= limit; ++it)
           if (!model.in_changed(it->second) && model.Involves(it->second)) return false;
         return true;
       };
