@@ -256,6 +256,31 @@ TEST(PlannerPropertyTest, RandomBatchesGiveValidOptimalDeterministicPlans) {
   }
 }
 
+// The local search evaluates exchanges without applying them and keeps the
+// loads incrementally; with self_check the planner recounts them from the
+// final assignment and throws if they differ.
+TEST(PlannerPropertyTest, LocalSearchLoadsMatchARecount) {
+  std::mt19937_64 rng(20261130);
+  for (int trial = 0; trial < 40; ++trial) {
+    Case k = RandomCase(rng);
+    k.config.self_check = true;
+    k.config.local_search_rounds = 1 + trial % 6;
+    SCOPED_TRACE(k.describe());
+    EXPECT_NO_THROW(MakePlan(k.lengths, k.config));
+  }
+  // The paper's setup at 64 workers: hundreds of kept exchanges.
+  WorkloadConfig w;
+  w.workers = 64;
+  w.tokens_per_worker = 32768;
+  w.max_len = 524288;
+  w.seed = 3;
+  PlannerConfig c;
+  c.workers = 64;
+  c.self_check = true;
+  c.local_search_rounds = 4;
+  EXPECT_NO_THROW(MakePlan(GenerateWorkload(w), c));
+}
+
 // Block sizes at the edges: 1 (every token its own block) and larger than
 // every sequence; coalesce larger than any degree.
 TEST(PlannerPropertyTest, ExtremeBlockSizesAndCoalesce) {

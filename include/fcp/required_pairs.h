@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "fcp/mask.h"
@@ -35,10 +36,13 @@ class SequenceIndex {
   // Throws Error(kInvalidPlan) if the segments of `blocks` do not tile every
   // sequence exactly once (gap, overlap, out-of-range seq or token).
   SequenceIndex(const std::vector<int64_t>& sequences, const std::vector<Block>& blocks);
-  const std::vector<Piece>& pieces(int32_t seq) const { return pieces_[seq]; }
+  std::span<const Piece> pieces(int32_t seq) const {
+    return std::span(pieces_).subspan(begin_[seq], begin_[seq + 1] - begin_[seq]);
+  }
 
  private:
-  std::vector<std::vector<Piece>> pieces_;
+  std::vector<int64_t> begin_;  // pieces of sequence s: pieces_[begin_[s] .. begin_[s+1])
+  std::vector<Piece> pieces_;
 };
 
 // Every required pair, sorted by (q_block, kv_block), each once.

@@ -13,7 +13,8 @@
 // partial dK/dV over the reversed edge two stages after its K/V arrived (one
 // stage to compute with it, so the send follows the last use). Reversed
 // matchings are matchings, so the backward is congestion-free too.
-// Deterministic; O(P log P + E * path) for P pairs and E edges.
+// Deterministic; O(P + N + E * path) for P pairs, N workers and E edges
+// (plus sorting each sender's edges).
 #pragma once
 
 #include <cstdint>
@@ -24,7 +25,8 @@
 
 namespace fcp {
 
-// Sorted by (src, dst, block); unique.
+// Sorted by (src, dst, block); unique. Every block's worker must lie in
+// [0, plan.workers) (internal error otherwise), as for BuildStages*.
 std::vector<Transfer> TransferEdges(const Plan& plan, const std::vector<RequiredPair>& pairs);
 
 // Fills plan.forward and plan.backward from edges given a sub-stage for each

@@ -17,7 +17,8 @@
 //    slots remain for the two-slot items still to come.
 // 2. Local search: swaps of equal-slot items between the most loaded worker
 //    and the lightest ones while that lowers the most loaded worker without
-//    lifting another to its level.
+//    lifting another to its level. An exchange is evaluated from the moved
+//    items' dependencies alone (O(D)), without applying it.
 // Cost: O(passes * I * (C * D + log N)) for I items, C candidates, D
 // dependencies per item, plus the bounded local search.
 #pragma once
@@ -42,6 +43,7 @@ struct AssignmentInput {
   // judge assignments by balance alone.
   double pairs_per_traffic_token = 0;
   int32_t local_search_rounds = 2;
+  bool self_check = false;  // verify the local search's loads against a recount
 };
 
 struct Assignment {

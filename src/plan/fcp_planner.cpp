@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <utility>
 
 #include "assignment.h"
 #include "fcp/planner.h"
@@ -37,6 +38,7 @@ Candidate ShardAndAssign(const std::vector<int64_t>& lengths, const PlannerConfi
   input.lengths = &lengths;
   input.mask = header.mask;
   input.local_search_rounds = config.local_search_rounds;
+  input.self_check = config.self_check;
   input.pairs_per_traffic_token = PairsPerTrafficToken(config);
   input.block_work.assign(c.sharding.blocks.size(), 0);
   for (const RequiredPair& p : c.pairs) input.block_work[p.q_block] += p.token_pairs;

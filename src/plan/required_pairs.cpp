@@ -9,7 +9,7 @@ namespace fcp {
 
 SequenceIndex::SequenceIndex(const std::vector<int64_t>& sequences,
                              const std::vector<Block>& blocks)
-    : pieces_(sequences.size()) {
+    : begin_(sequences.size() + 1, 0) {
   const auto fail = [](const std::string& what) {
     throw Error(ErrorCode::kInvalidPlan, "plan: " + what);
   };
@@ -17,22 +17,32 @@ SequenceIndex::SequenceIndex(const std::vector<int64_t>& sequences,
     const auto& segments = blocks[b].segments;
     for (size_t k = 0; k < segments.size(); ++k) {
       const Segment& s = segments[k];
-      const std::string where =
-          "block " + std::to_string(b) + " segment " + std::to_string(k) + ": ";
+      // Built only for a message: this loop runs over every segment of a plan.
+      const auto where = [&] {
+        return "block " + std::to_string(b) + " segment " + std::to_string(k) + ": ";
+      };
       if (s.seq < 0 || static_cast<size_t>(s.seq) >= sequences.size())
-        fail(where + "sequence " + std::to_string(s.seq) + " does not exist (" +
+        fail(where() + "sequence " + std::to_string(s.seq) + " does not exist (" +
              std::to_string(sequences.size()) + " sequences)");
-      if (s.length <= 0) fail(where + "length must be > 0, got " + std::to_string(s.length));
+      if (s.length <= 0) fail(where() + "length must be > 0, got " + std::to_string(s.length));
       // Written so that no sum can overflow, whatever a plan file holds.
       if (s.start < 0 || s.start > sequences[s.seq] || s.length > sequences[s.seq] - s.start)
-        fail(where + "[seq, start, length] = [" + std::to_string(s.seq) + ", " +
+        fail(where() + "[seq, start, length] = [" + std::to_string(s.seq) + ", " +
              std::to_string(s.start) + ", " + std::to_string(s.length) + "] lies outside sequence " +
              std::to_string(s.seq) + " of length " + std::to_string(sequences[s.seq]));
-      pieces_[s.seq].push_back({s.start, s.length, static_cast<int32_t>(b)});
+      ++begin_[s.seq + 1];
     }
   }
+  // One array for all sequences (row seq: pieces_[begin_[seq] .. begin_[seq+1])),
+  // filled in block order as the rows of a vector per sequence would be.
+  for (size_t seq = 0; seq < sequences.size(); ++seq) begin_[seq + 1] += begin_[seq];
+  pieces_.resize(begin_.back());
+  std::vector<int64_t> fill(begin_.begin(), begin_.end() - 1);
+  for (size_t b = 0; b < blocks.size(); ++b)
+    for (const Segment& s : blocks[b].segments)
+      pieces_[fill[s.seq]++] = {s.start, s.length, static_cast<int32_t>(b)};
   for (size_t seq = 0; seq < sequences.size(); ++seq) {
-    auto& pieces = pieces_[seq];
+    const auto pieces = std::span(pieces_).subspan(begin_[seq], begin_[seq + 1] - begin_[seq]);
     std::sort(pieces.begin(), pieces.end(),
               [](const Piece& a, const Piece& b) { return a.start < b.start; });
     int64_t next = 0;
@@ -66,7 +76,7 @@ std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,
     for (const Segment& s : blocks[q].segments) {
       const TokenRange queries{s.start, s.start + s.length};
       const TokenRange keys = AttendedKeys(mask, queries, sequences[s.seq]);
-      const auto& pieces = index.pieces(s.seq);
+      const auto pieces = index.pieces(s.seq);
       // First piece ending after keys.begin.
       auto it = std::upper_bound(pieces.begin(), pieces.end(), keys.begin,
                                  [](int64_t token, const SequenceIndex::Piece& p) {

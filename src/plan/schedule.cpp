@@ -1,12 +1,17 @@
 #include "fcp/schedule.h"
 
 #include <algorithm>
+#include <span>
 
+#include "buckets.h"
 #include "fcp/edge_coloring.h"
 #include "fcp/error.h"
 
 namespace fcp {
 namespace {
+
+using detail::BucketBy;
+using detail::Buckets;
 
 bool TransferLess(const Transfer& a, const Transfer& b) {
   if (a.src != b.src) return a.src < b.src;
@@ -14,16 +19,76 @@ bool TransferLess(const Transfer& a, const Transfer& b) {
   return a.block < b.block;
 }
 
+// The pairs grouped by receiver (the owner of the query block) without
+// moving them: each query block's row of the (q-sorted) pairs, and each
+// worker's blocks. Owners are copied into one compact array: the pair loops
+// below look one up per pair, and a Block is much larger than its worker.
+struct PairsByReceiver {
+  std::vector<int32_t> owner;      // of each block
+  std::vector<int32_t> row_begin;  // pairs of query block q: [row_begin[q], row_begin[q+1])
+  Buckets blocks_of;               // the blocks of each worker, ascending
+
+  // Calls f(k) for every pair k whose query block worker w owns.
+  template <typename F>
+  void ForEachPair(int32_t w, F f) const {
+    for (int32_t q : blocks_of.row(w))
+      for (int32_t k = row_begin[q]; k < row_begin[q + 1]; ++k) f(k);
+  }
+};
+
+// Requires block owners in [0, plan.workers) and pairs sorted by q_block
+// (internal errors otherwise).
+PairsByReceiver GroupPairs(const Plan& plan, const std::vector<RequiredPair>& pairs) {
+  const auto blocks = static_cast<int32_t>(plan.blocks.size());
+  PairsByReceiver g;
+  g.owner.resize(blocks);
+  for (int32_t b = 0; b < blocks; ++b) {
+    g.owner[b] = plan.blocks[b].worker;
+    FCP_CHECK(g.owner[b] >= 0 && g.owner[b] < plan.workers, "block owners in [0, workers)");
+  }
+  g.row_begin.assign(static_cast<size_t>(blocks) + 1, 0);
+  for (size_t k = 0; k < pairs.size(); ++k) {
+    const RequiredPair& p = pairs[k];
+    FCP_CHECK(p.q_block >= 0 && p.q_block < blocks && p.kv_block >= 0 && p.kv_block < blocks,
+              "pair blocks in range");
+    FCP_CHECK(k == 0 || pairs[k - 1].q_block <= p.q_block, "pairs sorted by q_block");
+    ++g.row_begin[p.q_block + 1];
+  }
+  for (int32_t b = 0; b < blocks; ++b) g.row_begin[b + 1] += g.row_begin[b];
+  g.blocks_of = BucketBy(plan.workers, plan.blocks.size(), [&](int32_t b) { return g.owner[b]; });
+  return g;
+}
+
+bool StrictlySorted(const std::vector<Transfer>& edges) {
+  return std::adjacent_find(edges.begin(), edges.end(), [](const Transfer& a, const Transfer& b) {
+           return !TransferLess(a, b);
+         }) == edges.end();
+}
+
 }  // namespace
 
 std::vector<Transfer> TransferEdges(const Plan& plan, const std::vector<RequiredPair>& pairs) {
-  std::vector<Transfer> edges;
-  for (const RequiredPair& p : pairs) {
-    const int32_t src = plan.blocks[p.kv_block].worker, dst = plan.blocks[p.q_block].worker;
-    if (src != dst) edges.push_back({p.kv_block, src, dst});
+  const PairsByReceiver g = GroupPairs(plan, pairs);
+  // Per receiver, the K/V blocks it needs from other workers, each once and
+  // ascending: (dst, block) order; a stable bucket sort by sender then gives
+  // (src, dst, block).
+  std::vector<Transfer> by_dst;
+  std::vector<int32_t> seen(plan.blocks.size(), -1), needed;
+  for (int32_t w = 0; w < plan.workers; ++w) {
+    needed.clear();
+    g.ForEachPair(w, [&](int32_t k) {
+      const int32_t kv = pairs[k].kv_block;
+      if (g.owner[kv] == w || seen[kv] == w) return;
+      seen[kv] = w;
+      needed.push_back(kv);
+    });
+    std::sort(needed.begin(), needed.end());
+    for (int32_t kv : needed) by_dst.push_back({kv, g.owner[kv], w});
   }
-  std::sort(edges.begin(), edges.end(), TransferLess);
-  edges.erase(std::unique(edges.begin(), edges.end()), edges.end());
+  const Buckets by_src =
+      BucketBy(plan.workers, by_dst.size(), [&](int32_t e) { return by_dst[e].src; });
+  std::vector<Transfer> edges(by_dst.size());
+  for (size_t e = 0; e < edges.size(); ++e) edges[e] = by_dst[by_src.items[e]];
   return edges;
 }
 
@@ -31,35 +96,68 @@ void BuildStagesFromSubStages(Plan& plan, const std::vector<RequiredPair>& pairs
                               const std::vector<Transfer>& edges,
                               const std::vector<int32_t>& sub_stage, int32_t sub_stages) {
   FCP_CHECK(sub_stage.size() == edges.size(), "one sub-stage per edge");
-  FCP_CHECK(std::is_sorted(edges.begin(), edges.end(), TransferLess), "edges sorted by (src, dst, block)");
+  FCP_CHECK(StrictlySorted(edges), "edges sorted by (src, dst, block), unique");
+  const PairsByReceiver g = GroupPairs(plan, pairs);
+  for (const Transfer& t : edges)
+    FCP_CHECK(t.block >= 0 && static_cast<size_t>(t.block) < plan.blocks.size() && t.dst >= 0 &&
+                  t.dst < plan.workers,
+              "edge block and receiver in range");
   const int32_t c = plan.coalesce;
   const int32_t transfer_stages = (sub_stages + c - 1) / c;
   plan.forward.assign(transfer_stages + 1, ForwardStage{});
   plan.backward.assign(transfer_stages > 0 ? transfer_stages + 2 : 1, BackwardStage{});
-
+  std::vector<int32_t> edge_stage(edges.size());
   for (size_t e = 0; e < edges.size(); ++e) {
-    const int32_t stage = sub_stage[e] / c;
     FCP_CHECK(sub_stage[e] >= 0 && sub_stage[e] < sub_stages, "sub-stage out of range");
-    plan.forward[stage].send.push_back(edges[e]);
-    plan.backward[stage].send_kv.push_back(edges[e]);
-    plan.backward[stage + 2].send_dkv.push_back({edges[e].block, edges[e].dst, edges[e].src});
+    edge_stage[e] = sub_stage[e] / c;
   }
-  for (const RequiredPair& p : pairs) {
-    const int32_t worker = plan.blocks[p.q_block].worker;
-    int32_t stage = 0;
-    if (plan.blocks[p.kv_block].worker != worker) {
-      // The edge that brings kv_block to this worker (edges are sorted).
-      const Transfer key{p.kv_block, plan.blocks[p.kv_block].worker, worker};
-      auto it = std::lower_bound(edges.begin(), edges.end(), key, TransferLess);
-      FCP_CHECK(it != edges.end() && *it == key, "every remote pair has a transfer");
-      stage = sub_stage[it - edges.begin()] / c + 1;
-    }
-    plan.forward[stage].compute.push_back({p.q_block, p.kv_block});
-    plan.backward[stage].compute.push_back({p.q_block, p.kv_block});
+
+  // Edges by receiver; a stable bucket sort of the (src, dst, block)-sorted
+  // edges by dst is (dst, src, block) order.
+  const Buckets edges_to =
+      BucketBy(plan.workers, edges.size(), [&](int32_t e) { return edges[e].dst; });
+  // Stage of every pair: 0 for a local one, else the one after its K/V
+  // arrives, found one receiver at a time: arrival[kv] is the stage after
+  // the edge owner(kv) -> receiver.
+  std::vector<int32_t> pair_stage(pairs.size(), 0);
+  std::vector<int32_t> arrival(plan.blocks.size(), -1);
+  for (int32_t w = 0; w < plan.workers; ++w) {
+    for (int32_t e : edges_to.row(w))
+      if (edges[e].src == g.owner[edges[e].block]) arrival[edges[e].block] = edge_stage[e] + 1;
+    g.ForEachPair(w, [&](int32_t k) {
+      const int32_t kv = pairs[k].kv_block;
+      if (g.owner[kv] == w) return;
+      FCP_CHECK(arrival[kv] > 0, "every remote pair has a transfer");
+      pair_stage[k] = arrival[kv];
+    });
+    for (int32_t e : edges_to.row(w)) arrival[edges[e].block] = -1;
   }
-  // Edges and pairs were visited in sorted order, so every stage's sends and
-  // computes are already sorted; only the reversed dK/dV edges are not.
-  for (BackwardStage& s : plan.backward) std::sort(s.send_dkv.begin(), s.send_dkv.end(), TransferLess);
+
+  // Exact sizes first: the lists are long and filled one element at a time.
+  std::vector<size_t> sends(plan.forward.size(), 0), computes(plan.forward.size(), 0);
+  for (int32_t stage : edge_stage) ++sends[stage];
+  for (int32_t stage : pair_stage) ++computes[stage];
+  for (size_t s = 0; s < plan.forward.size(); ++s) {
+    plan.forward[s].send.reserve(sends[s]);
+    plan.backward[s].send_kv.reserve(sends[s]);
+    if (sends[s] > 0) plan.backward[s + 2].send_dkv.reserve(sends[s]);
+    plan.forward[s].compute.reserve(computes[s]);
+    plan.backward[s].compute.reserve(computes[s]);
+  }
+  // Visiting edges and pairs in their sorted orders (the dK/dV edges by
+  // receiver, reversed) leaves every stage's lists sorted.
+  for (size_t e = 0; e < edges.size(); ++e) {
+    plan.forward[edge_stage[e]].send.push_back(edges[e]);
+    plan.backward[edge_stage[e]].send_kv.push_back(edges[e]);
+  }
+  for (int32_t e : edges_to.items)
+    plan.backward[edge_stage[e] + 2].send_dkv.push_back(
+        {edges[e].block, edges[e].dst, edges[e].src});
+  for (size_t k = 0; k < pairs.size(); ++k) {
+    const BlockPair pair{pairs[k].q_block, pairs[k].kv_block};
+    plan.forward[pair_stage[k]].compute.push_back(pair);
+    plan.backward[pair_stage[k]].compute.push_back(pair);
+  }
 }
 
 void BuildStages(Plan& plan, const std::vector<RequiredPair>& pairs, bool self_check) {
