@@ -37,9 +37,9 @@ double Gap(double value, double bound) { return bound > 0 ? value / bound - 1 : 
 int main(int argc, char** argv) {
   std::vector<int> workers = {16, 64, 256};
   if (argc == 3 && std::string(argv[1]) == "--workers") workers = ParseList(argv[2]);
-  std::printf("| mix | N | seed | compute imb. | compute gap to LB | traffic imb. | max traffic / LB "
-              "| max tokens / cap | fwd transfer stages / ceil(Delta/c) | mean traffic MiB |\n");
-  std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::printf("| mix | N | seed | mode | compute imb. | compute gap to LB | traffic imb. | max traffic / LB "
+              "| max tokens / cap | fwd transfer stages / ceil(Delta/c) | mean / max traffic MiB |\n");
+  std::printf("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
   for (int n : workers) {
     std::vector<Mix> mixes;
     for (uint64_t seed : {0, 1, 2}) {
@@ -64,23 +64,28 @@ int main(int argc, char** argv) {
     mixes.push_back({"one giant sequence", giant});
     for (const Mix& mix : mixes) {
       const std::vector<int64_t> lengths = fcp::GenerateWorkload(mix.config);
-      fcp::PlannerConfig pc;
-      pc.workers = n;
-      const fcp::Plan plan = fcp::MakePlan(lengths, pc);
-      const fcp::PlanMetrics m = fcp::ComputePlanMetrics(plan);
-      double mean_traffic = 0;
-      for (const fcp::WorkerMetrics& w : m.workers) mean_traffic += w.traffic_bytes() / double(n);
-      std::printf("| %s | %d | %llu | %.2f%% | %.2f%% | %.2f%% | %.2f | %lld / %lld | %d / %d | %.0f |\n",
-                  mix.name, n, static_cast<unsigned long long>(mix.config.seed),
-                  100 * m.compute_imbalance, 100 * Gap(m.max_compute, m.compute_lower_bound),
-                  100 * m.traffic_imbalance,
-                  m.traffic_lower_bound_bytes > 0
-                      ? double(m.max_traffic_bytes) / double(m.traffic_lower_bound_bytes)
-                      : 0.0,
-                  static_cast<long long>(m.max_tokens), static_cast<long long>(plan.token_cap),
-                  m.forward_transfer_stages, m.transfer_stage_lower_bound,
-                  mean_traffic / 1048576.0);
-      std::fflush(stdout);
+      // The default plan (network-aware) and balance mode (ratio 0).
+      for (const double ratio : {fcp::PlannerConfig{}.network_flops_per_byte, 0.0}) {
+        fcp::PlannerConfig pc;
+        pc.workers = n;
+        pc.network_flops_per_byte = ratio;
+        const fcp::Plan plan = fcp::MakePlan(lengths, pc);
+        const fcp::PlanMetrics m = fcp::ComputePlanMetrics(plan);
+        double mean_traffic = 0;
+        for (const fcp::WorkerMetrics& w : m.workers) mean_traffic += w.traffic_bytes() / double(n);
+        std::printf(
+            "| %s | %d | %llu | %s | %.2f%% | %.2f%% | %.2f%% | %.2f | %lld / %lld | %d / %d | %.0f / %.0f |\n",
+            mix.name, n, static_cast<unsigned long long>(mix.config.seed),
+            ratio > 0 ? "default" : "balance", 100 * m.compute_imbalance,
+            100 * Gap(m.max_compute, m.compute_lower_bound), 100 * m.traffic_imbalance,
+            m.traffic_lower_bound_bytes > 0
+                ? double(m.max_traffic_bytes) / double(m.traffic_lower_bound_bytes)
+                : 0.0,
+            static_cast<long long>(m.max_tokens), static_cast<long long>(plan.token_cap),
+            m.forward_transfer_stages, m.transfer_stage_lower_bound, mean_traffic / 1048576.0,
+            double(m.max_traffic_bytes) / 1048576.0);
+        std::fflush(stdout);
+      }
     }
   }
   return 0;

@@ -259,7 +259,8 @@ std::unique_ptr<PlanHandle> MakePlanHandle(nb::handle lengths, int64_t workers, 
                                            int64_t token_cap, const std::string& planner,
                                            bool check, std::optional<double> heavy_fraction,
                                            std::optional<int64_t> max_split,
-                                           std::optional<int64_t> local_search) {
+                                           std::optional<int64_t> local_search,
+                                           std::optional<double> network_flops_per_byte) {
   PlannerConfig config;
   config.workers = ToInt32("plan", "workers", workers);
   config.block_size = block_size;
@@ -277,6 +278,7 @@ std::unique_ptr<PlanHandle> MakePlanHandle(nb::handle lengths, int64_t workers, 
   if (heavy_fraction) config.heavy_fraction = *heavy_fraction;
   if (max_split) config.max_split = ToInt32("plan", "max_split", *max_split);
   if (local_search) config.local_search_rounds = ToInt32("plan", "local_search", *local_search);
+  if (network_flops_per_byte) config.network_flops_per_byte = *network_flops_per_byte;
   const std::vector<int64_t> values = LengthsFrom(lengths);
   return WithoutGil([&] {
     const auto start = std::chrono::steady_clock::now();
@@ -505,7 +507,8 @@ NB_MODULE(_fcp, m) {
         nb::arg("coalesce"), nb::arg("mask"), nb::arg("window"), nb::arg("heads_q"),
         nb::arg("heads_kv"), nb::arg("head_dim"), nb::arg("dtype_bytes"), nb::arg("token_cap"),
         nb::arg("planner"), nb::arg("check"), nb::arg("heavy_fraction").none(),
-        nb::arg("max_split").none(), nb::arg("local_search").none());
+        nb::arg("max_split").none(), nb::arg("local_search").none(),
+        nb::arg("network_flops_per_byte").none());
 
   m.def("from_json", [](const std::string& text) {
     return WithoutGil([&] {

@@ -23,6 +23,8 @@ PLAN_ERRORS = [
     ({"workers": 2, "token_cap": -1}, ["--workers", 2, "--token-cap", -1], ValueError),
     ({"workers": 2, "heavy_fraction": -1}, ["--workers", 2, "--heavy-fraction", -1], ValueError),
     ({"workers": 2, "max_split": 0}, ["--workers", 2, "--max-split", 0], ValueError),
+    ({"workers": 2, "network_flops_per_byte": -1}, ["--workers", 2, "--network-flops-per-byte", -1],
+     ValueError),
     ({"workers": 2, "local_search": -3}, ["--workers", 2, "--local-search", -3], ValueError),
 ]
 
