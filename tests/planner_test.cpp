@@ -102,6 +102,33 @@ TEST(PlannerTest, PackedBlockOnOneWorker) {
   EXPECT_THAT(backward, UnorderedElementsAre(BlockPair{0, 0}));
 }
 
+// Three short sequences, two workers, block = cap = 8 tokens, causal:
+//
+//   slot 1: | seq0 [0,6) | seq1 [0,2) |   slot 2: | seq1 [2,4) | seq2 [0,6) |
+//
+// seq1 straddles the slots. Its pieces become blocks of their own, so the
+// only transfer is seq1 [0,2) (2 tokens), not a whole packed block, and the
+// later piece computes its local pair in the stage its remote K/V arrives.
+TEST(PlannerTest, SplitShortSequenceMovesOnlyItsPiece) {
+  const Plan plan = MakePlan({6, 4, 6}, Config(2, 8, 1));
+  ValidatePlan(plan, {.forbid_redundant_transfers = true});
+  ASSERT_EQ(plan.blocks.size(), 4u);
+  EXPECT_EQ(plan.blocks[1].segments, (std::vector<Segment>{{1, 0, 2}}));
+  EXPECT_EQ(plan.blocks[2].segments, (std::vector<Segment>{{1, 2, 2}}));
+  EXPECT_NE(plan.blocks[1].worker, plan.blocks[2].worker);
+  EXPECT_THAT(AllSends(plan),
+              UnorderedElementsAre(Transfer{1, plan.blocks[1].worker, plan.blocks[2].worker}));
+  const auto stage_of = [&](int32_t q, int32_t kv) {
+    for (size_t t = 0; t < plan.forward.size(); ++t)
+      for (const BlockPair& p : plan.forward[t].compute)
+        if (p.q_block == q && p.kv_block == kv) return static_cast<int>(t);
+    return -1;
+  };
+  EXPECT_EQ(stage_of(2, 1), 1);
+  EXPECT_EQ(stage_of(2, 2), 1);
+  EXPECT_EQ(stage_of(0, 0), 0);  // whole sequences stay in stage 0
+}
+
 TEST(PlannerTest, OneWorkerNeverTransfers) {
   for (const Mask& mask : {Mask{MaskKind::kCausal, 0}, Mask{MaskKind::kFull, 0},
                            Mask{MaskKind::kSlidingWindow, 100}}) {
