@@ -81,6 +81,21 @@ expect 0 "inspect the plan" -- inspect --plan "$tmp/plan.json"
 contains "inspect" "$tmp/stdout" "stages:"
 contains "inspect" "$tmp/stdout" "planning time:"
 
+expect 0 "simulate" -- simulate --plan "$tmp/plan.json" --profile gpu-x --trace "$tmp/trace.json"
+contains "simulate" "$tmp/stdout" "MFU:"
+contains "simulate trace" "$tmp/trace.json" '"traceEvents"'
+expect 0 "simulate --json" -- simulate --plan "$tmp/plan.json" --profile gpu-y --json --reshuffle none
+contains "simulate json" "$tmp/stdout" '"mfu"'
+
+expect 0 "compare" -- compare --dist lognormal --workers 2,4 --tokens-per-worker 2048 \
+  --max-len 8192 --block-size 256 --planners fcp,ring,magi --csv "$tmp/compare.csv"
+contains "compare" "$tmp/stdout" "magi"
+[[ $(wc -l <"$tmp/compare.csv") -eq 7 ]] || fail "compare: expected a header and 6 CSV rows"
+expect 0 "compare in balance mode" -- compare --workers 4 --tokens-per-worker 2048 \
+  --max-len 8192 --block-size 256 --planners fcp --network-flops-per-byte 0
+expect 0 "plan in balance mode" -- plan --lengths "$tmp/lengths.txt" --workers 4 \
+  --block-size 256 --network-flops-per-byte 0 --out "$tmp/balanced.json"
+
 for f in "$corpus"/*.json; do
   expect 0 "validate $(basename "$f")" -- validate --plan "$f"
   expect 0 "inspect $(basename "$f")" -- inspect --plan "$f"
@@ -145,6 +160,16 @@ expect 1 "unwritable plan output" -- plan --lengths "$tmp/lengths.txt" --workers
   --out "$tmp/no/such/dir/plan.json"
 expect 1 "unwritable workload output" -- workload --out "$tmp/no/such/dir/lengths.txt"
 expect 1 "workload --max-len 0" -- workload --max-len 0
+expect 1 "simulate: unknown profile" -- simulate --plan "$tmp/plan.json" --profile gpu-z
+expect 1 "simulate: unreadable plan" -- simulate --plan "$tmp/missing.json"
+expect 2 "compare: bad --workers" -- compare --workers 2,x --planners fcp
+expect 1 "compare: unknown planner" -- compare --workers 2 --planners fcp,nope
+contains "compare unknown planner" "$tmp/stderr" "nope"
+expect 1 "negative network ratio" -- plan --lengths "$tmp/lengths.txt" --workers 4 \
+  --network-flops-per-byte -1 --out "$tmp/x.json"
+contains "negative network ratio" "$tmp/stderr" "network_flops_per_byte must be >= 0"
+expect 1 "compare: negative network ratio" -- compare --workers 2 --planners fcp \
+  --network-flops-per-byte -1
 [[ -e "$tmp/x.json" ]] && fail "a failed plan command left $tmp/x.json behind"
 
 if [[ $failures -ne 0 ]]; then

@@ -56,6 +56,15 @@ TEST(CostModelTest, EquivalentKernelLength) {
   EXPECT_DOUBLE_EQ(EquivalentKernelTokens(0, 0), 0);
 }
 
+// The planner's network ratio for a profile: FLOPs computed while one byte
+// crosses the NIC. gpu-x: 989e12 x 126/132 x 0.66 / 50e9 = 12462.
+TEST(CostModelTest, NetworkFlopsPerByte) {
+  EXPECT_NEAR(NetworkFlopsPerByte(BuiltinProfile("gpu-x")), 989e12 * 126.0 / 132.0 * 0.66 / 50e9, 1e-6);
+  HardwareProfile p = BuiltinProfile("gpu-x");
+  p.nic_bytes_per_s *= 2;  // twice the network: half the ratio
+  EXPECT_NEAR(NetworkFlopsPerByte(p), NetworkFlopsPerByte(BuiltinProfile("gpu-x")) / 2, 1e-6);
+}
+
 TEST(CostModelTest, AttentionAndTransferTimes) {
   HardwareProfile p;
   p.peak_flops = 1e15;
