@@ -8,7 +8,6 @@
 #include <set>
 #include <span>
 #include <string>
-#include <unordered_map>
 #include <utility>
 
 #include "buckets.h"
@@ -378,49 +377,75 @@ struct SequenceNeed {
 // which is what makes the greedy keep long sequences on few workers.
 class NeedHulls {
  public:
-  explicit NeedHulls(size_t sequences) : workers_of_(sequences) {}
+  // At most `capacity` (worker, sequence) hulls will be added.
+  NeedHulls(size_t sequences, size_t capacity) : latest_(sequences, -1) {
+    int bits = 4;
+    while ((size_t{1} << bits) < 2 * capacity) ++bits;  // load factor <= 1/2
+    table_.assign(size_t{1} << bits, Hull{});
+    mask_ = (size_t{1} << bits) - 1;
+    shift_ = 64 - bits;
+  }
   // Receive tokens added if `needs` joined worker w.
-  double Marginal(int32_t w, const std::vector<SequenceNeed>& needs) const {
+  double Marginal(int32_t w, std::span<const SequenceNeed> needs) const {
     double added = 0;
     for (const SequenceNeed& n : needs) {
-      const auto it = hulls_.find(Key(w, n.seq));
-      if (it == hulls_.end()) {
+      const Hull& h = table_[Find(Key(w, n.seq))];
+      if (h.key == kEmpty) {
         added += static_cast<double>(n.hi - n.lo - n.own);
         continue;
       }
-      const Hull& h = it->second;
       const int64_t before = h.hi - h.lo - h.own;
       const int64_t after = std::max(h.hi, n.hi) - std::min(h.lo, n.lo) - h.own - n.own;
       added += static_cast<double>(after - before);
     }
     return added;
   }
-  void Add(int32_t w, const std::vector<SequenceNeed>& needs) {
+  void Add(int32_t w, std::span<const SequenceNeed> needs) {
     for (const SequenceNeed& n : needs) {
-      const auto [it, inserted] = hulls_.try_emplace(Key(w, n.seq), Hull{n.lo, n.hi, n.own});
-      if (inserted) {
-        workers_of_[n.seq].push_back(w);
+      const uint64_t key = Key(w, n.seq);
+      const size_t slot = Find(key);
+      Hull& h = table_[slot];
+      if (h.key == kEmpty) {
+        h = Hull{key, n.lo, n.hi, n.own, w, latest_[n.seq]};
+        latest_[n.seq] = static_cast<int32_t>(slot);
         continue;
       }
-      Hull& h = it->second;
       h.lo = std::min(h.lo, n.lo);
       h.hi = std::max(h.hi, n.hi);
       h.own += n.own;
     }
   }
-  // Workers holding queries of `seq`, in the order they got them.
-  const std::vector<int32_t>& WorkersOf(int32_t seq) const { return workers_of_[seq]; }
+  // Calls f(w) for the last `limit` workers that got queries of `seq`, the
+  // latest first.
+  template <typename F>
+  void ForLatestWorkers(int32_t seq, size_t limit, F f) const {
+    for (int32_t slot = latest_[seq]; slot >= 0 && limit > 0; slot = table_[slot].previous, --limit)
+      f(table_[slot].worker);
+  }
 
  private:
+  static constexpr uint64_t kEmpty = ~uint64_t{0};
   struct Hull {
-    int64_t lo, hi, own;
+    uint64_t key = kEmpty;
+    int64_t lo = 0, hi = 0, own = 0;
+    int32_t worker = -1;
+    int32_t previous = -1;  // the slot of the sequence's hull added before this one
   };
   static uint64_t Key(int32_t w, int32_t seq) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(seq)) << 32) | static_cast<uint32_t>(w);
   }
-  // Only looked up, never iterated: its order cannot reach the plan.
-  std::unordered_map<uint64_t, Hull> hulls_;
-  std::vector<std::vector<int32_t>> workers_of_;
+  // The slot holding `key`, or the empty slot where it would go (linear probing).
+  size_t Find(uint64_t key) const {
+    size_t slot = static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> shift_);
+    while (table_[slot].key != key && table_[slot].key != kEmpty) slot = (slot + 1) & mask_;
+    return slot;
+  }
+  // An open-addressing table, only looked up, never iterated: its order
+  // cannot reach the plan.
+  std::vector<Hull> table_;
+  size_t mask_ = 0;
+  int shift_ = 60;
+  std::vector<int32_t> latest_;  // per sequence: the slot of its latest hull, -1 if none
 };
 
 enum class Start { kCompute, kVector, kAffinity };
@@ -513,7 +538,7 @@ class Assigner {
   // its queries attend in each (sequences it holds whole need nothing).
   void ComputeNeeds() {
     const std::vector<int64_t>& lengths = *in_.lengths;
-    item_needs_.assign(items_.size(), {});
+    item_needs_.offset.assign(1, 0);
     std::vector<Segment> segments;
     for (size_t i = 0; i < items_.size(); ++i) {
       segments.clear();
@@ -525,8 +550,9 @@ class Assigner {
       });
       for (const Segment& x : segments) {
         const TokenRange keys = AttendedKeys(in_.mask, {x.start, x.start + x.length}, lengths[x.seq]);
-        std::vector<SequenceNeed>& needs = item_needs_[i];
-        if (!needs.empty() && needs.back().seq == x.seq) {
+        std::vector<SequenceNeed>& needs = item_needs_.items;  // row i is the tail
+        const bool in_row = needs.size() > static_cast<size_t>(item_needs_.offset.back());
+        if (in_row && needs.back().seq == x.seq) {
           needs.back().lo = std::min(needs.back().lo, keys.begin);
           needs.back().hi = std::max(needs.back().hi, keys.end);
           needs.back().own += x.length;
@@ -534,6 +560,7 @@ class Assigner {
           needs.push_back({x.seq, keys.begin, keys.end, x.length});
         }
       }
+      item_needs_.offset.push_back(static_cast<int32_t>(item_needs_.items.size()));
     }
   }
 
@@ -596,7 +623,7 @@ class Assigner {
                                                    : targets_.traffic};
     const std::vector<int32_t>& order = start == Start::kCompute ? compute_order_ : vector_order_;
     Slots slots(*in_.sharding, n_);
-    NeedHulls hulls(in_.lengths->size());
+    NeedHulls hulls(in_.lengths->size(), affinity ? item_needs_.items.size() : 0);
     std::vector<double> compute(n_, 0), traffic(n_, 0);
     // Indexes of open workers (a free slot of the class) by compute and traffic.
     WorkerIndex by_compute[2] = {WorkerIndex(n_), WorkerIndex(n_)};
@@ -611,7 +638,7 @@ class Assigner {
     std::vector<int32_t> candidates;
     for (int32_t i : order) {
       const Item& item = items_[i];
-      const std::vector<SequenceNeed>& needs = item_needs_[i];
+      const std::span<const SequenceNeed> needs = item_needs_.row(i);
       const int cls = item.small ? 1 : 0;
       candidates.clear();
       Collect(by_compute[cls], slots, item, kComputeCandidates, candidates);
@@ -623,11 +650,8 @@ class Assigner {
       const int32_t home = in_.dataloader[i];
       consider(home);
       if (affinity)
-        for (const SequenceNeed& n : needs) {
-          const std::vector<int32_t>& holders = hulls.WorkersOf(n.seq);
-          const size_t first = holders.size() - std::min<size_t>(holders.size(), kAffinityCandidates);
-          for (size_t k = holders.size(); k-- > first;) consider(holders[k]);
-        }
+        for (const SequenceNeed& n : needs)
+          hulls.ForLatestWorkers(n.seq, kAffinityCandidates, consider);
       if (candidates.empty())  // every indexed candidate was infeasible: scan all
         for (int32_t w = 0; w < n_ && candidates.empty(); ++w) consider(w);
       FCP_CHECK(!candidates.empty(), "assignment: no worker has room for item " + std::to_string(i));
@@ -827,7 +851,7 @@ class Assigner {
   std::vector<double> item_work_;
   std::vector<double> item_traffic_;  // estimated tokens sent + received
   std::vector<double> item_send_;     // estimated tokens sent
-  std::vector<std::vector<SequenceNeed>> item_needs_;
+  Rows<SequenceNeed> item_needs_;
   std::vector<int32_t> compute_order_, vector_order_;
   Targets targets_;
 };

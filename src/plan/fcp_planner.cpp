@@ -25,11 +25,17 @@ struct Candidate {
   detail::Assignment assignment;
 };
 
+// Sharding steps 1-3 (shared by the candidates) and the sequences' first tokens.
+struct Common {
+  detail::ShardBase base;
+  std::vector<int64_t> offsets;
+};
+
 Candidate ShardAndAssign(const std::vector<int64_t>& lengths, const PlannerConfig& config,
-                         const Plan& header, double heavy_fraction, int32_t max_split) {
+                         const Plan& header, const Common& common, double heavy_fraction,
+                         int32_t max_split) {
   Candidate c;
-  c.sharding = detail::ShardBatch(lengths, config.block_size, header.token_cap, config.workers,
-                                  config.mask, heavy_fraction, max_split);
+  c.sharding = detail::FinishSharding(common.base, lengths, config.mask, heavy_fraction, max_split);
   c.pairs = RequiredPairs(lengths, c.sharding.blocks, header.mask);
   detail::AssignmentInput input;
   input.workers = config.workers;
@@ -42,7 +48,8 @@ Candidate ShardAndAssign(const std::vector<int64_t>& lengths, const PlannerConfi
   input.pairs_per_traffic_token = PairsPerTrafficToken(config);
   input.block_work.assign(c.sharding.blocks.size(), 0);
   for (const RequiredPair& p : c.pairs) input.block_work[p.q_block] += p.token_pairs;
-  const std::vector<int64_t> offsets = SequenceOffsets(lengths);
+  const std::vector<int64_t>& offsets = common.offsets;
+  input.dataloader.reserve(c.sharding.items.size());
   for (const detail::Item& item : c.sharding.items) {
     const Segment& first = c.sharding.blocks[item.blocks.front()].segments.front();
     input.dataloader.push_back(
@@ -61,9 +68,13 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   // 1-2. Shard and assign; with a network ratio, also with heavy blocks cut
   // in at most two pieces (less traffic, coarser balance), keeping the
   // candidate with the smaller bottleneck (ties: the configured one).
-  Candidate best = ShardAndAssign(lengths, config, plan, config.heavy_fraction, config.max_split);
+  const Common common{detail::ShardSteps123(lengths, config.block_size, plan.token_cap,
+                                            config.workers, config.mask),
+                      SequenceOffsets(lengths)};
+  Candidate best =
+      ShardAndAssign(lengths, config, plan, common, config.heavy_fraction, config.max_split);
   if (config.network_flops_per_byte > 0 && config.heavy_fraction > 0 && config.max_split > 2) {
-    Candidate coarse = ShardAndAssign(lengths, config, plan, config.heavy_fraction, 2);
+    Candidate coarse = ShardAndAssign(lengths, config, plan, common, config.heavy_fraction, 2);
     const double ratio = PairsPerTrafficToken(config);
     if (detail::Cost(coarse.assignment, ratio) < detail::Cost(best.assignment, ratio))
       best = std::move(coarse);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "buckets.h"
 #include "fcp/error.h"
 
 namespace fcp::detail {
@@ -19,14 +20,6 @@ namespace {
 // Pieces of a split item hold at least this many query tokens, so their
 // kernels (coalesced with the rest of the stage) stay efficient.
 constexpr int64_t kMinPieceTokens = 256;
-
-// An item before blocks get their final ids.
-struct ProtoItem {
-  std::vector<Block> blocks;
-  int32_t slots = 1;
-  bool small = false;
-  int64_t work = 0;
-};
 
 // Appends tokens [start, start + length) of `seq`, merging with the last
 // segment when contiguous.
@@ -84,22 +77,17 @@ bool AllFull(const ProtoItem& item, int64_t b) {
 }
 
 // Step 4: split items heavier than `bound` into p sub-items of one slot,
-// completed with fillers from the lightest one-slot items.
-void SplitHeavyItems(std::vector<ProtoItem>& items, int64_t b, double bound, int32_t split_limit,
-                     const std::vector<int64_t>& lengths, const Mask& mask) {
-  std::vector<size_t> order(items.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t x, size_t y) { return items[x].work > items[y].work; });
-  // Light items available as fillers, lightest last.
-  std::vector<size_t> light;
-  for (size_t i : order)
-    if (!items[i].small && items[i].slots == 1 && AllFull(items[i], b)) light.push_back(i);
-
-  std::vector<uint8_t> removed(items.size(), 0);
+// completed with fillers from the lightest one-slot items. Marks the split
+// items and the fillers in `removed` and returns the sub-items.
+std::vector<ProtoItem> SplitHeavyItems(const ShardBase& base, double bound, int32_t split_limit,
+                                       const std::vector<int64_t>& lengths, const Mask& mask,
+                                       std::vector<uint8_t>& removed) {
+  const std::vector<ProtoItem>& items = base.items;
+  const int64_t b = base.block_size;
+  std::vector<size_t> light = base.light;  // lightest last
   std::vector<ProtoItem> added;
-  for (size_t i : order) {
-    ProtoItem& item = items[i];
+  for (size_t i : base.by_work) {
+    const ProtoItem& item = items[i];
     if (static_cast<double>(item.work) <= bound) break;
     if (item.small || !AllFull(item, b) || removed[i]) continue;
     int32_t p = 2;
@@ -138,8 +126,9 @@ void SplitHeavyItems(std::vector<ProtoItem>& items, int64_t b, double bound, int
     }
     for (int32_t x = 0; x < p; ++x) {
       ProtoItem sub;
-      sub.blocks.push_back(pieces[0][x]);
-      if (pieces.size() == 2) sub.blocks.push_back(pieces[1][p - 1 - x]);
+      sub.blocks.reserve(3);
+      sub.blocks.push_back(std::move(pieces[0][x]));
+      if (pieces.size() == 2) sub.blocks.push_back(std::move(pieces[1][p - 1 - x]));
       int64_t tokens = 0;
       for (const Block& blk : sub.blocks) tokens += blk.tokens();
       if (tokens < b) sub.blocks.push_back(filler.Take(b - tokens));
@@ -149,38 +138,45 @@ void SplitHeavyItems(std::vector<ProtoItem>& items, int64_t b, double bound, int
     FCP_CHECK(filler.empty(), "heavy-item fillers use every dissolved token");
     removed[i] = 1;
   }
-  std::vector<ProtoItem> kept;
-  for (size_t i = 0; i < items.size(); ++i)
-    if (!removed[i]) kept.push_back(std::move(items[i]));
-  for (ProtoItem& x : added) kept.push_back(std::move(x));
-  items = std::move(kept);
+  return added;
 }
 
-// A packed block's segments that are only part of their sequence become
-// blocks of their own; the whole sequences stay together in one block. A
-// piece's K/V (or its queries' need for the rest of its sequence) is then
-// the only thing that crosses workers, so a short sequence split at a slot
-// boundary costs a transfer of that piece, not of the whole packed block.
-// The item keeps its tokens, so slots and the token cap are unchanged.
-std::vector<Block> IsolatePartialSegments(Block block, const std::vector<int64_t>& lengths) {
-  if (block.segments.size() < 2) return {std::move(block)};
-  std::vector<Block> out;
+// Appends `block` to `out` (its index to `ids`), its segments that are only
+// part of their sequence as blocks of their own: the whole sequences stay
+// together in one block. A piece's K/V (or its queries' need for the rest of
+// its sequence) is then the only thing that crosses workers, so a short
+// sequence split at a slot boundary costs a transfer of that piece, not of
+// the whole packed block. The item keeps its tokens, so slots and the token
+// cap are unchanged. B: const Block& (copied) or Block (moved).
+template <typename B>
+void AppendIsolated(B&& block, const std::vector<int64_t>& lengths, std::vector<Block>& out,
+                    std::vector<int32_t>& ids) {
+  if (block.segments.size() < 2) {
+    ids.push_back(static_cast<int32_t>(out.size()));
+    out.push_back(std::forward<B>(block));
+    return;
+  }
   Block whole;
   for (const Segment& s : block.segments) {
-    if (s.length == lengths[s.seq])
+    if (s.length == lengths[s.seq]) {
       whole.segments.push_back(s);
-    else
+    } else {
+      ids.push_back(static_cast<int32_t>(out.size()));
       out.push_back(Block{0, {s}});
+    }
   }
-  if (!whole.segments.empty()) out.push_back(std::move(whole));
-  return out;
+  if (!whole.segments.empty()) {
+    ids.push_back(static_cast<int32_t>(out.size()));
+    out.push_back(std::move(whole));
+  }
 }
 
 }  // namespace
 
-Sharding ShardBatch(const std::vector<int64_t>& lengths, int64_t block_size, int64_t token_cap,
-                    int32_t workers, const Mask& mask, double heavy_fraction, int32_t max_split) {
-  Sharding out;
+ShardBase ShardSteps123(const std::vector<int64_t>& lengths, int64_t block_size, int64_t token_cap,
+                        int32_t workers, const Mask& mask) {
+  ShardBase out;
+  out.workers = workers;
   const int64_t b = std::min(block_size, token_cap);
   out.block_size = b;
   out.big_slots = static_cast<int32_t>(std::min<int64_t>(token_cap / b, INT32_MAX));
@@ -209,7 +205,7 @@ Sharding ShardBatch(const std::vector<int64_t>& lengths, int64_t block_size, int
     total_work += static_cast<double>(work[i]);
   }
 
-  std::vector<ProtoItem> items;
+  std::vector<ProtoItem>& items = out.items;
   // 2. More blocks than big slots: dissolve the short block (at most one) and
   //    then the cheapest into small blocks of <= r tokens. T <= N*q*b + N*r,
   //    so they fill at most N small slots.
@@ -243,7 +239,7 @@ Sharding ShardBatch(const std::vector<int64_t>& lengths, int64_t block_size, int
   const auto single = [&](size_t i) {
     ProtoItem item;
     item.work = work[i];
-    item.blocks.push_back(blocks[i]);
+    item.blocks.push_back(std::move(blocks[i]));
     items.push_back(std::move(item));
   };
   // A worker holds at most floor(q/2) pairs, so at most N*floor(q/2) pairs
@@ -257,7 +253,9 @@ Sharding ShardBatch(const std::vector<int64_t>& lengths, int64_t block_size, int
       ProtoItem pair;
       pair.slots = 2;
       pair.work = work[run[lo]] + work[run[hi - 1]];
-      pair.blocks = {blocks[run[lo]], blocks[run[hi - 1]]};
+      pair.blocks.reserve(2);
+      pair.blocks.push_back(std::move(blocks[run[lo]]));
+      pair.blocks.push_back(std::move(blocks[run[hi - 1]]));
       items.push_back(std::move(pair));
       ++lo, --hi;
     }
@@ -275,48 +273,83 @@ Sharding ShardBatch(const std::vector<int64_t>& lengths, int64_t block_size, int
   }
   flush_run();
 
+  out.total_work = total_work;
+  // Step 4's order: by decreasing work; light (one-slot, full) items are the
+  // fillers, lightest last.
+  out.by_work.resize(items.size());
+  std::iota(out.by_work.begin(), out.by_work.end(), 0);
+  std::stable_sort(out.by_work.begin(), out.by_work.end(),
+                   [&](size_t x, size_t y) { return items[x].work > items[y].work; });
+  for (size_t i : out.by_work)
+    if (!items[i].small && items[i].slots == 1 && AllFull(items[i], b)) out.light.push_back(i);
+  return out;
+}
+
+Sharding FinishSharding(const ShardBase& base, const std::vector<int64_t>& lengths, const Mask& mask,
+                        double heavy_fraction, int32_t max_split) {
+  Sharding out;
+  const int64_t b = base.block_size;
+  out.block_size = b;
+  out.big_slots = base.big_slots;
+  out.small_slots = base.small_slots;
+
   // 4. Split items that outweigh a worker's share.
+  std::vector<uint8_t> removed(base.items.size(), 0);
+  std::vector<ProtoItem> added;
   if (heavy_fraction > 0 && max_split >= 2) {
     int32_t split_limit = 1;
     while (split_limit * 2 <= max_split && b / (split_limit * 2) >= kMinPieceTokens) split_limit *= 2;
     if (split_limit >= 2)
-      SplitHeavyItems(items, b, heavy_fraction * total_work / workers, split_limit, lengths, mask);
+      added = SplitHeavyItems(base, heavy_fraction * base.total_work / base.workers, split_limit,
+                              lengths, mask, removed);
   }
 
-  for (ProtoItem& item : items) {
-    std::vector<Block> isolated;
-    for (Block& block : item.blocks)
-      for (Block& piece : IsolatePartialSegments(std::move(block), lengths))
-        isolated.push_back(std::move(piece));
-    item.blocks = std::move(isolated);
-  }
-
-  // 5. Final block ids in global token order; items refer to them.
-  struct Ref {
-    size_t item, index;
-    int32_t seq;
-    int64_t start;
+  // Items: the kept ones, then the sub-items; their blocks with partial
+  // segments isolated, numbered in item order for now.
+  std::vector<Block> blocks;
+  blocks.reserve(2 * (base.items.size() + added.size()));
+  out.items.reserve(base.items.size() + added.size());
+  const auto start_item = [&](const ProtoItem& proto) -> Item& {
+    Item& item = out.items.emplace_back();
+    item.slots = proto.slots;
+    item.small = proto.small;
+    item.blocks.reserve(proto.blocks.size());
+    return item;
   };
-  std::vector<Ref> refs;
-  for (size_t i = 0; i < items.size(); ++i)
-    for (size_t k = 0; k < items[i].blocks.size(); ++k) {
-      const Segment& first = items[i].blocks[k].segments.front();
-      refs.push_back({i, k, first.seq, first.start});
-    }
-  std::sort(refs.begin(), refs.end(), [](const Ref& x, const Ref& y) {
-    return x.seq != y.seq ? x.seq < y.seq : x.start < y.start;
-  });
-  out.items.resize(items.size());
-  for (size_t i = 0; i < items.size(); ++i) {
-    out.items[i].slots = items[i].slots;
-    out.items[i].small = items[i].small;
-    out.items[i].blocks.resize(items[i].blocks.size());
+  for (size_t i = 0; i < base.items.size(); ++i) {
+    if (removed[i]) continue;
+    Item& item = start_item(base.items[i]);
+    for (const Block& block : base.items[i].blocks) AppendIsolated(block, lengths, blocks, item.blocks);
   }
-  for (const Ref& r : refs) {
-    out.items[r.item].blocks[r.index] = static_cast<int32_t>(out.blocks.size());
-    out.blocks.push_back(std::move(items[r.item].blocks[r.index]));
+  for (ProtoItem& proto : added) {
+    Item& item = start_item(proto);
+    for (Block& block : proto.blocks) AppendIsolated(std::move(block), lengths, blocks, item.blocks);
   }
+
+  // 5. Final block ids in global token order (by sequence, then start: the
+  //    blocks are disjoint, so the keys are distinct); items refer to them.
+  Buckets by_seq = BucketBy(static_cast<int32_t>(lengths.size()), blocks.size(),
+                            [&](int32_t k) { return blocks[k].segments.front().seq; });
+  for (size_t seq = 0; seq < lengths.size(); ++seq)
+    std::sort(by_seq.items.begin() + by_seq.begin[seq], by_seq.items.begin() + by_seq.begin[seq + 1],
+              [&](int32_t x, int32_t y) {
+                return blocks[x].segments.front().start < blocks[y].segments.front().start;
+              });
+  std::vector<int32_t> id(blocks.size());
+  out.blocks.reserve(blocks.size());
+  for (int32_t k : by_seq.items) {
+    id[k] = static_cast<int32_t>(out.blocks.size());
+    out.blocks.push_back(std::move(blocks[k]));
+  }
+  for (Item& item : out.items)
+    for (int32_t& k : item.blocks) k = id[k];
   return out;
+}
+
+Sharding ShardBatch(const std::vector<int64_t>& lengths, int64_t block_size, int64_t token_cap,
+                    int32_t workers, const Mask& mask, double heavy_fraction, int32_t max_split) {
+  return FinishSharding(ShardSteps123(lengths, block_size, token_cap, workers, mask), lengths, mask,
+                        heavy_fraction, max_split);
 }
 
 }  // namespace fcp::detail

@@ -45,7 +45,31 @@ struct Sharding {
   int64_t block_size = 0;   // effective: min(block_size, token_cap)
 };
 
-// heavy_fraction, max_split: see PlannerConfig (0 / < 2 disables splitting).
+// Steps 1-3 and the work order of their items: what does not depend on the
+// heavy-block split, so candidates that differ only in it share it.
+struct ProtoItem {
+  std::vector<Block> blocks;
+  int32_t slots = 1;
+  bool small = false;
+  int64_t work = 0;
+};
+struct ShardBase {
+  std::vector<ProtoItem> items;
+  std::vector<size_t> by_work;  // item indices by decreasing work (stable)
+  std::vector<size_t> light;    // full one-slot items in by_work order: filler candidates
+  double total_work = 0;
+  int32_t workers = 1;
+  int32_t big_slots = 0, small_slots = 0;
+  int64_t block_size = 0;
+};
+ShardBase ShardSteps123(const std::vector<int64_t>& lengths, int64_t block_size, int64_t token_cap,
+                        int32_t workers, const Mask& mask);
+// Step 4 (heavy_fraction, max_split: see PlannerConfig; 0 / < 2 disables
+// splitting) and the final blocks of `base`.
+Sharding FinishSharding(const ShardBase& base, const std::vector<int64_t>& lengths, const Mask& mask,
+                        double heavy_fraction, int32_t max_split);
+
+// Both at once.
 Sharding ShardBatch(const std::vector<int64_t>& lengths, int64_t block_size, int64_t token_cap,
                     int32_t workers, const Mask& mask, double heavy_fraction, int32_t max_split);
 
