@@ -95,6 +95,9 @@ expect 0 "compare in balance mode" -- compare --workers 4 --tokens-per-worker 20
   --max-len 8192 --block-size 256 --planners fcp --network-flops-per-byte 0
 expect 0 "plan in balance mode" -- plan --lengths "$tmp/lengths.txt" --workers 4 \
   --block-size 256 --network-flops-per-byte 0 --out "$tmp/balanced.json"
+contains "plan records its options" "$tmp/balanced.json" '"network_flops_per_byte": 0.0'
+expect 0 "inspect re-plans with the recorded options" -- inspect --plan "$tmp/balanced.json"
+if grep -q "gives a different plan" "$tmp/stdout"; then fail "inspect: re-planning ignored the options"; fi
 
 for f in "$corpus"/*.json; do
   expect 0 "validate $(basename "$f")" -- validate --plan "$f"

@@ -19,6 +19,7 @@ namespace fcp {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using nlohmann::json;
 
 // A plan written by hand (not by WritePlanJson): other spacing, fields in
@@ -111,8 +112,10 @@ TEST(PlanJsonTest, RoundTripIsByteIdentical) {
   Plan big = testing::TwoWorkerPlan();
   big.token_cap = (int64_t{1} << 40) + 7;  // beyond int32
   big.sequences = {int64_t{1} << 31};
+  Plan options = testing::TwoWorkerPlan();
+  options.planner_options = {{"a", 0.1}, {"b", 4}, {"c", 1e-300}, {"d", 12462.5}};
   for (const Plan& plan : {testing::TwoWorkerPlan(), testing::ThreeWorkerPlan(),
-                           ReadPlanJson(kHandJson), empty_stages, window, big}) {
+                           ReadPlanJson(kHandJson), empty_stages, window, big, options}) {
     const std::string first = WritePlanJson(plan);
     const Plan read = ReadPlanJson(first);
     EXPECT_EQ(read, plan);
@@ -217,6 +220,10 @@ const Malformed kMalformed[] = {
      "field 'forward[2].compute[0]' must be [q_block, kv_block]"},
     {"ComputeIdBeyondInt32", [](json& j) { j["forward"][2]["compute"][0][0] = -(int64_t{1} << 40); },
      "field 'forward[2].compute[0][0]' is out of range"},
+    {"OptionsNotObject", [](json& j) { j["planner_options"] = json::array(); },
+     "field 'planner_options' must be an object"},
+    {"OptionNotNumber", [](json& j) { j["planner_options"]["max_split"] = "4"; },
+     "field 'planner_options.max_split' must be a finite number, got \"4\""},
     {"MissingBackward", [](json& j) { j.erase("backward"); }, "field 'backward' is missing"},
     {"BackwardSendDkvMissing", [](json& j) { j["backward"][3].erase("send_dkv"); },
      "field 'backward[3].send_dkv' is missing"},
@@ -238,6 +245,21 @@ TEST_P(PlanJsonMalformedTest, FailsNamingTheField) {
 
 INSTANTIATE_TEST_SUITE_P(AllFields, PlanJsonMalformedTest, ::testing::ValuesIn(kMalformed),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// Options come back sorted by name whatever order a planner stored them in,
+// and the file lists them in that order.
+TEST(PlanJsonTest, PlannerOptionsAreWrittenSortedByName) {
+  Plan plan = testing::TwoWorkerPlan();
+  plan.planner_options = {{"zeta", 2}, {"alpha", 0.5}};
+  const std::string text = WritePlanJson(plan);
+  EXPECT_THAT(text, HasSubstr("\"planner_options\": {\"alpha\": 0.5, \"zeta\": 2.0}"));
+  EXPECT_EQ(ReadPlanJson(text).planner_options,
+            (std::vector<std::pair<std::string, double>>{{"alpha", 0.5}, {"zeta", 2}}));
+  EXPECT_THAT(WritePlanJson(testing::TwoWorkerPlan()), Not(HasSubstr("planner_options")));
+  std::string huge = text;
+  huge.replace(huge.find("0.5"), 3, "1E999");
+  EXPECT_THAT(ParseError(huge), HasSubstr("number overflow parsing '1E999'"));
+}
 
 TEST(PlanJsonTest, RejectsTextThatIsNotAPlanObject) {
   EXPECT_THAT(ParseError(""), HasSubstr("plan: not valid JSON"));

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fcp/mask.h"
@@ -79,6 +80,11 @@ struct Plan {
   int64_t block_size = 4096;  // informational
   int32_t coalesce = 16;      // the congestion bound c of every stage
   int64_t token_cap = 0;      // max tokens any one worker may own
+  // The planner's own settings beyond the fields above, (name, value) sorted
+  // by name, so that a plan says how it was made (`fcp inspect` re-plans with
+  // them). Written as the optional object "planner_options", an extra field
+  // that PLAN_FORMAT.md lets readers ignore; empty = omitted.
+  std::vector<std::pair<std::string, double>> planner_options;
   std::vector<int64_t> sequences;  // lengths, in dataloader (global token) order
   std::vector<Block> blocks;
   std::vector<ForwardStage> forward;

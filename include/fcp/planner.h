@@ -86,6 +86,11 @@ const PlannerInfo& FindPlanner(const std::string& name);
 Plan PlanHeader(const std::vector<int64_t>& lengths, const PlannerConfig& config,
                 const std::string& planner);
 
+// The config that re-makes `plan`: the inverse of PlanHeader, plus the
+// settings the planner recorded in plan.planner_options (names this version
+// does not know are ignored; MakePlan then tells by a different plan).
+PlannerConfig PlannerConfigOf(const Plan& plan);
+
 // Validates, then runs the planner named by config.planner.
 Plan MakePlan(const std::vector<int64_t>& lengths, const PlannerConfig& config);
 

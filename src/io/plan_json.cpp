@@ -1,7 +1,9 @@
 // Plan <-> JSON text. The writer emits a canonical layout by hand (one block or
 // stage per line) so files are readable, diff-able and byte-identical for equal
 // plans; the reader uses nlohmann::json and checks every field's type.
+#include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -149,6 +151,20 @@ std::string WritePlanJson(const Plan& plan) {
   AppendInt(out, plan.coalesce);
   out += ",\n  \"token_cap\": ";
   AppendInt(out, plan.token_cap);
+  if (!plan.planner_options.empty()) {
+    // Sorted by name, the order a reader gets them in: round trips stay exact.
+    auto options = plan.planner_options;
+    std::stable_sort(options.begin(), options.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    out += ",\n  \"planner_options\": {";
+    for (size_t i = 0; i < options.size(); ++i) {
+      if (i) out += ", ";
+      out += json(options[i].first).dump();
+      out += ": ";
+      out += json(options[i].second).dump();
+    }
+    out += '}';
+  }
   out += ",\n  \"sequences\": [";
   for (size_t i = 0; i < plan.sequences.size(); ++i) {
     if (i) out += ", ";
@@ -252,6 +268,15 @@ Plan ReadPlanJson(const std::string& text) {
   plan.block_size = Int(Field(doc, "block_size", ""), "block_size");
   plan.coalesce = Int32(Field(doc, "coalesce", ""), "coalesce");
   plan.token_cap = Int(Field(doc, "token_cap", ""), "token_cap");
+  if (const auto options = doc.find("planner_options"); options != doc.end()) {
+    if (!options->is_object()) ParseFail("planner_options", "must be an object");
+    for (const auto& [name, value] : options->items()) {
+      const std::string where = "planner_options." + name;
+      if (!value.is_number() || !std::isfinite(value.get<double>()))
+        ParseFail(where, "must be a finite number, got " + value.dump());
+      plan.planner_options.emplace_back(name, value.get<double>());
+    }
+  }
 
   const json& sequences = Array(Field(doc, "sequences", ""), "sequences");
   plan.sequences.reserve(sequences.size());

@@ -101,6 +101,24 @@ Plan PlanHeader(const std::vector<int64_t>& lengths, const PlannerConfig& config
   return plan;
 }
 
+PlannerConfig PlannerConfigOf(const Plan& plan) {
+  PlannerConfig c;
+  c.planner = plan.planner;
+  c.workers = plan.workers;
+  c.mask = plan.mask;
+  c.attention = plan.attention;
+  c.block_size = plan.block_size;
+  c.coalesce = plan.coalesce;
+  c.token_cap = plan.token_cap;
+  for (const auto& [name, value] : plan.planner_options) {
+    if (name == "heavy_fraction") c.heavy_fraction = value;
+    else if (name == "max_split") c.max_split = static_cast<int32_t>(value);
+    else if (name == "local_search_rounds") c.local_search_rounds = static_cast<int32_t>(value);
+    else if (name == "network_flops_per_byte") c.network_flops_per_byte = value;
+  }
+  return c;
+}
+
 Plan MakePlan(const std::vector<int64_t>& lengths, const PlannerConfig& config) {
   config.validate(lengths);
   Plan plan = FindPlanner(config.planner).make(lengths, config);

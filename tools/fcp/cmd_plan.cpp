@@ -107,14 +107,7 @@ void AddPlanCommands(CLI::App& app) {
     double seconds = -1;
     for (const PlannerInfo& info : Planners()) {
       if (info.name != p.planner) continue;
-      PlannerConfig c;
-      c.workers = p.workers;
-      c.block_size = p.block_size;
-      c.coalesce = p.coalesce;
-      c.mask = p.mask;
-      c.attention = p.attention;
-      c.token_cap = p.token_cap;
-      c.planner = p.planner;
+      const PlannerConfig c = PlannerConfigOf(p);
       const auto start = std::chrono::steady_clock::now();
       const Plan again = MakePlan(p.sequences, c);
       seconds = SecondsSince(start);
