@@ -734,7 +734,10 @@ class Assigner {
     std::vector<int32_t> partners;
     std::vector<Offer> offers;
     for (int64_t step = 0; step < max_steps && budget > 0; ++step) {
-      const auto [max_load, heavy] = *by_load.ordered().rbegin();
+      // Plain variables, not a structured binding: lambdas below capture
+      // them, which Clang before 16 rejects for bindings.
+      const double max_load = by_load.ordered().rbegin()->first;
+      const int32_t heavy = by_load.ordered().rbegin()->second;
       const double limit = max_load * (1 - 1e-9);
       partners.clear();
       for (const WorkerIndex* index : {&by_compute, &by_traffic}) {

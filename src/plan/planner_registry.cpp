@@ -102,14 +102,9 @@ Plan PlanHeader(const std::vector<int64_t>& lengths, const PlannerConfig& config
 }
 
 PlannerConfig PlannerConfigOf(const Plan& plan) {
-  PlannerConfig c;
-  c.planner = plan.planner;
-  c.workers = plan.workers;
-  c.mask = plan.mask;
-  c.attention = plan.attention;
-  c.block_size = plan.block_size;
-  c.coalesce = plan.coalesce;
-  c.token_cap = plan.token_cap;
+  PlannerConfig c{.workers = plan.workers, .block_size = plan.block_size,
+                  .coalesce = plan.coalesce, .mask = plan.mask, .attention = plan.attention,
+                  .token_cap = plan.token_cap, .planner = plan.planner};
   for (const auto& [name, value] : plan.planner_options) {
     if (name == "heavy_fraction") c.heavy_fraction = value;
     else if (name == "max_split") c.max_split = static_cast<int32_t>(value);

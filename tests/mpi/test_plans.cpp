@@ -6,21 +6,20 @@
 #include <random>
 #include <set>
 
+#include "fcp/planner.h"
 #include "fcp/required_pairs.h"
 
 namespace fcp::testing {
 namespace {
 
 Plan Header(const TestPlanSpec& spec, const char* planner) {
-  Plan plan;
-  plan.planner = planner;
-  plan.workers = spec.workers;
-  plan.mask = spec.mask;
-  plan.attention = spec.attention;
-  plan.block_size = spec.block_size;
-  plan.coalesce = spec.coalesce;
-  plan.sequences = spec.sequences;
-  return plan;
+  PlannerConfig config;
+  config.workers = spec.workers;
+  config.mask = spec.mask;
+  config.attention = spec.attention;
+  config.block_size = spec.block_size;
+  config.coalesce = spec.coalesce;
+  return PlanHeader(spec.sequences, config, planner);  // token_cap: SetTokenCap
 }
 
 void SetTokenCap(Plan& plan) {
