@@ -163,6 +163,10 @@ expect 1 "unwritable plan output" -- plan --lengths "$tmp/lengths.txt" --workers
   --out "$tmp/no/such/dir/plan.json"
 expect 1 "unwritable workload output" -- workload --out "$tmp/no/such/dir/lengths.txt"
 expect 1 "workload --max-len 0" -- workload --max-len 0
+echo 12000 >"$tmp/one.txt"
+expect 1 "too many block pairs" -- plan --lengths "$tmp/one.txt" --workers 1 --block-size 1 \
+  --mask full --out "$tmp/x.json"
+contains "too many block pairs" "$tmp/stderr" "candidate block pairs"
 expect 1 "simulate: unknown profile" -- simulate --plan "$tmp/plan.json" --profile gpu-z
 expect 1 "simulate: unreadable plan" -- simulate --plan "$tmp/missing.json"
 expect 2 "compare: bad --workers" -- compare --workers 2,x --planners fcp

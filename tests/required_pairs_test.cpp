@@ -135,6 +135,25 @@ int64_t BruteForcePairs(const Mask& mask, const Block& q, const Block& kv) {
   return n;
 }
 
+// A hostile plan or batch: one 12000-token sequence in 1-token blocks under a
+// full mask is 1.44e8 block pairs (gigabytes). Refused with a clear error
+// before anything is allocated, by the planner and by the validator alike.
+TEST(RequiredPairsTest, RefusesMoreThanTwoToThe27CandidatePairs) {
+  std::vector<Block> blocks;
+  for (int64_t t = 0; t < 12000; ++t) blocks.push_back({0, {{0, t, 1}}});
+  const auto message = [&](const Mask& mask) {
+    try {
+      RequiredPairs({12000}, blocks, mask);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_THAT(message({MaskKind::kFull, 0}), HasSubstr("144000000 candidate block pairs"));
+  EXPECT_THAT(message({MaskKind::kSlidingWindow, 10}), HasSubstr("no error"));
+}
+
 TEST(RequiredPairsTest, MatchesBruteForceOnRandomPackings) {
   std::mt19937_64 rng(7);
   const Mask masks[] = {{MaskKind::kCausal, 0}, {MaskKind::kFull, 0},

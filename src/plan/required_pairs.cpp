@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "fcp/error.h"
 
@@ -66,9 +67,42 @@ std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,
   return RequiredPairs(sequences, blocks, mask, SequenceIndex(sequences, blocks));
 }
 
+namespace {
+
+// Beyond this many candidate pairs the lists would take gigabytes (16 bytes
+// a pair here, more in a plan): a clear error instead of running out of memory.
+constexpr int64_t kMaxCandidatePairs = int64_t{1} << 27;
+
+// The pieces of a sequence that overlap `keys`: [first, last).
+std::pair<const SequenceIndex::Piece*, const SequenceIndex::Piece*> KeyPieces(
+    std::span<const SequenceIndex::Piece> pieces, TokenRange keys) {
+  const SequenceIndex::Piece* first =
+      std::upper_bound(pieces.data(), pieces.data() + pieces.size(), keys.begin,
+                       [](int64_t token, const SequenceIndex::Piece& p) { return token < p.start + p.length; });
+  const SequenceIndex::Piece* last =
+      std::lower_bound(first, pieces.data() + pieces.size(), keys.end,
+                       [](const SequenceIndex::Piece& p, int64_t token) { return p.start < token; });
+  return {first, last};
+}
+
+}  // namespace
+
 std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,
                                         const std::vector<Block>& blocks, const Mask& mask,
                                         const SequenceIndex& index) {
+  // Every required pair is one of these (query segment, key piece) pairs.
+  int64_t candidates = 0;
+  for (const Block& block : blocks)
+    for (const Segment& s : block.segments) {
+      const auto [first, last] = KeyPieces(
+          index.pieces(s.seq), AttendedKeys(mask, {s.start, s.start + s.length}, sequences[s.seq]));
+      candidates += last - first;
+    }
+  if (candidates > kMaxCandidatePairs)
+    throw Error(ErrorCode::kInvalidArgument,
+                "required pairs: these blocks give " + std::to_string(candidates) +
+                    " candidate block pairs, more than 2^27 can be listed in memory; use larger "
+                    "blocks");
   std::vector<RequiredPair> pairs;
   std::vector<RequiredPair> row;  // pairs of one query block, merged before appending
   for (size_t q = 0; q < blocks.size(); ++q) {
@@ -76,13 +110,8 @@ std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,
     for (const Segment& s : blocks[q].segments) {
       const TokenRange queries{s.start, s.start + s.length};
       const TokenRange keys = AttendedKeys(mask, queries, sequences[s.seq]);
-      const auto pieces = index.pieces(s.seq);
-      // First piece ending after keys.begin.
-      auto it = std::upper_bound(pieces.begin(), pieces.end(), keys.begin,
-                                 [](int64_t token, const SequenceIndex::Piece& p) {
-                                   return token < p.start + p.length;
-                                 });
-      for (; it != pieces.end() && it->start < keys.end; ++it) {
+      const auto [first, last] = KeyPieces(index.pieces(s.seq), keys);
+      for (const SequenceIndex::Piece* it = first; it != last; ++it) {
         const int64_t n =
             AllowedPairs(mask, queries, TokenRange{it->start, it->start + it->length});
         if (n > 0) row.push_back({static_cast<int32_t>(q), it->block, n});
