@@ -7,15 +7,20 @@
 //
 // The FCP pipeline (DESIGN.md section 3; src/plan/):
 //   1. shard: cut sequences into blocks of block_size tokens; pack the shorter
-//      remainders into shared (varlen) blocks; split blocks far heavier than
+//      remainders into shared (varlen) blocks, a piece of a sequence cut at a
+//      slot boundary being a block of its own; split blocks far heavier than
 //      a worker's mean share, refilling them with tokens of light blocks;
-//   2. assign: vector LPT over compute, K/V blocks received and sent under the
-//      hard token cap, then a local search; pieces are split only when no
-//      worker has room for a whole one, so the cap always holds;
+//   2. assign: greedy starts (compute LPT, vector LPT over compute and K/V
+//      traffic, and one that prices traffic by what a worker already holds
+//      of the item's sequences) under slot limits that make the token cap
+//      exact, each refined by a local search; with network_flops_per_byte
+//      > 0, steps 1-2 also run with heavy blocks cut in at most two pieces
+//      and the plan with the lower compute + traffic cost is kept;
 //   3. transfer graph: one edge (owner(j) -> w) per K/V block j that worker w
 //      needs and does not own; colour its edges into exactly Delta matchings;
 //   4. coalesce c colours per stage; compute the pairs of a block received in
-//      stage t in stage t + 1, local pairs in stage 0;
+//      stage t in stage t + 1, local pairs in stage 0 (a piece of a split
+//      short sequence: in the stage of its remote pairs);
 //   5. backward: the same K/V matchings, and each partial dK/dV returned to
 //      its owner over the reversed matching two stages later.
 // Complexity: O(P log P + K * C * D) for P required pairs, K blocks, C

@@ -71,7 +71,7 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
 
   // 1-2. Shard and assign; with a network ratio, also with heavy blocks cut
   // in at most two pieces (less traffic, coarser balance), keeping the
-  // candidate with the smaller bottleneck (ties: the configured one).
+  // candidate with the lower detail::Cost (ties: the configured one).
   const Common common{detail::ShardSteps123(lengths, config.block_size, plan.token_cap,
                                             config.workers, config.mask),
                       SequenceOffsets(lengths)};
