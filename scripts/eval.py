@@ -457,10 +457,15 @@ def discussion(facts, mid):
 * **Per-stage coupling.** The runtime model has per-stage send/receive rendezvous with double
   buffering, so a stage lasts as long as its slowest participant. The ablation at N = {mid} shows
   it: components added one by one {ladder_text}; components removed from FCP: {loo_text}.
-  Coalescing matters most (fewer, longer stages and kernels). Pipelining and the congestion-free
-  colouring add little or nothing on this batch, because FCP's stages are far from balanced per
-  worker (the colouring bounds each stage's degree, not its bytes against its compute); with all
-  transfers in one stage the network is simply kept busy. The paper reports each component adding
+  Coalescing matters most (fewer, longer stages and kernels), then pipelining. The congestion-free
+  colouring adds nothing on this batch, and the reason is visible in the plans: Delta is set by the
+  busiest receiver (at N = 256, seed 0, one worker receives 274 K/V blocks per pass; `fcp inspect`
+  shows ceil(274/16) = 18 transfer stages for both plans). Random pull order also gives every
+  receiver at most c blocks per stage; what it gives up is the sender bound (up to 35 sends from one
+  worker in a stage), and the equal times say those senders are not the bottleneck: each of
+  their receivers' in-ports is already shared by c incoming flows. Colouring pays off where senders
+  are the hot spots (few owners of K/V needed by many), which these plans avoid by balancing
+  traffic. The paper reports each component adding
   "considerable" utilisation; its Table 2 values are not in the text we have.
 * **Ring is much worse than in the paper** (FCP/ring {f['fcp']['mfu'] / f['ring']['mfu']:.1f}x at
   N = {n_max}, {f16['fcp']['mfu'] / f16['ring']['mfu']:.1f}x at N = {workers[0]}; paper: at most

@@ -449,6 +449,10 @@ class NeedHulls {
 };
 
 enum class Start { kCompute, kVector, kAffinity };
+// The local search's exchange partners for the heavy worker: the lightest
+// workers by compute and by traffic, half each (kMixed), or all by the
+// dimension that binds the heavy worker (kBinding).
+enum class Partners { kMixed, kBinding };
 
 // Per-worker compute (token pairs) and K/V traffic (tokens sent + received).
 struct Loads {
@@ -583,15 +587,24 @@ class Assigner {
             ? std::vector<Start>{Start::kAffinity}
             : std::vector<Start>{Start::kCompute, Start::kVector, Start::kAffinity};
     for (const Start start : starts) {
-      Result r{Greedy(start), {}};
-      r.loads = Improve(r.owner);
-      const double cost =
-          Cost({{}, r.loads.compute, r.loads.traffic}, in_.pairs_per_traffic_token);
-      if (cost < best_cost) {
-        best_cost = cost;
-        best = results.size();
+      const std::vector<int32_t> greedy = Greedy(start);
+      // Balance mode also searches with every partner taken from the heavy
+      // worker's binding dimension: it levels traffic better on most paper
+      // batches, the mixed set on the rest (and on time, hence the default).
+      const std::vector<Partners> policies =
+          in_.pairs_per_traffic_token > 0 ? std::vector<Partners>{Partners::kMixed}
+                                          : std::vector<Partners>{Partners::kMixed, Partners::kBinding};
+      for (const Partners policy : policies) {
+        Result r{greedy, {}};
+        r.loads = Improve(r.owner, policy);
+        const double cost =
+            Cost({{}, r.loads.compute, r.loads.traffic}, in_.pairs_per_traffic_token);
+        if (cost < best_cost) {
+          best_cost = cost;
+          best = results.size();
+        }
+        results.push_back(std::move(r));
       }
-      results.push_back(std::move(r));
     }
     Result& r = results[best];
     return {std::move(r.owner), std::move(r.loads.compute), std::move(r.loads.traffic)};
@@ -705,7 +718,7 @@ class Assigner {
   // applied as removing the items, then adding them swapped (LoadModel::
   // Involves), so a worker at the limit that only re-sends or re-receives a
   // block also blocks it. Returns the real per-worker loads of the result.
-  Loads Improve(std::vector<int32_t>& owner) {
+  Loads Improve(std::vector<int32_t>& owner, Partners policy) {
     LoadModel model(in_, items_, item_deps_, users_, block_tokens_, owner);
     std::vector<std::vector<int32_t>> owned(n_);
     for (size_t i = 0; i < items_.size(); ++i)
@@ -740,10 +753,14 @@ class Assigner {
       const int32_t heavy = by_load.ordered().rbegin()->second;
       const double limit = max_load * (1 - 1e-9);
       partners.clear();
+      // The heavy worker's binding dimension must come down.
+      const bool compute_bound =
+          model.compute(heavy) / targets.compute >= model.traffic(heavy) / targets.traffic;
       for (const WorkerIndex* index : {&by_compute, &by_traffic}) {
+        const bool binding = (index == &by_compute) == compute_bound;
+        const int quota = policy == Partners::kMixed ? kSwapPartners / 2 : binding ? kSwapPartners : 0;
         int taken = 0;
-        for (auto it = index->ordered().begin();
-             it != index->ordered().end() && taken < kSwapPartners / 2; ++it)
+        for (auto it = index->ordered().begin(); it != index->ordered().end() && taken < quota; ++it)
           if (it->second != heavy &&
               std::find(partners.begin(), partners.end(), it->second) == partners.end()) {
             partners.push_back(it->second);
@@ -767,9 +784,6 @@ class Assigner {
           if (!model.in_changed(it->second) && model.Involves(it->second)) return false;
         return true;
       };
-      // The heavy worker's binding dimension must come down.
-      const bool compute_bound =
-          model.compute(heavy) / targets.compute >= model.traffic(heavy) / targets.traffic;
       bool improved = false;
       for (size_t x = 0; x < owned[heavy].size() && !improved && budget > 0; ++x) {
         const int32_t a = owned[heavy][x];
