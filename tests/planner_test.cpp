@@ -2,6 +2,7 @@
 // tests over random batches and configs, quality on the paper's setup, and
 // config errors.
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <set>
@@ -346,25 +347,28 @@ class PlannerQualityTest : public ::testing::TestWithParam<std::tuple<int32_t, u
   }
 };
 
-// Balance mode (no network ratio): the plan the paper's Figure 9 measures.
-TEST_P(PlannerQualityTest, BalanceModeImbalanceBelowFivePercent) {
+// The paper's balance (Figure 9) for the default plan (network-aware, within
+// max_imbalance = 5%) and for balance mode (no network ratio).
+TEST_P(PlannerQualityTest, ImbalanceBelowFivePercentByDefaultAndInBalanceMode) {
   const std::vector<int64_t> lengths = Batch();
-  PlannerConfig c = PaperConfig();
-  c.network_flops_per_byte = 0;
-  const Plan plan = MakePlan(lengths, c);
-  ValidatePlan(plan, {.forbid_redundant_transfers = true});
-  const PlanMetrics m = ComputePlanMetrics(plan);
-  EXPECT_LT(m.compute_imbalance, 0.05);
-  EXPECT_LT(m.traffic_imbalance, 0.05);
-  EXPECT_EQ(m.max_tokens, 32768);  // b divides T/N: exact memory balance
-  EXPECT_EQ(m.forward_transfer_stages, m.transfer_stage_lower_bound);
-  RecordProperty("compute_imbalance", std::to_string(m.compute_imbalance));
-  RecordProperty("traffic_imbalance", std::to_string(m.traffic_imbalance));
+  for (const double ratio : {PlannerConfig{}.network_flops_per_byte, 0.0}) {
+    SCOPED_TRACE("network_flops_per_byte " + std::to_string(ratio));
+    PlannerConfig c = PaperConfig();
+    c.network_flops_per_byte = ratio;
+    const Plan plan = MakePlan(lengths, c);
+    ValidatePlan(plan, {.forbid_redundant_transfers = true});
+    const PlanMetrics m = ComputePlanMetrics(plan);
+    EXPECT_LT(m.compute_imbalance, 0.05);
+    EXPECT_LT(m.traffic_imbalance, 0.05);
+    EXPECT_EQ(m.max_tokens, 32768);  // b divides T/N: exact memory balance
+    EXPECT_EQ(m.forward_transfer_stages, m.transfer_stage_lower_bound);
+  }
 }
 
 // The default plan minimises the worst worker's FLOPs + bytes x ratio over
-// candidates that include the balance-mode plan, so it is never worse by
-// that measure.
+// the candidates within 5% imbalance, which include the balance-mode plan
+// when that one is within 5% (as on these batches): never worse by that
+// measure.
 TEST_P(PlannerQualityTest, NetworkAwarePlanNeverCostsMoreThanTheBalancedOne) {
   const std::vector<int64_t> lengths = Batch();
   const PlannerConfig aware = PaperConfig();
@@ -428,6 +432,12 @@ TEST(PlannerTest, ConfigErrorsNameTheField) {
   c = Config(2, 4, 1);
   c.attention.heads_kv = 0;
   EXPECT_THAT(PlanError({8}, c), HasSubstr("heads_kv must be > 0"));
+  c = Config(2, 4, 1);
+  c.max_imbalance = -0.5;
+  EXPECT_THAT(PlanError({8}, c), HasSubstr("max_imbalance must be >= 0"));
+  c = Config(2, 4, 1);
+  c.network_flops_per_byte = std::numeric_limits<double>::infinity();
+  EXPECT_THAT(PlanError({8}, c), HasSubstr("network_flops_per_byte must be >= 0"));
   // More workers than tokens cannot give every worker a token, but is still
   // feasible: some workers own nothing.
   EXPECT_NO_THROW(ValidatePlan(MakePlan({3}, Config(5, 1, 1))));

@@ -60,6 +60,11 @@ struct PlannerConfig {
   // 0 = plan once, exactly as heavy_fraction and max_split say. The default
   // is an H100 at ~60% of its 989 TFLOP/s behind one 400 Gb/s NIC (50 GB/s).
   double network_flops_per_byte = 12000;
+  // FCP only, with a network ratio: the plan is the cheapest (by that cost)
+  // of those whose compute and traffic imbalance are both within this bound;
+  // if none is, the most balanced. >= 1: no bound (time mode: fastest
+  // planning, the plan with the lowest cost whatever its balance).
+  double max_imbalance = 0.05;
   // FCP only: local-search moves/swaps after the greedy assignment (0 = off).
   int32_t local_search_rounds = 2;
   // Run ValidatePlan on the result (the debug self-check); throws kInternal if it fails.

@@ -348,7 +348,8 @@ def plan(lengths: Iterable[int], workers: int, block_size: int = 4096, coalesce:
          head_dim: int = 128, dtype_bytes: int = 2, token_cap: Optional[int] = None,
          planner: str = "fcp", check: bool = False, heavy_fraction: Optional[float] = None,
          max_split: Optional[int] = None, local_search: Optional[int] = None,
-         network_flops_per_byte: Optional[float] = None) -> Plan:
+         network_flops_per_byte: Optional[float] = None,
+         max_imbalance: Optional[float] = None) -> Plan:
     """Plans one batch: the same as ``fcp plan`` with the same arguments.
 
     lengths: one positive int per sequence, in dataloader order (list or numpy array).
@@ -357,10 +358,11 @@ def plan(lengths: Iterable[int], workers: int, block_size: int = 4096, coalesce:
     heads_q, heads_kv, head_dim, dtype_bytes: the attention layer's shape.
     token_cap: most tokens per worker (None: ceil(T/N)).
     planner: see :func:`planners`. check: validate the result (debug self-check).
-    heavy_fraction, max_split, local_search, network_flops_per_byte: the FCP
-    planner's tuning knobs (``--heavy-fraction``, ``--max-split``,
-    ``--local-search``, ``--network-flops-per-byte``; 0 for the last is
-    balance mode, docs/planner.md); None keeps the library's default.
+    heavy_fraction, max_split, local_search, network_flops_per_byte,
+    max_imbalance: the FCP planner's tuning knobs (``--heavy-fraction``,
+    ``--max-split``, ``--local-search``, ``--network-flops-per-byte`` (0:
+    balance mode), ``--max-imbalance`` (>= 1: time mode); docs/planner.md);
+    None keeps the library's default.
     The GIL is released while the planner runs.
     """
     mask = _str("mask", mask)
@@ -378,7 +380,8 @@ def plan(lengths: Iterable[int], workers: int, block_size: int = 4096, coalesce:
         None if heavy_fraction is None else float(heavy_fraction),
         None if max_split is None else _int("max_split", max_split),
         None if local_search is None else _int("local_search", local_search),
-        None if network_flops_per_byte is None else float(network_flops_per_byte)))
+        None if network_flops_per_byte is None else float(network_flops_per_byte),
+        None if max_imbalance is None else float(max_imbalance)))
 
 
 def simulate(plan: Plan, profile: str = "gpu-x", reshuffle: str = "overlap", dkv_bytes: int = 0,

@@ -24,6 +24,7 @@ constexpr int kComputeCandidates = 4;
 constexpr int kScanLimit = 64;  // ordered entries examined for feasible candidates
 constexpr int kTrafficCandidates = 4;
 constexpr int kSwapPartners = 4;
+constexpr int64_t kMinStepsPerRound = 32;
 // kAffinity start: workers already holding an item's sequence examined per
 // sequence, and the weight of the item's added traffic in the score, which
 // breaks the near-ties of a compute-bound choice toward less traffic.
@@ -571,43 +572,34 @@ class Assigner {
   Assignment Run() {
     // Starts, each refined by the local search on real loads: compute-first
     // LPT, vector LPT (compute and estimated traffic), and vector LPT that
-    // prices traffic by what a worker already holds of the item's sequences.
-    // The one with the lowest Cost wins (ties: the earlier). With a network
-    // ratio only the last runs: it had the lowest cost on 28 of 30 paper
-    // batches (N = 16..256, seeds 0-2), and planning stays within budget.
-    struct Result {
-      std::vector<int32_t> owner;
-      Loads loads;
-    };
-    std::vector<Result> results;
-    size_t best = 0;
-    double best_cost = std::numeric_limits<double>::infinity();
+    // prices traffic by what a worker already holds of the item's sequences;
+    // the local search runs with two partner policies. The Better result
+    // wins (ties: the earlier). Time mode (a network ratio and no imbalance
+    // bound) runs only the affinity start with mixed partners: it had the
+    // lowest cost on 28 of 30 paper batches (N = 16..256, seeds 0-2).
+    const bool time_mode = in_.pairs_per_traffic_token > 0 && in_.max_imbalance >= 1;
     const std::vector<Start> starts =
-        in_.pairs_per_traffic_token > 0
-            ? std::vector<Start>{Start::kAffinity}
-            : std::vector<Start>{Start::kCompute, Start::kVector, Start::kAffinity};
+        time_mode ? std::vector<Start>{Start::kAffinity}
+                  : std::vector<Start>{Start::kCompute, Start::kVector, Start::kAffinity};
+    // The binding policy levels traffic better on most paper batches, the
+    // mixed one on the rest (and on time).
+    const std::vector<Partners> policies =
+        time_mode ? std::vector<Partners>{Partners::kMixed}
+                  : std::vector<Partners>{Partners::kMixed, Partners::kBinding};
+    Assignment best;
     for (const Start start : starts) {
       const std::vector<int32_t> greedy = Greedy(start);
-      // Balance mode also searches with every partner taken from the heavy
-      // worker's binding dimension: it levels traffic better on most paper
-      // batches, the mixed set on the rest (and on time, hence the default).
-      const std::vector<Partners> policies =
-          in_.pairs_per_traffic_token > 0 ? std::vector<Partners>{Partners::kMixed}
-                                          : std::vector<Partners>{Partners::kMixed, Partners::kBinding};
       for (const Partners policy : policies) {
-        Result r{greedy, {}};
-        r.loads = Improve(r.owner, policy);
-        const double cost =
-            Cost({{}, r.loads.compute, r.loads.traffic}, in_.pairs_per_traffic_token);
-        if (cost < best_cost) {
-          best_cost = cost;
-          best = results.size();
-        }
-        results.push_back(std::move(r));
+        Assignment r{greedy, {}, {}};
+        Loads loads = Improve(r.owner, policy);
+        r.compute = std::move(loads.compute);
+        r.traffic = std::move(loads.traffic);
+        if (best.owner.empty() ||
+            Better(r, best, in_.pairs_per_traffic_token, in_.max_imbalance))
+          best = std::move(r);
       }
     }
-    Result& r = results[best];
-    return {std::move(r.owner), std::move(r.loads.compute), std::move(r.loads.traffic)};
+    return best;
   }
 
  private:
@@ -743,7 +735,10 @@ class Assigner {
     };
     int64_t budget = static_cast<int64_t>(in_.local_search_rounds) *
                      std::max<int64_t>(static_cast<int64_t>(items_.size()), n_) * 2;
-    const int64_t max_steps = static_cast<int64_t>(in_.local_search_rounds) * n_;
+    // Small clusters get at least 32 steps a round: a step is cheap there,
+    // and N steps stopped short of balance at N = 16.
+    const int64_t max_steps =
+        static_cast<int64_t>(in_.local_search_rounds) * std::max<int64_t>(n_, kMinStepsPerRound);
     std::vector<int32_t> partners;
     std::vector<Offer> offers;
     for (int64_t step = 0; step < max_steps && budget > 0; ++step) {
@@ -876,6 +871,15 @@ class Assigner {
 }  // namespace
 
 Assignment AssignBlocks(const AssignmentInput& input) { return Assigner(input).Run(); }
+
+bool Better(const Assignment& a, const Assignment& b, double pairs_per_traffic_token,
+            double max_imbalance) {
+  const double ia = Cost(a, 0), ib = Cost(b, 0);
+  const bool fa = ia <= max_imbalance, fb = ib <= max_imbalance;
+  if (fa != fb) return fa;
+  if (!fa) return ia < ib;
+  return Cost(a, pairs_per_traffic_token) < Cost(b, pairs_per_traffic_token);
+}
 
 double Cost(const Assignment& a, double pairs_per_traffic_token) {
   if (pairs_per_traffic_token <= 0) return std::max(Imbalance(a.compute), Imbalance(a.traffic));

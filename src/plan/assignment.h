@@ -39,9 +39,11 @@ struct AssignmentInput {
   const std::vector<RequiredPair>* pairs = nullptr;  // sorted by (q, kv)
   const std::vector<int64_t>* lengths = nullptr;     // sequence lengths
   Mask mask;
-  // Token pairs of compute that moving one K/V token costs (see Cost); 0 =
-  // judge assignments by balance alone.
+  // How assignments are judged (see Better): token pairs of compute that
+  // moving one K/V token costs (0 = by balance alone), and the imbalance an
+  // assignment may have and still be judged by its cost.
   double pairs_per_traffic_token = 0;
+  double max_imbalance = 0.05;
   int32_t local_search_rounds = 2;
   bool self_check = false;  // verify the local search's loads against a recount
 };
@@ -63,6 +65,12 @@ Assignment AssignBlocks(const AssignmentInput& input);
 // price of 40% compute imbalance loses). With r = 0: the larger of the
 // compute and traffic imbalances.
 double Cost(const Assignment& assignment, double pairs_per_traffic_token);
+
+// Whether `a` is a better plan than `b`: one within max_imbalance (compute
+// and traffic) beats one outside it; two within it compare by Cost (with
+// r = 0: by imbalance), two outside it by imbalance.
+bool Better(const Assignment& a, const Assignment& b, double pairs_per_traffic_token,
+            double max_imbalance);
 
 // A renaming of workers (rename[w] is w's new id, a permutation) that keeps
 // tokens on their dataloader worker: greedy maximum-weight matching of

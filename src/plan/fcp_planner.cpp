@@ -46,6 +46,7 @@ Candidate ShardAndAssign(const std::vector<int64_t>& lengths, const PlannerConfi
   input.local_search_rounds = config.local_search_rounds;
   input.self_check = config.self_check;
   input.pairs_per_traffic_token = PairsPerTrafficToken(config);
+  input.max_imbalance = config.max_imbalance;
   input.block_work.assign(c.sharding.blocks.size(), 0);
   for (const RequiredPair& p : c.pairs) input.block_work[p.q_block] += p.token_pairs;
   const std::vector<int64_t>& offsets = common.offsets;
@@ -66,12 +67,13 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   Plan plan = PlanHeader(lengths, config, "fcp");
   plan.planner_options = {{"heavy_fraction", config.heavy_fraction},
                           {"local_search_rounds", config.local_search_rounds},
+                          {"max_imbalance", config.max_imbalance},
                           {"max_split", config.max_split},
                           {"network_flops_per_byte", config.network_flops_per_byte}};
 
   // 1-2. Shard and assign; with a network ratio, also with heavy blocks cut
   // in at most two pieces (less traffic, coarser balance), keeping the
-  // candidate with the lower detail::Cost (ties: the configured one).
+  // detail::Better candidate (ties: the configured one).
   const Common common{detail::ShardSteps123(lengths, config.block_size, plan.token_cap,
                                             config.workers, config.mask),
                       SequenceOffsets(lengths)};
@@ -79,8 +81,8 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
       ShardAndAssign(lengths, config, plan, common, config.heavy_fraction, config.max_split);
   if (config.network_flops_per_byte > 0 && config.heavy_fraction > 0 && config.max_split > 2) {
     Candidate coarse = ShardAndAssign(lengths, config, plan, common, config.heavy_fraction, 2);
-    const double ratio = PairsPerTrafficToken(config);
-    if (detail::Cost(coarse.assignment, ratio) < detail::Cost(best.assignment, ratio))
+    if (detail::Better(coarse.assignment, best.assignment, PairsPerTrafficToken(config),
+                       config.max_imbalance))
       best = std::move(coarse);
   }
   plan.block_size = best.sharding.block_size;

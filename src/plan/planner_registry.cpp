@@ -55,6 +55,8 @@ void PlannerConfig::validate(const std::vector<int64_t>& lengths) const {
   if (!(heavy_fraction >= 0) || !std::isfinite(heavy_fraction))
     fail("heavy_fraction must be >= 0 (0 = no splitting), got " + std::to_string(heavy_fraction));
   if (max_split < 1) fail("max_split must be >= 1, got " + std::to_string(max_split));
+  if (!(max_imbalance >= 0) || !std::isfinite(max_imbalance))
+    fail("max_imbalance must be >= 0 (>= 1: no bound), got " + std::to_string(max_imbalance));
   if (!(network_flops_per_byte >= 0) || !std::isfinite(network_flops_per_byte))
     fail("network_flops_per_byte must be >= 0 (0 = no split search), got " +
          std::to_string(network_flops_per_byte));
@@ -110,6 +112,7 @@ PlannerConfig PlannerConfigOf(const Plan& plan) {
     else if (name == "max_split") c.max_split = static_cast<int32_t>(value);
     else if (name == "local_search_rounds") c.local_search_rounds = static_cast<int32_t>(value);
     else if (name == "network_flops_per_byte") c.network_flops_per_byte = value;
+    else if (name == "max_imbalance") c.max_imbalance = value;
   }
   return c;
 }

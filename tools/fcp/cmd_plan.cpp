@@ -63,6 +63,10 @@ void AddPlanCommands(CLI::App& app) {
                    "fcp: attention FLOPs per network byte of the cluster; picks the heavy-block "
                    "split by the worst worker's FLOPs + bytes x this (0 = as configured)")
       ->capture_default_str();
+  plan->add_option("--max-imbalance", config.max_imbalance,
+                   "fcp: with a network ratio, the cheapest plan whose compute and traffic "
+                   "imbalance are within this (>= 1: no bound)")
+      ->capture_default_str();
   plan->add_option("--local-search", config.local_search_rounds,
                    "fcp: local-search effort after the greedy assignment (0 = off)")
       ->capture_default_str();

@@ -282,6 +282,9 @@ void AddSimulateCommands(CLI::App& app) {
   cmp->add_option("--coalesce", co->planner.coalesce, "Coalesce degree")->capture_default_str();
   cmp->add_option("--network-flops-per-byte", co->network_flops_per_byte,
                   "fcp: the planner's network ratio (default: the profile's; 0 = balance only)");
+  cmp->add_option("--max-imbalance", co->planner.max_imbalance,
+                  "fcp: the cheapest plan within this compute and traffic imbalance (>= 1: no bound)")
+      ->capture_default_str();
   cmp->add_option("--mask", co->mask, "causal | full | sliding_window")->capture_default_str();
   cmp->add_option("--window", co->window, "Window for --mask sliding_window");
   cmp->add_option("--reshuffle", co->reshuffle, "Reshuffle of fcp* planners: overlap | blocking | none")
