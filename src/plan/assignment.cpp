@@ -25,6 +25,8 @@ constexpr int kScanLimit = 64;  // ordered entries examined for feasible candida
 constexpr int kTrafficCandidates = 4;
 constexpr int kSwapPartners = 4;
 constexpr int64_t kMinStepsPerRound = 32;
+// Costs this close (relative) are a tie in Better.
+constexpr double kCostTie = 0.005;
 // kAffinity start: workers already holding an item's sequence examined per
 // sequence, and the weight of the item's added traffic in the score, which
 // breaks the near-ties of a compute-bound choice toward less traffic.
@@ -577,7 +579,7 @@ class Assigner {
     // wins (ties: the earlier). Time mode (a network ratio and no imbalance
     // bound) runs only the affinity start with mixed partners: it had the
     // lowest cost on 28 of 30 paper batches (N = 16..256, seeds 0-2).
-    const bool time_mode = in_.pairs_per_traffic_token > 0 && in_.max_imbalance >= 1;
+    const bool time_mode = in_.judge.pairs_per_traffic_token > 0 && in_.judge.max_imbalance >= 1;
     const std::vector<Start> starts =
         time_mode ? std::vector<Start>{Start::kAffinity}
                   : std::vector<Start>{Start::kCompute, Start::kVector, Start::kAffinity};
@@ -595,7 +597,7 @@ class Assigner {
         r.compute = std::move(loads.compute);
         r.traffic = std::move(loads.traffic);
         if (best.owner.empty() ||
-            Better(r, best, in_.pairs_per_traffic_token, in_.max_imbalance))
+            Better(r, best, in_.judge))
           best = std::move(r);
       }
     }
@@ -872,13 +874,25 @@ class Assigner {
 
 Assignment AssignBlocks(const AssignmentInput& input) { return Assigner(input).Run(); }
 
-bool Better(const Assignment& a, const Assignment& b, double pairs_per_traffic_token,
-            double max_imbalance) {
-  const double ia = Cost(a, 0), ib = Cost(b, 0);
-  const bool fa = ia <= max_imbalance, fb = ib <= max_imbalance;
-  if (fa != fb) return fa;
-  if (!fa) return ia < ib;
-  return Cost(a, pairs_per_traffic_token) < Cost(b, pairs_per_traffic_token);
+bool Better(const Assignment& a, const Assignment& b, const Judge& judge) {
+  const auto within = [&](const Assignment& x) {
+    if (Imbalance(x.compute) > judge.max_imbalance) return false;
+    if (Imbalance(x.traffic) <= judge.max_imbalance) return true;
+    const double max_traffic = *std::max_element(x.traffic.begin(), x.traffic.end());
+    const double mean_traffic = std::accumulate(x.traffic.begin(), x.traffic.end(), 0.0) /
+                                static_cast<double>(x.traffic.size());
+    return max_traffic - mean_traffic <= judge.traffic_slack_tokens;
+  };
+  const bool wa = within(a), wb = within(b);
+  if (wa != wb) return wa;
+  if (!wa) return Cost(a, 0) < Cost(b, 0);
+  // Costs within kCostTie are a tie, broken by total traffic: the cost sees
+  // only the worst worker, and fewer transfers also mean fewer pieces of a
+  // sequence computed apart.
+  const double ca = Cost(a, judge.pairs_per_traffic_token), cb = Cost(b, judge.pairs_per_traffic_token);
+  if (std::abs(ca - cb) > kCostTie * std::max(ca, cb)) return ca < cb;
+  return std::accumulate(a.traffic.begin(), a.traffic.end(), 0.0) <
+         std::accumulate(b.traffic.begin(), b.traffic.end(), 0.0);
 }
 
 double Cost(const Assignment& a, double pairs_per_traffic_token) {

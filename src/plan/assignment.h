@@ -31,6 +31,20 @@
 
 namespace fcp::detail {
 
+// How assignments are judged (Better).
+struct Judge {
+  // Token pairs of compute that moving one K/V token costs (Cost); 0 = by
+  // balance alone.
+  double pairs_per_traffic_token = 0;
+  // Compute and traffic imbalance an assignment may have and still be judged
+  // by its cost ...
+  double max_imbalance = 0.05;
+  // ... where a traffic excess (max - mean) of at most this many tokens
+  // counts as balanced: one block's K/V, which no placement of blocks can
+  // split further.
+  double traffic_slack_tokens = 0;
+};
+
 struct AssignmentInput {
   int32_t workers = 1;
   const Sharding* sharding = nullptr;
@@ -39,11 +53,7 @@ struct AssignmentInput {
   const std::vector<RequiredPair>* pairs = nullptr;  // sorted by (q, kv)
   const std::vector<int64_t>* lengths = nullptr;     // sequence lengths
   Mask mask;
-  // How assignments are judged (see Better): token pairs of compute that
-  // moving one K/V token costs (0 = by balance alone), and the imbalance an
-  // assignment may have and still be judged by its cost.
-  double pairs_per_traffic_token = 0;
-  double max_imbalance = 0.05;
+  Judge judge;
   int32_t local_search_rounds = 2;
   bool self_check = false;  // verify the local search's loads against a recount
 };
@@ -66,11 +76,11 @@ Assignment AssignBlocks(const AssignmentInput& input);
 // compute and traffic imbalances.
 double Cost(const Assignment& assignment, double pairs_per_traffic_token);
 
-// Whether `a` is a better plan than `b`: one within max_imbalance (compute
-// and traffic) beats one outside it; two within it compare by Cost (with
-// r = 0: by imbalance), two outside it by imbalance.
-bool Better(const Assignment& a, const Assignment& b, double pairs_per_traffic_token,
-            double max_imbalance);
+// Whether `a` is a better plan than `b`: one within the judge's imbalance
+// bound (compute and traffic) beats one outside it; two within it compare by
+// Cost (with r = 0: by imbalance; costs within 0.5% by total traffic), two
+// outside it by imbalance.
+bool Better(const Assignment& a, const Assignment& b, const Judge& judge);
 
 // A renaming of workers (rename[w] is w's new id, a permutation) that keeps
 // tokens on their dataloader worker: greedy maximum-weight matching of

@@ -18,6 +18,10 @@ double PairsPerTrafficToken(const PlannerConfig& config) {
   return config.network_flops_per_byte * 2.0 * a.heads_kv * a.dtype_bytes / (4.0 * a.heads_q);
 }
 
+detail::Judge JudgeOf(const PlannerConfig& config, int64_t block_size) {
+  return {PairsPerTrafficToken(config), config.max_imbalance, static_cast<double>(block_size)};
+}
+
 // One sharding and assignment of the batch.
 struct Candidate {
   detail::Sharding sharding;
@@ -45,8 +49,7 @@ Candidate ShardAndAssign(const std::vector<int64_t>& lengths, const PlannerConfi
   input.mask = header.mask;
   input.local_search_rounds = config.local_search_rounds;
   input.self_check = config.self_check;
-  input.pairs_per_traffic_token = PairsPerTrafficToken(config);
-  input.max_imbalance = config.max_imbalance;
+  input.judge = JudgeOf(config, c.sharding.block_size);
   input.block_work.assign(c.sharding.blocks.size(), 0);
   for (const RequiredPair& p : c.pairs) input.block_work[p.q_block] += p.token_pairs;
   const std::vector<int64_t>& offsets = common.offsets;
@@ -81,8 +84,8 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
       ShardAndAssign(lengths, config, plan, common, config.heavy_fraction, config.max_split);
   if (config.network_flops_per_byte > 0 && config.heavy_fraction > 0 && config.max_split > 2) {
     Candidate coarse = ShardAndAssign(lengths, config, plan, common, config.heavy_fraction, 2);
-    if (detail::Better(coarse.assignment, best.assignment, PairsPerTrafficToken(config),
-                       config.max_imbalance))
+    if (detail::Better(coarse.assignment, best.assignment,
+                       JudgeOf(config, coarse.sharding.block_size)))
       best = std::move(coarse);
   }
   plan.block_size = best.sharding.block_size;
