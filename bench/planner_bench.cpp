@@ -17,6 +17,8 @@
 namespace fcp {
 namespace {
 
+// range(0): workers; range(1): max_imbalance in percent (100 = time mode,
+// no bound; 5 = the default).
 void BM_FcpPlan(benchmark::State& state) {
   const int32_t workers = static_cast<int32_t>(state.range(0));
   WorkloadConfig w;
@@ -31,6 +33,7 @@ void BM_FcpPlan(benchmark::State& state) {
   c.coalesce = 16;
   c.mask = {MaskKind::kCausal, 0};
   c.attention = {64, 8, 128, 2};
+  c.max_imbalance = static_cast<double>(state.range(1)) / 100;
   Plan plan;
   for (auto _ : state) {
     plan = MakePlan(lengths, c);
@@ -49,10 +52,8 @@ void BM_FcpPlan(benchmark::State& state) {
 
 // Small batches plan in milliseconds: several iterations per repetition.
 BENCHMARK(BM_FcpPlan)
-    ->ArgName("N")
-    ->Arg(16)
-    ->Arg(64)
-    ->Arg(256)
+    ->ArgNames({"N", "max_imbalance_pct"})
+    ->ArgsProduct({{16, 64, 256}, {5, 100}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MinTime(0.5)
@@ -60,9 +61,8 @@ BENCHMARK(BM_FcpPlan)
     ->ReportAggregatesOnly(true);
 // Large batches plan in seconds: one plan per repetition.
 BENCHMARK(BM_FcpPlan)
-    ->ArgName("N")
-    ->Arg(1024)
-    ->Arg(4096)
+    ->ArgNames({"N", "max_imbalance_pct"})
+    ->ArgsProduct({{1024, 4096}, {5, 100}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->Iterations(1)

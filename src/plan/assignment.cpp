@@ -737,10 +737,13 @@ class Assigner {
     };
     int64_t budget = static_cast<int64_t>(in_.local_search_rounds) *
                      std::max<int64_t>(static_cast<int64_t>(items_.size()), n_) * 2;
-    // Small clusters get at least 32 steps a round: a step is cheap there,
-    // and N steps stopped short of balance at N = 16.
+    // With a network ratio small clusters get at least 32 steps a round: a
+    // step is cheap there, and N steps stopped short of the cheapest
+    // balanced plan at N = 16. (Balance mode keeps N: longer searches lower
+    // the largest load but not always (max - mean) / max.)
+    const int64_t min_steps = in_.judge.pairs_per_traffic_token > 0 ? kMinStepsPerRound : 0;
     const int64_t max_steps =
-        static_cast<int64_t>(in_.local_search_rounds) * std::max<int64_t>(n_, kMinStepsPerRound);
+        static_cast<int64_t>(in_.local_search_rounds) * std::max<int64_t>(n_, min_steps);
     std::vector<int32_t> partners;
     std::vector<Offer> offers;
     for (int64_t step = 0; step < max_steps && budget > 0; ++step) {

@@ -18,8 +18,10 @@ double PairsPerTrafficToken(const PlannerConfig& config) {
   return config.network_flops_per_byte * 2.0 * a.heads_kv * a.dtype_bytes / (4.0 * a.heads_q);
 }
 
+// Balance mode judges by imbalance alone: no slack for small traffic excess.
 detail::Judge JudgeOf(const PlannerConfig& config, int64_t block_size) {
-  return {PairsPerTrafficToken(config), config.max_imbalance, static_cast<double>(block_size)};
+  const double ratio = PairsPerTrafficToken(config);
+  return {ratio, config.max_imbalance, ratio > 0 ? static_cast<double>(block_size) : 0.0};
 }
 
 // One sharding and assignment of the batch.
