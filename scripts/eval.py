@@ -459,8 +459,8 @@ def discussion(facts, mid):
   with fewer pieces. The default FCP plan is the cheapest by a compute + traffic cost (the profile's
   network ratio) among the candidates within 5% imbalance (compute
   {pct(f['fcp']['compute_imbalance'])}, traffic {pct(f['fcp']['traffic_imbalance'])} at N = {n_max};
-  paper: under 5%). Time mode (Figure 9's extra rows) drops the bound and gains a few points of MFU
-  at small N at a higher imbalance; balance mode ignores the cost and loses MFU.
+  paper: under 5%). Time mode (Figure 9's extra rows) drops the bound: it is faster at most N, by up
+  to a few points, at a much higher imbalance; balance mode ignores the cost and loses MFU.
 * **Per-stage coupling.** The runtime model has per-stage send/receive rendezvous with double
   buffering, so a stage lasts as long as its slowest participant. The ablation at N = {mid} shows
   it: components added one by one {ladder_text}; components removed from FCP: {loo_text}.
