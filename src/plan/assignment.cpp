@@ -596,8 +596,7 @@ class Assigner {
         Loads loads = Improve(r.owner, policy);
         r.compute = std::move(loads.compute);
         r.traffic = std::move(loads.traffic);
-        if (best.owner.empty() ||
-            Better(r, best, in_.judge))
+        if (best.owner.empty() || Better(r, best, in_.judge))
           best = std::move(r);
       }
     }

@@ -5,20 +5,24 @@
 // it owns) and K/V traffic (tokens of the K/V blocks it sends plus receives),
 // under hard slot limits, which make the token cap exact.
 //
-// 1. Greedy LPT: items in decreasing work; each goes to the candidate worker
-//    minimising max(compute/C*, traffic/X*) after taking it, with C* and X*
-//    the per-worker means. Candidates: the least-loaded workers by compute and
-//    by traffic, the owners of the item's K/V neighbours and of the blocks
-//    that need its K/V (less traffic), and its dataloader worker, which also
-//    wins ties (less reshuffle). X* is unknown before assigning, so the
-//    greedy runs three times, each with the mean traffic of the run before,
-//    and the best run is kept. Two-slot items stay placeable: a one-slot item
-//    only breaks a worker's even free-slot count while enough pairs of free
-//    slots remain for the two-slot items still to come.
-// 2. Local search: swaps of equal-slot items between the most loaded worker
-//    and the lightest ones while that lowers the most loaded worker without
-//    lifting another to its level. An exchange is evaluated from the moved
-//    items' dependencies alone (O(D)), without applying it.
+// 1. Greedy starts, items in LPT order, each to the candidate worker with
+//    the least max(compute/C*, traffic/X*) after taking it (C*, X*: the
+//    per-worker means): compute-first LPT (traffic ignored), vector LPT, and
+//    sequence-affinity vector LPT, which prices an item's traffic on a worker
+//    by what the worker already receives of the item's sequences
+//    (NeedHulls) and adds the workers holding them to the candidates.
+//    Candidates: the least-loaded workers by compute and by traffic and the
+//    item's dataloader worker, which also wins ties (less reshuffle).
+//    Two-slot items stay placeable: a one-slot item only breaks a worker's
+//    even free-slot count while enough pairs of free slots remain for the
+//    two-slot items still to come.
+// 2. Local search per start, with two partner policies: exchanges of equal
+//    slot use between the most loaded worker and the lightest ones while
+//    that lowers the most loaded worker without lifting another to its
+//    level. An exchange is evaluated from the moved items' dependencies
+//    alone (O(D)), without applying it.
+// 3. The Better result (Judge: cost within an imbalance bound) is kept; time
+//    mode (no bound) runs only the affinity start and the mixed policy.
 // Cost: O(passes * I * (C * D + log N)) for I items, C candidates, D
 // dependencies per item, plus the bounded local search.
 #pragma once
