@@ -457,11 +457,6 @@ enum class Start { kCompute, kVector, kAffinity };
 // dimension that binds the heavy worker (kBinding).
 enum class Partners { kMixed, kBinding };
 
-// Per-worker compute (token pairs) and K/V traffic (tokens sent + received).
-struct Loads {
-  std::vector<double> compute, traffic;
-};
-
 class Assigner {
  public:
   explicit Assigner(const AssignmentInput& in)
@@ -592,10 +587,7 @@ class Assigner {
     for (const Start start : starts) {
       const std::vector<int32_t> greedy = Greedy(start);
       for (const Partners policy : policies) {
-        Assignment r{greedy, {}, {}};
-        Loads loads = Improve(r.owner, policy);
-        r.compute = std::move(loads.compute);
-        r.traffic = std::move(loads.traffic);
+        Assignment r = Improve(greedy, policy);
         if (best.owner.empty() || Better(r, best, in_.judge))
           best = std::move(r);
       }
@@ -710,8 +702,8 @@ class Assigner {
   // other" is every worker on a transfer the exchange removes or creates when
   // applied as removing the items, then adding them swapped (LoadModel::
   // Involves), so a worker at the limit that only re-sends or re-receives a
-  // block also blocks it. Returns the real per-worker loads of the result.
-  Loads Improve(std::vector<int32_t>& owner, Partners policy) {
+  // block also blocks it. Returns the result with its real per-worker loads.
+  Assignment Improve(const std::vector<int32_t>& owner, Partners policy) {
     LoadModel model(in_, items_, item_deps_, users_, block_tokens_, owner);
     std::vector<std::vector<int32_t>> owned(n_);
     for (size_t i = 0; i < items_.size(); ++i)
@@ -842,19 +834,18 @@ class Assigner {
       for (int t = 0; t < LoadModel::kTables; ++t) model.Clear(t);
       if (!improved) break;
     }
-    owner = model.owners();
+    Assignment result{model.owners(), std::vector<double>(n_), std::vector<double>(n_)};
     if (in_.self_check) {
-      const LoadModel recount(in_, items_, item_deps_, users_, block_tokens_, owner);
+      const LoadModel recount(in_, items_, item_deps_, users_, block_tokens_, result.owner);
       for (int32_t w = 0; w < n_; ++w)
         FCP_CHECK(recount.compute(w) == model.compute(w) && recount.traffic(w) == model.traffic(w),
                   "local search: worker " + std::to_string(w) + "'s loads differ from a recount");
     }
-    Loads loads{std::vector<double>(n_), std::vector<double>(n_)};
     for (int32_t w = 0; w < n_; ++w) {
-      loads.compute[w] = model.compute(w);
-      loads.traffic[w] = model.traffic(w);
+      result.compute[w] = model.compute(w);
+      result.traffic[w] = model.traffic(w);
     }
-    return loads;
+    return result;
   }
 
   const AssignmentInput& in_;
