@@ -86,6 +86,7 @@ contains "simulate" "$tmp/stdout" "MFU:"
 contains "simulate trace" "$tmp/trace.json" '"traceEvents"'
 expect 0 "simulate --json" -- simulate --plan "$tmp/plan.json" --profile gpu-y --json --reshuffle none
 contains "simulate json" "$tmp/stdout" '"mfu"'
+expect 0 "simulate --transfers grouped" -- simulate --plan "$tmp/plan.json" --transfers grouped
 
 expect 0 "compare" -- compare --dist lognormal --workers 2,4 --tokens-per-worker 2048 \
   --max-len 8192 --block-size 256 --planners fcp,ring,magi --csv "$tmp/compare.csv"
@@ -169,6 +170,7 @@ expect 1 "too many block pairs" -- plan --lengths "$tmp/one.txt" --workers 1 --b
 contains "too many block pairs" "$tmp/stderr" "candidate block pairs"
 expect 1 "simulate: unknown profile" -- simulate --plan "$tmp/plan.json" --profile gpu-z
 expect 1 "simulate: unreadable plan" -- simulate --plan "$tmp/missing.json"
+expect 1 "simulate: unknown transfer mode" -- simulate --plan "$tmp/plan.json" --transfers push
 expect 2 "compare: bad --workers" -- compare --workers 2,x --planners fcp
 expect 1 "compare: unknown planner" -- compare --workers 2 --planners fcp,nope
 contains "compare unknown planner" "$tmp/stderr" "nope"

@@ -151,6 +151,42 @@ TEST(SimulatorTest, OneTransferPerStageIsSlowerHere) {
   EXPECT_NEAR(r.forward_time_s, 27.16, 1e-9);
 }
 
+// Three workers, two sequences of 8 tokens, causal; w0 owns the first half
+// of both and sends block 0 to w1 in stage 0, block 2 to w2 in stage 1:
+//   blocks: 0 = seq 0 [0,4) w0, 1 = seq 0 [4,8) w1, 2 = seq 1 [0,4) w0,
+//           3 = seq 1 [4,8) w2; diagonals 10 s, (1,0) and (3,2) 16 s.
+//   grouped: w0's stage-1 send waits for its stage-0 send: block 0 [0,8]
+//     delivered 9, block 2 [9,17] delivered 18; w1 computes [10,26], w2 [18,34]   => 34
+//   pull: w2 pulls block 2 at once; the two flows share w0's out-port [0,16],
+//     delivered 17; w1 and w2 compute [17,33]                                     => 33
+//   backward (both): w1 and w2 compute their remote pairs [25,65]; w0 takes
+//     the dK/dV partials one group at a time: [65,73] -> 74, [74,82] -> 83        => 83
+Plan OneSenderTwoStagesPlan() {
+  Plan plan = UnitPlan(3, {8, 8});
+  plan.blocks = {{0, {{0, 0, 4}}}, {1, {{0, 4, 4}}}, {0, {{1, 0, 4}}}, {2, {{1, 4, 4}}}};
+  const std::vector<BlockPair> diagonals = {{0, 0}, {1, 1}, {2, 2}, {3, 3}};
+  plan.forward = {{{{0, 0, 1}}, diagonals}, {{{2, 0, 2}}, {{1, 0}}}, {{}, {{3, 2}}}};
+  plan.backward = {{{{0, 0, 1}}, {}, diagonals},
+                   {{{2, 0, 2}}, {}, {{1, 0}}},
+                   {{}, {{0, 1, 0}}, {{3, 2}}},
+                   {{}, {{2, 2, 0}}, {}}};
+  return plan;
+}
+
+TEST(SimulatorTest, PulledTransfersDoNotWaitForTheSendersPreviousStage) {
+  const Plan plan = OneSenderTwoStagesPlan();
+  ASSERT_NO_THROW(ValidatePlan(plan));
+  SimConfig config = NoReshuffle();
+  ASSERT_EQ(config.transfers, TransferMode::kPull);  // the default
+  const SimResult pull = Simulate(plan, UnitProfile(), config);
+  config.transfers = TransferMode::kGrouped;
+  const SimResult grouped = Simulate(plan, UnitProfile(), config);
+  EXPECT_NEAR(pull.forward_time_s, 33, 1e-9);
+  EXPECT_NEAR(grouped.forward_time_s, 34, 1e-9);
+  EXPECT_NEAR(pull.backward_time_s, 83, 1e-9);
+  EXPECT_NEAR(grouped.backward_time_s, 83, 1e-9);
+}
+
 // One worker, one sequence of 8 tokens, full mask, blocks [0,4) and [4,8):
 // four pairs of 16 token pairs. f = 0.5 at 8 tokens, 1 at 16 and above,
 // launch 1 s per stage kernel.
@@ -303,6 +339,9 @@ TEST(SimulatorTest, RejectsOutOfRangePlans) {
   EXPECT_THROW(Simulate(TwoWorkerPlan(), UnitProfile(), bad), Error);
   EXPECT_EQ(ParseReshuffleMode("overlap"), ReshuffleMode::kOverlapped);
   EXPECT_THROW(ParseReshuffleMode("sometimes"), Error);
+  EXPECT_EQ(ParseTransferMode("grouped"), TransferMode::kGrouped);
+  EXPECT_EQ(TransferModeName(ParseTransferMode("pull")), std::string("pull"));
+  EXPECT_THROW(ParseTransferMode("push"), Error);
 }
 
 }  // namespace

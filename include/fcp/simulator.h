@@ -61,12 +61,29 @@ enum class ReshuffleMode {
 const char* ReshuffleModeName(ReshuffleMode mode);  // "none", "blocking", "overlap"
 ReshuffleMode ParseReshuffleMode(const std::string& name);  // Error(kInvalidArgument)
 
+// How a runtime moves a plan's stage transfers.
+enum class TransferMode {
+  // The paper's runtime (communication on dedicated SMs): a receiver pulls a
+  // K/V block once its buffer for the stage is free (one-sided read, the
+  // sender takes no part), and dK/dV partials are pushed into the owner's
+  // receive buffer once final, on a stream of their own that compute never
+  // waits for.
+  kPull,
+  // One batched send/receive call per worker and stage (NCCL group): the
+  // sends of stage t start once the worker's sends of stage t-1 are
+  // delivered, and K/V and dK/dV share the stage's receive group.
+  kGrouped,
+};
+const char* TransferModeName(TransferMode mode);  // "pull", "grouped"
+TransferMode ParseTransferMode(const std::string& name);  // Error(kInvalidArgument)
+
 struct SimConfig {
   ReshuffleMode reshuffle = ReshuffleMode::kOverlapped;
   // Bytes per element of a partial dK/dV transfer; 0 = the plan's dtype_bytes
   // (partials cast to the activation type before sending, as K/V are). Set 4
   // to model fp32 partials.
   int32_t dkv_dtype_bytes = 0;
+  TransferMode transfers = TransferMode::kPull;
   bool record_trace = false;  // fill SimResult::trace (Chrome trace events)
   void validate() const;      // Error(kInvalidArgument) naming the field
 };

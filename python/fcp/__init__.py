@@ -274,11 +274,12 @@ class Plan:
         """Multi-line report, the same text ``fcp inspect`` prints."""
         return self._h.summary()
 
-    def simulate(self, profile: str = "gpu-x", reshuffle: str = "overlap", dkv_bytes: int = 0,
+    def simulate(self, profile: str = "gpu-x", reshuffle: str = "overlap",
+                 transfers: str = "pull", dkv_bytes: int = 0,
                  trace: Optional[str] = None) -> Dict[str, object]:
         """:func:`fcp.simulate` of this plan."""
-        return simulate(self, profile=profile, reshuffle=reshuffle, dkv_bytes=dkv_bytes,
-                        trace=trace)
+        return simulate(self, profile=profile, reshuffle=reshuffle, transfers=transfers,
+                        dkv_bytes=dkv_bytes, trace=trace)
 
     # ---- token placement ---------------------------------------------------------
 
@@ -384,13 +385,17 @@ def plan(lengths: Iterable[int], workers: int, block_size: int = 4096, coalesce:
         None if max_imbalance is None else float(max_imbalance)))
 
 
-def simulate(plan: Plan, profile: str = "gpu-x", reshuffle: str = "overlap", dkv_bytes: int = 0,
+def simulate(plan: Plan, profile: str = "gpu-x", reshuffle: str = "overlap",
+             transfers: str = "pull", dkv_bytes: int = 0,
              trace: Optional[str] = None) -> Dict[str, object]:
     """Runs ``plan`` on the event-driven model cluster, as ``fcp simulate``.
 
     profile: 'gpu-x' (H100-like), 'gpu-y' (B200-like) or a JSON profile file.
     reshuffle: 'overlap', 'blocking' or 'none' (the dataloader already gives
-    the plan's layout). dkv_bytes: bytes per element of partial dK/dV
+    the plan's layout). transfers: 'pull' (receivers pull K/V when their
+    buffer is free, dK/dV partials pushed on their own stream: the paper's
+    runtime) or 'grouped' (one send/receive call per worker and stage).
+    dkv_bytes: bytes per element of partial dK/dV
     transfers (0 = the plan's dtype). trace: also write a Chrome trace there.
 
     Returns the fields of ``fcp simulate --json --per-worker`` (times in
@@ -403,7 +408,7 @@ def simulate(plan: Plan, profile: str = "gpu-x", reshuffle: str = "overlap", dkv
         raise TypeError(f"simulate: plan must be an fcp.Plan, got {type(plan).__name__}")
     result = json.loads(_fcp.simulate(
         plan._h, _str("profile", os.fspath(profile) if isinstance(profile, os.PathLike) else profile),
-        _str("reshuffle", reshuffle), _int("dkv_bytes", dkv_bytes),
+        _str("reshuffle", reshuffle), _str("transfers", transfers), _int("dkv_bytes", dkv_bytes),
         None if trace is None else os.fspath(trace)))
     rows = result["worker_stats"]
     names = list(rows[0]) if rows else []

@@ -524,11 +524,12 @@ NB_MODULE(_fcp, m) {
   m.def(
       "simulate",
       [](PlanHandle& h, const std::string& profile, const std::string& reshuffle,
-         int64_t dkv_bytes, std::optional<std::string> trace) {
+         const std::string& transfers, int64_t dkv_bytes, std::optional<std::string> trace) {
         return WithoutGil([&] {
           const HardwareProfile hardware = ResolveProfile(profile);
           SimConfig config;
           config.reshuffle = ParseReshuffleMode(reshuffle);
+          config.transfers = ParseTransferMode(transfers);
           config.dkv_dtype_bytes = ToInt32("simulate", "dkv_bytes", dkv_bytes);
           config.record_trace = trace.has_value();
           h.EnsureValid();
@@ -537,7 +538,8 @@ NB_MODULE(_fcp, m) {
           return SimResultJson(result, /*per_worker=*/true);
         });
       },
-      nb::arg("plan"), nb::arg("profile"), nb::arg("reshuffle"), nb::arg("dkv_bytes"),
+      nb::arg("plan"), nb::arg("profile"), nb::arg("reshuffle"), nb::arg("transfers"),
+      nb::arg("dkv_bytes"),
       nb::arg("trace").none());
 
   m.def("planners", [] {

@@ -27,6 +27,7 @@ def _cli_simulate(cli, tmp_path, plan, *flags):
     ({}, []),
     ({"profile": "gpu-y", "reshuffle": "blocking"}, ["--profile", "gpu-y", "--reshuffle", "blocking"]),
     ({"reshuffle": "none", "dkv_bytes": 4}, ["--reshuffle", "none", "--dkv-bytes", 4]),
+    ({"transfers": "grouped"}, ["--transfers", "grouped"]),
 ])
 def test_hand_plan_matches_cli(hand, cli, tmp_path, kwargs, flags):
     result = fcp.simulate(hand, **kwargs)
@@ -61,6 +62,7 @@ def test_trace_is_the_cli_trace(hand, cli, tmp_path):
 @pytest.mark.parametrize("kwargs,flags,error", [
     ({"profile": "gpu-z"}, ["--profile", "gpu-z"], OSError),  # not built in: a file that is not there
     ({"reshuffle": "eventually"}, ["--reshuffle", "eventually"], ValueError),
+    ({"transfers": "push"}, ["--transfers", "push"], ValueError),
     ({"dkv_bytes": -2}, ["--dkv-bytes", -2], ValueError),
 ])
 def test_errors_match_cli(hand, cli, tmp_path, kwargs, flags, error):

@@ -7,6 +7,7 @@
 #include "fcp/simulator.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -178,6 +179,11 @@ struct StageTransfer {
   double bytes;
 };
 
+// Stage transfers go through channels per worker, each with send and receive
+// groups in stage order: K/V on channel 0, dK/dV partials on channel 1 when
+// pulled (TransferMode::kPull), on channel 0 too when grouped.
+constexpr int kChannels = 2;
+
 struct PairTask {
   int32_t q_block, kv_block, worker, stage;
   double seconds;
@@ -238,8 +244,8 @@ class PassSimulator {
       }
     }
     for (int32_t w = 0; w < n_; ++w)
-      if (workers_[w].c_done + 1 < in_.stages || workers_[w].r_done + 1 < in_.stages ||
-          workers_[w].s_stage < in_.stages)
+      if (workers_[w].c_done + 1 < in_.stages || Stalled(workers_[w].channel[0]) ||
+          Stalled(workers_[w].channel[1]))
         throw Error(ErrorCode::kInternal, "simulate: worker " + std::to_string(w) +
                                               " stalled in stage " + std::to_string(workers_[w].c_stage));
     PassOutput out;
@@ -262,21 +268,23 @@ class PassSimulator {
     int64_t a;
     bool operator>(const Event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
   };
-  // Three streams per worker: compute, send groups and receive groups, each
-  // running its stages in order.
+  // A channel's send groups and receive groups, each running the stages in order.
+  struct Channel {
+    int32_t s_stage = -1;     // the send group in flight
+    int32_t s_left = 0;       // its sends not yet delivered
+    int32_t r_stage = -1;     // the last receive group opened
+    int32_t r_done = -1;      // last stage whose receives (and all before) have arrived
+    std::vector<int32_t> blocked;  // sends of its send group waiting for their data
+  };
+  // A compute stream and the channels of a worker.
   struct WorkerState {
     int32_t c_stage = 0;      // the compute stage running or next
     bool c_started = false;   // its pairs are loaded into `pending`
     int32_t c_done = -1;      // last stage whose compute is complete
-    int32_t s_stage = -1;     // the send group in flight
-    int32_t s_left = 0;       // its sends not yet delivered
-    int32_t r_stage = -1;     // the receive group in flight
-    int32_t r_left = 0;
-    int32_t r_done = -1;      // last stage whose receives have all arrived
+    std::array<Channel, kChannels> channel;
     bool busy = false;
     bool launched = false;
     std::vector<int32_t> pending;  // pair tasks of the current stage, in plan order
-    std::vector<int32_t> blocked;  // sends of its send group waiting for their data
     double busy_s = 0;
     double last_activity_s = 0;
     double run_start_s = -1, run_end_s = -1;  // current compute trace span
@@ -285,6 +293,13 @@ class PassSimulator {
   size_t Cell(int32_t stage, int32_t worker) const {
     return static_cast<size_t>(stage) * n_ + worker;
   }
+  size_t Cell(int ch, int32_t stage, int32_t worker) const {
+    return static_cast<size_t>(ch) * in_.stages * n_ + Cell(stage, worker);
+  }
+  int ChannelOf(const StageTransfer& t) const {
+    return t.kind == TransferKind::kDkv && config_.transfers == TransferMode::kPull ? 1 : 0;
+  }
+  bool Stalled(const Channel& c) const { return c.r_done + 1 < in_.stages || c.s_stage < in_.stages; }
 
   void Setup() {
     const size_t cells = static_cast<size_t>(in_.stages) * n_;
@@ -300,21 +315,25 @@ class PassSimulator {
         pair_list_[pair_begin_[c] + fill[c]++] = static_cast<int32_t>(i);
       }
     }
-    // Sends (by src) and receives (by dst) per (stage, worker).
+    // Sends (by src) and receives (by dst) per (channel, stage, worker).
+    const size_t channel_cells = kChannels * cells;
     for (int side = 0; side < 2; ++side) {
       std::vector<int32_t>& begin = side == 0 ? send_begin_ : recv_begin_;
       std::vector<int32_t>& list = side == 0 ? send_list_ : recv_list_;
-      begin.assign(cells + 1, 0);
-      for (const StageTransfer& t : in_.transfers) ++begin[Cell(t.stage, side == 0 ? t.src : t.dst) + 1];
-      for (size_t c = 0; c < cells; ++c) begin[c + 1] += begin[c];
+      const auto cell = [&](const StageTransfer& t) {
+        return Cell(ChannelOf(t), t.stage, side == 0 ? t.src : t.dst);
+      };
+      begin.assign(channel_cells + 1, 0);
+      for (const StageTransfer& t : in_.transfers) ++begin[cell(t) + 1];
+      for (size_t c = 0; c < channel_cells; ++c) begin[c + 1] += begin[c];
       list.resize(in_.transfers.size());
-      std::vector<int32_t> fill(cells, 0);
+      std::vector<int32_t> fill(channel_cells, 0);
       for (size_t i = 0; i < in_.transfers.size(); ++i) {
-        const StageTransfer& t = in_.transfers[i];
-        const size_t c = Cell(t.stage, side == 0 ? t.src : t.dst);
+        const size_t c = cell(in_.transfers[i]);
         list[begin[c] + fill[c]++] = static_cast<int32_t>(i);
       }
     }
+    recv_left_.assign(channel_cells, 0);
     arrivals_.assign(in_.transfers.size(), 0);
     started_.assign(in_.transfers.size(), 0);
     transfer_start_s_.assign(in_.transfers.size(), 0);
@@ -381,10 +400,11 @@ class PassSimulator {
   // Data condition of a send beyond the two groups having started.
   bool SourceReady(const StageTransfer& t) const {
     const WorkerState& src = workers_[t.src];
+    const Channel& in = src.channel[ChannelOf(t)];
     if (t.kind == TransferKind::kDkv)  // the partial is final after its compute (and any relay in)
-      return src.c_done >= t.stage - 1 && src.r_done >= t.stage - 1;
+      return src.c_done >= t.stage - 1 && in.r_done >= t.stage - 1;
     if (t.src != plan_.blocks[t.block].worker)  // a relay: what arrived in the stage before
-      return src.r_done >= t.stage - 1;
+      return in.r_done >= t.stage - 1;
     // The forward's owner needs the block's K/V from the reshuffle first.
     return in_.backward || in_ready_[t.block] != 0;
   }
@@ -397,7 +417,7 @@ class PassSimulator {
       if (!in_.backward && x.kind == TransferKind::kKv && x.src == plan_.blocks[x.block].worker)
         waiting_[x.block].push_back(t);
       else
-        workers_[x.src].blocked.push_back(t);
+        workers_[x.src].channel[ChannelOf(x)].blocked.push_back(t);
       return;
     }
     started_[t] = 1;
@@ -405,12 +425,11 @@ class PassSimulator {
     StartFlow(x.src, x.dst, x.bytes, Tag(kStageFlow, t));
   }
 
-  void OpenSendGroup(int32_t w, int32_t stage) {
-    WorkerState& s = workers_[w];
+  void OpenSendGroup(int32_t w, int ch, int32_t stage) {
+    Channel& s = workers_[w].channel[ch];
     s.s_stage = stage;
-    s.blocked.clear();
     if (stage >= in_.stages) return;
-    const size_t c = Cell(stage, w);
+    const size_t c = Cell(ch, stage, w);
     s.s_left = send_begin_[c + 1] - send_begin_[c];
     for (int32_t k = send_begin_[c]; k < send_begin_[c + 1]; ++k) {
       ++arrivals_[send_list_[k]];
@@ -418,11 +437,28 @@ class PassSimulator {
     }
   }
 
-  void OpenRecvGroup(int32_t w, int32_t stage) {
-    WorkerState& s = workers_[w];
+  // Whether receive group t of channel ch may open: group t-1 has arrived
+  // (one group in flight: more would only share the in-port with the group
+  // needed first) and, on channel 0, its buffer is free. The groups use two
+  // buffers in turn, so group t reuses group t-2's, which compute t-1 read;
+  // group 1 has a fresh one (compute 0 reads no received block). dK/dV
+  // partials on channel 1 are added into the owner's gradients on arrival.
+  bool MayOpenReceives(const WorkerState& s, int ch, int32_t t) const {
+    const Channel& x = s.channel[ch];
+    return x.r_done >= t - 1 && (ch == 1 || t <= 1 || s.c_done >= t - 1);
+  }
+
+  void AdvanceReceived(int32_t w, int ch) {
+    Channel& x = workers_[w].channel[ch];
+    while (x.r_done < x.r_stage && recv_left_[Cell(ch, x.r_done + 1, w)] == 0) ++x.r_done;
+  }
+
+  void OpenRecvGroup(int32_t w, int ch, int32_t stage) {
+    Channel& s = workers_[w].channel[ch];
     s.r_stage = stage;
-    const size_t c = Cell(stage, w);
-    s.r_left = recv_begin_[c + 1] - recv_begin_[c];
+    const size_t c = Cell(ch, stage, w);
+    recv_left_[c] = recv_begin_[c + 1] - recv_begin_[c];
+    AdvanceReceived(w, ch);
     for (int32_t k = recv_begin_[c]; k < recv_begin_[c + 1]; ++k) {
       ++arrivals_[recv_list_[k]];
       TryStartTransfer(recv_list_[k]);
@@ -436,32 +472,36 @@ class PassSimulator {
     return true;
   }
 
-  // Runs worker w's three streams forward as far as they go at the current time:
-  //  * send group t opens when group t-1 has been delivered;
-  //  * receive group t opens when group t-1 has arrived and compute t-1 is done
-  //    (its buffer held the blocks compute t-1 used: double buffering);
-  //  * compute t starts when compute t-1 is done and receive group t-1 has arrived,
-  //    each pair as soon as its reshuffled inputs are there.
+  // Runs worker w's streams forward as far as they go at the current time:
+  //  * send group t of a channel opens when its group t-1 has been delivered
+  //    (grouped transfers; pulled ones need no send group: all are open);
+  //  * receive group t opens when its buffer is free (MayOpenReceives);
+  //  * compute t starts when compute t-1 is done and channel 0's receive
+  //    group t-1 has arrived, each pair as soon as its reshuffled inputs are there.
   void Progress(int32_t w) {
     WorkerState& s = workers_[w];
     for (;;) {
       bool moved = false;
-      if (!s.blocked.empty()) {  // sends whose data may have arrived meanwhile
-        std::vector<int32_t> retry;
-        retry.swap(s.blocked);
-        for (int32_t t : retry) TryStartTransfer(t);
-      }
-      while (s.s_stage < in_.stages && (s.s_stage < 0 || s.s_left == 0)) {
-        OpenSendGroup(w, s.s_stage + 1);
-        moved = true;
-      }
-      while (s.r_stage + 1 < in_.stages && s.r_done == s.r_stage && s.c_done >= s.r_stage) {
-        OpenRecvGroup(w, s.r_stage + 1);
-        if (s.r_left == 0) s.r_done = s.r_stage;
-        moved = true;
+      for (int ch = 0; ch < kChannels; ++ch) {
+        Channel& x = s.channel[ch];
+        if (!x.blocked.empty()) {  // sends whose data may have arrived meanwhile
+          std::vector<int32_t> retry;
+          retry.swap(x.blocked);
+          for (int32_t t : retry) TryStartTransfer(t);
+        }
+        // Pulled transfers wait only for their receiver and data: every send group is open.
+        while (x.s_stage < in_.stages &&
+               (x.s_stage < 0 || x.s_left == 0 || config_.transfers == TransferMode::kPull)) {
+          OpenSendGroup(w, ch, x.s_stage + 1);
+          moved = true;
+        }
+        while (x.r_stage + 1 < in_.stages && MayOpenReceives(s, ch, x.r_stage + 1)) {
+          OpenRecvGroup(w, ch, x.r_stage + 1);
+          moved = true;
+        }
       }
       if (!s.busy && s.c_stage < in_.stages) {
-        if (!s.c_started && s.c_done == s.c_stage - 1 && s.r_done >= s.c_stage - 1) {
+        if (!s.c_started && s.c_done == s.c_stage - 1 && s.channel[0].r_done >= s.c_stage - 1) {
           const size_t c = Cell(s.c_stage, w);
           s.pending.assign(pair_list_.begin() + pair_begin_[c], pair_list_.begin() + pair_begin_[c + 1]);
           s.c_started = true;
@@ -553,8 +593,9 @@ class PassSimulator {
         }
         if (t.kind == TransferKind::kDkv && in_.backward && t.dst == plan_.blocks[t.block].worker)
           OutputProgress(t.block);
-        --workers_[t.src].s_left;
-        if (--workers_[t.dst].r_left == 0) workers_[t.dst].r_done = t.stage;
+        --workers_[t.src].channel[ChannelOf(t)].s_left;
+        --recv_left_[Cell(ChannelOf(t), t.stage, t.dst)];
+        AdvanceReceived(t.dst, ChannelOf(t));
         Progress(t.src);
         Progress(t.dst);
         break;
@@ -641,6 +682,7 @@ class PassSimulator {
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   std::vector<WorkerState> workers_;
   std::vector<int32_t> pair_begin_, pair_list_, send_begin_, send_list_, recv_begin_, recv_list_;
+  std::vector<int32_t> recv_left_;  // per (channel, stage, worker): receives not yet arrived
   std::vector<int32_t> arrivals_;
   std::vector<char> started_;
   std::vector<double> transfer_start_s_;
@@ -731,6 +773,17 @@ const char* ReshuffleModeName(ReshuffleMode mode) {
     case ReshuffleMode::kOverlapped: return "overlap";
   }
   return "?";
+}
+
+const char* TransferModeName(TransferMode mode) {
+  return mode == TransferMode::kPull ? "pull" : "grouped";
+}
+
+TransferMode ParseTransferMode(const std::string& name) {
+  for (auto m : {TransferMode::kPull, TransferMode::kGrouped})
+    if (name == TransferModeName(m)) return m;
+  throw Error(ErrorCode::kInvalidArgument,
+              "simulate: unknown transfer mode '" + name + "' (expected pull or grouped)");
 }
 
 ReshuffleMode ParseReshuffleMode(const std::string& name) {

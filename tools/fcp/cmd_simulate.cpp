@@ -75,6 +75,7 @@ struct CompareOptions {
   int64_t window = 0;
   std::string reshuffle = "overlap";
   std::string baseline_reshuffle = "none";
+  std::string transfers = "pull";
   int32_t seeds = 1;
   bool validate = false;
   WorkloadConfig workload;
@@ -146,6 +147,7 @@ void RunCompare(CompareOptions& o) {
   if (o.seeds < 1) throw UsageError("compare: --seeds must be >= 1");
   const ReshuffleMode fcp_reshuffle = ParseReshuffleMode(o.reshuffle);
   const ReshuffleMode baseline_reshuffle = ParseReshuffleMode(o.baseline_reshuffle);
+  const TransferMode transfers = ParseTransferMode(o.transfers);
   std::vector<int32_t> workers;
   for (const std::string& w : SplitList(o.workers)) {
     try {
@@ -176,6 +178,7 @@ void RunCompare(CompareOptions& o) {
         pc.planner = name;
         SimConfig sc;
         sc.reshuffle = name.rfind("fcp", 0) == 0 ? fcp_reshuffle : baseline_reshuffle;
+        sc.transfers = transfers;
         auto start = std::chrono::steady_clock::now();
         Row row{wc.seed, n, name, ReshuffleModeName(sc.reshuffle), MakePlan(lengths, pc), {}, 0, 0};
         row.plan_s = SecondsSince(start);
@@ -190,10 +193,10 @@ void RunCompare(CompareOptions& o) {
     }
 
   fmt::print("compare: {} tokens per worker, dist {}, block {}, coalesce {}, mask {}, profile {}; "
-             "reshuffle: fcp* {}, baselines {}\n",
+             "reshuffle: fcp* {}, baselines {}; transfers {}\n",
              o.workload.tokens_per_worker, o.lengths_path.empty() ? o.dist : o.lengths_path,
              o.planner.block_size, o.planner.coalesce, o.mask, profile.name, o.reshuffle,
-             o.baseline_reshuffle);
+             o.baseline_reshuffle, o.transfers);
   fmt::print("{:>5} {:>5} {:<17} {:>10} {:>7} {:>7} {:>7} {:>8} {:>8} {:>9} {:>8} {:>8}\n", "N",
              "seed", "planner", "time ms", "MFU", "normMFU", "batchN", "comp-imb", "traf-imb",
              "exposed", "plan s", "sim s");
@@ -223,9 +226,13 @@ void RunCompare(CompareOptions& o) {
 
 }  // namespace
 
+constexpr const char* kTransfersHelp =
+    "How the runtime moves stage transfers: pull (receivers pull K/V, partials pushed on their "
+    "own stream) | grouped (one send/receive call per stage)";
+
 void AddSimulateCommands(CLI::App& app) {
   struct SimulateOptions {
-    std::string plan, profile = "gpu-x", trace, reshuffle = "overlap";
+    std::string plan, profile = "gpu-x", trace, reshuffle = "overlap", transfers = "pull";
     bool json = false, per_worker = false, no_validate = false;
     int32_t dkv_bytes = 0;
   };
@@ -236,6 +243,7 @@ void AddSimulateCommands(CLI::App& app) {
       ->capture_default_str();
   sim->add_option("--trace", so->trace, "Write a Chrome trace (Perfetto) to this file");
   sim->add_option("--reshuffle", so->reshuffle, "overlap | blocking | none")->capture_default_str();
+  sim->add_option("--transfers", so->transfers, kTransfersHelp)->capture_default_str();
   sim->add_option("--dkv-bytes", so->dkv_bytes, "Bytes per element of partial dK/dV transfers (0 = the plan's dtype)")
       ->capture_default_str();
   sim->add_flag("--json", so->json, "Print the result as JSON");
@@ -245,6 +253,7 @@ void AddSimulateCommands(CLI::App& app) {
     const HardwareProfile profile = ResolveProfile(so->profile);
     SimConfig config;
     config.reshuffle = ParseReshuffleMode(so->reshuffle);
+    config.transfers = ParseTransferMode(so->transfers);
     config.dkv_dtype_bytes = so->dkv_bytes;
     config.record_trace = !so->trace.empty();
     const Plan plan = ReadPlanJsonFile(so->plan);
@@ -292,6 +301,7 @@ void AddSimulateCommands(CLI::App& app) {
   cmp->add_option("--baseline-reshuffle", co->baseline_reshuffle,
                   "Reshuffle of the baselines (they change the dataloader instead): none | blocking | overlap")
       ->capture_default_str();
+  cmp->add_option("--transfers", co->transfers, kTransfersHelp)->capture_default_str();
   cmp->add_flag("--validate", co->validate, "ValidatePlan every plan (slow at large N)");
   cmp->callback([co] { RunCompare(*co); });
 }
