@@ -10,6 +10,7 @@ commands are written next to each figure. --quick uses N <= 64 (for a smoke run)
 import argparse
 import csv
 import io
+import json
 import math
 import os
 import shlex
@@ -321,16 +322,18 @@ worker's K/V N-1 times.
         ("without pipelining", "fcp-nopipe", 16, "none"),
         ("without colouring (random order)", "fcp-random-order", 16, "none"),
         ("without coalescing (c=1)", "fcp", 1, "none"),
+        ("grouped transfers (one send/receive call per stage)", "fcp", 16, "none", "--transfers", "grouped"),
     ]
     results = []
     for rows_def in (abl, loo):
         out = []
-        for label, planner, c, mode in rows_def:
+        for label, planner, c, mode, *extra in rows_def:
             shown_a, ra = r.compare(["--dist", "lognormal", "--workers", str(mid), "--planners", planner,
-                                     "--coalesce", str(c), "--reshuffle", mode])
+                                     "--coalesce", str(c), "--reshuffle", mode] + extra)
             out.append((label, shown_a, ra[0]))
         results.append(out)
     facts["ablation"] = results
+    facts["stages"] = stage_facts(r, mid)
     body = [[label, pct(x["mfu"]), f"{x['total_time_s'] * 1e3:.2f} ms", f"`{cmd}`"]
             for label, cmd, x in results[0]]
     body2 = [[label, pct(x["mfu"]), f"{x['total_time_s'] * 1e3:.2f} ms", f"`{cmd}`"]
@@ -424,12 +427,40 @@ with local work.
     print(f"eval.py: wrote docs/evaluation.md and docs/figures/ in {elapsed:.0f} s", file=sys.stderr)
 
 
+def stage_facts(runner, n):
+    """Delta, transfer stages and the busiest sender of one stage, for the FCP
+    plan and the random-order ablation of the lognormal batch at N = n."""
+    lengths = os.path.join(FIGS, ".lengths.txt")
+    plan_path = os.path.join(FIGS, ".plan.json")
+    runner.run(["workload", "--dist", "lognormal", "--workers", str(n), "--out", lengths])
+    out = {}
+    for planner in ("fcp", "fcp-random-order"):
+        runner.run(["plan", "--lengths", lengths, "--workers", str(n), "--planner", planner,
+                    "--out", plan_path])
+        with open(plan_path) as f:
+            plan = json.load(f)
+        received = [0] * n
+        busiest_sender = 0
+        for stage in plan["forward"]:
+            sends = [0] * n
+            for _, src, dst in stage["send"]:
+                received[dst] += 1
+                sends[src] += 1
+            busiest_sender = max(busiest_sender, max(sends))
+        out[planner] = {"delta": max(received), "stages": sum(1 for st in plan["forward"] if st["send"]),
+                        "busiest_sender": busiest_sender}
+    os.remove(lengths)
+    os.remove(plan_path)
+    return out
+
+
 def discussion(facts, mid):
     rows, workers = facts["rows"], facts["workers"]
     n_max = workers[-1]
     f = {p: one(rows, workers=n_max, planner=p) for p in PLANNERS}
     f16 = {p: one(rows, workers=workers[0], planner=p) for p in PLANNERS}
     ladder, loo = facts["ablation"]
+    st = facts["stages"]
     full = loo[0][2]["mfu"]
     loo_text = "; ".join(f"{label}: {pct(x['mfu'])} ({x['mfu'] / full:.2f}x of full)" for label, _, x in loo[1:])
     ladder_text = " -> ".join(pct(x["mfu"]) for _, _, x in ladder)
@@ -451,9 +482,12 @@ def discussion(facts, mid):
   Figure 10 section). On the long-tailed batch the simulator charges what each plan implies on the
   model cluster: kernels on the f(len) curve, 6 SMs reserved for communication, a launch per stage, and every transfer through one
   50 GB/s NIC per GPU with max-min sharing. This synthetic lognormal batch has a mean length of about
-  1K tokens, so 32K tokens per GPU carry only ~10 ms of forward attention per GPU, while the plans
-  move K/V of the same order of time: communication, not compute, bounds every planner at large N.
-  The paper's traces evidently carry more attention work per moved block.
+  1K tokens, so 32K tokens per GPU carry only ~15 ms of forward attention per GPU. Meanwhile a
+  worker holding late pieces of the long sequences must pull all the K/V before them, which takes
+  about as long. Communication, not compute, bounds every planner at large N: in FCP's plans the
+  busiest receiver's in-port, since balancing sent + received bytes (the paper's traffic measure)
+  leaves receives uneven (`fcp inspect` shows both). The paper's traces evidently carry more
+  attention work per moved block.
 * **Balance against time.** Cutting a heavy query block into pieces balances compute, but each
   piece pulls the K/V of its whole sequence, so on this network the simulated time is often lower
   with fewer pieces. The default FCP plan is the cheapest by a compute + traffic cost (the profile's
@@ -461,18 +495,21 @@ def discussion(facts, mid):
   {pct(f['fcp']['compute_imbalance'])}, traffic {pct(f['fcp']['traffic_imbalance'])} at N = {n_max};
   paper: under 5%). Time mode (Figure 9's extra rows) drops the bound: it is faster at most N, by up
   to a few points, at a much higher imbalance; balance mode ignores the cost and loses MFU.
-* **Per-stage coupling.** The runtime model has per-stage send/receive rendezvous with double
-  buffering, so a stage lasts as long as its slowest participant. The ablation at N = {mid} shows
-  it: components added one by one {ladder_text}; components removed from FCP: {loo_text}.
-  Coalescing matters most (fewer, longer stages and kernels), then pipelining. The congestion-free
-  colouring adds nothing on this batch, and the reason is visible in the plans: Delta is set by the
-  busiest receiver (at N = 256, seed 0, one worker receives 274 K/V blocks per pass; `fcp inspect`
-  shows ceil(274/16) = 18 transfer stages for both plans). Random pull order also gives every
-  receiver at most c blocks per stage; what it gives up is the sender bound (up to 35 sends from one
-  worker in a stage), and the equal times say those senders are not the bottleneck: each of
-  their receivers' in-ports is already shared by c incoming flows. Colouring pays off where senders
-  are the hot spots (few owners of K/V needed by many), which these plans avoid by balancing
-  traffic. The paper reports each component adding
+* **The runtime model and the ablation.** The simulator runs the paper's pull runtime: a receiver
+  pulls K/V as soon as its stage buffer is free, and dK/dV partials go back on a stream of their
+  own. The ablation at N = {mid}: components added one by one {ladder_text}; components removed
+  from FCP: {loo_text}. Coalescing and pipelining matter most (fewer, longer stages and kernels).
+  One batched send/receive call per stage (the grouped row, as with NCCL groups) makes a late
+  receiver hold up its senders' next stage, and the delay spreads worker to worker. The
+  congestion-free colouring adds little on this batch, and the plans show why. Delta is set by the
+  busiest receiver: at N = {mid} one worker receives {st['fcp']['delta']} K/V blocks per pass, so
+  both plans have about ceil(Delta/16) transfer stages ({st['fcp']['stages']} coloured,
+  {st['fcp-random-order']['stages']} random). Random pull order also gives every receiver at most c
+  blocks per stage. What it gives up is the sender bound: up to {st['fcp-random-order']['busiest_sender']}
+  sends from one worker in a stage, against {st['fcp']['busiest_sender']} coloured. Those senders
+  are rarely the bottleneck, because each of their receivers' in-ports is already shared by c
+  incoming flows. Colouring pays off where senders are the hot spots (few owners of K/V needed by
+  many); these plans avoid that by balancing traffic. The paper reports each component adding
   "considerable" utilisation; its Table 2 values are not in the text we have.
 * **Ring is much worse than in the paper** (FCP/ring {f['fcp']['mfu'] / f['ring']['mfu']:.1f}x at
   N = {n_max}, {f16['fcp']['mfu'] / f16['ring']['mfu']:.1f}x at N = {workers[0]}; paper: at most
