@@ -258,7 +258,8 @@ TEST(NetworkTest, MaxMinFairSharing) {
 }
 
 // Compute and traffic imbalance from the simulator's own count agree with
-// ComputePlanMetrics on every planner, mask and size tried.
+// ComputePlanMetrics on every planner, mask and size tried, and both
+// transfer modes run every plan to the end (relays and partials included).
 TEST(SimulatorTest, ImbalanceAgreesWithPlanMetrics) {
   const HardwareProfile gpu_x = BuiltinProfile("gpu-x");
   for (const char* planner : {"ring", "bytescale", "magi", "fcp"})
@@ -278,15 +279,20 @@ TEST(SimulatorTest, ImbalanceAgreesWithPlanMetrics) {
         pc.planner = planner;
         const Plan plan = MakePlan(GenerateWorkload(wc), pc);
         const PlanMetrics m = ComputePlanMetrics(plan);
-        const SimResult r = Simulate(plan, gpu_x);
-        SCOPED_TRACE(std::string(planner) + " N=" + std::to_string(n) + " " + MaskKindName(kind));
-        EXPECT_NEAR(r.compute_imbalance, m.compute_imbalance, 1e-6);
-        EXPECT_NEAR(r.traffic_imbalance, m.traffic_imbalance, 1e-6);
-        EXPECT_NEAR(r.forward_flops, m.total_forward_flops, 1e-9 * m.total_forward_flops);
-        EXPECT_GT(r.mfu, 0);
-        EXPECT_LE(r.mfu, SaturatedEfficiency(gpu_x));
-        for (const WorkerSimStats& s : r.worker_stats)
-          EXPECT_NEAR(s.busy_s + s.exposed_comm_s + s.idle_s, r.total_time_s, 1e-9 * r.total_time_s);
+        for (TransferMode mode : {TransferMode::kPull, TransferMode::kGrouped}) {
+          SimConfig config;
+          config.transfers = mode;
+          const SimResult r = Simulate(plan, gpu_x, config);
+          SCOPED_TRACE(std::string(planner) + " N=" + std::to_string(n) + " " + MaskKindName(kind) +
+                       " " + TransferModeName(mode));
+          EXPECT_NEAR(r.compute_imbalance, m.compute_imbalance, 1e-6);
+          EXPECT_NEAR(r.traffic_imbalance, m.traffic_imbalance, 1e-6);
+          EXPECT_NEAR(r.forward_flops, m.total_forward_flops, 1e-9 * m.total_forward_flops);
+          EXPECT_GT(r.mfu, 0);
+          EXPECT_LE(r.mfu, SaturatedEfficiency(gpu_x));
+          for (const WorkerSimStats& s : r.worker_stats)
+            EXPECT_NEAR(s.busy_s + s.exposed_comm_s + s.idle_s, r.total_time_s, 1e-9 * r.total_time_s);
+        }
       }
 }
 
