@@ -8,9 +8,8 @@ namespace {
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 // Flows within this of their end drain together: one rate recomputation
-// instead of several for ends less than a microsecond apart (a fifth fewer
-// recomputations in a 256-worker pass, whose time moves by < 1e-4).
-constexpr double kDrainSlack_s = 1e-6;
+// instead of several for ends a few nanoseconds apart.
+constexpr double kDrainSlack_s = 1e-7;
 enum Port { kNvlinkOut = 0, kNvlinkIn = 1, kNicOut = 2, kNicIn = 3, kPortsPerWorker = 4 };
 
 }  // namespace
