@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -173,18 +174,55 @@ Plan OneSenderTwoStagesPlan() {
   return plan;
 }
 
-TEST(SimulatorTest, PulledTransfersDoNotWaitForTheSendersPreviousStage) {
-  const Plan plan = OneSenderTwoStagesPlan();
-  ASSERT_NO_THROW(ValidatePlan(plan));
+// The plan (valid) simulated pulled (the default) and grouped, no reshuffle.
+std::pair<SimResult, SimResult> PulledAndGrouped(const Plan& plan) {
+  EXPECT_NO_THROW(ValidatePlan(plan));
   SimConfig config = NoReshuffle();
-  ASSERT_EQ(config.transfers, TransferMode::kPull);  // the default
+  EXPECT_EQ(config.transfers, TransferMode::kPull);
   const SimResult pull = Simulate(plan, UnitProfile(), config);
   config.transfers = TransferMode::kGrouped;
-  const SimResult grouped = Simulate(plan, UnitProfile(), config);
+  return {pull, Simulate(plan, UnitProfile(), config)};
+}
+
+TEST(SimulatorTest, PulledTransfersDoNotWaitForTheSendersPreviousStage) {
+  const auto [pull, grouped] = PulledAndGrouped(OneSenderTwoStagesPlan());
   EXPECT_NEAR(pull.forward_time_s, 33, 1e-9);
   EXPECT_NEAR(grouped.forward_time_s, 34, 1e-9);
   EXPECT_NEAR(pull.backward_time_s, 83, 1e-9);
   EXPECT_NEAR(grouped.backward_time_s, 83, 1e-9);
+}
+
+// Three workers, two causal sequences of 8 tokens; w0 gets a dK/dV partial
+// and a K/V block in the same backward stage, and computes with the K/V next:
+//   blocks: 0 = seq 0 [0,4) w0, 1 = seq 0 [4,8) w1, 2 = seq 1 [0,4) w2,
+//           3 = seq 1 [4,8) w0; block 0 goes to w1 in stage 0, block 2 to
+//           w0 in stage 2; (1,0) is computed in stage 1, (3,2) in stage 3.
+//   forward (both): w0's stage-2 group opens after its 20 s of diagonals:
+//     [20,28] delivered 29, (3,2) [29,45]                                        => 45
+//   backward: w1 computes (1,0) [25,65] and returns the partial [65,73] -> 74.
+//     pull: w0 pulls block 2 at 50 (after its 50 s of diagonals) -> 59, computes
+//       (3,2) [59,99] and returns block 2's partial [99,107] -> 108              => 108
+//     grouped: w0's stage-2 group holds the partial too, so (3,2) waits for it:
+//       [74,114], partial [114,122] -> 123                                       => 123
+Plan PartialAndKvInOneStagePlan() {
+  Plan plan = UnitPlan(3, {8, 8});
+  plan.blocks = {{0, {{0, 0, 4}}}, {1, {{0, 4, 4}}}, {2, {{1, 0, 4}}}, {0, {{1, 4, 4}}}};
+  const std::vector<BlockPair> diagonals = {{0, 0}, {1, 1}, {2, 2}, {3, 3}};
+  plan.forward = {{{{0, 0, 1}}, diagonals}, {{}, {{1, 0}}}, {{{2, 2, 0}}, {}}, {{}, {{3, 2}}}};
+  plan.backward = {{{{0, 0, 1}}, {}, diagonals},
+                   {{}, {}, {{1, 0}}},
+                   {{{2, 2, 0}}, {{0, 1, 0}}, {}},
+                   {{}, {}, {{3, 2}}},
+                   {{}, {{2, 0, 2}}, {}}};
+  return plan;
+}
+
+TEST(SimulatorTest, PulledBackwardComputeDoesNotWaitForPartials) {
+  const auto [pull, grouped] = PulledAndGrouped(PartialAndKvInOneStagePlan());
+  EXPECT_NEAR(pull.forward_time_s, 45, 1e-9);
+  EXPECT_NEAR(grouped.forward_time_s, 45, 1e-9);
+  EXPECT_NEAR(pull.backward_time_s, 108, 1e-9);
+  EXPECT_NEAR(grouped.backward_time_s, 123, 1e-9);
 }
 
 // One worker, one sequence of 8 tokens, full mask, blocks [0,4) and [4,8):
