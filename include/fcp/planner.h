@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fcp/mask.h"
@@ -95,6 +96,10 @@ const PlannerInfo& FindPlanner(const std::string& name);
 // stages yet: where every planner starts.
 Plan PlanHeader(const std::vector<int64_t>& lengths, const PlannerConfig& config,
                 const std::string& planner);
+
+// The settings MakeFcpPlan records in plan.planner_options beyond the header
+// fields, (name, value) sorted by name; PlannerConfigOf reads them back.
+std::vector<std::pair<std::string, double>> RecordedPlannerOptions(const PlannerConfig& config);
 
 // The config that re-makes `plan`: the inverse of PlanHeader, plus the
 // settings the planner recorded in plan.planner_options (names this version

@@ -70,11 +70,7 @@ Candidate ShardAndAssign(const std::vector<int64_t>& lengths, const PlannerConfi
 Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& config) {
   config.validate(lengths);
   Plan plan = PlanHeader(lengths, config, "fcp");
-  plan.planner_options = {{"heavy_fraction", config.heavy_fraction},
-                          {"local_search_rounds", config.local_search_rounds},
-                          {"max_imbalance", config.max_imbalance},
-                          {"max_split", config.max_split},
-                          {"network_flops_per_byte", config.network_flops_per_byte}};
+  plan.planner_options = RecordedPlannerOptions(config);
 
   // 1-2. Shard and assign; with a network ratio, also with heavy blocks cut
   // in at most two pieces (less traffic, coarser balance), keeping the

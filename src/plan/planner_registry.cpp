@@ -103,17 +103,43 @@ Plan PlanHeader(const std::vector<int64_t>& lengths, const PlannerConfig& config
   return plan;
 }
 
+namespace {
+
+// The settings FCP records in plan.planner_options, by name (sorted), read
+// and written through one table so the two directions cannot drift apart.
+struct RecordedOption {
+  const char* name;
+  double (*get)(const PlannerConfig&);
+  void (*set)(PlannerConfig&, double);
+};
+constexpr RecordedOption kRecordedOptions[] = {
+    {"heavy_fraction", [](const PlannerConfig& c) { return c.heavy_fraction; },
+     [](PlannerConfig& c, double v) { c.heavy_fraction = v; }},
+    {"local_search_rounds", [](const PlannerConfig& c) { return double(c.local_search_rounds); },
+     [](PlannerConfig& c, double v) { c.local_search_rounds = static_cast<int32_t>(v); }},
+    {"max_imbalance", [](const PlannerConfig& c) { return c.max_imbalance; },
+     [](PlannerConfig& c, double v) { c.max_imbalance = v; }},
+    {"max_split", [](const PlannerConfig& c) { return double(c.max_split); },
+     [](PlannerConfig& c, double v) { c.max_split = static_cast<int32_t>(v); }},
+    {"network_flops_per_byte", [](const PlannerConfig& c) { return c.network_flops_per_byte; },
+     [](PlannerConfig& c, double v) { c.network_flops_per_byte = v; }},
+};
+
+}  // namespace
+
+std::vector<std::pair<std::string, double>> RecordedPlannerOptions(const PlannerConfig& config) {
+  std::vector<std::pair<std::string, double>> options;
+  for (const RecordedOption& o : kRecordedOptions) options.emplace_back(o.name, o.get(config));
+  return options;
+}
+
 PlannerConfig PlannerConfigOf(const Plan& plan) {
   PlannerConfig c{.workers = plan.workers, .block_size = plan.block_size,
                   .coalesce = plan.coalesce, .mask = plan.mask, .attention = plan.attention,
                   .token_cap = plan.token_cap, .planner = plan.planner};
-  for (const auto& [name, value] : plan.planner_options) {
-    if (name == "heavy_fraction") c.heavy_fraction = value;
-    else if (name == "max_split") c.max_split = static_cast<int32_t>(value);
-    else if (name == "local_search_rounds") c.local_search_rounds = static_cast<int32_t>(value);
-    else if (name == "network_flops_per_byte") c.network_flops_per_byte = value;
-    else if (name == "max_imbalance") c.max_imbalance = value;
-  }
+  for (const auto& [name, value] : plan.planner_options)
+    for (const RecordedOption& o : kRecordedOptions)
+      if (name == o.name) o.set(c, value);
   return c;
 }
 
