@@ -5,7 +5,6 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
-#include <set>
 #include <span>
 #include <string>
 #include <utility>
@@ -71,48 +70,114 @@ void BuildGraphs(const std::vector<RequiredPair>& pairs, int32_t blocks, Csr& de
   }
 }
 
-// An ordered index of workers by (key, id), with O(log N) updates.
+// An index of workers ordered by (key, id), ascending or (kDescending)
+// descending: an indexed 4-ary heap (contiguous, no allocation after
+// construction), updated in O(log N), visited in order from the first
+// entry by a best-first walk of the heap (O(k log k) for the first k).
+// The order is total (ties by id), so a walk sees exactly the order a
+// sorted container would.
+template <bool kDescending>
 class WorkerIndex {
-  // (key, id) ascending; keys are never NaN, so plain comparisons (cheaper
-  // than the pair's synthesised three-way comparison on doubles).
-  struct Less {
-    using Entry = std::pair<double, int32_t>;
-    bool operator()(const Entry& a, const Entry& b) const {
-      return a.first < b.first || (a.first == b.first && a.second < b.second);
-    }
+  struct Entry {
+    double key;
+    int32_t id;
   };
-  using Set = std::set<std::pair<double, int32_t>, Less>;
 
  public:
-  explicit WorkerIndex(int32_t workers) : key_(workers, 0), member_(workers, 0), node_(workers) {}
+  explicit WorkerIndex(int32_t workers) : position_(workers, -1) { heap_.reserve(workers); }
   void Insert(int32_t w, double key) {
-    key_[w] = key;
-    member_[w] = 1;
-    node_[w] = set_.insert({key, w}).first;
+    position_[w] = static_cast<int32_t>(heap_.size());
+    heap_.push_back({key, w});
+    SiftUp(position_[w]);
   }
   void Erase(int32_t w) {
-    if (!member_[w]) return;
-    set_.erase(node_[w]);
-    member_[w] = 0;
+    const int32_t at = position_[w];
+    if (at < 0) return;
+    position_[w] = -1;
+    const Entry last = heap_.back();
+    heap_.pop_back();
+    if (at == static_cast<int32_t>(heap_.size())) return;
+    Place(last, at);
+    Restore(at);
   }
   void Update(int32_t w, double key) {
-    if (!member_[w] || key_[w] == key) return;
-    // Re-keys the node in place: no allocation and no search to find it on
-    // this hot path; the old successor is the hint for a small increase.
-    const auto hint = std::next(node_[w]);
-    auto node = set_.extract(node_[w]);
-    node.value().first = key;
-    key_[w] = key;
-    node_[w] = set_.insert(hint, std::move(node));
+    const int32_t at = position_[w];
+    if (at < 0 || heap_[at].key == key) return;
+    heap_[at].key = key;
+    Restore(at);
   }
-  const Set& ordered() const { return set_; }
+  bool empty() const { return heap_.empty(); }
+  // The first entry's key and id.
+  double first_key() const { return heap_.front().key; }
+  int32_t first_id() const { return heap_.front().id; }
+  // Calls visit(id, key) in order until it returns false or all are seen.
+  template <typename F>
+  void Visit(F visit) const {
+    if (heap_.empty()) return;
+    // frontier_: heap positions whose parents were visited, a binary heap
+    // with the next in order on top.
+    const auto later = [&](int32_t a, int32_t b) { return Before(heap_[b], heap_[a]); };
+    frontier_.assign(1, 0);
+    while (!frontier_.empty()) {
+      std::pop_heap(frontier_.begin(), frontier_.end(), later);
+      const int32_t at = frontier_.back();
+      frontier_.pop_back();
+      if (!visit(heap_[at].id, heap_[at].key)) return;
+      const int32_t size = static_cast<int32_t>(heap_.size());
+      for (int32_t c = kArity * at + 1; c <= kArity * at + kArity && c < size; ++c) {
+        frontier_.push_back(c);
+        std::push_heap(frontier_.begin(), frontier_.end(), later);
+      }
+    }
+  }
 
  private:
-  std::vector<double> key_;
-  std::vector<uint8_t> member_;
-  std::vector<Set::iterator> node_;  // each member's entry
-  Set set_;
+  static constexpr int32_t kArity = 4;
+  // Whether a comes before b; keys are never NaN.
+  static bool Before(const Entry& a, const Entry& b) {
+    if (a.key != b.key) return kDescending ? a.key > b.key : a.key < b.key;
+    return kDescending ? a.id > b.id : a.id < b.id;
+  }
+  void Place(const Entry& e, int32_t at) {
+    heap_[at] = e;
+    position_[e.id] = at;
+  }
+  void Restore(int32_t at) {
+    if (at > 0 && Before(heap_[at], heap_[(at - 1) / kArity])) SiftUp(at);
+    else SiftDown(at);
+  }
+  void SiftUp(int32_t at) {
+    const Entry e = heap_[at];
+    while (at > 0) {
+      const int32_t parent = (at - 1) / kArity;
+      if (!Before(e, heap_[parent])) break;
+      Place(heap_[parent], at);
+      at = parent;
+    }
+    Place(e, at);
+  }
+  void SiftDown(int32_t at) {
+    const Entry e = heap_[at];
+    const int32_t size = static_cast<int32_t>(heap_.size());
+    while (true) {
+      const int32_t first_child = kArity * at + 1;
+      if (first_child >= size) break;
+      int32_t best = first_child;
+      for (int32_t c = first_child + 1; c < std::min(first_child + kArity, size); ++c)
+        if (Before(heap_[c], heap_[best])) best = c;
+      if (!Before(heap_[best], e)) break;
+      Place(heap_[best], at);
+      at = best;
+    }
+    Place(e, at);
+  }
+
+  std::vector<Entry> heap_;
+  std::vector<int32_t> position_;         // each worker's place in heap_, -1 if absent
+  mutable std::vector<int32_t> frontier_;  // Visit's scratch (single-threaded use)
 };
+using AscendingIndex = WorkerIndex<false>;
+using DescendingIndex = WorkerIndex<true>;
 
 struct Targets {
   double compute = 1;  // mean compute per worker
@@ -161,13 +226,17 @@ class Slots {
 // only the transfers of the moved blocks and of the K/V blocks they need
 // change. Item dependencies are aggregated per item (K/V block, multiplicity),
 // and the dependency counts of the heavy worker and its partners live in
-// dense tables filled once per local-search step, so an evaluation costs
+// dense tables, cached across local-search steps (the lightest workers stay
+// partners for many steps) and kept current by Apply, so an evaluation costs
 // O(dependencies of the moved items) array accesses, no hashing. All loads
 // are sums of integers, exact in doubles, so the result equals applying the
 // exchange block by block.
 class LoadModel {
  public:
-  static constexpr int kTables = 1 + kSwapPartners;  // the heavy worker and its partners
+  // Dependency-count tables cached: at least the heavy worker and its
+  // partners of one step.
+  static constexpr int kTables = 8;
+  static_assert(kTables >= 1 + kSwapPartners);
 
   LoadModel(const AssignmentInput& in, const std::vector<Item>& items, const Rows<Dep>& item_deps,
             const Csr& users, const std::vector<int64_t>& tokens, const std::vector<int32_t>& owner)
@@ -193,6 +262,8 @@ class LoadModel {
       }
     }
     for (std::vector<int32_t>& table : count_) table.assign(blocks, 0);
+    table_worker_.fill(-1);
+    table_used_.fill(0);
     give_.assign(blocks, 0);
     take_.assign(blocks, 0);
     kv_stamp_.assign(blocks, 0);
@@ -206,18 +277,29 @@ class LoadModel {
   double traffic(int32_t w) const { return traffic_[w]; }
   const std::vector<int32_t>& owners() const { return owner_; }
 
-  // Table `t` holds, for every K/V block, how many blocks of the given items
-  // need it; Clear(t) empties it again.
-  void Fill(int t, const std::vector<int32_t>& owned) {
-    for (int32_t i : owned)
-      for (const Dep& d : Deps(i)) {
-        if (count_[t][d.kv] == 0) filled_[t].push_back(d.kv);
-        count_[t][d.kv] += d.mult;
+  // A local-search step begins: the tables it asks for are kept until the next.
+  void BeginStep() { ++step_; }
+  // The table holding, for every K/V block, how many blocks of worker w's
+  // items (`owned`, the items w owns now) need it: cached, or filled in the
+  // least recently used table not asked for since BeginStep (ties: the lowest).
+  int Table(int32_t w, const std::vector<int32_t>& owned) {
+    int victim = -1;
+    for (int t = 0; t < kTables; ++t) {
+      if (table_worker_[t] == w) {
+        table_used_[t] = step_;
+        return t;
       }
-  }
-  void Clear(int t) {
-    for (int32_t kv : filled_[t]) count_[t][kv] = 0;
-    filled_[t].clear();
+      if (table_used_[t] != step_ && (victim < 0 || table_used_[t] < table_used_[victim]))
+        victim = t;
+    }
+    FCP_CHECK(victim >= 0, "local search: more than " + std::to_string(kTables) +
+                               " dependency tables asked for in one step");
+    for (int32_t kv : filled_[victim]) count_[victim][kv] = 0;
+    filled_[victim].clear();
+    for (int32_t i : owned) AddDeps(victim, i, 1);
+    table_worker_[victim] = w;
+    table_used_[victim] = step_;
+    return victim;
   }
 
   // The exchange of item `give` of worker `heavy` (counts in table hs) for
@@ -232,6 +314,8 @@ class LoadModel {
     changed_.clear();
     heavy_ = heavy;
     light_ = light;
+    give_item_ = give;
+    take_items_ = take;
     hs_ = hs;
     ls_ = ls;
     const auto mark = [&](int32_t kv) {
@@ -324,6 +408,14 @@ class LoadModel {
     compute_[heavy_] = heavy_compute;
     compute_[light_] = light_compute;
     for (int32_t w : changed_) traffic_[w] += static_cast<double>(delta_[w]);
+    // Last: Members above reads the counts before the exchange.
+    AddDeps(hs_, give_item_, -1);
+    AddDeps(ls_, give_item_, 1);
+    for (int32_t item : take_items_)
+      if (item >= 0) {
+        AddDeps(ls_, item, -1);
+        AddDeps(hs_, item, 1);
+      }
   }
 
  private:
@@ -332,6 +424,15 @@ class LoadModel {
     int delta() const { return heavy_after - heavy_before + light_after - light_before; }
   };
   std::span<const Dep> Deps(int32_t item) const { return item_deps_.row(item); }
+  // Adds (sign 1) or removes (-1) an item's dependencies to table t. A
+  // block listed in filled_ may have dropped to zero (or be listed twice):
+  // filled_ only says which entries to reset.
+  void AddDeps(int t, int32_t item, int sign) {
+    for (const Dep& d : Deps(item)) {
+      if (count_[t][d.kv] == 0) filled_[t].push_back(d.kv);
+      count_[t][d.kv] += sign * d.mult;
+    }
+  }
   Membership Members(int32_t kv) const {
     const int32_t ch = count_[hs_][kv], cl = count_[ls_][kv];
     return {ch > 0, ch - give_[kv] + take_[kv] > 0, cl > 0, cl - take_[kv] + give_[kv] > 0};
@@ -352,9 +453,14 @@ class LoadModel {
   std::vector<double> compute_, traffic_;
   std::vector<int32_t> needers_;  // workers owning a block that needs kv
   std::array<std::vector<int32_t>, kTables> count_, filled_;
+  std::array<int32_t, kTables> table_worker_;  // whose counts each table holds, -1: none
+  std::array<uint64_t, kTables> table_used_;   // the step that last asked for it
+  uint64_t step_ = 0;
   // The evaluated exchange.
   uint32_t stamp_ = 0;
   int32_t heavy_ = -1, light_ = -1;
+  int32_t give_item_ = -1;
+  std::array<int32_t, 2> take_items_{-1, -1};
   int hs_ = 0, ls_ = 0;
   std::vector<int32_t> kvs_;          // K/V blocks whose transfers may change
   std::vector<int32_t> give_, take_;  // dependencies of the given / taken items on kv
@@ -597,16 +703,16 @@ class Assigner {
 
  private:
   // Collects up to `limit` workers from `index` on which `item` fits.
-  void Collect(const WorkerIndex& index, const Slots& slots, const Item& item, int limit,
+  void Collect(const AscendingIndex& index, const Slots& slots, const Item& item, int limit,
                std::vector<int32_t>& out) const {
     int found = 0, scanned = 0;
-    for (auto it = index.ordered().begin();
-         it != index.ordered().end() && found < limit && scanned < kScanLimit; ++it, ++scanned)
-      if (slots.Fits(item, it->second) &&
-          std::find(out.begin(), out.end(), it->second) == out.end()) {
-        out.push_back(it->second);
+    index.Visit([&](int32_t w, double) {
+      if (slots.Fits(item, w) && std::find(out.begin(), out.end(), w) == out.end()) {
+        out.push_back(w);
         ++found;
       }
+      return found < limit && ++scanned < kScanLimit;
+    });
   }
 
   // Places items in LPT order (by work, or by the larger normalised share)
@@ -624,8 +730,8 @@ class Assigner {
     NeedHulls hulls(in_.lengths->size(), affinity ? item_needs_.items.size() : 0);
     std::vector<double> compute(n_, 0), traffic(n_, 0);
     // Indexes of open workers (a free slot of the class) by compute and traffic.
-    WorkerIndex by_compute[2] = {WorkerIndex(n_), WorkerIndex(n_)};
-    WorkerIndex by_traffic[2] = {WorkerIndex(n_), WorkerIndex(n_)};
+    AscendingIndex by_compute[2] = {AscendingIndex(n_), AscendingIndex(n_)};
+    AscendingIndex by_traffic[2] = {AscendingIndex(n_), AscendingIndex(n_)};
     for (int cls = 0; cls < 2; ++cls)
       for (int32_t w = 0; w < n_; ++w)
         if (slots.Open(w, cls)) {
@@ -712,7 +818,8 @@ class Assigner {
     for (int32_t w = 0; w < n_; ++w) mean_traffic += model.traffic(w) / n_;
     const Targets targets{targets_.compute, std::max(mean_traffic, 1.0)};
     const auto load = [&](int32_t w) { return targets.Load(model.compute(w), model.traffic(w)); };
-    WorkerIndex by_load(n_), by_compute(n_), by_traffic(n_);
+    DescendingIndex by_load(n_);
+    AscendingIndex by_compute(n_), by_traffic(n_);
     for (int32_t w = 0; w < n_; ++w) {
       by_load.Insert(w, load(w));
       by_compute.Insert(w, model.compute(w));
@@ -740,27 +847,31 @@ class Assigner {
     for (int64_t step = 0; step < max_steps && budget > 0; ++step) {
       // Plain variables, not a structured binding: lambdas below capture
       // them, which Clang before 16 rejects for bindings.
-      const double max_load = by_load.ordered().rbegin()->first;
-      const int32_t heavy = by_load.ordered().rbegin()->second;
+      const double max_load = by_load.first_key();
+      const int32_t heavy = by_load.first_id();
       const double limit = max_load * (1 - 1e-9);
       partners.clear();
       // The heavy worker's binding dimension must come down.
       const bool compute_bound =
           model.compute(heavy) / targets.compute >= model.traffic(heavy) / targets.traffic;
-      for (const WorkerIndex* index : {&by_compute, &by_traffic}) {
+      for (const AscendingIndex* index : {&by_compute, &by_traffic}) {
         const bool binding = (index == &by_compute) == compute_bound;
         const int quota = policy == Partners::kMixed ? kSwapPartners / 2 : binding ? kSwapPartners : 0;
+        if (quota == 0) continue;
         int taken = 0;
-        for (auto it = index->ordered().begin(); it != index->ordered().end() && taken < quota; ++it)
-          if (it->second != heavy &&
-              std::find(partners.begin(), partners.end(), it->second) == partners.end()) {
-            partners.push_back(it->second);
+        index->Visit([&](int32_t w, double) {
+          if (w != heavy && std::find(partners.begin(), partners.end(), w) == partners.end()) {
+            partners.push_back(w);
             ++taken;
           }
+          return taken < quota;
+        });
       }
-      // Dependency counts: table 0 for heavy, 1 + p for partner p (on demand).
-      model.Fill(0, owned[heavy]);
-      std::array<bool, LoadModel::kTables> filled{};
+      // Dependency counts of heavy, and of partner p (on demand).
+      model.BeginStep();
+      const int heavy_table = model.Table(heavy, owned[heavy]);
+      std::array<int, kSwapPartners> partner_table;
+      partner_table.fill(-1);
       // Whether the evaluated exchange leaves every worker it involves below
       // the limit: those whose traffic changes by their new loads, any other
       // by its (unchanged) load.
@@ -770,10 +881,13 @@ class Assigner {
               w == heavy ? heavy_compute : (w == light ? light_compute : model.compute(w));
           if (targets.Load(c, model.traffic_after(w)) >= limit) return false;
         }
-        const auto& ordered = by_load.ordered();
-        for (auto it = ordered.rbegin(); it != ordered.rend() && it->first >= limit; ++it)
-          if (!model.in_changed(it->second) && model.Involves(it->second)) return false;
-        return true;
+        bool involved = false;
+        by_load.Visit([&](int32_t w, double key) {
+          if (key < limit) return false;
+          involved = !model.in_changed(w) && model.Involves(w);
+          return !involved;
+        });
+        return !involved;
       };
       bool improved = false;
       for (size_t x = 0; x < owned[heavy].size() && !improved && budget > 0; ++x) {
@@ -804,12 +918,9 @@ class Assigner {
                                         (offer.second >= 0 ? item_traffic_[offer.second] : 0.0))
               continue;
             if (budget-- <= 0) break;
-            const int table = 1 + static_cast<int>(p);
-            if (!filled[table]) {
-              model.Fill(table, owned[light]);
-              filled[table] = true;
-            }
-            model.Evaluate(a, heavy, 0, {offer.first, offer.second}, light, table);
+            if (partner_table[p] < 0) partner_table[p] = model.Table(light, owned[light]);
+            model.Evaluate(a, heavy, heavy_table, {offer.first, offer.second}, light,
+                           partner_table[p]);
             const double heavy_compute = model.compute(heavy) - shift;
             const double light_compute = model.compute(light) + shift;
             if (!below_limit(heavy_compute, light_compute, light)) continue;
@@ -831,7 +942,6 @@ class Assigner {
           if (improved) break;
         }
       }
-      for (int t = 0; t < LoadModel::kTables; ++t) model.Clear(t);
       if (!improved) break;
     }
     Assignment result{model.owners(), std::vector<double>(n_), std::vector<double>(n_)};
