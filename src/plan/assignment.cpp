@@ -73,7 +73,7 @@ void BuildGraphs(const std::vector<RequiredPair>& pairs, int32_t blocks, Csr& de
 // An index of workers ordered by (key, id), ascending or (kDescending)
 // descending: an indexed 4-ary heap (contiguous, no allocation after
 // construction), updated in O(log N), visited in order from the first
-// entry by a best-first walk of the heap (O(k log k) for the first k).
+// entry by a best-first walk of the heap (O(k^2) for the first k, small).
 // The order is total (ties by id), so a walk sees exactly the order a
 // sorted container would.
 template <bool kDescending>
@@ -114,20 +114,19 @@ class WorkerIndex {
   template <typename F>
   void Visit(F visit) const {
     if (heap_.empty()) return;
-    // frontier_: heap positions whose parents were visited, a binary heap
-    // with the next in order on top.
-    const auto later = [&](int32_t a, int32_t b) { return Before(heap_[b], heap_[a]); };
-    frontier_.assign(1, 0);
+    // frontier_: the entries whose parents were visited. Walks are short
+    // (a few entries; at most kScanLimit), so the next is found by a scan.
+    frontier_.assign(1, {heap_.front(), 0});
     while (!frontier_.empty()) {
-      std::pop_heap(frontier_.begin(), frontier_.end(), later);
-      const int32_t at = frontier_.back();
+      size_t next = 0;
+      for (size_t k = 1; k < frontier_.size(); ++k)
+        if (Before(frontier_[k].entry, frontier_[next].entry)) next = k;
+      const Node node = frontier_[next];
+      frontier_[next] = frontier_.back();
       frontier_.pop_back();
-      if (!visit(heap_[at].id, heap_[at].key)) return;
-      const int32_t size = static_cast<int32_t>(heap_.size());
-      for (int32_t c = kArity * at + 1; c <= kArity * at + kArity && c < size; ++c) {
-        frontier_.push_back(c);
-        std::push_heap(frontier_.begin(), frontier_.end(), later);
-      }
+      if (!visit(node.entry.id, node.entry.key)) return;
+      const int32_t end = std::min(kArity * node.at + kArity + 1, static_cast<int32_t>(heap_.size()));
+      for (int32_t c = kArity * node.at + 1; c < end; ++c) frontier_.push_back({heap_[c], c});
     }
   }
 
@@ -172,9 +171,13 @@ class WorkerIndex {
     Place(e, at);
   }
 
+  struct Node {
+    Entry entry;
+    int32_t at;  // its place in heap_
+  };
   std::vector<Entry> heap_;
-  std::vector<int32_t> position_;         // each worker's place in heap_, -1 if absent
-  mutable std::vector<int32_t> frontier_;  // Visit's scratch (single-threaded use)
+  std::vector<int32_t> position_;      // each worker's place in heap_, -1 if absent
+  mutable std::vector<Node> frontier_;  // Visit's scratch (single-threaded use)
 };
 using AscendingIndex = WorkerIndex<false>;
 using DescendingIndex = WorkerIndex<true>;
@@ -238,29 +241,43 @@ class LoadModel {
   static constexpr int kTables = 8;
   static_assert(kTables >= 1 + kSwapPartners);
 
-  LoadModel(const AssignmentInput& in, const std::vector<Item>& items, const Rows<Dep>& item_deps,
-            const Csr& users, const std::vector<int64_t>& tokens, const std::vector<int32_t>& owner)
-      : items_(items), item_deps_(item_deps), users_(users), tokens_(tokens), owner_(owner),
-        compute_(in.workers, 0), traffic_(in.workers, 0) {
-    const size_t blocks = owner.size();
-    for (const Item& item : items)
-      for (int32_t b : item.blocks) compute_[owner_[b]] += in.block_work[b];
+  // Per-worker loads of a complete assignment, and for each K/V block how
+  // many workers own a block that needs it: where a search starts.
+  struct Loads {
+    std::vector<int32_t> owner;  // owner[block]
+    std::vector<double> compute, traffic;
+    std::vector<int32_t> needers;
+  };
+  static Loads Count(const AssignmentInput& in, const Csr& users,
+                     const std::vector<int64_t>& tokens, std::vector<int32_t> owner) {
+    const int32_t blocks = static_cast<int32_t>(owner.size());
+    Loads loads{std::move(owner), std::vector<double>(in.workers, 0),
+                std::vector<double>(in.workers, 0), std::vector<int32_t>(blocks, 0)};
+    for (int32_t b = 0; b < blocks; ++b) loads.compute[loads.owner[b]] += in.block_work[b];
     // A transfer owner(kv) -> w for every worker w != owner(kv) that owns a
     // block needing kv.
-    needers_.assign(blocks, 0);
     std::vector<int32_t> seen(in.workers, -1);
-    for (int32_t kv = 0; kv < static_cast<int32_t>(blocks); ++kv) {
+    for (int32_t kv = 0; kv < blocks; ++kv) {
+      const int32_t kv_owner = loads.owner[kv];
       for (int32_t q : users.row(kv)) {
-        const int32_t w = owner_[q];
+        const int32_t w = loads.owner[q];
         if (seen[w] == kv) continue;
         seen[w] = kv;
-        ++needers_[kv];
-        if (w != owner_[kv]) {
-          traffic_[w] += static_cast<double>(tokens_[kv]);
-          traffic_[owner_[kv]] += static_cast<double>(tokens_[kv]);
+        ++loads.needers[kv];
+        if (w != kv_owner) {
+          loads.traffic[w] += static_cast<double>(tokens[kv]);
+          loads.traffic[kv_owner] += static_cast<double>(tokens[kv]);
         }
       }
     }
+    return loads;
+  }
+
+  // Scratch sized for the batch; Start gives it loads to search from.
+  LoadModel(const AssignmentInput& in, const std::vector<Item>& items, const Rows<Dep>& item_deps,
+            const Csr& users, const std::vector<int64_t>& tokens)
+      : items_(items), item_deps_(item_deps), users_(users), tokens_(tokens) {
+    const size_t blocks = tokens.size();
     for (std::vector<int32_t>& table : count_) table.assign(blocks, 0);
     table_worker_.fill(-1);
     table_used_.fill(0);
@@ -272,10 +289,20 @@ class LoadModel {
     delta_.assign(in.workers, 0);
     delta_stamp_.assign(in.workers, 0);
   }
+  // Starts a search from `loads` (copied): empties the tables; the stamps
+  // run on, so the scratch needs no reset.
+  void Start(const Loads& loads) {
+    loads_ = loads;
+    for (int t = 0; t < kTables; ++t) {
+      for (int32_t kv : filled_[t]) count_[t][kv] = 0;
+      filled_[t].clear();
+      table_worker_[t] = -1;
+    }
+  }
 
-  double compute(int32_t w) const { return compute_[w]; }
-  double traffic(int32_t w) const { return traffic_[w]; }
-  const std::vector<int32_t>& owners() const { return owner_; }
+  double compute(int32_t w) const { return loads_.compute[w]; }
+  double traffic(int32_t w) const { return loads_.traffic[w]; }
+  const Loads& loads() const { return loads_; }
 
   // A local-search step begins: the tables it asks for are kept until the next.
   void BeginStep() { ++step_; }
@@ -354,7 +381,7 @@ class LoadModel {
       }
     };
     for (int32_t kv : kvs_) {
-      const int32_t o = owner_[kv];
+      const int32_t o = loads_.owner[kv];
       const int32_t o2 = moved_stamp_[kv] == stamp_ ? moved_to_[kv] : o;
       const Membership m = Members(kv);
       // Change of heavy's and light's receiving kv (not as its owner).
@@ -367,7 +394,7 @@ class LoadModel {
       if (o == o2) {
         change(o, (rh + rl) * t);  // other receivers are unchanged
       } else {                     // re-sent by its new owner to every needer
-        const int32_t before = needers_[kv], after = before + m.delta();
+        const int32_t before = loads_.needers[kv], after = before + m.delta();
         change(o, -(before - (o == heavy ? m.heavy_before : m.light_before)) * t);
         change(o2, (after - (o2 == heavy ? m.heavy_after : m.light_after)) * t);
       }
@@ -376,7 +403,7 @@ class LoadModel {
     delta_[light] = light_delta;
   }
   const std::vector<int32_t>& changed() const { return changed_; }
-  double traffic_after(int32_t w) const { return traffic_[w] + static_cast<double>(delta_[w]); }
+  double traffic_after(int32_t w) const { return loads_.traffic[w] + static_cast<double>(delta_[w]); }
   bool in_changed(int32_t w) const { return delta_stamp_[w] == stamp_; }
 
   // Whether the evaluated exchange, applied as remove-all then add-all
@@ -388,8 +415,8 @@ class LoadModel {
     for (int32_t kv : kvs_) {
       if (moved_stamp_[kv] == stamp_) {
         for (int32_t q : users_.row(kv))
-          if (owner_[q] == u) return true;
-      } else if (owner_[kv] == u) {
+          if (loads_.owner[q] == u) return true;
+      } else if (loads_.owner[kv] == u) {
         const int32_t ch = count_[hs_][kv], cl = count_[ls_][kv];
         if ((ch == give_[kv] && (ch > 0 || take_[kv] > 0)) ||
             (cl == take_[kv] && (cl > 0 || give_[kv] > 0)))
@@ -402,12 +429,12 @@ class LoadModel {
   // Applies the evaluated exchange; heavy and light get the given computes.
   void Apply(double heavy_compute, double light_compute) {
     for (int32_t kv : kvs_) {
-      needers_[kv] += Members(kv).delta();
-      if (moved_stamp_[kv] == stamp_) owner_[kv] = moved_to_[kv];
+      loads_.needers[kv] += Members(kv).delta();
+      if (moved_stamp_[kv] == stamp_) loads_.owner[kv] = moved_to_[kv];
     }
-    compute_[heavy_] = heavy_compute;
-    compute_[light_] = light_compute;
-    for (int32_t w : changed_) traffic_[w] += static_cast<double>(delta_[w]);
+    loads_.compute[heavy_] = heavy_compute;
+    loads_.compute[light_] = light_compute;
+    for (int32_t w : changed_) loads_.traffic[w] += static_cast<double>(delta_[w]);
     // Last: Members above reads the counts before the exchange.
     AddDeps(hs_, give_item_, -1);
     AddDeps(ls_, give_item_, 1);
@@ -449,9 +476,7 @@ class LoadModel {
   const Rows<Dep>& item_deps_;
   const Csr& users_;
   const std::vector<int64_t>& tokens_;  // of each block
-  std::vector<int32_t> owner_;
-  std::vector<double> compute_, traffic_;
-  std::vector<int32_t> needers_;  // workers owning a block that needs kv
+  Loads loads_;
   std::array<std::vector<int32_t>, kTables> count_, filled_;
   std::array<int32_t, kTables> table_worker_;  // whose counts each table holds, -1: none
   std::array<uint64_t, kTables> table_used_;   // the step that last asked for it
@@ -690,10 +715,12 @@ class Assigner {
         time_mode ? std::vector<Partners>{Partners::kMixed}
                   : std::vector<Partners>{Partners::kMixed, Partners::kBinding};
     Assignment best;
+    LoadModel model(in_, items_, item_deps_, users_, block_tokens_);
     for (const Start start : starts) {
-      const std::vector<int32_t> greedy = Greedy(start);
+      const LoadModel::Loads greedy = LoadModel::Count(in_, users_, block_tokens_, Greedy(start));
       for (const Partners policy : policies) {
-        Assignment r = Improve(greedy, policy);
+        model.Start(greedy);
+        Assignment r = Improve(model, policy);
         if (best.owner.empty() || Better(r, best, in_.judge))
           best = std::move(r);
       }
@@ -809,11 +836,10 @@ class Assigner {
   // applied as removing the items, then adding them swapped (LoadModel::
   // Involves), so a worker at the limit that only re-sends or re-receives a
   // block also blocks it. Returns the result with its real per-worker loads.
-  Assignment Improve(const std::vector<int32_t>& owner, Partners policy) {
-    LoadModel model(in_, items_, item_deps_, users_, block_tokens_, owner);
+  Assignment Improve(LoadModel& model, Partners policy) {
     std::vector<std::vector<int32_t>> owned(n_);
     for (size_t i = 0; i < items_.size(); ++i)
-      owned[owner[items_[i].blocks.front()]].push_back(static_cast<int32_t>(i));
+      owned[model.loads().owner[items_[i].blocks.front()]].push_back(static_cast<int32_t>(i));
     double mean_traffic = 0;
     for (int32_t w = 0; w < n_; ++w) mean_traffic += model.traffic(w) / n_;
     const Targets targets{targets_.compute, std::max(mean_traffic, 1.0)};
@@ -944,18 +970,14 @@ class Assigner {
       }
       if (!improved) break;
     }
-    Assignment result{model.owners(), std::vector<double>(n_), std::vector<double>(n_)};
+    const LoadModel::Loads& loads = model.loads();
     if (in_.self_check) {
-      const LoadModel recount(in_, items_, item_deps_, users_, block_tokens_, result.owner);
+      const LoadModel::Loads recount = LoadModel::Count(in_, users_, block_tokens_, loads.owner);
       for (int32_t w = 0; w < n_; ++w)
-        FCP_CHECK(recount.compute(w) == model.compute(w) && recount.traffic(w) == model.traffic(w),
+        FCP_CHECK(recount.compute[w] == loads.compute[w] && recount.traffic[w] == loads.traffic[w],
                   "local search: worker " + std::to_string(w) + "'s loads differ from a recount");
     }
-    for (int32_t w = 0; w < n_; ++w) {
-      result.compute[w] = model.compute(w);
-      result.traffic[w] = model.traffic(w);
-    }
-    return result;
+    return {loads.owner, loads.compute, loads.traffic};
   }
 
   const AssignmentInput& in_;
