@@ -114,19 +114,23 @@ class WorkerIndex {
   template <typename F>
   void Visit(F visit) const {
     if (heap_.empty()) return;
-    // frontier_: the entries whose parents were visited. Walks are short
-    // (a few entries; at most kScanLimit), so the next is found by a scan.
-    frontier_.assign(1, {heap_.front(), 0});
-    while (!frontier_.empty()) {
+    // frontier_[0, size): the entries whose parents were visited. Walks are
+    // short (a few entries; at most kScanLimit in the greedy), so the next
+    // is found by a scan. Each visit adds at most kArity - 1 entries net.
+    if (frontier_.size() < heap_.size()) frontier_.resize(heap_.size());
+    Node* const frontier = frontier_.data();
+    frontier[0] = {heap_.front(), 0};
+    size_t size = 1;
+    const int32_t heap_size = static_cast<int32_t>(heap_.size());
+    while (size > 0) {
       size_t next = 0;
-      for (size_t k = 1; k < frontier_.size(); ++k)
-        if (Before(frontier_[k].entry, frontier_[next].entry)) next = k;
-      const Node node = frontier_[next];
-      frontier_[next] = frontier_.back();
-      frontier_.pop_back();
+      for (size_t k = 1; k < size; ++k)
+        if (Before(frontier[k].entry, frontier[next].entry)) next = k;
+      const Node node = frontier[next];
+      frontier[next] = frontier[--size];
       if (!visit(node.entry.id, node.entry.key)) return;
-      const int32_t end = std::min(kArity * node.at + kArity + 1, static_cast<int32_t>(heap_.size()));
-      for (int32_t c = kArity * node.at + 1; c < end; ++c) frontier_.push_back({heap_[c], c});
+      const int32_t end = std::min(kArity * node.at + kArity + 1, heap_size);
+      for (int32_t c = kArity * node.at + 1; c < end; ++c) frontier[size++] = {heap_[c], c};
     }
   }
 
