@@ -296,11 +296,7 @@ class LoadModel {
     for (std::vector<int32_t>& table : count_) table.assign(blocks, 0);
     table_worker_.fill(-1);
     table_used_.fill(0);
-    give_.assign(blocks, 0);
-    take_.assign(blocks, 0);
-    kv_stamp_.assign(blocks, 0);
-    moved_stamp_.assign(blocks, 0);
-    moved_to_.assign(blocks, -1);
+    kv_.assign(blocks, KvScratch{});
     delta_.assign(in.workers, 0);
     delta_stamp_.assign(in.workers, 0);
   }
@@ -360,26 +356,26 @@ class LoadModel {
     take_items_ = take;
     hs_ = hs;
     ls_ = ls;
-    const auto mark = [&](int32_t kv) {
-      if (kv_stamp_[kv] == stamp_) return;
-      kv_stamp_[kv] = stamp_;
-      give_[kv] = take_[kv] = 0;
-      kvs_.push_back(kv);
-    };
-    const auto shift = [&](int32_t item, int32_t to, std::vector<int32_t>& mult) {
-      for (const Dep& d : Deps(item)) {
-        mark(d.kv);
-        mult[d.kv] += d.mult;
+    const auto mark = [&](int32_t kv) -> KvScratch& {
+      KvScratch& x = kv_[kv];
+      if (x.stamp != stamp_) {
+        x.stamp = stamp_;
+        x.give = x.take = 0;
+        kvs_.push_back(kv);
       }
+      return x;
+    };
+    const auto shift = [&](int32_t item, int32_t to, int32_t KvScratch::*mult) {
+      for (const Dep& d : Deps(item)) mark(d.kv).*mult += d.mult;
       for (int32_t b : items_[item].blocks) {
-        mark(b);
-        moved_stamp_[b] = stamp_;
-        moved_to_[b] = to;
+        KvScratch& x = mark(b);
+        x.moved_stamp = stamp_;
+        x.moved_to = to;
       }
     };
-    shift(give, light, give_);
+    shift(give, light, &KvScratch::give);
     for (int32_t item : take)
-      if (item >= 0) shift(item, heavy, take_);
+      if (item >= 0) shift(item, heavy, &KvScratch::take);
     Register(heavy);
     Register(light);
     // Token counts, exact; heavy's and light's in registers (they change the
@@ -397,7 +393,7 @@ class LoadModel {
     };
     for (int32_t kv : kvs_) {
       const int32_t o = loads_.owner[kv];
-      const int32_t o2 = moved_stamp_[kv] == stamp_ ? moved_to_[kv] : o;
+      const int32_t o2 = kv_[kv].moved_stamp == stamp_ ? kv_[kv].moved_to : o;
       const Membership m = Members(kv);
       // Change of heavy's and light's receiving kv (not as its owner).
       const int rh = (m.heavy_after && heavy != o2) - (m.heavy_before && heavy != o);
@@ -428,13 +424,13 @@ class LoadModel {
   // or light stops needing during the exchange (if only to need it again).
   bool Involves(int32_t u) const {
     for (int32_t kv : kvs_) {
-      if (moved_stamp_[kv] == stamp_) {
+      if (kv_[kv].moved_stamp == stamp_) {
         for (int32_t q : users_.row(kv))
           if (loads_.owner[q] == u) return true;
       } else if (loads_.owner[kv] == u) {
         const int32_t ch = count_[hs_][kv], cl = count_[ls_][kv];
-        if ((ch == give_[kv] && (ch > 0 || take_[kv] > 0)) ||
-            (cl == take_[kv] && (cl > 0 || give_[kv] > 0)))
+        const KvScratch& x = kv_[kv];
+        if ((ch == x.give && (ch > 0 || x.take > 0)) || (cl == x.take && (cl > 0 || x.give > 0)))
           return true;
       }
     }
@@ -445,7 +441,7 @@ class LoadModel {
   void Apply(double heavy_compute, double light_compute) {
     for (int32_t kv : kvs_) {
       loads_.needers[kv] += Members(kv).delta();
-      if (moved_stamp_[kv] == stamp_) loads_.owner[kv] = moved_to_[kv];
+      if (kv_[kv].moved_stamp == stamp_) loads_.owner[kv] = kv_[kv].moved_to;
     }
     loads_.compute[heavy_] = heavy_compute;
     loads_.compute[light_] = light_compute;
@@ -477,7 +473,8 @@ class LoadModel {
   }
   Membership Members(int32_t kv) const {
     const int32_t ch = count_[hs_][kv], cl = count_[ls_][kv];
-    return {ch > 0, ch - give_[kv] + take_[kv] > 0, cl > 0, cl - take_[kv] + give_[kv] > 0};
+    const KvScratch& x = kv_[kv];
+    return {ch > 0, ch - x.give + x.take > 0, cl > 0, cl - x.take + x.give > 0};
   }
   // Puts w in changed() (once per evaluation).
   void Register(int32_t w) {
@@ -503,9 +500,15 @@ class LoadModel {
   std::array<int32_t, 2> take_items_{-1, -1};
   int hs_ = 0, ls_ = 0;
   std::vector<int32_t> kvs_;          // K/V blocks whose transfers may change
-  std::vector<int32_t> give_, take_;  // dependencies of the given / taken items on kv
-  std::vector<uint32_t> kv_stamp_, moved_stamp_;
-  std::vector<int32_t> moved_to_;
+  // Per K/V block, for the evaluated exchange (valid where stamp ==
+  // stamp_): its dependencies in the given / taken items, and where it
+  // moves (valid where moved_stamp == stamp_). One struct: an evaluation
+  // touches all of them for each block.
+  struct KvScratch {
+    uint32_t stamp = 0, moved_stamp = 0;
+    int32_t give = 0, take = 0, moved_to = -1;
+  };
+  std::vector<KvScratch> kv_;
   std::vector<int64_t> delta_;  // traffic change (tokens) of the workers in changed_
   std::vector<uint32_t> delta_stamp_;
   std::vector<int32_t> changed_;
