@@ -309,6 +309,27 @@ TEST(PlannerPropertyTest, LocalSearchLoadsMatchARecount) {
   EXPECT_NO_THROW(MakePlan(GenerateWorkload(w), c));
 }
 
+// The planner skips assigning the coarse candidate (heavy blocks in two
+// pieces) when its heaviest item alone breaks the imbalance bound and the
+// first plan is within it. With self_check it assigns it anyway and throws
+// if it would have won; the plan must be the same either way. Seed 0 at
+// N = 128 is such a batch (a two-piece item outweighs the mean by 10%).
+TEST(PlannerPropertyTest, PrunedCoarseCandidateCouldNotHaveWon) {
+  WorkloadConfig w;
+  w.workers = 128;
+  w.tokens_per_worker = 32768;
+  w.max_len = 524288;
+  w.seed = 0;
+  const std::vector<int64_t> lengths = GenerateWorkload(w);
+  PlannerConfig c;
+  c.workers = 128;
+  const std::string plan = WritePlanJson(MakePlan(lengths, c));
+  c.self_check = true;
+  std::string checked;
+  ASSERT_NO_THROW(checked = WritePlanJson(MakePlan(lengths, c)));
+  EXPECT_EQ(checked, plan);
+}
+
 // Block sizes at the edges: 1 (every token its own block) and larger than
 // every sequence; coalesce larger than any degree.
 TEST(PlannerPropertyTest, ExtremeBlockSizesAndCoalesce) {

@@ -15,7 +15,8 @@
 //      of the item's sequences) under slot limits that make the token cap
 //      exact, each refined by a local search; with network_flops_per_byte
 //      > 0, steps 1-2 also run with heavy blocks cut in at most two pieces
-//      and the plan with the lower compute + traffic cost is kept;
+//      and the plan with the lower compute + traffic cost is kept (the
+//      second is not assigned when it provably cannot be kept);
 //   3. transfer graph: one edge (owner(j) -> w) per K/V block j that worker w
 //      needs and does not own; colour its edges into exactly Delta matchings;
 //   4. coalesce c colours per stage; compute the pairs of a block received in

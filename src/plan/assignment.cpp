@@ -1017,16 +1017,17 @@ class Assigner {
 
 Assignment AssignBlocks(const AssignmentInput& input) { return Assigner(input).Run(); }
 
+bool WithinBound(const Assignment& x, const Judge& judge) {
+  if (Imbalance(x.compute) > judge.max_imbalance) return false;
+  if (Imbalance(x.traffic) <= judge.max_imbalance) return true;
+  const double max_traffic = *std::max_element(x.traffic.begin(), x.traffic.end());
+  const double mean_traffic = std::accumulate(x.traffic.begin(), x.traffic.end(), 0.0) /
+                              static_cast<double>(x.traffic.size());
+  return max_traffic - mean_traffic <= judge.traffic_slack_tokens;
+}
+
 bool Better(const Assignment& a, const Assignment& b, const Judge& judge) {
-  const auto within = [&](const Assignment& x) {
-    if (Imbalance(x.compute) > judge.max_imbalance) return false;
-    if (Imbalance(x.traffic) <= judge.max_imbalance) return true;
-    const double max_traffic = *std::max_element(x.traffic.begin(), x.traffic.end());
-    const double mean_traffic = std::accumulate(x.traffic.begin(), x.traffic.end(), 0.0) /
-                                static_cast<double>(x.traffic.size());
-    return max_traffic - mean_traffic <= judge.traffic_slack_tokens;
-  };
-  const bool wa = within(a), wb = within(b);
+  const bool wa = WithinBound(a, judge), wb = WithinBound(b, judge);
   if (wa != wb) return wa;
   if (!wa) return Cost(a, 0) < Cost(b, 0);
   // Costs within kCostTie are a tie, broken by total traffic: the cost sees

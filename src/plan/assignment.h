@@ -86,6 +86,9 @@ double Cost(const Assignment& assignment, double pairs_per_traffic_token);
 // outside it by imbalance.
 bool Better(const Assignment& a, const Assignment& b, const Judge& judge);
 
+// Whether `a` is within the judge's imbalance bound (what Better ranks first).
+bool WithinBound(const Assignment& a, const Judge& judge);
+
 // A renaming of workers (rename[w] is w's new id, a permutation) that keeps
 // tokens on their dataloader worker: greedy maximum-weight matching of
 // (assigned worker, dataloader worker) by the tokens they share, heaviest

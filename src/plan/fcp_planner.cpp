@@ -2,6 +2,7 @@
 #include <utility>
 
 #include "assignment.h"
+#include "fcp/error.h"
 #include "fcp/planner.h"
 #include "fcp/required_pairs.h"
 #include "fcp/schedule.h"
@@ -37,11 +38,29 @@ struct Common {
   std::vector<int64_t> offsets;
 };
 
-Candidate ShardAndAssign(const std::vector<int64_t>& lengths, const PlannerConfig& config,
-                         const Plan& header, const Common& common, double heavy_fraction,
-                         int32_t max_split) {
+// A lower bound on the compute imbalance, (max - mean) / max, of every
+// assignment of `sharding`'s items: the worker holding the heaviest item
+// computes at least that item.
+double ComputeImbalanceLowerBound(const detail::Sharding& sharding,
+                                  const std::vector<int64_t>& lengths, const Mask& mask,
+                                  int32_t workers) {
+  int64_t total = 0, heaviest = 0;
+  for (const detail::Item& item : sharding.items) {
+    int64_t work = 0;
+    for (int32_t b : item.blocks) work += detail::QueryWork(sharding.blocks[b], lengths, mask);
+    total += work;
+    heaviest = std::max(heaviest, work);
+  }
+  if (heaviest == 0) return 0;
+  const double mean = static_cast<double>(total) / workers;
+  return (static_cast<double>(heaviest) - mean) / static_cast<double>(heaviest);
+}
+
+// Assigns an already sharded candidate.
+Candidate Assign(detail::Sharding sharding, const std::vector<int64_t>& lengths,
+                 const PlannerConfig& config, const Plan& header, const Common& common) {
   Candidate c;
-  c.sharding = detail::FinishSharding(common.base, lengths, config.mask, heavy_fraction, max_split);
+  c.sharding = std::move(sharding);
   c.pairs = RequiredPairs(lengths, c.sharding.blocks, header.mask);
   detail::AssignmentInput input;
   input.workers = config.workers;
@@ -78,13 +97,29 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   const Common common{detail::ShardSteps123(lengths, config.block_size, plan.token_cap,
                                             config.workers, config.mask),
                       SequenceOffsets(lengths)};
-  Candidate best =
-      ShardAndAssign(lengths, config, plan, common, config.heavy_fraction, config.max_split);
+  const auto shard = [&](int32_t max_split) {
+    return detail::FinishSharding(common.base, lengths, config.mask, config.heavy_fraction,
+                                  max_split);
+  };
+  Candidate best = Assign(shard(config.max_split), lengths, config, plan, common);
   if (config.network_flops_per_byte > 0 && config.heavy_fraction > 0 && config.max_split > 2) {
-    Candidate coarse = ShardAndAssign(lengths, config, plan, common, config.heavy_fraction, 2);
-    if (detail::Better(coarse.assignment, best.assignment,
-                       JudgeOf(config, coarse.sharding.block_size)))
-      best = std::move(coarse);
+    detail::Sharding coarse_sharding = shard(2);
+    const detail::Judge judge = JudgeOf(config, coarse_sharding.block_size);
+    // Exact pruning: a coarse plan outside the imbalance bound cannot be
+    // Better than a best within it, and one whose heaviest item alone breaks
+    // the bound is outside it, so it is not assigned (about half the time at
+    // N = 256: heavy blocks in two pieces outweigh a worker's mean).
+    const bool cannot_win =
+        detail::WithinBound(best.assignment, judge) &&
+        ComputeImbalanceLowerBound(coarse_sharding, lengths, config.mask, config.workers) >
+            config.max_imbalance + 1e-12;  // margin: Imbalance() rounds
+    // The self-check assigns it anyway and checks that it loses.
+    if (!cannot_win || config.self_check) {
+      Candidate coarse = Assign(std::move(coarse_sharding), lengths, config, plan, common);
+      const bool better = detail::Better(coarse.assignment, best.assignment, judge);
+      FCP_CHECK(!(better && cannot_win), "planner: a pruned candidate would have won");
+      if (better) best = std::move(coarse);
+    }
   }
   plan.block_size = best.sharding.block_size;
   plan.blocks = std::move(best.sharding.blocks);
