@@ -38,6 +38,17 @@ PlannerConfig Config(int32_t workers, int64_t block_size, int32_t coalesce, Mask
   return c;
 }
 
+// A lognormal batch of the paper's setup (section 5): 32K tokens per worker,
+// lengths up to 512K.
+std::vector<int64_t> PaperBatch(int32_t workers, uint64_t seed) {
+  WorkloadConfig w;
+  w.workers = workers;
+  w.tokens_per_worker = 32768;
+  w.max_len = 524288;
+  w.seed = seed;
+  return GenerateWorkload(w);
+}
+
 std::vector<Transfer> AllSends(const Plan& plan) {
   std::vector<Transfer> all;
   for (const ForwardStage& s : plan.forward) all.insert(all.end(), s.send.begin(), s.send.end());
@@ -297,16 +308,11 @@ TEST(PlannerPropertyTest, LocalSearchLoadsMatchARecount) {
     EXPECT_NO_THROW(MakePlan(k.lengths, k.config));
   }
   // The paper's setup at 64 workers: hundreds of kept exchanges.
-  WorkloadConfig w;
-  w.workers = 64;
-  w.tokens_per_worker = 32768;
-  w.max_len = 524288;
-  w.seed = 3;
   PlannerConfig c;
   c.workers = 64;
   c.self_check = true;
   c.local_search_rounds = 4;
-  EXPECT_NO_THROW(MakePlan(GenerateWorkload(w), c));
+  EXPECT_NO_THROW(MakePlan(PaperBatch(64, 3), c));
 }
 
 // The planner skips assigning the coarse candidate (heavy blocks in two
@@ -315,12 +321,7 @@ TEST(PlannerPropertyTest, LocalSearchLoadsMatchARecount) {
 // if it would have won; the plan must be the same either way. Seed 0 at
 // N = 128 is such a batch (a two-piece item outweighs the mean by 10%).
 TEST(PlannerPropertyTest, PrunedCoarseCandidateCouldNotHaveWon) {
-  WorkloadConfig w;
-  w.workers = 128;
-  w.tokens_per_worker = 32768;
-  w.max_len = 524288;
-  w.seed = 0;
-  const std::vector<int64_t> lengths = GenerateWorkload(w);
+  const std::vector<int64_t> lengths = PaperBatch(128, 0);
   PlannerConfig c;
   c.workers = 128;
   const std::string plan = WritePlanJson(MakePlan(lengths, c));
@@ -353,14 +354,7 @@ TEST(PlannerPropertyTest, ExtremeBlockSizesAndCoalesce) {
 // (the paper's claim, section 5).
 class PlannerQualityTest : public ::testing::TestWithParam<std::tuple<int32_t, uint64_t>> {
  protected:
-  std::vector<int64_t> Batch() const {
-    WorkloadConfig w;
-    w.workers = std::get<0>(GetParam());
-    w.tokens_per_worker = 32768;
-    w.max_len = 524288;
-    w.seed = std::get<1>(GetParam());
-    return GenerateWorkload(w);
-  }
+  std::vector<int64_t> Batch() const { return PaperBatch(std::get<0>(GetParam()), std::get<1>(GetParam())); }
   PlannerConfig PaperConfig() const {
     PlannerConfig c = Config(std::get<0>(GetParam()), 4096, 16);
     c.attention = {64, 8, 128, 2};
