@@ -354,7 +354,9 @@ TEST(PlannerPropertyTest, ExtremeBlockSizesAndCoalesce) {
 // (the paper's claim, section 5).
 class PlannerQualityTest : public ::testing::TestWithParam<std::tuple<int32_t, uint64_t>> {
  protected:
-  std::vector<int64_t> Batch() const { return PaperBatch(std::get<0>(GetParam()), std::get<1>(GetParam())); }
+  std::vector<int64_t> Batch() const {
+    return PaperBatch(std::get<0>(GetParam()), std::get<1>(GetParam()));
+  }
   PlannerConfig PaperConfig() const {
     PlannerConfig c = Config(std::get<0>(GetParam()), 4096, 16);
     c.attention = {64, 8, 128, 2};
