@@ -90,13 +90,16 @@ std::pair<const SequenceIndex::Piece*, const SequenceIndex::Piece*> KeyPieces(
 std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,
                                         const std::vector<Block>& blocks, const Mask& mask,
                                         const SequenceIndex& index) {
-  // Every required pair is one of these (query segment, key piece) pairs.
+  // Every required pair is one of these (query segment, key piece) pairs:
+  // per segment in block order, the key pieces [first, last) it may attend.
+  using PieceRange = std::pair<const SequenceIndex::Piece*, const SequenceIndex::Piece*>;
+  std::vector<PieceRange> key_pieces;
   int64_t candidates = 0;
   for (const Block& block : blocks)
     for (const Segment& s : block.segments) {
-      const auto [first, last] = KeyPieces(
-          index.pieces(s.seq), AttendedKeys(mask, {s.start, s.start + s.length}, sequences[s.seq]));
-      candidates += last - first;
+      key_pieces.push_back(KeyPieces(
+          index.pieces(s.seq), AttendedKeys(mask, {s.start, s.start + s.length}, sequences[s.seq])));
+      candidates += key_pieces.back().second - key_pieces.back().first;
     }
   if (candidates > kMaxCandidatePairs)
     throw Error(ErrorCode::kInvalidArgument,
@@ -104,13 +107,14 @@ std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,
                     " candidate block pairs, more than 2^27 can be listed in memory; use larger "
                     "blocks");
   std::vector<RequiredPair> pairs;
+  pairs.reserve(static_cast<size_t>(candidates));
   std::vector<RequiredPair> row;  // pairs of one query block, merged before appending
+  const PieceRange* next_segment = key_pieces.data();
   for (size_t q = 0; q < blocks.size(); ++q) {
     row.clear();
     for (const Segment& s : blocks[q].segments) {
       const TokenRange queries{s.start, s.start + s.length};
-      const TokenRange keys = AttendedKeys(mask, queries, sequences[s.seq]);
-      const auto [first, last] = KeyPieces(index.pieces(s.seq), keys);
+      const auto [first, last] = *next_segment++;
       for (const SequenceIndex::Piece* it = first; it != last; ++it) {
         const int64_t n =
             AllowedPairs(mask, queries, TokenRange{it->start, it->start + it->length});
