@@ -316,10 +316,10 @@ TEST(PlannerPropertyTest, LocalSearchLoadsMatchARecount) {
 }
 
 // The planner skips assigning the coarse candidate (heavy blocks in two
-// pieces) when its heaviest item alone breaks the imbalance bound and the
-// first plan is within it. With self_check it assigns it anyway and throws
-// if it would have won; the plan must be the same either way. Seed 0 at
-// N = 128 is such a batch (a two-piece item outweighs the mean by 10%).
+// pieces) when a lower bound on its compute imbalance breaks the bound and
+// the first plan is within it. With self_check it assigns it anyway and
+// throws if it would have won; the plan must be the same either way. Seed 0
+// at N = 128 is such a batch (a two-piece item outweighs the mean by 10%).
 TEST(PlannerPropertyTest, PrunedCoarseCandidateCouldNotHaveWon) {
   const std::vector<int64_t> lengths = PaperBatch(128, 0);
   PlannerConfig c;
