@@ -285,24 +285,29 @@ ShardBase ShardSteps123(const std::vector<int64_t>& lengths, int64_t block_size,
   return out;
 }
 
-Sharding FinishSharding(const ShardBase& base, const std::vector<int64_t>& lengths, const Mask& mask,
-                        double heavy_fraction, int32_t max_split) {
-  Sharding out;
-  const int64_t b = base.block_size;
-  out.block_size = b;
-  out.big_slots = base.big_slots;
-  out.small_slots = base.small_slots;
-
-  // 4. Split items that outweigh a worker's share.
-  std::vector<uint8_t> removed(base.items.size(), 0);
-  std::vector<ProtoItem> added;
+HeavySplit SplitHeavy(const ShardBase& base, const std::vector<int64_t>& lengths, const Mask& mask,
+                      double heavy_fraction, int32_t max_split) {
+  HeavySplit split;
+  split.removed.assign(base.items.size(), 0);
   if (heavy_fraction > 0 && max_split >= 2) {
     int32_t split_limit = 1;
-    while (split_limit * 2 <= max_split && b / (split_limit * 2) >= kMinPieceTokens) split_limit *= 2;
+    while (split_limit * 2 <= max_split && base.block_size / (split_limit * 2) >= kMinPieceTokens)
+      split_limit *= 2;
     if (split_limit >= 2)
-      added = SplitHeavyItems(base, heavy_fraction * base.total_work / base.workers, split_limit,
-                              lengths, mask, removed);
+      split.added = SplitHeavyItems(base, heavy_fraction * base.total_work / base.workers,
+                                    split_limit, lengths, mask, split.removed);
   }
+  return split;
+}
+
+Sharding FinishSharding(const ShardBase& base, HeavySplit split,
+                        const std::vector<int64_t>& lengths) {
+  Sharding out;
+  out.block_size = base.block_size;
+  out.big_slots = base.big_slots;
+  out.small_slots = base.small_slots;
+  const std::vector<uint8_t>& removed = split.removed;
+  std::vector<ProtoItem>& added = split.added;
 
   // Items: the kept ones, then the sub-items; their blocks with partial
   // segments isolated, numbered in item order for now.
@@ -344,12 +349,6 @@ Sharding FinishSharding(const ShardBase& base, const std::vector<int64_t>& lengt
   for (Item& item : out.items)
     for (int32_t& k : item.blocks) k = id[k];
   return out;
-}
-
-Sharding ShardBatch(const std::vector<int64_t>& lengths, int64_t block_size, int64_t token_cap,
-                    int32_t workers, const Mask& mask, double heavy_fraction, int32_t max_split) {
-  return FinishSharding(ShardSteps123(lengths, block_size, token_cap, workers, mask), lengths, mask,
-                        heavy_fraction, max_split);
 }
 
 }  // namespace fcp::detail

@@ -65,13 +65,17 @@ struct ShardBase {
 ShardBase ShardSteps123(const std::vector<int64_t>& lengths, int64_t block_size, int64_t token_cap,
                         int32_t workers, const Mask& mask);
 // Step 4 (heavy_fraction, max_split: see PlannerConfig; 0 / < 2 disables
-// splitting) and the final blocks of `base`.
-Sharding FinishSharding(const ShardBase& base, const std::vector<int64_t>& lengths, const Mask& mask,
-                        double heavy_fraction, int32_t max_split);
-
-// Both at once.
-Sharding ShardBatch(const std::vector<int64_t>& lengths, int64_t block_size, int64_t token_cap,
-                    int32_t workers, const Mask& mask, double heavy_fraction, int32_t max_split);
+// splitting): which items of `base` are split (removed[i]) and the sub-items
+// that replace them. Each item's work is exact, so the split alone says
+// what the items weigh, before any block is built.
+struct HeavySplit {
+  std::vector<uint8_t> removed;  // per item of base
+  std::vector<ProtoItem> added;
+};
+HeavySplit SplitHeavy(const ShardBase& base, const std::vector<int64_t>& lengths, const Mask& mask,
+                      double heavy_fraction, int32_t max_split);
+// The final blocks and items: base's kept items, then the sub-items.
+Sharding FinishSharding(const ShardBase& base, HeavySplit split, const std::vector<int64_t>& lengths);
 
 // Attention work of `block` as a query block against its whole sequences:
 // allowed token pairs, independent of how the keys are blocked.
