@@ -81,25 +81,48 @@ double ComputeImbalanceLowerBound(const detail::ShardBase& base, const detail::H
   std::sort(cheap.begin(), cheap.end(), [&](int32_t a, int32_t b) {
     return per_slot(a) != per_slot(b) ? per_slot(a) < per_slot(b) : a < b;
   });
-  std::vector<uint8_t> in_top(items.size(), 0);
-  std::vector<double> fill;  // fill[x]: least work of x slots of the other items
-  double bound = 0, top_work = 0;
-  int64_t top_slots = 0;
   const size_t k_max =
       std::min<size_t>({heavy.size(), kBoundItems, static_cast<size_t>(workers)});
+  // fill[x]: least work of x slots of the items not among the k heaviest,
+  // one slot at a time in cheap order. The heaviest are rarely cheap per
+  // slot, so the prefix over all items serves until one of them falls in
+  // the part a k uses; only then is it rebuilt without them.
+  std::vector<uint8_t> in_top(items.size(), 0);
+  std::vector<int32_t> cheap_rank(items.size(), 0);
+  for (size_t c = 0; c < cheap.size(); ++c) cheap_rank[cheap[c]] = static_cast<int32_t>(c);
+  std::vector<double> fill;
+  std::vector<int32_t> fill_item;  // fill[x]'s item, x >= 1 (cheap order)
+  const auto build_fill = [&](int64_t slots_wanted) {
+    fill.assign(1, 0.0);
+    fill_item.assign(1, -1);
+    for (size_t c = 0; c < cheap.size() && static_cast<int64_t>(fill.size()) <= slots_wanted; ++c) {
+      if (in_top[cheap[c]]) continue;
+      for (int32_t x = 0; x < items[cheap[c]]->slots; ++x) {
+        fill.push_back(fill.back() + per_slot(cheap[c]));
+        fill_item.push_back(cheap[c]);
+      }
+    }
+  };
+  const int64_t fill_slots = static_cast<int64_t>(k_max) * slots;
+  build_fill(fill_slots);
+  // The cheapest rank of the top items still in fill (added since it was built).
+  int32_t stale_rank = std::numeric_limits<int32_t>::max();
+  double bound = 0, top_work = 0;
+  int64_t top_slots = 0;
   for (size_t k = 1; k <= k_max; ++k) {
     const int32_t added = heavy[k - 1];
     in_top[added] = 1;
+    stale_rank = std::min(stale_rank, cheap_rank[added]);
     top_work += work(added);
     top_slots += items[added]->slots;
     const int64_t m_min = std::max<int64_t>(1, (top_slots + slots - 1) / slots);
     const int64_t most_fill =
         std::max<int64_t>(0, static_cast<int64_t>(k) * slots - top_slots - free_slots);
-    fill.assign(1, 0.0);
-    for (size_t c = 0; c < cheap.size() && static_cast<int64_t>(fill.size()) <= most_fill; ++c) {
-      if (in_top[cheap[c]]) continue;
-      for (int32_t x = 0; x < items[cheap[c]]->slots; ++x)
-        fill.push_back(fill.back() + per_slot(cheap[c]));
+    // A top item inside the prefix this k uses: rebuild fill without them.
+    const int64_t used = std::min<int64_t>(most_fill, static_cast<int64_t>(fill.size()) - 1);
+    if (used > 0 && stale_rank <= cheap_rank[fill_item[used]]) {
+      build_fill(fill_slots);
+      stale_rank = std::numeric_limits<int32_t>::max();
     }
     double least = std::numeric_limits<double>::infinity();
     for (int64_t m = m_min; m <= static_cast<int64_t>(k); ++m) {
