@@ -72,7 +72,7 @@ void BuildGraphs(const std::vector<RequiredPair>& pairs, int32_t blocks, Csr& de
 }
 
 // An index of workers ordered by (key, id), ascending or (kDescending)
-// descending: an indexed 4-ary heap (contiguous, no allocation after
+// descending: an indexed binary heap (contiguous, no allocation after
 // construction), updated in O(log N), visited in order from the first
 // entry by a best-first walk of the heap (O(k^2) for the first k, small).
 // The order is total (ties by id), so a walk sees exactly the order a
@@ -137,7 +137,7 @@ class WorkerIndex {
   }
 
  private:
-  static constexpr int32_t kArity = 4;
+  static constexpr int32_t kArity = 2;
   static Rank RankOf(double key, int32_t id) {
     // + 0.0 turns -0.0 into 0.0.
     const uint64_t bits = std::bit_cast<uint64_t>(key + 0.0);
