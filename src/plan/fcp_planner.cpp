@@ -74,21 +74,27 @@ double ComputeImbalanceLowerBound(const detail::ShardBase& base, const detail::H
   const int64_t free_slots = static_cast<int64_t>(workers) * slots - used_slots;
   const auto work = [&](int32_t i) { return static_cast<double>(items[i]->work); };
   const auto per_slot = [&](int32_t i) { return work(i) / items[i]->slots; };
-  // Heaviest first, and cheapest per slot first (ties by index: a total order).
+  const size_t k_max = std::min<size_t>({big.size(), kBoundItems, static_cast<size_t>(workers)});
+  // The k_max heaviest, heaviest first, and enough of the cheapest per slot,
+  // cheapest first, for k_max * s slots even without the heaviest (ties by
+  // index: total orders, so the prefixes are those of a full sort).
   std::vector<int32_t> heavy = big, cheap = big;
-  std::sort(heavy.begin(), heavy.end(),
-            [&](int32_t a, int32_t b) { return work(a) != work(b) ? work(a) > work(b) : a < b; });
-  std::sort(cheap.begin(), cheap.end(), [&](int32_t a, int32_t b) {
-    return per_slot(a) != per_slot(b) ? per_slot(a) < per_slot(b) : a < b;
-  });
-  const size_t k_max =
-      std::min<size_t>({heavy.size(), kBoundItems, static_cast<size_t>(workers)});
+  std::partial_sort(
+      heavy.begin(), heavy.begin() + static_cast<std::ptrdiff_t>(k_max), heavy.end(),
+      [&](int32_t a, int32_t b) { return work(a) != work(b) ? work(a) > work(b) : a < b; });
+  heavy.resize(k_max);
+  const size_t cheap_count = std::min(cheap.size(), k_max * static_cast<size_t>(slots) + k_max);
+  std::partial_sort(cheap.begin(), cheap.begin() + static_cast<std::ptrdiff_t>(cheap_count),
+                    cheap.end(), [&](int32_t a, int32_t b) {
+                      return per_slot(a) != per_slot(b) ? per_slot(a) < per_slot(b) : a < b;
+                    });
+  cheap.resize(cheap_count);
   // fill[x]: least work of x slots of the items not among the k heaviest,
   // one slot at a time in cheap order. The heaviest are rarely cheap per
   // slot, so the prefix over all items serves until one of them falls in
   // the part a k uses; only then is it rebuilt without them.
   std::vector<uint8_t> in_top(items.size(), 0);
-  std::vector<int32_t> cheap_rank(items.size(), 0);
+  std::vector<int32_t> cheap_rank(items.size(), std::numeric_limits<int32_t>::max());
   for (size_t c = 0; c < cheap.size(); ++c) cheap_rank[cheap[c]] = static_cast<int32_t>(c);
   std::vector<double> fill;
   std::vector<int32_t> fill_item;  // fill[x]'s item, x >= 1 (cheap order)
