@@ -380,11 +380,12 @@ class LoadModel {
     // most, and a sum in memory would chain every update through a store).
     int64_t heavy_delta = 0, light_delta = 0;
     const auto change = [&](int32_t w, int64_t amount) {
+      if (amount == 0) return;  // most blocks: their transfers stay as they are
       if (w == heavy) {
         heavy_delta += amount;
       } else if (w == light) {
         light_delta += amount;
-      } else if (amount != 0) {
+      } else {
         Register(w);
         delta_[w] += amount;
       }
@@ -396,7 +397,6 @@ class LoadModel {
       // Change of heavy's and light's receiving kv (not as its owner).
       const int rh = (m.heavy_after && heavy != o2) - (m.heavy_before && heavy != o);
       const int rl = (m.light_after && light != o2) - (m.light_before && light != o);
-      if (o == o2 && rh == 0 && rl == 0) continue;  // its transfers stay as they are
       const int64_t t = tokens_[kv];
       heavy_delta += rh * t;
       light_delta += rl * t;
