@@ -65,10 +65,8 @@ bool StrictlySorted(const std::vector<Transfer>& edges) {
          }) == edges.end();
 }
 
-}  // namespace
-
-std::vector<Transfer> TransferEdges(const Plan& plan, const std::vector<RequiredPair>& pairs) {
-  const PairsByReceiver g = GroupPairs(plan, pairs);
+std::vector<Transfer> TransferEdges(const Plan& plan, const std::vector<RequiredPair>& pairs,
+                                    const PairsByReceiver& g) {
   // Per receiver, the K/V blocks it needs from other workers, each once and
   // ascending: (dst, block) order; a stable bucket sort by sender then gives
   // (src, dst, block).
@@ -93,11 +91,10 @@ std::vector<Transfer> TransferEdges(const Plan& plan, const std::vector<Required
 }
 
 void BuildStagesFromSubStages(Plan& plan, const std::vector<RequiredPair>& pairs,
-                              const std::vector<Transfer>& edges,
+                              const PairsByReceiver& g, const std::vector<Transfer>& edges,
                               const std::vector<int32_t>& sub_stage, int32_t sub_stages) {
   FCP_CHECK(sub_stage.size() == edges.size(), "one sub-stage per edge");
   FCP_CHECK(StrictlySorted(edges), "edges sorted by (src, dst, block), unique");
-  const PairsByReceiver g = GroupPairs(plan, pairs);
   for (const Transfer& t : edges)
     FCP_CHECK(t.block >= 0 && static_cast<size_t>(t.block) < plan.blocks.size() && t.dst >= 0 &&
                   t.dst < plan.workers,
@@ -175,13 +172,26 @@ void BuildStagesFromSubStages(Plan& plan, const std::vector<RequiredPair>& pairs
   }
 }
 
+}  // namespace
+
+std::vector<Transfer> TransferEdges(const Plan& plan, const std::vector<RequiredPair>& pairs) {
+  return TransferEdges(plan, pairs, GroupPairs(plan, pairs));
+}
+
+void BuildStagesFromSubStages(Plan& plan, const std::vector<RequiredPair>& pairs,
+                              const std::vector<Transfer>& edges,
+                              const std::vector<int32_t>& sub_stage, int32_t sub_stages) {
+  BuildStagesFromSubStages(plan, pairs, GroupPairs(plan, pairs), edges, sub_stage, sub_stages);
+}
+
 void BuildStages(Plan& plan, const std::vector<RequiredPair>& pairs, bool self_check) {
-  const std::vector<Transfer> edges = TransferEdges(plan, pairs);
+  const PairsByReceiver g = GroupPairs(plan, pairs);  // once for both steps
+  const std::vector<Transfer> edges = TransferEdges(plan, pairs, g);
   std::vector<BipartiteEdge> graph(edges.size());
   for (size_t e = 0; e < edges.size(); ++e) graph[e] = {edges[e].src, edges[e].dst};
   const EdgeColoring coloring = ColorBipartiteEdges(plan.workers, plan.workers, graph);
   if (self_check) CheckEdgeColoring(plan.workers, plan.workers, graph, coloring);
-  BuildStagesFromSubStages(plan, pairs, edges, coloring.color, coloring.num_colors);
+  BuildStagesFromSubStages(plan, pairs, g, edges, coloring.color, coloring.num_colors);
 }
 
 }  // namespace fcp
