@@ -900,7 +900,7 @@ class Assigner {
     const int64_t max_steps =
         static_cast<int64_t>(in_.local_search_rounds) * std::max<int64_t>(n_, min_steps);
     std::vector<int32_t> partners;
-    std::vector<Offer> offers;
+    std::array<std::vector<Offer>, kSwapPartners> partner_offers;
     for (int64_t step = 0; step < max_steps && budget > 0; ++step) {
       // Plain variables, not a structured binding: lambdas below capture
       // them, which Clang before 16 rejects for bindings.
@@ -929,6 +929,8 @@ class Assigner {
       const int heavy_table = model.Table(heavy, owned[heavy]);
       std::array<int, kSwapPartners> partner_table;
       partner_table.fill(-1);
+      std::array<int, kSwapPartners> offers_class;  // the class partner_offers[p] is for
+      offers_class.fill(-1);
       // Whether the evaluated exchange leaves every worker it involves below
       // the limit: those whose traffic changes by their new loads, any other
       // by its (unchanged) load.
@@ -951,16 +953,23 @@ class Assigner {
         const int32_t a = owned[heavy][x];
         for (size_t p = 0; p < partners.size(); ++p) {
           const int32_t light = partners[p];
-          offers.clear();
-          const auto& mine = owned[light];
-          for (size_t y = 0; y < mine.size(); ++y) {
-            const Item& b = items_[mine[y]];
-            if (b.small != items_[a].small) continue;
-            if (b.slots == items_[a].slots) offers.push_back({mine[y], -1});
-            if (items_[a].slots == 2 && b.slots == 1)
-              for (size_t z = y + 1; z < mine.size(); ++z)
-                if (!items_[mine[z]].small && items_[mine[z]].slots == 1)
-                  offers.push_back({mine[y], mine[z]});
+          // Light's offers depend on a only through its slot class: built
+          // once per class and step.
+          const int item_class = 2 * items_[a].slots + items_[a].small;
+          std::vector<Offer>& offers = partner_offers[p];
+          if (offers_class[p] != item_class) {
+            offers_class[p] = item_class;
+            offers.clear();
+            const auto& mine = owned[light];
+            for (size_t y = 0; y < mine.size(); ++y) {
+              const Item& b = items_[mine[y]];
+              if (b.small != items_[a].small) continue;
+              if (b.slots == items_[a].slots) offers.push_back({mine[y], -1});
+              if (items_[a].slots == 2 && b.slots == 1)
+                for (size_t z = y + 1; z < mine.size(); ++z)
+                  if (!items_[mine[z]].small && items_[mine[z]].slots == 1)
+                    offers.push_back({mine[y], mine[z]});
+            }
           }
           for (const Offer offer : offers) {
             // Compute moves by exactly the works exchanged: skip what would
