@@ -151,24 +151,21 @@ void BuildStagesFromSubStages(Plan& plan, const std::vector<RequiredPair>& pairs
   for (int32_t stage : pair_stage) ++computes[stage];
   for (size_t s = 0; s < plan.forward.size(); ++s) {
     plan.forward[s].send.reserve(sends[s]);
-    plan.backward[s].send_kv.reserve(sends[s]);
     if (sends[s] > 0) plan.backward[s + 2].send_dkv.reserve(sends[s]);
     plan.forward[s].compute.reserve(computes[s]);
-    plan.backward[s].compute.reserve(computes[s]);
   }
   // Visiting edges and pairs in their sorted orders (the dK/dV edges by
   // receiver, reversed) leaves every stage's lists sorted.
-  for (size_t e = 0; e < edges.size(); ++e) {
-    plan.forward[edge_stage[e]].send.push_back(edges[e]);
-    plan.backward[edge_stage[e]].send_kv.push_back(edges[e]);
-  }
+  for (size_t e = 0; e < edges.size(); ++e) plan.forward[edge_stage[e]].send.push_back(edges[e]);
   for (int32_t e : edges_to.items)
     plan.backward[edge_stage[e] + 2].send_dkv.push_back(
         {edges[e].block, edges[e].dst, edges[e].src});
-  for (size_t k = 0; k < pairs.size(); ++k) {
-    const BlockPair pair{pairs[k].q_block, pairs[k].kv_block};
-    plan.forward[pair_stage[k]].compute.push_back(pair);
-    plan.backward[pair_stage[k]].compute.push_back(pair);
+  for (size_t k = 0; k < pairs.size(); ++k)
+    plan.forward[pair_stage[k]].compute.push_back({pairs[k].q_block, pairs[k].kv_block});
+  // The backward pulls the same K/V and computes the same pairs, stage by stage.
+  for (size_t s = 0; s < plan.forward.size(); ++s) {
+    plan.backward[s].send_kv = plan.forward[s].send;
+    plan.backward[s].compute = plan.forward[s].compute;
   }
 }
 
