@@ -75,7 +75,8 @@ struct HeavySplit {
 HeavySplit SplitHeavy(const ShardBase& base, const std::vector<int64_t>& lengths, const Mask& mask,
                       double heavy_fraction, int32_t max_split);
 // The final blocks and items: base's kept items, then the sub-items.
-Sharding FinishSharding(const ShardBase& base, HeavySplit split, const std::vector<int64_t>& lengths);
+Sharding FinishSharding(const ShardBase& base, HeavySplit split,
+                        const std::vector<int64_t>& lengths);
 
 // Attention work of `block` as a query block against its whole sequences:
 // allowed token pairs, independent of how the keys are blocked.
