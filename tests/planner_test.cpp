@@ -317,18 +317,23 @@ TEST(PlannerPropertyTest, LocalSearchLoadsMatchARecount) {
 
 // The planner skips assigning the coarse candidate (heavy blocks in two
 // pieces) when a lower bound on its compute imbalance breaks the bound and
-// the first plan is within it. With self_check it assigns it anyway and
-// throws if it would have won; the plan must be the same either way. Seed 0
-// at N = 128 is such a batch (a two-piece item outweighs the mean by 10%).
+// the first plan is within it, or outside it but more balanced than the
+// bound. With self_check it assigns it anyway and throws if it would have
+// won; the plan must be the same either way. Seed 0 at N = 128: the first
+// plan is within 5%, a two-piece item outweighs the mean by 10%. Seed 2 at
+// N = 256: the first plan is at 7.5%, the coarse bound 41%.
 TEST(PlannerPropertyTest, PrunedCoarseCandidateCouldNotHaveWon) {
-  const std::vector<int64_t> lengths = PaperBatch(128, 0);
-  PlannerConfig c;
-  c.workers = 128;
-  const std::string plan = WritePlanJson(MakePlan(lengths, c));
-  c.self_check = true;
-  std::string checked;
-  ASSERT_NO_THROW(checked = WritePlanJson(MakePlan(lengths, c)));
-  EXPECT_EQ(checked, plan);
+  for (const auto& [workers, seed] : {std::pair{128, 0}, std::pair{256, 2}}) {
+    SCOPED_TRACE("N = " + std::to_string(workers) + ", seed " + std::to_string(seed));
+    const std::vector<int64_t> lengths = PaperBatch(workers, seed);
+    PlannerConfig c;
+    c.workers = workers;
+    const std::string plan = WritePlanJson(MakePlan(lengths, c));
+    c.self_check = true;
+    std::string checked;
+    EXPECT_NO_THROW(checked = WritePlanJson(MakePlan(lengths, c)));
+    EXPECT_EQ(checked, plan);
+  }
 }
 
 // Block sizes at the edges: 1 (every token its own block) and larger than
