@@ -41,7 +41,7 @@ struct Common {
 
 // Heaviest items examined by ComputeImbalanceLowerBound: the bound peaked
 // at k = 18 on the paper's batch at N = 256; a cap only weakens it.
-constexpr size_t kBoundItems = 128;
+constexpr size_t kBoundItems = 64;
 
 // A lower bound on the compute imbalance, (max - mean) / max, of every
 // assignment that respects the slots of `base` with `split` applied. Take
