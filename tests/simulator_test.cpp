@@ -73,12 +73,17 @@ Plan TwoWorkerPlan() {
   return plan;
 }
 
+// The forward and backward times of a simulated plan, worked out by hand.
+void ExpectTimes(const SimResult& r, double forward_s, double backward_s) {
+  EXPECT_NEAR(r.forward_time_s, forward_s, 1e-9);
+  EXPECT_NEAR(r.backward_time_s, backward_s, 1e-9);
+}
+
 TEST(SimulatorTest, TwoWorkersOneTransferByHand) {
   const Plan plan = TwoWorkerPlan();
   ASSERT_NO_THROW(ValidatePlan(plan));
   const SimResult r = Simulate(plan, UnitProfile(), NoReshuffle());
-  EXPECT_NEAR(r.forward_time_s, 26, 1e-9);
-  EXPECT_NEAR(r.backward_time_s, 74, 1e-9);
+  ExpectTimes(r, 26, 74);
   EXPECT_NEAR(r.total_time_s, 100, 1e-9);
   EXPECT_DOUBLE_EQ(r.forward_flops, 4.0 * 36);
   EXPECT_DOUBLE_EQ(r.backward_flops, 2.5 * 4.0 * 36);
@@ -186,10 +191,8 @@ std::pair<SimResult, SimResult> PulledAndGrouped(const Plan& plan) {
 
 TEST(SimulatorTest, PulledTransfersDoNotWaitForTheSendersPreviousStage) {
   const auto [pull, grouped] = PulledAndGrouped(OneSenderTwoStagesPlan());
-  EXPECT_NEAR(pull.forward_time_s, 33, 1e-9);
-  EXPECT_NEAR(grouped.forward_time_s, 34, 1e-9);
-  EXPECT_NEAR(pull.backward_time_s, 83, 1e-9);
-  EXPECT_NEAR(grouped.backward_time_s, 83, 1e-9);
+  ExpectTimes(pull, 33, 83);
+  ExpectTimes(grouped, 34, 83);
 }
 
 // Three workers, two causal sequences of 8 tokens; w0 gets a dK/dV partial
@@ -219,10 +222,8 @@ Plan PartialAndKvInOneStagePlan() {
 
 TEST(SimulatorTest, PulledBackwardComputeDoesNotWaitForPartials) {
   const auto [pull, grouped] = PulledAndGrouped(PartialAndKvInOneStagePlan());
-  EXPECT_NEAR(pull.forward_time_s, 45, 1e-9);
-  EXPECT_NEAR(grouped.forward_time_s, 45, 1e-9);
-  EXPECT_NEAR(pull.backward_time_s, 108, 1e-9);
-  EXPECT_NEAR(grouped.backward_time_s, 123, 1e-9);
+  ExpectTimes(pull, 45, 108);
+  ExpectTimes(grouped, 45, 123);
 }
 
 // One worker, one sequence of 8 tokens, full mask, blocks [0,4) and [4,8):
