@@ -109,7 +109,6 @@ class WorkerIndex {
     heap_[at] = rank;
     Restore(at);
   }
-  bool empty() const { return heap_.empty(); }
   // The first entry's key and id.
   double first_key() const { return KeyOf(heap_.front()); }
   int32_t first_id() const { return IdOf(heap_.front()); }
