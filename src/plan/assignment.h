@@ -72,6 +72,10 @@ struct Assignment {
 // Deterministic.
 Assignment AssignBlocks(const AssignmentInput& input);
 
+// The Better of `owner` (owner[block], respecting the slots) and the local
+// search's refinements of it. Deterministic.
+Assignment RefineAssignment(const AssignmentInput& input, std::vector<int32_t> owner);
+
 // How an assignment is judged (lower is better). With a ratio r > 0: the
 // worst worker's compute + r x traffic, its time in token pairs if nothing
 // overlapped (overlap hides part of the smaller term, but simulated plans

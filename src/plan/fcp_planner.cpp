@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "assignment.h"
@@ -7,6 +8,7 @@
 #include "fcp/planner.h"
 #include "fcp/required_pairs.h"
 #include "fcp/schedule.h"
+#include "piece_sizing.h"
 #include "sharding.h"
 
 namespace fcp {
@@ -28,6 +30,7 @@ detail::Judge JudgeOf(const PlannerConfig& config, int64_t block_size) {
 
 // One sharding and assignment of the batch.
 struct Candidate {
+  detail::HeavySplit split;  // its split items (the sub-items are in sharding)
   detail::Sharding sharding;
   std::vector<RequiredPair> pairs;
   detail::Assignment assignment;
@@ -38,6 +41,11 @@ struct Common {
   detail::ShardBase base;
   std::vector<int64_t> offsets;
 };
+
+// Piece sizing rescues plans above this imbalance (or the configured bound,
+// when lower).
+constexpr double kResizeAbove = 0.05;
+constexpr int kResizeRounds = 4;
 
 // Heaviest items examined by ComputeImbalanceLowerBound: the bound peaked
 // at k = 18 on the paper's batch at N = 256; a cap only weakens it.
@@ -142,11 +150,13 @@ double ComputeImbalanceLowerBound(const detail::ShardBase& base, const detail::H
   return bound <= mean ? 0 : (bound - mean) / bound;
 }
 
-// Assigns an already sharded candidate.
-Candidate Assign(detail::Sharding sharding, const std::vector<int64_t>& lengths,
-                 const PlannerConfig& config, const Plan& header, const Common& common) {
-  Candidate c;
-  c.sharding = std::move(sharding);
+// The candidate of `split` with its blocks and pairs; the assignment's input.
+detail::AssignmentInput Shard(detail::HeavySplit split, const std::vector<int64_t>& lengths,
+                              const PlannerConfig& config, const Plan& header, const Common& common,
+                              Candidate& c) {
+  c.split.removed = split.removed;
+  c.split.splits = split.splits;
+  c.sharding = detail::FinishSharding(common.base, std::move(split), lengths);
   c.pairs = RequiredPairs(lengths, c.sharding.blocks, header.mask);
   detail::AssignmentInput input;
   input.workers = config.workers;
@@ -166,8 +176,42 @@ Candidate Assign(detail::Sharding sharding, const std::vector<int64_t>& lengths,
     input.dataloader.push_back(
         DataloaderWorker(offsets.back(), config.workers, offsets[first.seq] + first.start));
   }
-  c.assignment = detail::AssignBlocks(input);
+  return input;
+}
+
+// Shards and assigns a candidate.
+Candidate Assign(detail::HeavySplit split, const std::vector<int64_t>& lengths,
+                 const PlannerConfig& config, const Plan& header, const Common& common) {
+  Candidate c;
+  c.assignment = detail::AssignBlocks(Shard(std::move(split), lengths, config, header, common, c));
   return c;
+}
+
+// `c` with its pieces re-sized to level the workers that hold them
+// (piece_sizing.h), the items kept on their workers and then refined by
+// the local search; nothing when no size changes.
+std::optional<Candidate> ResizePieces(const Candidate& c, const std::vector<int64_t>& lengths,
+                                      const PlannerConfig& config, const Plan& header,
+                                      const Common& common) {
+  const std::vector<detail::Item>& items = c.sharding.items;
+  std::vector<int32_t> item_worker;
+  item_worker.reserve(items.size());
+  for (const detail::Item& item : items) item_worker.push_back(c.assignment.owner[item.blocks.front()]);
+  // The sub-items come last, in the order of the splits.
+  size_t sub_items = 0;
+  for (const detail::SplitItem& s : c.split.splits) sub_items += s.piece_tokens.size();
+  detail::HeavySplit split = c.split;
+  const std::vector<int32_t> sub_item_worker(item_worker.end() - static_cast<std::ptrdiff_t>(sub_items),
+                                             item_worker.end());
+  if (!detail::SizePieces(common.base, split, config.mask, sub_item_worker, c.assignment.compute)) return std::nullopt;
+  detail::BuildSubItems(common.base, split, lengths, config.mask);
+  std::optional<Candidate> out(std::in_place);
+  const detail::AssignmentInput input = Shard(std::move(split), lengths, config, header, common, *out);
+  std::vector<int32_t> owner(out->sharding.blocks.size());
+  for (size_t i = 0; i < out->sharding.items.size(); ++i)
+    for (int32_t block : out->sharding.items[i].blocks) owner[block] = item_worker[i];
+  out->assignment = detail::RefineAssignment(input, std::move(owner));
+  return out;
 }
 
 }  // namespace
@@ -186,12 +230,10 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   const auto split = [&](int32_t max_split) {
     return detail::SplitHeavy(common.base, lengths, config.mask, config.heavy_fraction, max_split);
   };
-  Candidate best =
-      Assign(detail::FinishSharding(common.base, split(config.max_split), lengths), lengths,
-             config, plan, common);
+  const detail::Judge judge = JudgeOf(config, common.base.block_size);
+  Candidate best = Assign(split(config.max_split), lengths, config, plan, common);
   if (config.network_flops_per_byte > 0 && config.heavy_fraction > 0 && config.max_split > 2) {
     detail::HeavySplit coarse_split = split(2);
-    const detail::Judge judge = JudgeOf(config, common.base.block_size);
     // Exact pruning. When the lower bound on its compute imbalance breaks
     // the imbalance bound, every coarse plan is outside it, and Better
     // ranks it below a best within it, and below a best outside it that is
@@ -207,13 +249,26 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
          least_imbalance > detail::Cost(best.assignment, 0) + 1e-12);
     // The self-check assigns it anyway and checks that it loses.
     if (!cannot_win || config.self_check) {
-      Candidate coarse =
-          Assign(detail::FinishSharding(common.base, std::move(coarse_split), lengths), lengths,
-                 config, plan, common);
+      Candidate coarse = Assign(std::move(coarse_split), lengths, config, plan, common);
       const bool better = detail::Better(coarse.assignment, best.assignment, judge);
       FCP_CHECK(!(better && cannot_win), "planner: a pruned candidate would have won");
       if (better) best = std::move(coarse);
     }
+  }
+  // A plan outside the imbalance bound (at most kResizeAbove): its split
+  // items re-sized to level their workers, kept when Better, for a few
+  // rounds (a second took the bimodal batch at N = 64 from 5.4% to 4.9%).
+  // Plans within it are left alone: sizing every plan lowered their
+  // imbalances but not their simulated time (-8% to +8%, +0.6% on average
+  // over 20 changed plans of 50 lognormal batches, N = 16..256) for a third
+  // more planning time.
+  detail::Judge resize_judge = judge;
+  resize_judge.max_imbalance = std::min(judge.max_imbalance, kResizeAbove);
+  for (int round = 0;
+       round < kResizeRounds && !detail::WithinBound(best.assignment, resize_judge); ++round) {
+    std::optional<Candidate> resized = ResizePieces(best, lengths, config, plan, common);
+    if (!resized || !detail::Better(resized->assignment, best.assignment, judge)) break;
+    best = std::move(*resized);
   }
   plan.block_size = best.sharding.block_size;
   plan.blocks = std::move(best.sharding.blocks);

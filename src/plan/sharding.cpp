@@ -17,10 +17,6 @@ int64_t QueryWork(const Block& block, const std::vector<int64_t>& lengths, const
 
 namespace {
 
-// Pieces of a split item hold at least this many query tokens, so their
-// kernels (coalesced with the rest of the stage) stay efficient.
-constexpr int64_t kMinPieceTokens = 256;
-
 // Appends tokens [start, start + length) of `seq`, merging with the last
 // segment when contiguous.
 void AppendSegment(std::vector<Segment>& segments, int32_t seq, int64_t start, int64_t length) {
@@ -76,16 +72,15 @@ bool AllFull(const ProtoItem& item, int64_t b) {
                      [b](const Block& x) { return x.tokens() == b; });
 }
 
-// Step 4: split items heavier than `bound` into p sub-items of one slot,
-// completed with fillers from the lightest one-slot items. Marks the split
-// items and the fillers in `removed` and returns the sub-items.
-std::vector<ProtoItem> SplitHeavyItems(const ShardBase& base, double bound, int32_t split_limit,
-                                       const std::vector<int64_t>& lengths, const Mask& mask,
-                                       std::vector<uint8_t>& removed) {
+// Step 4: choose the items heavier than `bound` to split into p one-slot
+// sub-items, and the lightest one-slot items that complete them (fillers).
+// Marks both in `removed`; the pieces are equal.
+std::vector<SplitItem> ChooseSplits(const ShardBase& base, double bound, int32_t split_limit,
+                                    std::vector<uint8_t>& removed) {
   const std::vector<ProtoItem>& items = base.items;
   const int64_t b = base.block_size;
   std::vector<size_t> light = base.light;  // lightest last
-  std::vector<ProtoItem> added;
+  std::vector<SplitItem> splits;
   for (size_t i : base.by_work) {
     const ProtoItem& item = items[i];
     if (static_cast<double>(item.work) <= bound) break;
@@ -95,50 +90,29 @@ std::vector<ProtoItem> SplitHeavyItems(const ShardBase& base, double bound, int3
     if (p > split_limit) break;
     const size_t fillers_needed = static_cast<size_t>(p - item.slots);
     // Fillers must come from items lighter than the sub-items they complete.
-    std::vector<size_t> fillers;
-    while (fillers.size() < fillers_needed && !light.empty()) {
+    SplitItem split{i, {}, {}};
+    while (split.fillers.size() < fillers_needed && !light.empty()) {
       const size_t f = light.back();
       if (removed[f] || f == i) {
         light.pop_back();
         continue;
       }
       if (static_cast<double>(items[f].work) * p > static_cast<double>(item.work)) break;
-      fillers.push_back(f);
+      split.fillers.push_back(f);
       light.pop_back();
     }
-    if (fillers.size() < fillers_needed) {  // not enough light tokens: give them back, stop
-      for (auto it = fillers.rbegin(); it != fillers.rend(); ++it) light.push_back(*it);
+    if (split.fillers.size() < fillers_needed) {  // not enough light tokens: give them back, stop
+      for (auto it = split.fillers.rbegin(); it != split.fillers.rend(); ++it) light.push_back(*it);
       break;
     }
-    std::sort(fillers.begin(), fillers.end());  // dataloader order keeps fillers local
-    std::vector<const Block*> filler_blocks;
-    for (size_t f : fillers) {
-      removed[f] = 1;
-      for (const Block& x : items[f].blocks) filler_blocks.push_back(&x);
-    }
-    SegmentStream filler(Concatenate(filler_blocks));
-    // Pieces of each block; in a pair, piece x of the early block goes with
-    // piece p-1-x of the late one (zig-zag inside the pair).
-    std::vector<std::vector<Block>> pieces;
-    for (const Block& x : item.blocks) {
-      pieces.push_back(Chop(x.segments, (b + p - 1) / p));
-      FCP_CHECK(pieces.back().size() == static_cast<size_t>(p), "a split block gives p pieces");
-    }
-    for (int32_t x = 0; x < p; ++x) {
-      ProtoItem sub;
-      sub.blocks.reserve(3);
-      sub.blocks.push_back(std::move(pieces[0][x]));
-      if (pieces.size() == 2) sub.blocks.push_back(std::move(pieces[1][p - 1 - x]));
-      int64_t tokens = 0;
-      for (const Block& blk : sub.blocks) tokens += blk.tokens();
-      if (tokens < b) sub.blocks.push_back(filler.Take(b - tokens));
-      for (const Block& blk : sub.blocks) sub.work += QueryWork(blk, lengths, mask);
-      added.push_back(std::move(sub));
-    }
-    FCP_CHECK(filler.empty(), "heavy-item fillers use every dissolved token");
+    std::sort(split.fillers.begin(), split.fillers.end());  // dataloader order keeps fillers local
+    for (size_t f : split.fillers) removed[f] = 1;
     removed[i] = 1;
+    const int64_t piece = (b + p - 1) / p;
+    for (int32_t x = 0; x < p; ++x) split.piece_tokens.push_back(std::min(piece, b - x * piece));
+    splits.push_back(std::move(split));
   }
-  return added;
+  return splits;
 }
 
 // Appends `block` to `out` (its index to `ids`), its segments that are only
@@ -294,10 +268,47 @@ HeavySplit SplitHeavy(const ShardBase& base, const std::vector<int64_t>& lengths
     while (split_limit * 2 <= max_split && base.block_size / (split_limit * 2) >= kMinPieceTokens)
       split_limit *= 2;
     if (split_limit >= 2)
-      split.added = SplitHeavyItems(base, heavy_fraction * base.total_work / base.workers,
-                                    split_limit, lengths, mask, split.removed);
+      split.splits = ChooseSplits(base, heavy_fraction * base.total_work / base.workers,
+                                  split_limit, split.removed);
   }
+  BuildSubItems(base, split, lengths, mask);
   return split;
+}
+
+void BuildSubItems(const ShardBase& base, HeavySplit& split, const std::vector<int64_t>& lengths,
+                   const Mask& mask) {
+  const int64_t b = base.block_size;
+  split.added.clear();
+  for (const SplitItem& s : split.splits) {
+    const ProtoItem& item = base.items[s.item];
+    const size_t p = s.piece_tokens.size();
+    std::vector<const Block*> filler_blocks;
+    for (size_t f : s.fillers)
+      for (const Block& x : base.items[f].blocks) filler_blocks.push_back(&x);
+    SegmentStream filler(Concatenate(filler_blocks));
+    // Pieces of each block in token order: the first block's in the order of
+    // the sub-items, a pair's second block's in reverse (zig-zag inside the
+    // pair: sub-item x takes its piece p-1-x, of the same size).
+    std::vector<std::vector<Block>> pieces;
+    for (size_t k = 0; k < item.blocks.size(); ++k) {
+      SegmentStream stream(item.blocks[k].segments);
+      std::vector<Block>& cut = pieces.emplace_back();
+      for (size_t x = 0; x < p; ++x) cut.push_back(stream.Take(s.piece_tokens[k == 0 ? x : p - 1 - x]));
+      FCP_CHECK(stream.empty(), "a split block's pieces cover it");
+    }
+    for (size_t x = 0; x < p; ++x) {
+      ProtoItem sub;
+      sub.blocks.reserve(3);
+      sub.blocks.push_back(std::move(pieces[0][x]));
+      if (pieces.size() == 2) sub.blocks.push_back(std::move(pieces[1][p - 1 - x]));
+      int64_t tokens = 0;
+      for (const Block& blk : sub.blocks) tokens += blk.tokens();
+      if (tokens < b) sub.blocks.push_back(filler.Take(b - tokens));
+      for (const Block& blk : sub.blocks) sub.work += QueryWork(blk, lengths, mask);
+      split.added.push_back(std::move(sub));
+    }
+    FCP_CHECK(filler.empty(), "heavy-item fillers use every dissolved token");
+  }
 }
 
 Sharding FinishSharding(const ShardBase& base, HeavySplit split,

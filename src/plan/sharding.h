@@ -65,15 +65,34 @@ struct ShardBase {
 ShardBase ShardSteps123(const std::vector<int64_t>& lengths, int64_t block_size, int64_t token_cap,
                         int32_t workers, const Mask& mask);
 // Step 4 (heavy_fraction, max_split: see PlannerConfig; 0 / < 2 disables
-// splitting): which items of `base` are split (removed[i]) and the sub-items
-// that replace them. Each item's work is exact, so the split alone says
-// what the items weigh, before any block is built.
+// splitting): which items of `base` are split (removed[i], also their
+// fillers) and the sub-items that replace them. Each item's work is exact,
+// so the split alone says what the items weigh, before any block is built.
+//
+// Split item `item` becomes p = piece_tokens.size() one-slot sub-items:
+// sub-item x holds piece x of the item's first block and, in a pair, piece
+// p-1-x of its second, both piece_tokens[x] tokens (zig-zag inside the pair:
+// under a causal mask the sub-item's work is then exactly linear in
+// piece_tokens[x]), completed to b tokens from the fillers, in order.
+// Pieces of a split item hold at least this many query tokens, so their
+// kernels (coalesced with the rest of the stage) stay efficient.
+constexpr int64_t kMinPieceTokens = 256;
+
+struct SplitItem {
+  size_t item = 0;                    // in base.items
+  std::vector<size_t> fillers;        // base items dissolved into the sub-items, ascending
+  std::vector<int64_t> piece_tokens;  // per sub-item; sums to b
+};
 struct HeavySplit {
-  std::vector<uint8_t> removed;  // per item of base
-  std::vector<ProtoItem> added;
+  std::vector<uint8_t> removed;   // per item of base
+  std::vector<SplitItem> splits;  // equal pieces as made by SplitHeavy
+  std::vector<ProtoItem> added;   // the sub-items, p per split, in the order of splits
 };
 HeavySplit SplitHeavy(const ShardBase& base, const std::vector<int64_t>& lengths, const Mask& mask,
                       double heavy_fraction, int32_t max_split);
+// Rebuilds split.added from split.splits, after their piece sizes changed.
+void BuildSubItems(const ShardBase& base, HeavySplit& split, const std::vector<int64_t>& lengths,
+                   const Mask& mask);
 // The final blocks and items: base's kept items, then the sub-items.
 Sharding FinishSharding(const ShardBase& base, HeavySplit split,
                         const std::vector<int64_t>& lengths);
