@@ -295,6 +295,47 @@ TEST(PlannerPropertyTest, RandomBatchesGiveValidOptimalDeterministicPlans) {
   }
 }
 
+// Piece sizing (plans outside the imbalance bound) on random batches of one
+// long sequence among short ones, where equal pieces are often too coarse:
+// every plan rule holds with self_check on, and sizing does happen (pieces
+// of the long sequence that are not a whole quarter or half block).
+TEST(PlannerPropertyTest, SizedPiecesKeepEveryPlanRule) {
+  std::mt19937_64 rng(20261130);
+  int sized = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    Case k;
+    PlannerConfig& c = k.config;
+    c.workers = static_cast<int32_t>(4 + rng() % 29);
+    c.block_size = int64_t{1024} << (rng() % 3);
+    c.coalesce = 4;
+    c.mask = {rng() % 3 == 0 ? MaskKind::kFull : MaskKind::kCausal, 0};
+    c.self_check = true;
+    const int64_t total = c.workers * 8 * c.block_size;
+    const int64_t longest = total / 4 + static_cast<int64_t>(rng() % static_cast<uint64_t>(total / 4));
+    k.lengths.push_back(longest);
+    for (int64_t left = total - longest; left > 0;) {
+      const int64_t len = std::min<int64_t>(left, 1 + static_cast<int64_t>(rng() % c.block_size));
+      k.lengths.push_back(len);
+      left -= len;
+    }
+    std::shuffle(k.lengths.begin(), k.lengths.end(), rng);
+    CheckPlanProperties(k);
+    if (HasFatalFailure() || HasNonfatalFailure()) {
+      ADD_FAILURE() << "first failing trial " << trial;
+      return;
+    }
+    const int32_t seq = static_cast<int32_t>(
+        std::max_element(k.lengths.begin(), k.lengths.end()) - k.lengths.begin());
+    bool unequal = false;
+    for (const Block& block : MakePlan(k.lengths, c).blocks)
+      for (const Segment& s : block.segments)
+        unequal |= s.seq == seq && s.start + s.length < longest - longest % c.block_size &&
+                   s.length % (c.block_size / 4) != 0;
+    sized += unequal;
+  }
+  EXPECT_GT(sized, 0);
+}
+
 // The local search evaluates exchanges without applying them and keeps the
 // loads incrementally; with self_check the planner recounts them from the
 // final assignment and throws if they differ.

@@ -196,17 +196,21 @@ std::optional<Candidate> ResizePieces(const Candidate& c, const std::vector<int6
   const std::vector<detail::Item>& items = c.sharding.items;
   std::vector<int32_t> item_worker;
   item_worker.reserve(items.size());
-  for (const detail::Item& item : items) item_worker.push_back(c.assignment.owner[item.blocks.front()]);
-  // The sub-items come last, in the order of the splits.
+  for (const detail::Item& item : items)
+    item_worker.push_back(c.assignment.owner[item.blocks.front()]);
+  // The sub-items come last, in the order of the splits (FinishSharding).
   size_t sub_items = 0;
   for (const detail::SplitItem& s : c.split.splits) sub_items += s.piece_tokens.size();
+  FCP_CHECK(sub_items <= items.size(), "planner: the sharding holds every sub-item");
+  const std::vector<int32_t> sub_item_worker(
+      item_worker.end() - static_cast<std::ptrdiff_t>(sub_items), item_worker.end());
   detail::HeavySplit split = c.split;
-  const std::vector<int32_t> sub_item_worker(item_worker.end() - static_cast<std::ptrdiff_t>(sub_items),
-                                             item_worker.end());
-  if (!detail::SizePieces(common.base, split, config.mask, sub_item_worker, c.assignment.compute)) return std::nullopt;
+  if (!detail::SizePieces(common.base, split, config.mask, sub_item_worker, c.assignment.compute))
+    return std::nullopt;
   detail::BuildSubItems(common.base, split, lengths, config.mask);
   std::optional<Candidate> out(std::in_place);
-  const detail::AssignmentInput input = Shard(std::move(split), lengths, config, header, common, *out);
+  const detail::AssignmentInput input =
+      Shard(std::move(split), lengths, config, header, common, *out);
   std::vector<int32_t> owner(out->sharding.blocks.size());
   for (size_t i = 0; i < out->sharding.items.size(); ++i)
     for (int32_t block : out->sharding.items[i].blocks) owner[block] = item_worker[i];

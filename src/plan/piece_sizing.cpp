@@ -52,7 +52,8 @@ void Level(const std::vector<double>& others, const std::vector<int32_t>& count,
   for (double kink : kinks) {
     const double sum = sum_at(kink);
     if (sum >= total) {
-      level = sum > below_sum ? below + (total - below_sum) * (kink - below) / (sum - below_sum) : kink;
+      level = sum > below_sum ? below + (total - below_sum) * (kink - below) / (sum - below_sum)
+                              : kink;
       break;
     }
     below = kink;
@@ -65,7 +66,8 @@ void Level(const std::vector<double>& others, const std::vector<int32_t>& count,
 
 // Whole granules summing to `total`, each in [lo, hi]: floors, then the
 // largest remainders (ties: the lower index) take one more.
-std::vector<int64_t> Round(const std::vector<double>& granules, int64_t total, int64_t lo, int64_t hi) {
+std::vector<int64_t> Round(const std::vector<double>& granules, int64_t total, int64_t lo,
+                           int64_t hi) {
   const size_t p = granules.size();
   std::vector<int64_t> out(p);
   int64_t sum = 0;
@@ -76,7 +78,8 @@ std::vector<int64_t> Round(const std::vector<double>& granules, int64_t total, i
   std::vector<size_t> order(p);
   std::iota(order.begin(), order.end(), 0);
   const auto excess = [&](size_t x) { return granules[x] - static_cast<double>(out[x]); };
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return excess(a) > excess(b); });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return excess(a) > excess(b); });
   while (sum != total) {
     const bool up = sum < total;
     for (size_t k = 0; k < p && sum != total; ++k) {
@@ -110,20 +113,20 @@ bool SizePieces(const ShardBase& base, HeavySplit& split, const Mask& mask,
     for (size_t f : s.fillers) filler_work += static_cast<double>(base.items[f].work);
     const double filler_density =
         s.fillers.empty() ? 0.0 : filler_work / static_cast<double>(s.fillers.size() * b);
-    m.rate = (static_cast<double>(base.items[s.item].work) - filler_density * static_cast<double>(blocks * b)) /
-             static_cast<double>(b);
+    const double piece_work = static_cast<double>(base.items[s.item].work) -
+                              filler_density * static_cast<double>(blocks * b);
+    m.rate = piece_work / static_cast<double>(b);
     const int64_t smallest = *std::min_element(s.piece_tokens.begin(), s.piece_tokens.end());
     m.lo = (std::min(kMinPieceTokens, smallest) + granule - 1) / granule;
     m.hi = b / blocks / granule;
-    for (size_t x = 0; x < p; ++x) {
-      const int32_t w = sub_item_worker[first + x];
-      auto it = std::lower_bound(m.workers.begin(), m.workers.end(), w);
-      if (it == m.workers.end() || *it != w) it = m.workers.insert(it, w);
-    }
+    const auto own = sub_item_worker.begin() + static_cast<std::ptrdiff_t>(first);
+    m.workers.assign(own, own + static_cast<std::ptrdiff_t>(p));
+    std::sort(m.workers.begin(), m.workers.end());
+    m.workers.erase(std::unique(m.workers.begin(), m.workers.end()), m.workers.end());
     m.count.assign(m.workers.size(), 0);
     for (size_t x = 0; x < p; ++x) {
-      const auto k = std::lower_bound(m.workers.begin(), m.workers.end(), sub_item_worker[first + x]) -
-                     m.workers.begin();
+      const auto k =
+          std::lower_bound(m.workers.begin(), m.workers.end(), own[x]) - m.workers.begin();
       m.worker_of.push_back(static_cast<int32_t>(k));
       ++m.count[k];
       m.size.push_back(static_cast<double>(s.piece_tokens[x]));
@@ -133,7 +136,8 @@ bool SizePieces(const ShardBase& base, HeavySplit& split, const Mask& mask,
     // Only where a piece's work is linear in its size: a causal pair (zig-zag)
     // or any piece under a full mask. (A causal single's piece work grows with
     // its offset, which every earlier piece's size moves.)
-    const bool linear = mask.kind == MaskKind::kFull || (mask.kind == MaskKind::kCausal && blocks == 2);
+    const bool linear =
+        mask.kind == MaskKind::kFull || (mask.kind == MaskKind::kCausal && blocks == 2);
     if (linear && m.workers.size() >= 2 && m.rate > 0 && pieces * m.lo < granules &&
         pieces * m.hi > granules)
       movable.push_back(std::move(m));
@@ -155,7 +159,8 @@ bool SizePieces(const ShardBase& base, HeavySplit& split, const Mask& mask,
         moved = std::max(moved, std::abs(size - m.size[x]));
         m.size[x] = size;
       }
-      for (size_t k = 0; k < m.workers.size(); ++k) compute[m.workers[k]] = others[k] + m.rate * take[k];
+      for (size_t k = 0; k < m.workers.size(); ++k)
+        compute[m.workers[k]] = others[k] + m.rate * take[k];
     }
     if (moved <= kSettledTokens) break;
   }
