@@ -3,12 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 
 namespace fcp::detail {
 
 namespace {
 
-constexpr int kMaxSweeps = 32;
+constexpr int kMaxSweeps = 8;
 // A sweep that moves no piece by more than this many tokens is the last
 // (pieces are whole granules in the end).
 constexpr double kSettledTokens = 4;
@@ -33,7 +34,8 @@ struct Movable {
 // count[k] hi) for one level. The sum is piecewise linear and increasing in
 // the level, with kinks where a worker's clamp starts or ends.
 void Level(const std::vector<double>& others, const std::vector<int32_t>& count, double rate,
-           double lo, double hi, double total, std::vector<double>& take) {
+           double lo, double hi, double total, std::vector<double>& kinks,
+           std::vector<double>& take) {
   const size_t n = others.size();
   const auto sum_at = [&](double level) {
     double sum = 0;
@@ -41,7 +43,7 @@ void Level(const std::vector<double>& others, const std::vector<int32_t>& count,
       sum += std::clamp((level - others[k]) / rate, count[k] * lo, count[k] * hi);
     return sum;
   };
-  std::vector<double> kinks;
+  kinks.clear();
   for (size_t k = 0; k < n; ++k) {
     kinks.push_back(others[k] + rate * count[k] * lo);
     kinks.push_back(others[k] + rate * count[k] * hi);
@@ -95,7 +97,7 @@ std::vector<int64_t> Round(const std::vector<double>& granules, int64_t total, i
 
 }  // namespace
 
-bool SizePieces(const ShardBase& base, HeavySplit& split, const Mask& mask,
+std::optional<double> SizePieces(const ShardBase& base, HeavySplit& split, const Mask& mask,
                 const std::vector<int32_t>& sub_item_worker, std::vector<double> compute) {
   const int64_t b = base.block_size;
   const int64_t granule = std::gcd(b, kGranuleTokens);
@@ -142,9 +144,9 @@ bool SizePieces(const ShardBase& base, HeavySplit& split, const Mask& mask,
         pieces * m.hi > granules)
       movable.push_back(std::move(m));
   }
-  if (movable.empty()) return false;
+  if (movable.empty()) return std::nullopt;
 
-  std::vector<double> others, take;
+  std::vector<double> others, take, kinks;
   for (int sweep = 0; sweep < kMaxSweeps; ++sweep) {
     double moved = 0;
     for (Movable& m : movable) {
@@ -152,7 +154,7 @@ bool SizePieces(const ShardBase& base, HeavySplit& split, const Mask& mask,
       for (size_t k = 0; k < m.workers.size(); ++k) others[k] = compute[m.workers[k]];
       for (size_t x = 0; x < m.size.size(); ++x) others[m.worker_of[x]] -= m.rate * m.size[x];
       Level(others, m.count, m.rate, static_cast<double>(m.lo * granule),
-            static_cast<double>(m.hi * granule), static_cast<double>(b), take);
+            static_cast<double>(m.hi * granule), static_cast<double>(b), kinks, take);
       for (size_t x = 0; x < m.size.size(); ++x) {
         const size_t k = m.worker_of[x];
         const double size = take[k] / m.count[k];
@@ -177,7 +179,8 @@ bool SizePieces(const ShardBase& base, HeavySplit& split, const Mask& mask,
       m.split->piece_tokens[x] = tokens;
     }
   }
-  return changed;
+  if (!changed) return std::nullopt;
+  return *std::max_element(compute.begin(), compute.end());
 }
 
 }  // namespace fcp::detail

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "sharding.h"
@@ -29,9 +30,10 @@ namespace fcp::detail {
 
 // New piece sizes for split.splits, given the worker of each sub-item
 // (aligned with split.added) and every worker's compute (allowed token
-// pairs) as assigned. Returns whether any size changed; call BuildSubItems
-// then. Deterministic.
-bool SizePieces(const ShardBase& base, HeavySplit& split, const Mask& mask,
+// pairs) as assigned. Returns the largest compute the new sizes predict (by
+// the model above, before rounding), or nothing when no size changed; call
+// BuildSubItems then. Deterministic.
+std::optional<double> SizePieces(const ShardBase& base, HeavySplit& split, const Mask& mask,
                 const std::vector<int32_t>& sub_item_worker, std::vector<double> compute);
 
 }  // namespace fcp::detail
