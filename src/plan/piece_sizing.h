@@ -7,17 +7,19 @@
 // others hold 4, 9% compute imbalance that no exchange of items can remove.
 // The pieces need not be equal: sub-item x's piece can have any size s_x
 // with lo <= s_x <= hi and sum s_x = b, its filler taking the rest of the
-// slot, so the slots and the token cap are unchanged. Its work is exactly
-// rate * s_x under a causal mask (zig-zag inside the pair) and close to it
-// otherwise, rate = the item's work / b.
+// slot, so the slots and the token cap are unchanged. Only splits whose
+// piece work is linear in s_x are sized: a causal pair (zig-zag inside the
+// pair: exactly s_x (m b + 1)) and any piece under a full mask. A piece
+// token displaces a filler token, priced at the fillers' mean work per
+// token, so rate = (the item's work - that of as many filler tokens) / b.
 //
 // With the owners fixed, sizes minimising the sum over workers of the
 // squared compute make every split's workers as level as its bounds allow:
 // block coordinate descent, one split at a time levelled by water-filling
 // (exact for that split given the rest), converges to that minimum as the
-// objective is convex and each split's constraints are its own. Sizes are
-// then rounded to whole granules (64 tokens where b allows) keeping the sum.
-// O(sweeps * P log p) for P sub-items.
+// objective is convex and each split's constraints are its own; a few
+// sweeps get close. Sizes are then rounded to whole granules (64 tokens
+// where b allows) keeping the sum. O(sweeps * P log p) for P sub-items.
 #pragma once
 
 #include <cstdint>
