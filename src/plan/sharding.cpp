@@ -293,7 +293,8 @@ void BuildSubItems(const ShardBase& base, HeavySplit& split, const std::vector<i
     for (size_t k = 0; k < item.blocks.size(); ++k) {
       SegmentStream stream(item.blocks[k].segments);
       std::vector<Block>& cut = pieces.emplace_back();
-      for (size_t x = 0; x < p; ++x) cut.push_back(stream.Take(s.piece_tokens[k == 0 ? x : p - 1 - x]));
+      for (size_t x = 0; x < p; ++x)
+        cut.push_back(stream.Take(s.piece_tokens[k == 0 ? x : p - 1 - x]));
       FCP_CHECK(stream.empty(), "a split block's pieces cover it");
     }
     for (size_t x = 0; x < p; ++x) {

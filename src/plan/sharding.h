@@ -19,7 +19,8 @@
 // 4. Items heavier than heavy_fraction of a worker's mean work are split into
 //    p = 2, 4, ... sub-items (zig-zag again inside a pair), each completed to
 //    a full slot with a filler block cut from dissolved light items, so no
-//    item outweighs a worker's share; the slot count is unchanged.
+//    item outweighs a worker's share; the slot count is unchanged. The
+//    pieces are equal; piece_sizing.h may re-size them after assignment.
 // O(S + K log K) for S sequences and K blocks.
 #pragma once
 
@@ -64,6 +65,10 @@ struct ShardBase {
 };
 ShardBase ShardSteps123(const std::vector<int64_t>& lengths, int64_t block_size, int64_t token_cap,
                         int32_t workers, const Mask& mask);
+// Pieces of a split item hold at least this many query tokens, so their
+// kernels (coalesced with the rest of the stage) stay efficient.
+constexpr int64_t kMinPieceTokens = 256;
+
 // Step 4 (heavy_fraction, max_split: see PlannerConfig; 0 / < 2 disables
 // splitting): which items of `base` are split (removed[i], also their
 // fillers) and the sub-items that replace them. Each item's work is exact,
@@ -74,10 +79,6 @@ ShardBase ShardSteps123(const std::vector<int64_t>& lengths, int64_t block_size,
 // p-1-x of its second, both piece_tokens[x] tokens (zig-zag inside the pair:
 // under a causal mask the sub-item's work is then exactly linear in
 // piece_tokens[x]), completed to b tokens from the fillers, in order.
-// Pieces of a split item hold at least this many query tokens, so their
-// kernels (coalesced with the rest of the stage) stay efficient.
-constexpr int64_t kMinPieceTokens = 256;
-
 struct SplitItem {
   size_t item = 0;                    // in base.items
   std::vector<size_t> fillers;        // base items dissolved into the sub-items, ascending
