@@ -22,9 +22,10 @@ struct PairSplit {
     base.items[0].work = static_cast<int64_t>(kRate * kBlock);
     base.items[1].blocks.resize(1);
     base.items[2].blocks.resize(1);
-    split.splits.push_back({0, {1, 2}, {512, 512, 512, 512}});
+    split.splits.push_back({0, {1, 2}, {512, 512, 512, 512}, {512, 512, 512, 512}});
   }
   const std::vector<int64_t>& pieces() const { return split.splits[0].piece_tokens; }
+  const std::vector<int64_t>& second() const { return split.splits[0].second_tokens; }
 };
 
 // Workers 0 (sub-items 0 and 1), 1 (sub-item 2, plus 256 tokens' worth of
@@ -38,6 +39,9 @@ TEST(PieceSizingTest, LevelsTheWorkersOfASplitInWholeGranules) {
   const std::vector<double> compute = {1024 * kRate, 768 * kRate, 1024 * kRate};
   ASSERT_TRUE(SizePieces(s.base, s.split, Mask{}, {0, 0, 1, 2}, compute));
   EXPECT_EQ(s.pieces(), (std::vector<int64_t>{448, 448, 704, 448}));
+  // The second block's pieces mirror the first's: sub-item x takes its
+  // piece 3 - x, of the same size.
+  EXPECT_EQ(s.second(), (std::vector<int64_t>{448, 704, 448, 448}));
 }
 
 // Bounds: a piece keeps at least 256 tokens and, in a pair, at most half a
@@ -73,6 +77,7 @@ TEST(PieceSizingTest, LeavesPiecesWhenNothingMoves) {
   single.base.items[0].blocks.resize(1);
   single.base.items[0].slots = 1;
   single.split.splits[0].fillers = {1, 2, 1};
+  single.split.splits[0].second_tokens.clear();
   EXPECT_FALSE(SizePieces(single.base, single.split, Mask{}, {0, 1, 2, 3}, {0, 0, 0, 1e9}));
 }
 

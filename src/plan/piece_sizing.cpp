@@ -173,10 +173,14 @@ std::optional<double> SizePieces(const ShardBase& base, HeavySplit& split, const
     in_granules.clear();
     for (double size : m.size) in_granules.push_back(size / static_cast<double>(granule));
     const std::vector<int64_t> rounded = Round(in_granules, granules, m.lo, m.hi);
-    for (size_t x = 0; x < rounded.size(); ++x) {
+    SplitItem& s = *m.split;
+    const size_t p = rounded.size();
+    for (size_t x = 0; x < p; ++x) {
       const int64_t tokens = rounded[x] * granule;
-      changed |= tokens != m.split->piece_tokens[x];
-      m.split->piece_tokens[x] = tokens;
+      changed |= tokens != s.piece_tokens[x] ||
+                 (!s.second_tokens.empty() && tokens != s.second_tokens[p - 1 - x]);
+      s.piece_tokens[x] = tokens;
+      if (!s.second_tokens.empty()) s.second_tokens[p - 1 - x] = tokens;  // mirrored
     }
   }
   if (!changed) return std::nullopt;

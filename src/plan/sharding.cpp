@@ -90,7 +90,7 @@ std::vector<SplitItem> ChooseSplits(const ShardBase& base, double bound, int32_t
     if (p > split_limit) break;
     const size_t fillers_needed = static_cast<size_t>(p - item.slots);
     // Fillers must come from items lighter than the sub-items they complete.
-    SplitItem split{i, {}, {}};
+    SplitItem split{i, {}, {}, {}};
     while (split.fillers.size() < fillers_needed && !light.empty()) {
       const size_t f = light.back();
       if (removed[f] || f == i) {
@@ -110,6 +110,7 @@ std::vector<SplitItem> ChooseSplits(const ShardBase& base, double bound, int32_t
     removed[i] = 1;
     const int64_t piece = (b + p - 1) / p;
     for (int32_t x = 0; x < p; ++x) split.piece_tokens.push_back(std::min(piece, b - x * piece));
+    if (item.blocks.size() == 2) split.second_tokens = split.piece_tokens;
     splits.push_back(std::move(split));
   }
   return splits;
@@ -286,16 +287,15 @@ void BuildSubItems(const ShardBase& base, HeavySplit& split, const std::vector<i
     for (size_t f : s.fillers)
       for (const Block& x : base.items[f].blocks) filler_blocks.push_back(&x);
     SegmentStream filler(Concatenate(filler_blocks));
-    // Pieces of each block in token order: the first block's in the order of
-    // the sub-items, a pair's second block's in reverse (zig-zag inside the
-    // pair: sub-item x takes its piece p-1-x, of the same size).
+    // Pieces of each block in token order; sub-item x takes piece x of the
+    // first block and piece p-1-x of a pair's second.
     std::vector<std::vector<Block>> pieces;
     for (size_t k = 0; k < item.blocks.size(); ++k) {
       SegmentStream stream(item.blocks[k].segments);
       std::vector<Block>& cut = pieces.emplace_back();
-      for (size_t x = 0; x < p; ++x)
-        cut.push_back(stream.Take(s.piece_tokens[k == 0 ? x : p - 1 - x]));
-      FCP_CHECK(stream.empty(), "a split block's pieces cover it");
+      for (int64_t tokens : k == 0 ? s.piece_tokens : s.second_tokens)
+        cut.push_back(stream.Take(tokens));
+      FCP_CHECK(stream.empty() && cut.size() == p, "a split block's pieces cover it");
     }
     for (size_t x = 0; x < p; ++x) {
       ProtoItem sub;
@@ -304,7 +304,9 @@ void BuildSubItems(const ShardBase& base, HeavySplit& split, const std::vector<i
       if (pieces.size() == 2) sub.blocks.push_back(std::move(pieces[1][p - 1 - x]));
       int64_t tokens = 0;
       for (const Block& blk : sub.blocks) tokens += blk.tokens();
+      FCP_CHECK(tokens <= b, "a sub-item fits its slot");
       if (tokens < b) sub.blocks.push_back(filler.Take(b - tokens));
+      FCP_CHECK(sub.blocks.back().tokens() > 0, "fillers complete every sub-item");
       for (const Block& blk : sub.blocks) sub.work += QueryWork(blk, lengths, mask);
       split.added.push_back(std::move(sub));
     }

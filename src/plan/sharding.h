@@ -76,13 +76,18 @@ constexpr int64_t kMinPieceTokens = 256;
 //
 // Split item `item` becomes p = piece_tokens.size() one-slot sub-items:
 // sub-item x holds piece x of the item's first block and, in a pair, piece
-// p-1-x of its second, both piece_tokens[x] tokens (zig-zag inside the pair:
-// under a causal mask the sub-item's work is then exactly linear in
-// piece_tokens[x]), completed to b tokens from the fillers, in order.
+// p-1-x of its second (zig-zag inside the pair), completed to b tokens from
+// the fillers, in order. Each block is cut in token order: the first into
+// piece_tokens, the second into second_tokens. SplitHeavy cuts both alike
+// (equal pieces, the last one shorter when p does not divide b, so a pair's
+// sub-items fill their slots exactly); piece sizing mirrors them
+// (second_tokens[p-1-x] = piece_tokens[x]), which makes a sub-item's work
+// under a causal mask exactly linear in piece_tokens[x].
 struct SplitItem {
-  size_t item = 0;                    // in base.items
-  std::vector<size_t> fillers;        // base items dissolved into the sub-items, ascending
-  std::vector<int64_t> piece_tokens;  // per sub-item; sums to b
+  size_t item = 0;                     // in base.items
+  std::vector<size_t> fillers;         // base items dissolved into the sub-items, ascending
+  std::vector<int64_t> piece_tokens;   // the first block's pieces; sums to b
+  std::vector<int64_t> second_tokens;  // a pair's second block's pieces; sums to b
 };
 struct HeavySplit {
   std::vector<uint8_t> removed;   // per item of base
