@@ -220,6 +220,7 @@ std::optional<Candidate> ResizePieces(const Candidate& c, const std::vector<int6
   std::optional<Candidate> out(std::in_place);
   const detail::AssignmentInput input =
       Shard(std::move(split), lengths, config, header, common, *out);
+  FCP_CHECK(out->sharding.items.size() == items.size(), "planner: re-sizing keeps every item");
   std::vector<int32_t> owner(out->sharding.blocks.size());
   for (size_t i = 0; i < out->sharding.items.size(); ++i)
     for (int32_t block : out->sharding.items[i].blocks) owner[block] = item_worker[i];
