@@ -38,8 +38,9 @@ int main(int argc, char** argv) {
   std::vector<int> workers = {16, 64, 256};
   if (argc == 3 && std::string(argv[1]) == "--workers") workers = ParseList(argv[2]);
   std::printf("| mix | N | seed | mode | compute imb. | compute gap to LB | traffic imb. | max traffic / LB "
-              "| max tokens / cap | fwd transfer stages / ceil(Delta/c) | mean / max traffic MiB |\n");
-  std::printf("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
+              "| max tokens / cap | fwd transfer stages / ceil(Delta/c) | mean / max traffic MiB "
+              "| tokens reshuffled |\n");
+  std::printf("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (int n : workers) {
     std::vector<Mix> mixes;
     for (uint64_t seed : {0, 1, 2}) {
@@ -83,7 +84,8 @@ int main(int argc, char** argv) {
         double mean_traffic = 0;
         for (const fcp::WorkerMetrics& w : m.workers) mean_traffic += w.traffic_bytes() / double(n);
         std::printf(
-            "| %s | %d | %llu | %s | %.2f%% | %.2f%% | %.2f%% | %.2f | %lld / %lld | %d / %d | %.0f / %.0f |\n",
+            "| %s | %d | %llu | %s | %.2f%% | %.2f%% | %.2f%% | %.2f | %lld / %lld | %d / %d | %.0f / %.0f "
+            "| %.1f%% |\n",
             mix.name, n, static_cast<unsigned long long>(mix.config.seed),
             mode.name, 100 * m.compute_imbalance,
             100 * Gap(m.max_compute, m.compute_lower_bound), 100 * m.traffic_imbalance,
@@ -92,7 +94,8 @@ int main(int argc, char** argv) {
                 : 0.0,
             static_cast<long long>(m.max_tokens), static_cast<long long>(plan.token_cap),
             m.forward_transfer_stages, m.transfer_stage_lower_bound, mean_traffic / 1048576.0,
-            double(m.max_traffic_bytes) / 1048576.0);
+            double(m.max_traffic_bytes) / 1048576.0,
+            100.0 * double(m.reshuffle_tokens) / double(m.total_tokens));
         std::fflush(stdout);
       }
     }

@@ -297,6 +297,32 @@ TEST(PlannerPropertyTest, RandomBatchesGiveValidOptimalDeterministicPlans) {
   }
 }
 
+// The locality exchanges on random batches: the plan with them keeps every
+// rule, moves no more tokens in the reshuffle than the plan without them,
+// and raises neither the largest compute nor the largest traffic; on some
+// batches they move fewer.
+TEST(PlannerPropertyTest, LocalityExchangesNeverRaiseAMaximum) {
+  std::mt19937_64 rng(20261201);
+  int fewer = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    Case k = RandomCase(rng);
+    k.config.attention = {8, 2, 16, 2};
+    Plan local;
+    CheckPlanProperties(k, &local);
+    if (HasFatalFailure()) return;
+    PlannerConfig off = k.config;
+    off.reshuffle_locality = false;
+    const PlanMetrics with = ComputePlanMetrics(local);
+    const PlanMetrics without = ComputePlanMetrics(MakePlan(k.lengths, off));
+    SCOPED_TRACE(k.describe());
+    EXPECT_LE(with.reshuffle_tokens, without.reshuffle_tokens);
+    EXPECT_LE(with.max_compute, without.max_compute * (1 + 1e-12));
+    EXPECT_LE(with.max_traffic_bytes, without.max_traffic_bytes);
+    fewer += with.reshuffle_tokens < without.reshuffle_tokens;
+  }
+  EXPECT_GT(fewer, 0);
+}
+
 // Piece sizing (plans outside the imbalance bound) on random batches of one
 // long sequence among short ones, where equal pieces are often too coarse:
 // every plan rule holds with self_check on, and sizing does happen (pieces
@@ -480,6 +506,31 @@ TEST(PlannerBalanceTest, SizedPiecesLevelALongSequenceAmongShortOnes) {
     for (const Segment& s : block.segments)
       if (s.seq == longest && s.length < 4096) piece_tokens.insert(s.length);
   EXPECT_GT(piece_tokens.size(), 1u);
+}
+
+// The locality exchanges (reshuffle_locality) on the paper's batch at N =
+// 64: fewer tokens leave their dataloader worker, and no worker's compute or
+// traffic exceeds the largest of the plan without them; the plan is still
+// within 5% imbalance, valid and deterministic, and records the option.
+TEST(PlannerLocalityTest, FewerTokensReshuffledWithoutRaisingAnyMaximum) {
+  const std::vector<int64_t> lengths = PaperBatch(64, 0);
+  PlannerConfig c = Config(64, 4096, 16);
+  c.attention = {64, 8, 128, 2};
+  PlannerConfig off = c;
+  off.reshuffle_locality = false;
+  const Plan local = MakePlan(lengths, c), plain = MakePlan(lengths, off);
+  ValidatePlan(local, {.forbid_redundant_transfers = true});
+  EXPECT_EQ(WritePlanJson(local), WritePlanJson(MakePlan(lengths, c)));
+  EXPECT_TRUE(PlannerConfigOf(local).reshuffle_locality);
+  EXPECT_FALSE(PlannerConfigOf(plain).reshuffle_locality);
+  const PlanMetrics with = ComputePlanMetrics(local), without = ComputePlanMetrics(plain);
+  // 84% -> 67% of the tokens when this test was written.
+  EXPECT_LT(static_cast<double>(with.reshuffle_tokens),
+            0.9 * static_cast<double>(without.reshuffle_tokens));
+  EXPECT_LE(with.max_compute, without.max_compute * (1 + 1e-12));
+  EXPECT_LE(with.max_traffic_bytes, without.max_traffic_bytes);
+  EXPECT_LT(with.compute_imbalance, 0.05);
+  EXPECT_LT(with.traffic_imbalance, 0.05);
 }
 
 INSTANTIATE_TEST_SUITE_P(Paper, PlannerQualityTest,

@@ -64,6 +64,12 @@ def _int(name: str, value) -> int:
     return result
 
 
+def _bool(name: str, value) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
 def _str(name: str, value) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a string, got {type(value).__name__} {value!r}")
@@ -350,7 +356,8 @@ def plan(lengths: Iterable[int], workers: int, block_size: int = 4096, coalesce:
          planner: str = "fcp", check: bool = False, heavy_fraction: Optional[float] = None,
          max_split: Optional[int] = None, local_search: Optional[int] = None,
          network_flops_per_byte: Optional[float] = None,
-         max_imbalance: Optional[float] = None) -> Plan:
+         max_imbalance: Optional[float] = None,
+         reshuffle_locality: Optional[bool] = None) -> Plan:
     """Plans one batch: the same as ``fcp plan`` with the same arguments.
 
     lengths: one positive int per sequence, in dataloader order (list or numpy array).
@@ -360,10 +367,12 @@ def plan(lengths: Iterable[int], workers: int, block_size: int = 4096, coalesce:
     token_cap: most tokens per worker (None: ceil(T/N)).
     planner: see :func:`planners`. check: validate the result (debug self-check).
     heavy_fraction, max_split, local_search, network_flops_per_byte,
-    max_imbalance: the FCP planner's tuning knobs (``--heavy-fraction``,
-    ``--max-split``, ``--local-search``, ``--network-flops-per-byte`` (0:
-    balance mode), ``--max-imbalance`` (>= 1: time mode); docs/planner.md);
-    None keeps the library's default.
+    max_imbalance, reshuffle_locality: the FCP planner's tuning knobs
+    (``--heavy-fraction``, ``--max-split``, ``--local-search``,
+    ``--network-flops-per-byte`` (0: balance mode), ``--max-imbalance``
+    (>= 1: time mode), ``--reshuffle-locality`` (False when the training loop
+    feeds tokens in the plan's layout); docs/planner.md); None keeps the
+    library's default.
     The GIL is released while the planner runs.
     """
     mask = _str("mask", mask)
@@ -382,7 +391,8 @@ def plan(lengths: Iterable[int], workers: int, block_size: int = 4096, coalesce:
         None if max_split is None else _int("max_split", max_split),
         None if local_search is None else _int("local_search", local_search),
         None if network_flops_per_byte is None else float(network_flops_per_byte),
-        None if max_imbalance is None else float(max_imbalance)))
+        None if max_imbalance is None else float(max_imbalance),
+        None if reshuffle_locality is None else _bool("reshuffle_locality", reshuffle_locality)))
 
 
 def simulate(plan: Plan, profile: str = "gpu-x", reshuffle: str = "overlap",

@@ -261,7 +261,8 @@ std::unique_ptr<PlanHandle> MakePlanHandle(nb::handle lengths, int64_t workers, 
                                            std::optional<int64_t> max_split,
                                            std::optional<int64_t> local_search,
                                            std::optional<double> network_flops_per_byte,
-                                           std::optional<double> max_imbalance) {
+                                           std::optional<double> max_imbalance,
+                                           std::optional<bool> reshuffle_locality) {
   PlannerConfig config;
   config.workers = ToInt32("plan", "workers", workers);
   config.block_size = block_size;
@@ -281,6 +282,7 @@ std::unique_ptr<PlanHandle> MakePlanHandle(nb::handle lengths, int64_t workers, 
   if (local_search) config.local_search_rounds = ToInt32("plan", "local_search", *local_search);
   if (network_flops_per_byte) config.network_flops_per_byte = *network_flops_per_byte;
   if (max_imbalance) config.max_imbalance = *max_imbalance;
+  if (reshuffle_locality) config.reshuffle_locality = *reshuffle_locality;
   const std::vector<int64_t> values = LengthsFrom(lengths);
   return WithoutGil([&] {
     const auto start = std::chrono::steady_clock::now();
@@ -510,7 +512,8 @@ NB_MODULE(_fcp, m) {
         nb::arg("heads_kv"), nb::arg("head_dim"), nb::arg("dtype_bytes"), nb::arg("token_cap"),
         nb::arg("planner"), nb::arg("check"), nb::arg("heavy_fraction").none(),
         nb::arg("max_split").none(), nb::arg("local_search").none(),
-        nb::arg("network_flops_per_byte").none(), nb::arg("max_imbalance").none());
+        nb::arg("network_flops_per_byte").none(), nb::arg("max_imbalance").none(),
+        nb::arg("reshuffle_locality").none());
 
   m.def("from_json", [](const std::string& text) {
     return WithoutGil([&] {

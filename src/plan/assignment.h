@@ -76,6 +76,15 @@ Assignment AssignBlocks(const AssignmentInput& input);
 // search's refinements of it. Deterministic.
 Assignment RefineAssignment(const AssignmentInput& input, std::vector<int32_t> owner);
 
+// `assignment` after exchanges that bring items to their dataloader worker,
+// worker w's being rename[w]'s (fewer tokens in the reshuffle), without
+// raising the largest compute, traffic or cost, or the traffic imbalance
+// past the judge's bound; itself if Better. One pass, O(I (s + D)) for I
+// items, s slots per worker and D K/V dependencies per exchange.
+// Deterministic.
+Assignment LocalizeAssignment(const AssignmentInput& input, Assignment assignment,
+                              const std::vector<int32_t>& rename);
+
 // How an assignment is judged (lower is better). With a ratio r > 0: the
 // worst worker's compute + r x traffic, its time in token pairs if nothing
 // overlapped (overlap hides part of the smaller term, but simulated plans

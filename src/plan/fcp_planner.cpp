@@ -155,14 +155,10 @@ double ComputeImbalanceLowerBound(const detail::ShardBase& base, const detail::H
   return bound <= mean ? 0 : (bound - mean) / bound;
 }
 
-// The candidate of `split` with its blocks and pairs; the assignment's input.
-detail::AssignmentInput Shard(detail::HeavySplit split, const std::vector<int64_t>& lengths,
-                              const PlannerConfig& config, const Plan& header, const Common& common,
-                              Candidate& c) {
-  c.split.removed = split.removed;
-  c.split.splits = split.splits;
-  c.sharding = detail::FinishSharding(common.base, std::move(split), lengths);
-  c.pairs = RequiredPairs(lengths, c.sharding.blocks, header.mask);
+// The assignment's input for candidate `c` (its sharding and pairs).
+detail::AssignmentInput InputOf(const Candidate& c, const std::vector<int64_t>& lengths,
+                                const PlannerConfig& config, const Plan& header,
+                                const Common& common) {
   detail::AssignmentInput input;
   input.workers = config.workers;
   input.sharding = &c.sharding;
@@ -182,6 +178,17 @@ detail::AssignmentInput Shard(detail::HeavySplit split, const std::vector<int64_
         DataloaderWorker(offsets.back(), config.workers, offsets[first.seq] + first.start));
   }
   return input;
+}
+
+// The candidate of `split` with its blocks and pairs; the assignment's input.
+detail::AssignmentInput Shard(detail::HeavySplit split, const std::vector<int64_t>& lengths,
+                              const PlannerConfig& config, const Plan& header, const Common& common,
+                              Candidate& c) {
+  c.split.removed = split.removed;
+  c.split.splits = split.splits;
+  c.sharding = detail::FinishSharding(common.base, std::move(split), lengths);
+  c.pairs = RequiredPairs(lengths, c.sharding.blocks, header.mask);
+  return InputOf(c, lengths, config, header, common);
 }
 
 // Shards and assigns a candidate.
@@ -284,13 +291,20 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
     if (!resized || !detail::Better(resized->assignment, best.assignment, judge)) break;
     best = std::move(*resized);
   }
+  // Workers are interchangeable for balance; renaming them so that each keeps
+  // as many of its dataloader tokens as possible shrinks the reshuffle. Then
+  // exchanges bring more blocks home under that renaming without raising
+  // any load's maximum (on the chosen plan only: run on every candidate they
+  // cost planning time and, at N = 256 seed 2, steered piece sizing to a
+  // slower plan).
+  const std::vector<int32_t> rename = detail::LocalityRenaming(
+      best.sharding.blocks, best.assignment.owner, lengths, config.workers);
+  if (config.reshuffle_locality)
+    best.assignment = detail::LocalizeAssignment(InputOf(best, lengths, config, plan, common),
+                                                 std::move(best.assignment), rename);
   plan.block_size = best.sharding.block_size;
   plan.blocks = std::move(best.sharding.blocks);
   const std::vector<int32_t>& owner = best.assignment.owner;
-  // Workers are interchangeable for balance; renaming them so that each keeps
-  // as many of its dataloader tokens as possible shrinks the reshuffle.
-  const std::vector<int32_t> rename =
-      detail::LocalityRenaming(plan.blocks, owner, lengths, config.workers);
   for (size_t b = 0; b < plan.blocks.size(); ++b) plan.blocks[b].worker = rename[owner[b]];
 
   // 3-5. Transfer graph, colouring, coalesced forward and backward stages.

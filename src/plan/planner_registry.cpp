@@ -123,6 +123,8 @@ constexpr RecordedOption kRecordedOptions[] = {
      [](PlannerConfig& c, double v) { c.max_split = static_cast<int32_t>(v); }},
     {"network_flops_per_byte", [](const PlannerConfig& c) { return c.network_flops_per_byte; },
      [](PlannerConfig& c, double v) { c.network_flops_per_byte = v; }},
+    {"reshuffle_locality", [](const PlannerConfig& c) { return c.reshuffle_locality ? 1.0 : 0.0; },
+     [](PlannerConfig& c, double v) { c.reshuffle_locality = v != 0; }},
 };
 
 }  // namespace

@@ -70,6 +70,10 @@ void AddPlanCommands(CLI::App& app) {
   plan->add_option("--local-search", config.local_search_rounds,
                    "fcp: local-search effort after the greedy assignment (0 = off)")
       ->capture_default_str();
+  plan->add_option("--reshuffle-locality", config.reshuffle_locality,
+                   "fcp: exchanges that keep blocks on their dataloader worker (fewer tokens "
+                   "reshuffled; false when the training loop feeds the plan's layout)")
+      ->capture_default_str();
   plan->add_option("--out", options->out, "Plan file to write ('-' = stdout)")->required();
   plan->add_flag("--check", options->check, "Validate the plan before writing it (debug self-check)");
   plan->callback([options] {

@@ -178,6 +178,8 @@ void RunCompare(CompareOptions& o) {
         pc.planner = name;
         SimConfig sc;
         sc.reshuffle = name.rfind("fcp", 0) == 0 ? fcp_reshuffle : baseline_reshuffle;
+        // A batch simulated without the reshuffle is planned without its locality.
+        pc.reshuffle_locality = sc.reshuffle != ReshuffleMode::kNone;
         sc.transfers = transfers;
         auto start = std::chrono::steady_clock::now();
         Row row{wc.seed, n, name, ReshuffleModeName(sc.reshuffle), MakePlan(lengths, pc), {}, 0, 0};
