@@ -368,9 +368,9 @@ TEST(PlannerPropertyTest, SizedPiecesKeepEveryPlanRule) {
   EXPECT_GT(sized, 0);
 }
 
-// The local search evaluates exchanges without applying them and keeps the
-// loads incrementally; with self_check the planner recounts them from the
-// final assignment and throws if they differ.
+// The local search and the locality exchanges evaluate exchanges without
+// applying them and keep the loads incrementally; with self_check the
+// planner recounts them from each search's result and throws if they differ.
 TEST(PlannerPropertyTest, LocalSearchLoadsMatchARecount) {
   std::mt19937_64 rng(20261130);
   for (int trial = 0; trial < 40; ++trial) {

@@ -860,8 +860,7 @@ class Assigner {
       *std::find(owned[a].begin(), owned[a].end(), static_cast<int32_t>(x)) = y;
       *std::find(owned[b].begin(), owned[b].end(), y) = static_cast<int32_t>(x);
     }
-    const LoadModel::Loads& loads = model.loads();
-    Assignment local{loads.owner, loads.compute, loads.traffic};
+    Assignment local = Result(model, "locality exchanges");
     return Better(start, local, in_.judge) ? start : local;
   }
 
@@ -1175,12 +1174,17 @@ class Assigner {
       }
       if (!improved) break;
     }
+    return Result(model, "local search");
+  }
+
+  // The model's assignment; with self_check, its loads must equal a recount.
+  Assignment Result(const LoadModel& model, const std::string& search) const {
     const LoadModel::Loads& loads = model.loads();
     if (in_.self_check) {
       const LoadModel::Loads recount = LoadModel::Count(in_, users_, block_tokens_, loads.owner);
       for (int32_t w = 0; w < n_; ++w)
         FCP_CHECK(recount.compute[w] == loads.compute[w] && recount.traffic[w] == loads.traffic[w],
-                  "local search: worker " + std::to_string(w) + "'s loads differ from a recount");
+                  search + ": worker " + std::to_string(w) + "'s loads differ from a recount");
     }
     return {loads.owner, loads.compute, loads.traffic};
   }
