@@ -167,6 +167,17 @@ TEST(CpuAttentionKernel, LargeScoresStayFinite) {
   EXPECT_LT(RelativeError(lse.data(), ref.lse.data(), n), 1e-6);
 }
 
+// Relative to the reference's norm; absolute (the RMS of got) when the
+// reference is all zeros, as the gradients of a query that sees one key
+// are, so float noise there is not an infinite error.
+TEST(RelativeError, RelativeOrAbsoluteAgainstAZeroReference) {
+  const std::vector<float> got = {3, 4, 0, 0};
+  EXPECT_DOUBLE_EQ(RelativeError(got.data(), std::vector<double>{3, 4, 0, 0}.data(), 4), 0);
+  EXPECT_DOUBLE_EQ(RelativeError(got.data(), std::vector<double>{0, 4, 0, 0}.data(), 4), 0.75);
+  EXPECT_DOUBLE_EQ(RelativeError(got.data(), std::vector<double>{0, 0, 0, 0}.data(), 4), 2.5);
+  EXPECT_DOUBLE_EQ(RelativeError(got.data(), std::vector<double>{}.data(), 0), 0);
+}
+
 TEST(MergeForwardPartial, EmptyPartialIsIdentity) {
   AttentionDims dims{1, 1, 2, 1.0f};
   std::vector<float> o = {1, 2}, lse = {3};

@@ -128,6 +128,13 @@ expect 2 "--workers without value" -- workload --workers
 expect 2 "--seed -1 (would wrap around)" -- workload --workers 2 --seed -1
 contains "--seed -1" "$tmp/stderr" "must be >= 0, got -1"
 expect 2 "compare --seed -1" -- compare --workers 2 --planners fcp --seed -1
+expect 2 "--token-cap past int64 (not clamped)" -- plan --lengths "$tmp/lengths.txt" --workers 2 \
+  --token-cap 99999999999999999999 --out "$tmp/x.json"
+contains "--token-cap overflow" "$tmp/stderr" "out of range for a 64-bit integer"
+expect 2 "--seed past uint64" -- workload --workers 2 --seed 99999999999999999999
+expect 2 "--reshuffle-locality maybe" -- plan --lengths "$tmp/lengths.txt" --workers 2 \
+  --reshuffle-locality maybe --out "$tmp/x.json"
+expect 1 "compare --csv on a full disk" -- compare --workers 2 --planners fcp --csv /dev/full
 
 # ---- other errors: exit 1 -------------------------------------------------------
 expect 1 "unreadable lengths file" -- plan --lengths "$tmp/missing.txt" --workers 4 \

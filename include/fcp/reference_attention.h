@@ -34,7 +34,8 @@ ReferenceAttentionResult ReferenceAttention(const std::vector<int64_t>& sequence
                                             const float* q, const float* k, const float* v,
                                             const float* d_o);
 
-// ||got - want||_F / ||want||_F over n values (0 when both are zero).
+// ||got - want||_F / ||want||_F over n values; when want is all zeros (no
+// scale to be relative to), the RMS of got.
 double RelativeError(const float* got, const double* want, int64_t n);
 
 }  // namespace fcp

@@ -52,7 +52,9 @@ void AddPlanCommands(CLI::App& app) {
   plan->add_option("--dtype-bytes", config.attention.dtype_bytes, "Bytes per element")
       ->capture_default_str();
   plan->add_option("--token-cap", config.token_cap, "Max tokens per worker (default ceil(T/N))");
-  plan->add_option("--planner", config.planner, "Planner (see 'fcp plan --list')")
+  std::string planner_names;
+  for (const PlannerInfo& p : Planners()) planner_names += (planner_names.empty() ? "" : ", ") + p.name;
+  plan->add_option("--planner", config.planner, "Planner: " + planner_names)
       ->capture_default_str();
   plan->add_option("--heavy-fraction", config.heavy_fraction,
                    "fcp: split query blocks heavier than this fraction of a worker's mean work (0 = never)")

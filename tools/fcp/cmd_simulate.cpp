@@ -88,9 +88,11 @@ struct Row {
   int32_t workers;
   std::string planner;
   std::string reshuffle;
-  Plan plan;
+  Plan plan;  // header fields only once simulated (the blocks are dropped)
   SimResult sim;
   double plan_s, sim_s;
+  size_t blocks = 0;
+  double tokens_per_worker = 0;  // the batch's T / N
 };
 
 class Progress {
@@ -123,16 +125,17 @@ void WriteCsv(const std::string& path, const CompareOptions& o, const std::vecto
   for (const Row& r : rows) {
     const SimResult& s = r.sim;
     file << fmt::format(
-        "{},{},{},{},{},{},{},{},{},{},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},"
+        "{},{},{},{:.9g},{},{},{},{},{},{},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},"
         "{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{},{},{},{},{:.6f},{:.6f}\n",
-        o.lengths_path.empty() ? o.dist : "file", r.seed, r.workers, o.workload.tokens_per_worker,
+        o.lengths_path.empty() ? o.dist : "file", r.seed, r.workers, r.tokens_per_worker,
         o.planner.block_size, o.planner.coalesce, MaskKindName(o.planner.mask.kind), r.planner,
         r.reshuffle, s.profile, s.forward_time_s, s.backward_time_s, s.total_time_s, s.mfu,
         s.normalized_mfu, s.batch_normalized_mfu, s.reference_efficiency, s.compute_imbalance,
         s.traffic_imbalance, s.total_traffic_imbalance, s.mean_busy_s, s.mean_exposed_comm_s,
         s.max_exposed_comm_s, r.plan.token_cap, r.plan.coalesce, r.plan.forward.size(),
-        r.plan.blocks.size(), r.plan_s, r.sim_s);
+        r.blocks, r.plan_s, r.sim_s);
   }
+  file.close();  // a full disk shows only when the buffer is written
   if (!file) throw Error(ErrorCode::kIo, "compare: cannot write '" + path + "'");
 }
 
@@ -189,14 +192,20 @@ void RunCompare(CompareOptions& o) {
         row.sim = Simulate(row.plan, profile, sc);
         row.sim_s = SecondsSince(start);
         progress.Step(fmt::format("{} N={} seed {}", name, n, wc.seed));
+        row.blocks = row.plan.blocks.size();
+        row.tokens_per_worker =
+            static_cast<double>(SequenceOffsets(lengths).back()) / static_cast<double>(n);
         row.plan.blocks.clear();  // keep only the header fields the table needs
         rows.push_back(std::move(row));
       }
     }
 
-  fmt::print("compare: {} tokens per worker, dist {}, block {}, coalesce {}, mask {}, profile {}; "
+  fmt::print("compare: {}, block {}, coalesce {}, mask {}, profile {}; "
              "reshuffle: fcp* {}, baselines {}; transfers {}\n",
-             o.workload.tokens_per_worker, o.lengths_path.empty() ? o.dist : o.lengths_path,
+             file_lengths.empty()
+                 ? fmt::format("{} tokens per worker, dist {}", o.workload.tokens_per_worker, o.dist)
+                 : fmt::format("lengths from {} ({} tokens)", o.lengths_path,
+                               SequenceOffsets(file_lengths).back()),
              o.planner.block_size, o.planner.coalesce, o.mask, profile.name, o.reshuffle,
              o.baseline_reshuffle, o.transfers);
   fmt::print("{:>5} {:>5} {:<17} {:>10} {:>7} {:>7} {:>7} {:>8} {:>8} {:>9} {:>8} {:>8}\n", "N",

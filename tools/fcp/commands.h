@@ -28,6 +28,11 @@ inline const CLI::Validator kNotNegative(
     },
     "NOT NEGATIVE");
 
+// CLI11 saturates a 64-bit integer that overflows (it rejects narrower
+// ones); main() adds this check to every integer option of `app` and its
+// subcommands, so "99999999999999999999" is a usage error, not INT64_MAX.
+void RejectIntegerOverflow(CLI::App& app);
+
 // A usage error raised after parsing (a bad combination of flags): exit code 2.
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;

@@ -1,11 +1,41 @@
 // fcp: plan, inspect, simulate and run flexible context-parallel attention.
+#include <charconv>
+#include <cstdint>
 #include <cstdio>
+#include <string>
 #include <exception>
 
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
 #include "fcp/error.h"
+
+namespace fcp::cli {
+
+void RejectIntegerOverflow(CLI::App& app) {
+  const auto fits = [](auto zero) {
+    return CLI::Validator(
+        [](std::string& text) {
+          decltype(zero) value{};
+          const char* end = text.data() + text.size();
+          const char* first = text.data() + (text.size() > 1 && text[0] == '+');
+          const auto [ptr, ec] = std::from_chars(first, end, value);
+          return ec == std::errc::result_out_of_range && ptr == end
+                     ? "is out of range for a " + std::to_string(8 * sizeof value) + "-bit integer: " + text
+                     : std::string();
+        },
+        "");
+  };
+  for (CLI::Option* option : app.get_options()) {
+    // The type name, less the descriptions of its other checks ("UINT:NOT NEGATIVE").
+    const std::string type = option->get_type_name().substr(0, option->get_type_name().find(':'));
+    if (type == "INT") option->check(fits(int64_t{}));
+    if (type == "UINT") option->check(fits(uint64_t{}));
+  }
+  for (CLI::App* sub : app.get_subcommands({})) RejectIntegerOverflow(*sub);
+}
+
+}  // namespace fcp::cli
 
 int main(int argc, char** argv) {
   CLI::App app{"fcp: flexible context parallelism for long-context attention"};
@@ -17,6 +47,7 @@ int main(int argc, char** argv) {
 #ifdef FCP_WITH_MPI
   fcp::cli::AddRunCommands(app);
 #endif
+  fcp::cli::RejectIntegerOverflow(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
