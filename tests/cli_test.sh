@@ -176,6 +176,13 @@ expect 1 "too many block pairs" -- plan --lengths "$tmp/one.txt" --workers 1 --b
   --mask full --out "$tmp/x.json"
 contains "too many block pairs" "$tmp/stderr" "candidate block pairs"
 expect 1 "simulate: unknown profile" -- simulate --plan "$tmp/plan.json" --profile gpu-z
+echo '{"gpus_per_node": 4294967297}' >"$tmp/wrap_profile.json"
+expect 1 "profile gpus_per_node past int32 (not wrapped to 1)" -- simulate --plan "$tmp/plan.json" \
+  --profile "$tmp/wrap_profile.json"
+sed 's/"max_split": [0-9.e+]*/"max_split": 1e30/' "$tmp/plan.json" >"$tmp/odd_options.json"
+expect 0 "inspect: planner_options this version rejects only skip the re-plan" -- \
+  inspect --plan "$tmp/odd_options.json"
+contains "inspect odd options" "$tmp/stdout" "not re-planned"
 expect 1 "simulate: unreadable plan" -- simulate --plan "$tmp/missing.json"
 expect 1 "simulate: unknown transfer mode" -- simulate --plan "$tmp/plan.json" --transfers push
 expect 2 "compare: bad --workers" -- compare --workers 2,x --planners fcp

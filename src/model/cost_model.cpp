@@ -168,8 +168,13 @@ HardwareProfile ParseProfileJson(const std::string& text) {
   number("compute_sm_fraction", p.compute_sm_fraction, 1);
   number("backward_efficiency_ratio", p.backward_efficiency_ratio, 1);
   if (j.contains("gpus_per_node")) {
-    if (!j["gpus_per_node"].is_number_integer()) ParseFail("field 'gpus_per_node' must be an integer");
-    p.gpus_per_node = j["gpus_per_node"].get<int32_t>();
+    const json& g = j["gpus_per_node"];
+    // get<int32_t> would wrap 2^32 + 1 around to 1.
+    if (!g.is_number_integer() ||
+        (g.is_number_unsigned() ? g.get<uint64_t>() > uint64_t{INT32_MAX}
+                                : g.get<int64_t>() < INT32_MIN || g.get<int64_t>() > INT32_MAX))
+      ParseFail("field 'gpus_per_node' must be an integer in [1, 2^31), got " + g.dump());
+    p.gpus_per_node = g.get<int32_t>();
   }
   if (j.contains("efficiency")) {
     const json& table = j["efficiency"];

@@ -2,6 +2,8 @@
 #include <cmath>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "fcp/baselines.h"
 #include "fcp/error.h"
 #include "fcp/planner.h"
@@ -105,6 +107,16 @@ Plan PlanHeader(const std::vector<int64_t>& lengths, const PlannerConfig& config
 
 namespace {
 
+// A recorded integer option read back: a double cast to int32_t out of
+// range is undefined behaviour, so anything but an int32_t value fails.
+int32_t IntOption(const char* name, double value) {
+  if (!(value >= INT32_MIN && value <= INT32_MAX) || value != std::trunc(value))
+    throw Error(ErrorCode::kInvalidArgument, std::string("planner_options: ") + name +
+                                                 " must be a 32-bit integer, got " +
+                                                 fmt::format("{}", value));
+  return static_cast<int32_t>(value);
+}
+
 // The settings FCP records in plan.planner_options, by name (sorted), read
 // and written through one table so the two directions cannot drift apart.
 struct RecordedOption {
@@ -116,11 +128,11 @@ constexpr RecordedOption kRecordedOptions[] = {
     {"heavy_fraction", [](const PlannerConfig& c) { return c.heavy_fraction; },
      [](PlannerConfig& c, double v) { c.heavy_fraction = v; }},
     {"local_search_rounds", [](const PlannerConfig& c) { return double(c.local_search_rounds); },
-     [](PlannerConfig& c, double v) { c.local_search_rounds = static_cast<int32_t>(v); }},
+     [](PlannerConfig& c, double v) { c.local_search_rounds = IntOption("local_search_rounds", v); }},
     {"max_imbalance", [](const PlannerConfig& c) { return c.max_imbalance; },
      [](PlannerConfig& c, double v) { c.max_imbalance = v; }},
     {"max_split", [](const PlannerConfig& c) { return double(c.max_split); },
-     [](PlannerConfig& c, double v) { c.max_split = static_cast<int32_t>(v); }},
+     [](PlannerConfig& c, double v) { c.max_split = IntOption("max_split", v); }},
     {"network_flops_per_byte", [](const PlannerConfig& c) { return c.network_flops_per_byte; },
      [](PlannerConfig& c, double v) { c.network_flops_per_byte = v; }},
     {"reshuffle_locality", [](const PlannerConfig& c) { return c.reshuffle_locality ? 1.0 : 0.0; },

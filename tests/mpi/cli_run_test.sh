@@ -115,5 +115,33 @@ case "$CASE" in
       [ "$(wc -l <"$DIR/log")" -eq 1 ] || fail "more than one line of output"
       echo "ok: exit 1: $(cat "$DIR/log")"
     fi;;
+  zero_gradients)
+    # Every query sees one key: dQ and dK are exactly zero in the reference,
+    # so the check must not divide the runtime's float noise by zero.
+    printf '1\n1\n1\n1\n' >"$DIR/ones.txt"
+    "$FCP" plan --lengths "$DIR/ones.txt" --workers 2 --heads-q 1 --heads-kv 1 --head-dim 4 \
+      --out "$DIR/ones.json" >/dev/null || fail "fcp plan"
+    "$FCP" make-inputs --plan "$DIR/ones.json" --out "$DIR/in1" --seed 1 >/dev/null || fail "make-inputs"
+    timeout 60 "$FCP" run --plan "$DIR/ones.json" --inputs "$DIR/in1" --out "$DIR/out1" --backward \
+      --in-process --check >"$DIR/log" 2>&1
+    RC=$?
+    [ "$RC" -eq 0 ] || fail "run --check exit $RC on zero gradients"
+    grep -q "matched the reference" "$DIR/log" || fail "no match line"
+    echo "ok: zero gradients matched the reference";;
+  bad_flags)
+    # Refused before any rank starts: one line, exit 2 (usage) or 1.
+    for flags in "--tolerance nan" "--tolerance -1" "--tolerance inf" "--q-tile 0" "--kv-tile -1"; do
+      # shellcheck disable=SC2086
+      timeout 60 "$FCP" run --plan "$DIR/plan2.json" "${ARGS[@]}" --in-process --check $flags >"$DIR/log" 2>&1
+      RC=$?
+      [ "$RC" -eq 2 ] || fail "run $flags: exit $RC, expected 2"
+      [ "$(wc -l <"$DIR/log")" -eq 1 ] || fail "run $flags: more than one line"
+    done
+    touch "$DIR/a_file"
+    "$FCP" make-inputs --plan "$DIR/plan2.json" --out "$DIR/a_file" >"$DIR/log" 2>&1
+    RC=$?
+    [ "$RC" -eq 1 ] || fail "make-inputs onto a file: exit $RC, expected 1"
+    grep -q "^fcp: make-inputs: cannot create the output directory" "$DIR/log" || fail "no clear error"
+    echo "ok: bad flags refused up front";;
   *) echo "unknown case $CASE"; exit 2;;
 esac

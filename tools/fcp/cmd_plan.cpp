@@ -114,16 +114,22 @@ void AddPlanCommands(CLI::App& app) {
     ValidatePlan(p);
     // Planning time is not part of the (deterministic) plan: re-plan the same
     // batch with the file's settings and time that, when the planner is known.
+    // Settings this version rejects (the format lets planner_options hold
+    // anything) only skip the re-plan: the plan itself is valid.
     double seconds = -1;
     for (const PlannerInfo& info : Planners()) {
       if (info.name != p.planner) continue;
-      const PlannerConfig c = PlannerConfigOf(p);
-      const auto start = std::chrono::steady_clock::now();
-      const Plan again = MakePlan(p.sequences, c);
-      seconds = SecondsSince(start);
-      if (!(again == p))
-        fmt::print("note: re-planning this batch with planner '{}' gives a different plan "
-                   "(made by another version or settings)\n", p.planner);
+      try {
+        const PlannerConfig c = PlannerConfigOf(p);
+        const auto start = std::chrono::steady_clock::now();
+        const Plan again = MakePlan(p.sequences, c);
+        seconds = SecondsSince(start);
+        if (!(again == p))
+          fmt::print("note: re-planning this batch with planner '{}' gives a different plan "
+                     "(made by another version or settings)\n", p.planner);
+      } catch (const Error& e) {
+        fmt::print("note: not re-planned with the file's settings: {}\n", e.what());
+      }
     }
     fmt::print("{}", FormatPlanSummary(p, ComputePlanMetrics(p), seconds));
   });

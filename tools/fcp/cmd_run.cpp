@@ -33,6 +33,15 @@ std::string InPath(const std::string& dir, const char* name) {
   return (std::filesystem::path(dir) / (std::string(name) + ".npy")).string();
 }
 
+// Creates `dir` (and its parents) for a command's outputs.
+void CreateOutputDirectory(const std::string& dir, const std::string& command) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error || !std::filesystem::is_directory(dir))
+    throw Error(ErrorCode::kIo, command + ": cannot create the output directory '" + dir + "'" +
+                                    (error ? ": " + error.message() : ": a file is in the way"));
+}
+
 AttentionDims DimsOf(const Plan& plan) {
   return {plan.attention.heads_q, plan.attention.heads_kv, plan.attention.head_dim,
           1.0f / std::sqrt(static_cast<float>(plan.attention.head_dim))};
@@ -301,7 +310,7 @@ void RunOnRanks(Communicator& comm, const RunOptions& opt) {
     inputs.k = load("k", hkv);
     inputs.v = load("v", hkv);
     if (opt.backward) inputs.d_o = load("do", hq);
-    std::filesystem::create_directories(opt.out);
+    CreateOutputDirectory(opt.out, "run");
   });
   AgreeEqual(comm, Fnv1a(shapes), "the input shapes");
 
@@ -390,7 +399,7 @@ void MakeInputs(const std::string& plan_path, const std::string& out, uint64_t s
   const Plan plan = ReadPlanJsonFile(plan_path);
   const int64_t T = plan.total_tokens();
   const int32_t hq = plan.attention.heads_q, hkv = plan.attention.heads_kv, hd = plan.attention.head_dim;
-  std::filesystem::create_directories(out);
+  CreateOutputDirectory(out, "make-inputs");
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   auto write = [&](const char* name, int32_t heads) {
@@ -417,10 +426,16 @@ void AddRunCommands(CLI::App& app) {
   run->add_flag("--backward", opt->backward, "Also run the backward pass");
   run->add_option("--trace", opt->trace_path, "Write a Chrome trace of real timings per rank");
   run->add_flag("--check", opt->check, "Compare the outputs with the float64 reference (rank 0)");
-  run->add_option("--tolerance", opt->tolerance, "Relative error bound of --check")->capture_default_str();
+  run->add_option("--tolerance", opt->tolerance, "Relative error bound of --check")
+      ->check(kPositiveFinite)
+      ->capture_default_str();
   run->add_option("--timeout-s", opt->timeout_s, "Give up on a silent peer after this long")->capture_default_str();
-  run->add_option("--q-tile", opt->q_tile, "Query rows per kernel tile")->capture_default_str();
-  run->add_option("--kv-tile", opt->kv_tile, "Key rows per kernel tile")->capture_default_str();
+  run->add_option("--q-tile", opt->q_tile, "Query rows per kernel tile")
+      ->check(kPositiveFinite)
+      ->capture_default_str();
+  run->add_option("--kv-tile", opt->kv_tile, "Key rows per kernel tile")
+      ->check(kPositiveFinite)
+      ->capture_default_str();
   run->add_option("--device", opt->device, "Compute on the CPU or on CUDA GPUs (rank r on GPU r mod count)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
@@ -448,7 +463,9 @@ void AddRunCommands(CLI::App& app) {
   check->add_option("--plan", *check_plan, "Plan file")->required();
   check->add_option("--inputs", *check_inputs, "Input directory")->required();
   check->add_option("--outputs", *check_outputs, "Output directory of fcp run")->required();
-  check->add_option("--tolerance", *tolerance, "Relative error bound")->capture_default_str();
+  check->add_option("--tolerance", *tolerance, "Relative error bound")
+      ->check(kPositiveFinite)
+      ->capture_default_str();
   check->callback([=] {
     const Plan plan = ReadValidPlan(*check_plan);
     const CheckResult r = CheckOutputs(plan, *check_inputs, *check_outputs, *tolerance);

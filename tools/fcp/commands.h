@@ -4,6 +4,10 @@
 // exit code: 2 for usage errors, 1 for everything else.
 #pragma once
 
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
 #include <CLI/CLI.hpp>
 
 namespace fcp::cli {
@@ -32,6 +36,17 @@ inline const CLI::Validator kNotNegative(
 // ones); main() adds this check to every integer option of `app` and its
 // subcommands, so "99999999999999999999" is a usage error, not INT64_MAX.
 void RejectIntegerOverflow(CLI::App& app);
+
+// For tolerances and sizes: a finite number > 0 (not NaN, inf or <= 0).
+inline const CLI::Validator kPositiveFinite(
+    [](std::string& value) {
+      char* end = nullptr;
+      const double x = std::strtod(value.c_str(), &end);
+      return end != value.c_str() && *end == '\0' && std::isfinite(x) && x > 0
+                 ? std::string()
+                 : "must be a finite number > 0, got " + value;
+    },
+    "> 0");
 
 // A usage error raised after parsing (a bad combination of flags): exit code 2.
 struct UsageError : std::runtime_error {
