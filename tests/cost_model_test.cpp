@@ -136,6 +136,15 @@ TEST(CostModelTest, JsonErrors) {
   EXPECT_EQ(code_of("[]"), ErrorCode::kParse);
   EXPECT_EQ(code_of(R"({"base": "gpu-x", "peak_flops": "fast"})"), ErrorCode::kParse);
   EXPECT_EQ(code_of(R"({"base": "gpu-x", "peak_flops": -1})"), ErrorCode::kParse);
+  // Positive but too small to simulate: times would overflow a double.
+  EXPECT_EQ(code_of(R"({"base": "gpu-x", "peak_flops": 1e-300})"), ErrorCode::kParse);
+  EXPECT_EQ(code_of(R"({"base": "gpu-x", "gpus_per_node": 4294967297})"), ErrorCode::kParse);
+  try {
+    ParseProfileJson(R"({"base": "gpu-x", "backward_efficiency_ratio": 1e308})");
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("got 1e+308"), std::string::npos) << e.what();
+  }
   EXPECT_EQ(code_of(R"({"base": "gpu-q"})"), ErrorCode::kParse);
   EXPECT_EQ(code_of(R"({"base": "gpu-x", "efficiency": [[512]]})"), ErrorCode::kParse);
   EXPECT_EQ(code_of(R"({"peak_flops": 1e15})"), ErrorCode::kParse);  // no base: bandwidths missing

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "fcp/error.h"
@@ -92,19 +93,21 @@ void HardwareProfile::validate() const {
   const auto fail = [this](const std::string& what) {
     throw Error(ErrorCode::kInvalidArgument, "profile '" + name + "': " + what);
   };
-  const auto positive = [&](const char* field, double v) {
-    if (!(v > 0) || !std::isfinite(v)) fail(std::string(field) + " must be > 0, got " + std::to_string(v));
+  // Rates of at least one per second: below that, times run past what a
+  // double holds and the simulation stalls instead of naming the field.
+  const auto rate = [&](const char* field, double v) {
+    if (!(v >= 1) || !std::isfinite(v)) fail(fmt::format("{} must be >= 1 per second, got {:g}", field, v));
   };
   const auto non_negative = [&](const char* field, double v) {
-    if (!(v >= 0) || !std::isfinite(v)) fail(std::string(field) + " must be >= 0, got " + std::to_string(v));
+    if (!(v >= 0) || !std::isfinite(v)) fail(fmt::format("{} must be >= 0, got {:g}", field, v));
   };
   const auto fraction = [&](const char* field, double v) {
-    if (!(v > 0 && v <= 1)) fail(std::string(field) + " must be in (0, 1], got " + std::to_string(v));
+    if (!(v > 0 && v <= 1)) fail(fmt::format("{} must be in (0, 1], got {:g}", field, v));
   };
-  positive("peak_flops", peak_flops);
+  rate("peak_flops", peak_flops);
   if (gpus_per_node < 1) fail("gpus_per_node must be >= 1, got " + std::to_string(gpus_per_node));
-  positive("nvlink_bytes_per_s", nvlink_bytes_per_s);
-  positive("nic_bytes_per_s", nic_bytes_per_s);
+  rate("nvlink_bytes_per_s", nvlink_bytes_per_s);
+  rate("nic_bytes_per_s", nic_bytes_per_s);
   non_negative("nvlink_latency_s", nvlink_latency_s);
   non_negative("nic_latency_s", nic_latency_s);
   non_negative("kernel_launch_s", kernel_launch_s);
@@ -114,11 +117,11 @@ void HardwareProfile::validate() const {
   for (size_t i = 0; i < efficiency.size(); ++i) {
     const EfficiencyPoint& e = efficiency[i];
     if (!(e.tokens >= 1))
-      fail("efficiency point " + std::to_string(i) + ": tokens must be >= 1, got " + std::to_string(e.tokens));
+      fail(fmt::format("efficiency point {}: tokens must be >= 1, got {:g}", i, e.tokens));
     fraction(("efficiency point " + std::to_string(i)).c_str(), e.efficiency);
     if (i > 0 && !(e.tokens > efficiency[i - 1].tokens))
-      fail("efficiency point " + std::to_string(i) + ": tokens must increase (" +
-           std::to_string(e.tokens) + " after " + std::to_string(efficiency[i - 1].tokens) + ")");
+      fail(fmt::format("efficiency point {}: tokens must increase ({:g} after {:g})", i, e.tokens,
+                       efficiency[i - 1].tokens));
   }
 }
 
