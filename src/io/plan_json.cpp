@@ -2,6 +2,9 @@
 // stage per line) so files are readable, diff-able and byte-identical for equal
 // plans; the reader uses nlohmann::json and checks every field's type.
 #include <algorithm>
+#include <array>
+#include <optional>
+#include <tuple>
 #include <charconv>
 #include <cmath>
 #include <fstream>
@@ -97,28 +100,50 @@ const json& Array(const json& v, const std::string& where) {
   return v;
 }
 
-std::vector<Transfer> ReadTransfers(const json& v, const std::string& where) {
-  std::vector<Transfer> out;
+// v as an int32, if it is one (what Int32 accepts), without a message.
+std::optional<int32_t> AsInt32(const json& v) {
+  if (v.is_number_unsigned()) {
+    const uint64_t x = v.get<uint64_t>();
+    if (x <= static_cast<uint64_t>(INT32_MAX)) return static_cast<int32_t>(x);
+  } else if (v.is_number_integer()) {
+    const int64_t x = v.get<int64_t>();
+    if (x >= INT32_MIN && x <= INT32_MAX) return static_cast<int32_t>(x);
+  }
+  return std::nullopt;
+}
+
+// An array of K-tuples of int32s (`shape` names them for messages), each
+// made into a T. The path of an element is spelled out only when it is
+// malformed: per element it was most of a large plan's read time.
+template <typename T, size_t K>
+std::vector<T> ReadInt32Tuples(const json& v, const std::string& where, const char* shape) {
+  std::vector<T> out;
   out.reserve(Array(v, where).size());
   for (size_t i = 0; i < v.size(); ++i) {
-    const std::string w = where + "[" + std::to_string(i) + "]";
-    if (!v[i].is_array() || v[i].size() != 3)
-      ParseFail(w, "must be [block, src, dst], got " + v[i].dump());
-    out.push_back({Int32(v[i][0], w + "[0]"), Int32(v[i][1], w + "[1]"), Int32(v[i][2], w + "[2]")});
+    const json& e = v[i];
+    std::array<int32_t, K> x{};
+    bool ok = e.is_array() && e.size() == K;
+    for (size_t k = 0; ok && k < K; ++k) {
+      const std::optional<int32_t> value = AsInt32(e[k]);
+      ok = value.has_value();
+      if (ok) x[k] = *value;
+    }
+    if (!ok) {
+      const std::string w = where + "[" + std::to_string(i) + "]";
+      if (!e.is_array() || e.size() != K) ParseFail(w, std::string("must be ") + shape + ", got " + e.dump());
+      for (size_t k = 0; k < K; ++k) Int32(e[k], w + "[" + std::to_string(k) + "]");
+    }
+    out.push_back(std::apply([](auto... fields) { return T{fields...}; }, x));
   }
   return out;
 }
 
+std::vector<Transfer> ReadTransfers(const json& v, const std::string& where) {
+  return ReadInt32Tuples<Transfer, 3>(v, where, "[block, src, dst]");
+}
+
 std::vector<BlockPair> ReadPairs(const json& v, const std::string& where) {
-  std::vector<BlockPair> out;
-  out.reserve(Array(v, where).size());
-  for (size_t i = 0; i < v.size(); ++i) {
-    const std::string w = where + "[" + std::to_string(i) + "]";
-    if (!v[i].is_array() || v[i].size() != 2)
-      ParseFail(w, "must be [q_block, kv_block], got " + v[i].dump());
-    out.push_back({Int32(v[i][0], w + "[0]"), Int32(v[i][1], w + "[1]")});
-  }
-  return out;
+  return ReadInt32Tuples<BlockPair, 2>(v, where, "[q_block, kv_block]");
 }
 
 }  // namespace

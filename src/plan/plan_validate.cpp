@@ -121,16 +121,18 @@ void CheckTransfers(const Plan& plan, const std::vector<Transfer>& transfers,
   // stages on many workers stay cheap.
   const int32_t n_blocks = static_cast<int32_t>(plan.blocks.size());
   for (const Transfer& t : transfers) {
-    const std::string w = where + " " + TransferText(t) + ": ";
-    if (t.block < 0 || t.block >= n_blocks) Fail(w + "block does not exist");
-    if (t.src < 0 || t.src >= plan.workers) Fail(w + "src is not a worker");
-    if (t.dst < 0 || t.dst >= plan.workers) Fail(w + "dst is not a worker");
-    if (t.src == t.dst) Fail(w + "src == dst");
+    // The context is built only to report a failure (per transfer it was a
+    // third of a large plan's validation time).
+    const auto w = [&] { return where + " " + TransferText(t) + ": "; };
+    if (t.block < 0 || t.block >= n_blocks) Fail(w() + "block does not exist");
+    if (t.src < 0 || t.src >= plan.workers) Fail(w() + "src is not a worker");
+    if (t.dst < 0 || t.dst >= plan.workers) Fail(w() + "dst is not a worker");
+    if (t.src == t.dst) Fail(w() + "src == dst");
     if (++send_count[t.src] > plan.coalesce)
-      Fail(w + "worker " + std::to_string(t.src) + " sends more than coalesce = " +
+      Fail(w() + "worker " + std::to_string(t.src) + " sends more than coalesce = " +
            std::to_string(plan.coalesce) + " blocks in this stage");
     if (++recv_count[t.dst] > plan.coalesce)
-      Fail(w + "worker " + std::to_string(t.dst) + " receives more than coalesce = " +
+      Fail(w() + "worker " + std::to_string(t.dst) + " receives more than coalesce = " +
            std::to_string(plan.coalesce) + " blocks in this stage");
   }
   for (const Transfer& t : transfers) send_count[t.src] = recv_count[t.dst] = 0;
@@ -165,12 +167,12 @@ void CheckPairsComputedOnce(std::vector<BlockPair> computed,
 void CheckCompute(const Plan& plan, const Holdings& holdings, const BlockPair& p,
                   const std::string& where) {
   const int32_t n_blocks = static_cast<int32_t>(plan.blocks.size());
-  const std::string w = where + " compute " + PairText(p) + ": ";
-  if (p.q_block < 0 || p.q_block >= n_blocks) Fail(w + "q_block does not exist");
-  if (p.kv_block < 0 || p.kv_block >= n_blocks) Fail(w + "kv_block does not exist");
+  const auto w = [&] { return where + " compute " + PairText(p) + ": "; };
+  if (p.q_block < 0 || p.q_block >= n_blocks) Fail(w() + "q_block does not exist");
+  if (p.kv_block < 0 || p.kv_block >= n_blocks) Fail(w() + "kv_block does not exist");
   const int32_t worker = plan.blocks[p.q_block].worker;
   if (!holdings.holds(worker, p.kv_block))
-    Fail(w + "worker " + std::to_string(worker) + " does not hold block " +
+    Fail(w() + "worker " + std::to_string(worker) + " does not hold block " +
          std::to_string(p.kv_block) + "'s keys/values at this stage");
 }
 
@@ -226,11 +228,11 @@ void CheckBackward(const Plan& plan, const std::vector<RequiredPair>& required,
     CheckTransfers(plan, stage.send_dkv, where + " send_dkv", send_count, recv_count);
     std::vector<Transfer> relayed;
     for (const Transfer& d : stage.send_dkv) {
-      const std::string w = where + " send_dkv " + TransferText(d) + ": ";
+      const auto w = [&] { return where + " send_dkv " + TransferText(d) + ": "; };
       const int32_t owner = plan.blocks[d.block].worker;
-      if (d.src == owner) Fail(w + "the owner of a block never sends its dK/dV");
+      if (d.src == owner) Fail(w() + "the owner of a block never sends its dK/dV");
       if (!pending.erase(Key(d.src, d.block)))
-        Fail(w + "worker " + std::to_string(d.src) + " holds no unsent partial dK/dV of block " +
+        Fail(w() + "worker " + std::to_string(d.src) + " holds no unsent partial dK/dV of block " +
              std::to_string(d.block) + " before this stage");
       sent.insert(Key(d.src, d.block));
       if (d.dst != owner) relayed.push_back(d);
