@@ -276,7 +276,7 @@ void Run(const RunOptions& opt) {
     } catch (const Error&) {
       // A peer is gone; exit anyway.
     }
-    throw ReportedError(1);
+    throw ReportedError{1};
   }
 }
 

@@ -2,8 +2,8 @@
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
-#include <string>
 #include <exception>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
