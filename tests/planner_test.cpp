@@ -415,7 +415,7 @@ TEST(PlannerPropertyTest, ExtremeBlockSizesAndCoalesce) {
   const std::vector<int64_t> lengths = {1, 17, 1, 40, 3, 1, 60, 2};  // T = 125
   for (int32_t workers : {1, 2, 5, 64})
     for (int64_t block : {1, 2, 5, 125, 1000})
-      for (int32_t coalesce : {1, 32})
+      for (int32_t coalesce : {1, 32, INT32_MAX})  // INT32_MAX once overflowed a ceil-division
         for (const Mask& mask : {Mask{MaskKind::kCausal, 0}, Mask{MaskKind::kFull, 0},
                                  Mask{MaskKind::kSlidingWindow, 4}}) {
           if (workers > Total(lengths)) continue;

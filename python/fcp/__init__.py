@@ -64,10 +64,34 @@ def _int(name: str, value) -> int:
     return result
 
 
+def _float(name: str, value) -> float:
+    """``value`` as a float: TypeError for strings, bools and other non-numbers."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer,
+                                                                      np.floating)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    return float(value)
+
+
 def _bool(name: str, value) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
     return bool(value)
+
+
+def _token_cap(value) -> int:
+    """token_cap as given: 0 is the library's "unset", which None spells here."""
+    cap = _int("token_cap", value)
+    if cap == 0:  # negative ones reach the library, which names the least cap
+        raise ValueError("plan: token_cap must be >= 1 (None: ceil(T/N)), got 0")
+    return cap
+
+
+def _path(name: str, value) -> str:
+    """A file name as a string: C++ would cut it at a NUL byte, as open() refuses to."""
+    value = _str(name, os.fspath(value) if isinstance(value, os.PathLike) else value)
+    if "\0" in value:
+        raise ValueError(f"{name}: embedded null byte in {value!r}")
+    return value
 
 
 def _str(name: str, value) -> str:
@@ -78,6 +102,8 @@ def _str(name: str, value) -> str:
 
 def _lengths(lengths) -> np.ndarray:
     """Sequence lengths as a contiguous int64 vector (a copy only when needed)."""
+    if not hasattr(lengths, "__len__") and hasattr(lengths, "__iter__"):
+        lengths = list(lengths)  # a generator or other one-pass iterable
     array = np.asarray(lengths)
     if array.ndim != 1:
         raise ValueError(f"plan: lengths must be one-dimensional, got shape {array.shape}")
@@ -125,7 +151,7 @@ class Plan:
         """Checks every rule of the plan format; raises :class:`InvalidPlanError`
         naming the first broken one. ``forbid_redundant_transfers`` also rejects
         K/V sent to a worker that does not use it or sent twice."""
-        self._h.validate(bool(forbid_redundant_transfers))
+        self._h.validate(_bool("forbid_redundant_transfers", forbid_redundant_transfers))
 
     def __reduce__(self):
         return (Plan.from_json, (self.to_json(),))
@@ -299,6 +325,7 @@ class Plan:
     def dataloader_offsets(self) -> np.ndarray:
         """int64 [workers + 1]: the dataloader layout; worker r holds global
         tokens ``[floor(r*T/N), floor((r+1)*T/N))``."""
+        self._h.ensure_valid()  # a parsed plan's workers and lengths are checked first
         n, t = self.workers, self.total_tokens
         return np.arange(n + 1, dtype=np.int64) * t // n  # r*T < 2^60: no overflow
 
@@ -385,13 +412,14 @@ def plan(lengths: Iterable[int], workers: int, block_size: int = 4096, coalesce:
         lengths, _int("workers", workers), _int("block_size", block_size),
         _int("coalesce", coalesce), mask, 0 if window is None else _int("window", window),
         _int("heads_q", heads_q), _int("heads_kv", heads_kv), _int("head_dim", head_dim),
-        _int("dtype_bytes", dtype_bytes), 0 if token_cap is None else _int("token_cap", token_cap),
-        _str("planner", planner), bool(check),
-        None if heavy_fraction is None else float(heavy_fraction),
+        _int("dtype_bytes", dtype_bytes), 0 if token_cap is None else _token_cap(token_cap),
+        _str("planner", planner), _bool("check", check),
+        None if heavy_fraction is None else _float("heavy_fraction", heavy_fraction),
         None if max_split is None else _int("max_split", max_split),
         None if local_search is None else _int("local_search", local_search),
-        None if network_flops_per_byte is None else float(network_flops_per_byte),
-        None if max_imbalance is None else float(max_imbalance),
+        None if network_flops_per_byte is None else _float("network_flops_per_byte",
+                                                           network_flops_per_byte),
+        None if max_imbalance is None else _float("max_imbalance", max_imbalance),
         None if reshuffle_locality is None else _bool("reshuffle_locality", reshuffle_locality)))
 
 
@@ -417,9 +445,9 @@ def simulate(plan: Plan, profile: str = "gpu-x", reshuffle: str = "overlap",
     if not isinstance(plan, Plan):
         raise TypeError(f"simulate: plan must be an fcp.Plan, got {type(plan).__name__}")
     result = json.loads(_fcp.simulate(
-        plan._h, _str("profile", os.fspath(profile) if isinstance(profile, os.PathLike) else profile),
-        _str("reshuffle", reshuffle), _str("transfers", transfers), _int("dkv_bytes", dkv_bytes),
-        None if trace is None else os.fspath(trace)))
+        plan._h, _path("profile", profile), _str("reshuffle", reshuffle),
+        _str("transfers", transfers), _int("dkv_bytes", dkv_bytes),
+        None if trace is None else _path("trace", trace)))
     rows = result["worker_stats"]
     names = list(rows[0]) if rows else []
     result["worker_stats"] = {name: np.array([row[name] for row in rows], dtype=np.float64)
@@ -447,4 +475,4 @@ def workload(dist: str = "lognormal", workers: int = 16, tokens_per_worker: int 
         raise ValueError(f"workload: seed must be >= 0, got {seed}")
     return _fcp.workload(_str("dist", dist), _int("workers", workers),
                          _int("tokens_per_worker", tokens_per_worker), _int("max_len", max_len),
-                         _int("min_len", min_len), float(mu), float(sigma), seed)
+                         _int("min_len", min_len), _float("mu", mu), _float("sigma", sigma), seed)

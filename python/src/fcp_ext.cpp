@@ -220,7 +220,13 @@ using Lengths = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device
 // Lengths from a list or tuple of Python integers (what a dataloader usually
 // has), read directly: a detour through numpy costs more than some plans.
 std::vector<int64_t> LengthsFromSequence(nb::handle sequence) {
-  PyObject* fast = sequence.ptr();  // an exact list or tuple: PySequence_Fast is a no-op
+  // A tuple: an item's __index__ runs Python code, which could shrink a list
+  // (and free the items read here) while the loop walks it; the tuple holds
+  // its own references. Only a list is copied.
+  nb::object snapshot = nb::borrow(sequence);
+  if (PyList_CheckExact(sequence.ptr())) snapshot = nb::steal(PySequence_Tuple(sequence.ptr()));
+  if (!snapshot.is_valid()) throw nb::python_error();
+  PyObject* fast = snapshot.ptr();
   const Py_ssize_t size = PySequence_Fast_GET_SIZE(fast);
   PyObject** items = PySequence_Fast_ITEMS(fast);
   std::vector<int64_t> values(static_cast<size_t>(size));
@@ -234,6 +240,9 @@ std::vector<int64_t> LengthsFromSequence(nb::handle sequence) {
     // numpy integer scalars and other integer-like objects go through __index__.
     nb::object index = nb::steal(PyNumber_Index(item));
     if (!index.is_valid()) {
+      // Not an integer: our message; anything else __index__ raised
+      // (KeyboardInterrupt, its own errors) goes up as it is.
+      if (!PyErr_ExceptionMatches(PyExc_TypeError)) throw nb::python_error();
       PyErr_Clear();
       fail(std::string("must be an integer, got ") + Py_TYPE(item)->tp_name);
     }
@@ -389,7 +398,25 @@ NB_MODULE(_fcp, m) {
       .def_prop_ro("block_size", [](PlanHandle& h) { return h.plan().block_size; })
       .def_prop_ro("coalesce", [](PlanHandle& h) { return h.plan().coalesce; })
       .def_prop_ro("token_cap", [](PlanHandle& h) { return h.plan().token_cap; })
-      .def_prop_ro("total_tokens", [](PlanHandle& h) { return h.plan().total_tokens(); })
+      .def_prop_ro("total_tokens",
+                   [](PlanHandle& h) {
+                     // A parsed plan is not validated yet: its sum may overflow,
+                     // which the validator reports.
+                     int64_t total = 0;
+                     for (const int64_t length : h.plan().sequences)
+                       if (__builtin_add_overflow(total, length, &total)) {
+                         h.EnsureValid();
+                         throw Error(ErrorCode::kInvalidArgument, "plan: total tokens overflow");
+                       }
+                     return total;
+                   })
+      .def("ensure_valid",
+           [](PlanHandle& h) {
+             WithoutGil([&] {
+               h.EnsureValid();
+               return 0;
+             });
+           })
       .def_prop_ro("num_blocks", [](PlanHandle& h) { return h.plan().blocks.size(); })
       .def_prop_ro("num_forward_stages", [](PlanHandle& h) { return h.plan().forward.size(); })
       .def_prop_ro("num_backward_stages", [](PlanHandle& h) { return h.plan().backward.size(); })

@@ -158,3 +158,56 @@ def test_workload_errors_match_the_cli(kwargs, flags, cli):
     with pytest.raises(ValueError) as info:
         fcp.workload(**kwargs)
     assert_same_error(result, info, flags)
+
+
+# ---- from an adversarial sweep of the API ------------------------------------
+
+def test_index_that_mutates_the_lengths_list_does_not_crash():
+    lengths = [1] * 1000
+
+    class Shrinks:
+        def __index__(self):
+            lengths.clear()  # would free the items the reader walks
+            return 1
+
+    lengths[0] = Shrinks()
+    assert fcp.plan(lengths, 4).num_sequences == 1000  # the list as it was when passed
+
+
+def test_index_errors_propagate():
+    class Boom:
+        def __index__(self):
+            raise KeyError("boom")
+
+    with pytest.raises(KeyError):
+        fcp.plan([5, Boom()], 2)
+
+
+def test_coalesce_near_int32_max_plans():
+    fcp.plan([3000], 2, block_size=256, coalesce=2**31 - 1).validate()
+
+
+def test_parsed_invalid_plan_is_checked_before_derived_layouts(hand_text):
+    wide = fcp.Plan.from_json(hand_text.replace('"workers": 2', '"workers": 2147483647', 1))
+    with pytest.raises(fcp.InvalidPlanError):
+        wide.dataloader_offsets
+    huge = fcp.Plan.from_json(hand_text.replace('"sequences": [', '"sequences": [9223372036854775807, ', 1))
+    with pytest.raises((fcp.InvalidPlanError, ValueError)):
+        huge.total_tokens
+
+
+@pytest.mark.parametrize("call,error", [
+    (lambda: fcp.plan([5, 6], 2, check="false"), TypeError),
+    (lambda: fcp.plan([5, 6], 2).validate("no"), TypeError),
+    (lambda: fcp.plan([5, 6], 2, heavy_fraction="0.5"), TypeError),
+    (lambda: fcp.workload(workers=2, sigma=True), TypeError),
+    (lambda: fcp.plan([5, 6], 2, token_cap=0), ValueError),
+    (lambda: fcp.plan([5, 6], 2).simulate(trace="/tmp/x\0.json"), ValueError),
+])
+def test_loose_types_and_values_are_refused(call, error):
+    with pytest.raises(error):
+        call()
+
+
+def test_lengths_from_a_generator():
+    assert fcp.plan((n for n in [5, 6, 7]), 2) == fcp.plan([5, 6, 7], 2)

@@ -67,7 +67,8 @@ PlanMetrics ComputePlanMetrics(const Plan& plan) {
     m.max_tokens = std::max(m.max_tokens, x.tokens);
     m.max_compute = std::max(m.max_compute, x.forward_flops);
   }
-  m.transfer_stage_lower_bound = (m.max_degree + plan.coalesce - 1) / plan.coalesce;
+  m.transfer_stage_lower_bound =  // in 64 bits: coalesce may be near 2^31
+      static_cast<int32_t>((int64_t{m.max_degree} + plan.coalesce - 1) / plan.coalesce);
   m.compute_imbalance = Imbalance(compute);
   m.traffic_imbalance = Imbalance(traffic);
   m.send_imbalance = Imbalance(sent);

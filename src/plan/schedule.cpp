@@ -100,7 +100,8 @@ void BuildStagesFromSubStages(Plan& plan, const std::vector<RequiredPair>& pairs
                   t.dst < plan.workers,
               "edge block and receiver in range");
   const int32_t c = plan.coalesce;
-  const int32_t transfer_stages = (sub_stages + c - 1) / c;
+  // In 64 bits: sub_stages + c - 1 overflows an int32 for c near 2^31.
+  const auto transfer_stages = static_cast<int32_t>((int64_t{sub_stages} + c - 1) / c);
   plan.forward.assign(transfer_stages + 1, ForwardStage{});
   plan.backward.assign(transfer_stages > 0 ? transfer_stages + 2 : 1, BackwardStage{});
   std::vector<int32_t> edge_stage(edges.size());
