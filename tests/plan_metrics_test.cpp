@@ -73,6 +73,22 @@ TEST(PlanMetricsTest, TwoWorkerPlanHandCounted) {
   // O out: 2*4*2 = 16 bytes) = 96 bytes.
   EXPECT_EQ(m.reshuffle_tokens, 2);
   EXPECT_EQ(m.reshuffle_bytes, 96);
+  EXPECT_EQ(m.max_worker_reshuffle_tokens, 2);  // w0 sends 2, w1 receives 2
+}
+
+TEST(PlanMetricsTest, BusiestWorkerOfAReshuffleCountsInAndOut) {
+  // Sequences {4, 4} swapped between 2 workers: every token moves, and each
+  // worker receives 4 and sends 4.
+  Plan p = testing::TwoWorkerPlan();
+  p.sequences = {4, 4};
+  p.token_cap = 4;
+  p.blocks = {{1, {{0, 0, 4}}}, {0, {{1, 0, 4}}}};
+  p.forward = {{{}, {{0, 0}, {1, 1}}}};
+  p.backward = {{{}, {}, {{0, 0}, {1, 1}}}};
+  ValidatePlan(p);
+  const PlanMetrics m = ComputePlanMetrics(p);
+  EXPECT_EQ(m.reshuffle_tokens, 8);
+  EXPECT_EQ(m.max_worker_reshuffle_tokens, 8);
 }
 
 TEST(PlanMetricsTest, ReshuffleAcrossSequenceAndShareBoundaries) {

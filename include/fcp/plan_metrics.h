@@ -52,6 +52,10 @@ struct PlanMetrics {
   int64_t max_traffic_bytes = 0;
   int64_t reshuffle_tokens = 0;    // tokens whose owner differs from their dataloader worker
   int64_t reshuffle_bytes = 0;     // Q, K, V in and O out for those tokens (dtype_bytes each)
+  // The most tokens one worker moves in the reshuffle, in (owned, from other
+  // dataloader workers) plus out (its dataloader share owned elsewhere):
+  // what an overlapped reshuffle waits for, rather than the total.
+  int64_t max_worker_reshuffle_tokens = 0;
 };
 
 // (max - mean) / max; 0 for an all-zero or empty vector.

@@ -326,6 +326,7 @@ nb::dict MetricsDict(const PlanMetrics& m) {
   d["max_traffic_bytes"] = m.max_traffic_bytes;
   d["reshuffle_tokens"] = m.reshuffle_tokens;
   d["reshuffle_bytes"] = m.reshuffle_bytes;
+  d["max_worker_reshuffle_tokens"] = m.max_worker_reshuffle_tokens;
   return d;
 }
 

@@ -64,10 +64,12 @@ std::string FormatPlanSummary(const Plan& plan, const PlanMetrics& m, double pla
        m.transfer_stage_lower_bound, m.backward_stages);
   Append(out, "  pairs:    {} required block pairs, {} K/V transfers\n", m.required_pairs,
        m.transfer_edges);
-  Append(out, "  reshuffle: {} tokens ({}) leave their dataloader worker, {:.1f} MiB in + out\n",
-       m.reshuffle_tokens,
-       Percent(m.total_tokens ? double(m.reshuffle_tokens) / m.total_tokens : 0),
-       m.reshuffle_bytes / 1048576.0);
+  Append(out,
+         "  reshuffle: {} tokens ({}) leave their dataloader worker, {:.1f} MiB in + out; "
+         "the busiest worker moves {} tokens in + out\n",
+         m.reshuffle_tokens,
+         Percent(m.total_tokens ? double(m.reshuffle_tokens) / m.total_tokens : 0),
+         m.reshuffle_bytes / 1048576.0, m.max_worker_reshuffle_tokens);
   if (planning_seconds >= 0) Append(out, "  planning time: {:.2f} ms\n", planning_seconds * 1e3);
   return out;
 }
