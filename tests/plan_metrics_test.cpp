@@ -76,17 +76,23 @@ TEST(PlanMetricsTest, TwoWorkerPlanHandCounted) {
   EXPECT_EQ(m.max_worker_reshuffle_tokens, 2);  // w0 sends 2, w1 receives 2
 }
 
-TEST(PlanMetricsTest, BusiestWorkerOfAReshuffleCountsInAndOut) {
-  // Sequences {4, 4} swapped between 2 workers: every token moves, and each
-  // worker receives 4 and sends 4.
+// Two workers, sequences {a, b}: block 0 is sequence `first` whole on worker
+// 1, block 1 the other sequence whole on worker 0; only local pairs.
+PlanMetrics TwoWholeSequences(std::vector<int64_t> sequences, int32_t first, int64_t cap) {
   Plan p = testing::TwoWorkerPlan();
-  p.sequences = {4, 4};
-  p.token_cap = 4;
-  p.blocks = {{1, {{0, 0, 4}}}, {0, {{1, 0, 4}}}};
+  p.sequences = std::move(sequences);
+  p.token_cap = cap;
+  p.blocks = {{1, {{first, 0, p.sequences[first]}}}, {0, {{1 - first, 0, p.sequences[1 - first]}}}};
   p.forward = {{{}, {{0, 0}, {1, 1}}}};
   p.backward = {{{}, {}, {{0, 0}, {1, 1}}}};
   ValidatePlan(p);
-  const PlanMetrics m = ComputePlanMetrics(p);
+  return ComputePlanMetrics(p);
+}
+
+TEST(PlanMetricsTest, BusiestWorkerOfAReshuffleCountsInAndOut) {
+  // Sequences {4, 4} swapped between the 2 workers: every token moves, and
+  // each worker receives 4 and sends 4.
+  const PlanMetrics m = TwoWholeSequences({4, 4}, 0, 4);
   EXPECT_EQ(m.reshuffle_tokens, 8);
   EXPECT_EQ(m.max_worker_reshuffle_tokens, 8);
 }
@@ -95,14 +101,7 @@ TEST(PlanMetricsTest, ReshuffleAcrossSequenceAndShareBoundaries) {
   // Sequences {3, 5}, 2 workers: dataloader w0 = global [0, 4), w1 = [4, 8).
   // Block 0 (w1) = seq1 [0, 5) = global [3, 8): token 3 belongs to w0 -> 1 moves.
   // Block 1 (w0) = seq0 [0, 3) = global [0, 3): stays.
-  Plan p = testing::TwoWorkerPlan();
-  p.sequences = {3, 5};
-  p.token_cap = 5;
-  p.blocks = {{1, {{1, 0, 5}}}, {0, {{0, 0, 3}}}};
-  p.forward = {{{}, {{0, 0}, {1, 1}}}};
-  p.backward = {{{}, {}, {{0, 0}, {1, 1}}}};
-  ValidatePlan(p);
-  const PlanMetrics m = ComputePlanMetrics(p);
+  const PlanMetrics m = TwoWholeSequences({3, 5}, 1, 5);
   EXPECT_EQ(m.reshuffle_tokens, 1);
   EXPECT_EQ(m.transfer_edges, 0);
   EXPECT_EQ(m.forward_transfer_stages, 0);
