@@ -8,6 +8,7 @@
 // first one broken; WritePlanJson/ReadPlanJson round-trip byte-identically.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <iosfwd>
 #include <string>
@@ -114,6 +115,22 @@ std::vector<int64_t> SequenceOffsets(const std::vector<int64_t>& sequences);
 int64_t DataloaderBegin(int64_t total_tokens, int32_t workers, int32_t worker);
 // The worker whose dataloader share holds global token `token`.
 int32_t DataloaderWorker(int64_t total_tokens, int32_t workers, int64_t token);
+// Calls visit(dataloader worker, tokens) for each run of segment s's tokens
+// that one dataloader worker holds, in token order (offsets: SequenceOffsets
+// of the plan's sequences). O(runs).
+template <typename Visit>
+void ForEachDataloaderRun(const Segment& s, const std::vector<int64_t>& offsets, int32_t workers,
+                          Visit visit) {
+  const int64_t total = offsets.back();
+  int64_t token = offsets[s.seq] + s.start;
+  const int64_t end = token + s.length;
+  while (token < end) {
+    const int32_t worker = DataloaderWorker(total, workers, token);
+    const int64_t stop = std::min(end, DataloaderBegin(total, workers, worker + 1));
+    visit(worker, stop - token);
+    token = stop;
+  }
+}
 
 // ---- validation -----------------------------------------------------------
 

@@ -706,21 +706,14 @@ class PassSimulator {
 std::vector<ReshuffleFlow> ReshufflePieces(const Plan& plan, double bytes_per_token, bool inbound) {
   std::vector<ReshuffleFlow> flows;
   const std::vector<int64_t> offsets = SequenceOffsets(plan.sequences);
-  const int64_t total = offsets.back();
   std::map<int32_t, int64_t> by_worker;
   for (size_t b = 0; b < plan.blocks.size(); ++b) {
     by_worker.clear();
     const int32_t owner = plan.blocks[b].worker;
-    for (const Segment& s : plan.blocks[b].segments) {
-      int64_t token = offsets[s.seq] + s.start;
-      const int64_t end = token + s.length;
-      while (token < end) {
-        const int32_t r = DataloaderWorker(total, plan.workers, token);
-        const int64_t share_end = std::min(end, DataloaderBegin(total, plan.workers, r + 1));
-        if (r != owner) by_worker[r] += share_end - token;
-        token = share_end;
-      }
-    }
+    for (const Segment& s : plan.blocks[b].segments)
+      ForEachDataloaderRun(s, offsets, plan.workers, [&](int32_t r, int64_t tokens) {
+        if (r != owner) by_worker[r] += tokens;
+      });
     for (const auto& [r, tokens] : by_worker) {
       const double bytes = bytes_per_token * static_cast<double>(tokens);
       flows.push_back(inbound ? ReshuffleFlow{static_cast<int32_t>(b), r, owner, bytes}

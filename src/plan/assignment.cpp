@@ -36,22 +36,6 @@ constexpr double kAffinityWeight = 0.25;
 // judge's bound.
 constexpr double kLocalityMargin = 0.001;
 
-// Calls visit(dataloader worker, tokens) for each run of segment s's tokens
-// that one dataloader worker holds (offsets: SequenceOffsets of the batch).
-template <typename Visit>
-void ForEachHomeRun(const Segment& s, const std::vector<int64_t>& offsets, int32_t workers,
-                    Visit visit) {
-  const int64_t total = offsets.back();
-  int64_t token = offsets[s.seq] + s.start;
-  const int64_t end = token + s.length;
-  while (token < end) {
-    const int32_t home = DataloaderWorker(total, workers, token);
-    const int64_t stop = std::min(end, DataloaderBegin(total, workers, home + 1));
-    visit(home, stop - token);
-    token = stop;
-  }
-}
-
 // Compressed rows: row r is items[offset[r] .. offset[r+1]).
 template <typename T>
 struct Rows {
@@ -880,7 +864,7 @@ class Assigner {
       touched.clear();
       for (int32_t b : items_[i].blocks)
         for (const Segment& s : in_.sharding->blocks[b].segments)
-          ForEachHomeRun(s, offsets, n_, [&](int32_t home, int64_t tokens) {
+          ForEachDataloaderRun(s, offsets, n_, [&](int32_t home, int64_t tokens) {
             const int32_t w = original[home];
             if (at[w] == 0) touched.push_back(w);
             at[w] += tokens;
@@ -1258,7 +1242,7 @@ std::vector<int32_t> LocalityRenaming(const std::vector<Block>& blocks,
   std::vector<Shared> shared;
   for (size_t b = 0; b < blocks.size(); ++b)
     for (const Segment& s : blocks[b].segments)
-      ForEachHomeRun(s, offsets, workers, [&](int32_t home, int64_t tokens) {
+      ForEachDataloaderRun(s, offsets, workers, [&](int32_t home, int64_t tokens) {
         shared.push_back({tokens, owner[b], home});
       });
   // Sum per (worker, home), one worker at a time, then take pairs heaviest

@@ -92,20 +92,13 @@ PlanMetrics ComputePlanMetrics(const Plan& plan) {
   const std::vector<int64_t> offsets = SequenceOffsets(plan.sequences);
   std::vector<int64_t> moved(n, 0);  // per worker: tokens in plus tokens out
   for (const Block& b : plan.blocks)
-    for (const Segment& s : b.segments) {
-      int64_t token = offsets[s.seq] + s.start;
-      const int64_t end = token + s.length;
-      while (token < end) {
-        const int32_t r = DataloaderWorker(m.total_tokens, n, token);
-        const int64_t share_end = std::min(end, DataloaderBegin(m.total_tokens, n, r + 1));
-        if (r != b.worker) {
-          m.reshuffle_tokens += share_end - token;
-          moved[r] += share_end - token;
-          moved[b.worker] += share_end - token;
-        }
-        token = share_end;
-      }
-    }
+    for (const Segment& s : b.segments)
+      ForEachDataloaderRun(s, offsets, n, [&](int32_t r, int64_t tokens) {
+        if (r == b.worker) return;
+        m.reshuffle_tokens += tokens;
+        moved[r] += tokens;
+        moved[b.worker] += tokens;
+      });
   for (const int64_t x : moved) m.max_worker_reshuffle_tokens = std::max(m.max_worker_reshuffle_tokens, x);
   const int64_t bytes_per_token_in =
       (int64_t{plan.attention.heads_q} + 2 * int64_t{plan.attention.heads_kv}) * plan.attention.head_dim *

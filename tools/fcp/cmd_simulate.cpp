@@ -175,6 +175,8 @@ void RunCompare(CompareOptions& o) {
       wc.workers = n;
       wc.seed = first_seed + k;
       const std::vector<int64_t> lengths = file_lengths.empty() ? GenerateWorkload(wc) : file_lengths;
+      const double tokens_per_worker =
+          static_cast<double>(SequenceOffsets(lengths).back()) / static_cast<double>(n);
       for (const std::string& name : planners) {
         PlannerConfig pc = o.planner;
         pc.workers = n;
@@ -193,8 +195,7 @@ void RunCompare(CompareOptions& o) {
         row.sim_s = SecondsSince(start);
         progress.Step(fmt::format("{} N={} seed {}", name, n, wc.seed));
         row.blocks = row.plan.blocks.size();
-        row.tokens_per_worker =
-            static_cast<double>(SequenceOffsets(lengths).back()) / static_cast<double>(n);
+        row.tokens_per_worker = tokens_per_worker;
         row.plan.blocks.clear();  // keep only the header fields the table needs
         rows.push_back(std::move(row));
       }
