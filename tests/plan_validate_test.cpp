@@ -1,5 +1,6 @@
 // ValidatePlan against hand-drawn plans: the valid ones pass, and one
 // mutation per rule of PLAN_FORMAT.md fails with kInvalidPlan naming the rule.
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -266,6 +267,22 @@ TEST(PlanValidateTest, PackedBlockWithTwoSequences) {
   plan.forward = {{{}, {{0, 0}}}};
   plan.backward = {{{}, {}, {{0, 0}}}};
   EXPECT_EQ(Violation(plan), "");
+}
+
+// A parsed plan reaches total_tokens() before validation (Python's
+// Plan.total_tokens): an overflowing sum is an error, not undefined behaviour.
+TEST(PlanValidateTest, TotalTokensRejectsAnOverflowingSum) {
+  Plan plan = TwoWorkerPlan();
+  EXPECT_EQ(plan.total_tokens(), 12);
+  plan.sequences = {1, INT64_MAX, 1};
+  try {
+    plan.total_tokens();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("overflow int64 at sequence 1"));
+  }
+  EXPECT_NE(Violation(plan), "");
 }
 
 }  // namespace

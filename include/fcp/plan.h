@@ -91,6 +91,8 @@ struct Plan {
   std::vector<ForwardStage> forward;
   std::vector<BackwardStage> backward;
 
+  // Sum of `sequences`. Throws kInvalidArgument if it overflows int64 (a
+  // parsed plan that is not validated yet may hold any lengths).
   int64_t total_tokens() const;
   bool operator==(const Plan&) const = default;
 };

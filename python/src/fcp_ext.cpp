@@ -401,15 +401,14 @@ NB_MODULE(_fcp, m) {
       .def_prop_ro("token_cap", [](PlanHandle& h) { return h.plan().token_cap; })
       .def_prop_ro("total_tokens",
                    [](PlanHandle& h) {
-                     // A parsed plan is not validated yet: its sum may overflow,
-                     // which the validator reports.
-                     int64_t total = 0;
-                     for (const int64_t length : h.plan().sequences)
-                       if (__builtin_add_overflow(total, length, &total)) {
-                         h.EnsureValid();
-                         throw Error(ErrorCode::kInvalidArgument, "plan: total tokens overflow");
-                       }
-                     return total;
+                     // A parsed plan is not validated yet: if its sum overflows,
+                     // the validator's message names the first broken rule.
+                     try {
+                       return h.plan().total_tokens();
+                     } catch (const Error&) {
+                       h.EnsureValid();
+                       throw;
+                     }
                    })
       .def("ensure_valid",
            [](PlanHandle& h) {

@@ -42,7 +42,10 @@ void AttentionShape::validate() const {
 
 int64_t Plan::total_tokens() const {
   int64_t total = 0;
-  for (int64_t len : sequences) total += len;
+  for (size_t i = 0; i < sequences.size(); ++i)
+    if (__builtin_add_overflow(total, sequences[i], &total))
+      throw Error(ErrorCode::kInvalidArgument,
+                  "plan: total tokens overflow int64 at sequence " + std::to_string(i));
   return total;
 }
 
