@@ -1190,15 +1190,22 @@ class Assigner {
 
 }  // namespace
 
-Assignment AssignBlocks(const AssignmentInput& input) { return Assigner(input).Run(); }
+class AssignmentSearch::Impl : public Assigner {
+  using Assigner::Assigner;
+};
 
-Assignment LocalizeAssignment(const AssignmentInput& input, Assignment assignment,
-                              const std::vector<int32_t>& rename) {
-  return Assigner(input).Localize(std::move(assignment), rename);
+AssignmentSearch::AssignmentSearch(const AssignmentInput& input)
+    : impl_(std::make_unique<Impl>(input)) {}
+AssignmentSearch::~AssignmentSearch() = default;
+
+Assignment AssignmentSearch::Assign() { return impl_->Run(); }
+
+Assignment AssignmentSearch::Refine(std::vector<int32_t> owner) {
+  return impl_->Refine(std::move(owner));
 }
 
-Assignment RefineAssignment(const AssignmentInput& input, std::vector<int32_t> owner) {
-  return Assigner(input).Refine(std::move(owner));
+Assignment AssignmentSearch::Localize(Assignment assignment, const std::vector<int32_t>& rename) {
+  return impl_->Localize(std::move(assignment), rename);
 }
 
 bool WithinBound(const Assignment& x, const Judge& judge) {
