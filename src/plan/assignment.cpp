@@ -299,6 +299,7 @@ class LoadModel {
     table_worker_.fill(-1);
     table_used_.fill(0);
     kv_.assign(blocks, KvScratch{});
+    kvs_.assign(blocks, 0);
     delta_.assign(in.workers, 0);
     delta_stamp_.assign(in.workers, 0);
   }
@@ -348,7 +349,6 @@ class LoadModel {
   void Evaluate(int32_t give, int32_t heavy, int hs, std::array<int32_t, 2> take, int32_t light,
                 int ls) {
     ++stamp_;
-    kvs_.clear();
     changed_.clear();
     heavy_ = heavy;
     light_ = light;
@@ -356,12 +356,18 @@ class LoadModel {
     take_items_ = take;
     hs_ = hs;
     ls_ = ls;
+    // Locals: stores through the members could alias them, which the loops
+    // below would otherwise reload for every block.
+    const uint32_t stamp = stamp_;
+    KvScratch* const scratch = kv_.data();
+    int32_t* const kvs = kvs_.data();  // room for every block: no growth check
+    size_t kv_count = 0;
     const auto mark = [&](int32_t kv) -> KvScratch& {
-      KvScratch& x = kv_[kv];
-      if (x.stamp != stamp_) {
-        x.stamp = stamp_;
+      KvScratch& x = scratch[kv];
+      if (x.stamp != stamp) {
+        x.stamp = stamp;
         x.give = x.take = 0;
-        kvs_.push_back(kv);
+        kvs[kv_count++] = kv;
       }
       return x;
     };
@@ -369,13 +375,14 @@ class LoadModel {
       for (const Dep& d : Deps(item)) mark(d.kv).*mult += d.mult;
       for (int32_t b : items_[item].blocks) {
         KvScratch& x = mark(b);
-        x.moved_stamp = stamp_;
+        x.moved_stamp = stamp;
         x.moved_to = to;
       }
     };
     shift(give, light, &KvScratch::give);
     for (int32_t item : take)
       if (item >= 0) shift(item, heavy, &KvScratch::take);
+    kv_count_ = kv_count;
     Register(heavy);
     Register(light);
     // Token counts, exact; heavy's and light's in registers (they change the
@@ -392,22 +399,39 @@ class LoadModel {
         delta_[w] += amount;
       }
     };
-    for (int32_t kv : kvs_) {
-      const int32_t o = loads_.owner[kv];
-      const int32_t o2 = kv_[kv].moved_stamp == stamp_ ? kv_[kv].moved_to : o;
-      const Membership m = Members(kv);
-      // Change of heavy's and light's receiving kv (not as its owner).
-      const int rh = (m.heavy_after && heavy != o2) - (m.heavy_before && heavy != o);
-      const int rl = (m.light_after && light != o2) - (m.light_before && light != o);
-      const int64_t t = tokens_[kv];
-      heavy_delta += rh * t;
-      light_delta += rl * t;
-      if (o == o2) {
-        change(o, (rh + rl) * t);  // other receivers are unchanged
-      } else {                     // re-sent by its new owner to every needer
-        const int32_t before = loads_.needers[kv], after = before + m.delta();
-        change(o, -(before - (o == heavy ? m.heavy_before : m.light_before)) * t);
-        change(o2, (after - (o2 == heavy ? m.heavy_after : m.light_after)) * t);
+    const int32_t* const owner = loads_.owner.data();
+    const int32_t* const heavy_count = count_[hs].data();
+    const int32_t* const light_count = count_[ls].data();
+    const int64_t* const tokens = tokens_.data();
+    for (int32_t kv : evaluated()) {
+      const KvScratch& x = scratch[kv];
+      if (x.moved_stamp != stamp) {
+        // Heavy's and light's receiving kv changes; its owner sends it
+        // accordingly (other receivers are unchanged). Most blocks: no change.
+        const int32_t hc = heavy_count[kv], lc = light_count[kv], d = x.take - x.give;
+        const int dh = (hc + d > 0) - (hc > 0), dl = (lc - d > 0) - (lc > 0);
+        if ((dh | dl) == 0) continue;
+        const int32_t o = owner[kv];
+        const int64_t rh = heavy != o ? dh * tokens[kv] : 0;
+        const int64_t rl = light != o ? dl * tokens[kv] : 0;
+        heavy_delta += rh;
+        light_delta += rl;
+        change(o, rh + rl);
+        continue;
+      }
+      // Moved between heavy and light (its item is exchanged): the new owner
+      // sends it to every needer, the old one receives it if it still needs it.
+      const Membership m = Members(heavy_count[kv], light_count[kv], x);
+      const int32_t before = loads_.needers[kv], after = before + m.delta();
+      const int heavy_needs = m.heavy_before + m.heavy_after;
+      const int light_needs = m.light_before + m.light_after;
+      const int64_t t = tokens[kv];
+      if (x.moved_to == light) {
+        heavy_delta += (heavy_needs - before) * t;
+        light_delta += (after - light_needs) * t;
+      } else {
+        light_delta += (light_needs - before) * t;
+        heavy_delta += (after - heavy_needs) * t;
       }
     }
     delta_[heavy] = heavy_delta;
@@ -423,7 +447,7 @@ class LoadModel {
   // nor in changed(): u needs a moved block, or owns a K/V block that heavy
   // or light stops needing during the exchange (if only to need it again).
   bool Involves(int32_t u) const {
-    for (int32_t kv : kvs_) {
+    for (int32_t kv : evaluated()) {
       if (kv_[kv].moved_stamp == stamp_) {
         for (int32_t q : users_.row(kv))
           if (loads_.owner[q] == u) return true;
@@ -439,7 +463,7 @@ class LoadModel {
 
   // Applies the evaluated exchange; heavy and light get the given computes.
   void Apply(double heavy_compute, double light_compute) {
-    for (int32_t kv : kvs_) {
+    for (int32_t kv : evaluated()) {
       loads_.needers[kv] += Members(kv).delta();
       if (kv_[kv].moved_stamp == stamp_) loads_.owner[kv] = kv_[kv].moved_to;
     }
@@ -457,11 +481,20 @@ class LoadModel {
   }
 
  private:
+  // Per K/V block, for the evaluated exchange (valid where stamp ==
+  // stamp_): its dependencies in the given / taken items, and where it
+  // moves (valid where moved_stamp == stamp_). One struct: an evaluation
+  // touches all of them for each block.
+  struct KvScratch {
+    uint32_t stamp = 0, moved_stamp = 0;
+    int32_t give = 0, take = 0, moved_to = -1;
+  };
   struct Membership {
     bool heavy_before, heavy_after, light_before, light_after;
     int delta() const { return heavy_after - heavy_before + light_after - light_before; }
   };
   std::span<const Dep> Deps(int32_t item) const { return item_deps_.row(item); }
+  std::span<const int32_t> evaluated() const { return {kvs_.data(), kv_count_}; }
   // Adds (sign 1) or removes (-1) an item's dependencies to table t. A
   // block listed in filled_ may have dropped to zero (or be listed twice):
   // filled_ only says which entries to reset. Each block is written at the
@@ -485,10 +518,14 @@ class LoadModel {
     for (size_t k = 0; k < filled_size_[t]; ++k) count_[t][filled_[t][k]] = 0;
     filled_size_[t] = 0;
   }
+  // kv's need by heavy and light, before and after the exchange, from its
+  // counts in their tables and its scratch.
+  static Membership Members(int32_t heavy_count, int32_t light_count, const KvScratch& x) {
+    const int32_t d = x.take - x.give;
+    return {heavy_count > 0, heavy_count + d > 0, light_count > 0, light_count - d > 0};
+  }
   Membership Members(int32_t kv) const {
-    const int32_t ch = count_[hs_][kv], cl = count_[ls_][kv];
-    const KvScratch& x = kv_[kv];
-    return {ch > 0, ch - x.give + x.take > 0, cl > 0, cl - x.take + x.give > 0};
+    return Members(count_[hs_][kv], count_[ls_][kv], kv_[kv]);
   }
   // Puts w in changed() (once per evaluation).
   void Register(int32_t w) {
@@ -514,15 +551,9 @@ class LoadModel {
   int32_t give_item_ = -1;
   std::array<int32_t, 2> take_items_{-1, -1};
   int hs_ = 0, ls_ = 0;
-  std::vector<int32_t> kvs_;          // K/V blocks whose transfers may change
-  // Per K/V block, for the evaluated exchange (valid where stamp ==
-  // stamp_): its dependencies in the given / taken items, and where it
-  // moves (valid where moved_stamp == stamp_). One struct: an evaluation
-  // touches all of them for each block.
-  struct KvScratch {
-    uint32_t stamp = 0, moved_stamp = 0;
-    int32_t give = 0, take = 0, moved_to = -1;
-  };
+  // K/V blocks whose transfers may change: kvs_[0, kv_count_).
+  std::vector<int32_t> kvs_;
+  size_t kv_count_ = 0;
   std::vector<KvScratch> kv_;
   std::vector<int64_t> delta_;  // traffic change (tokens) of the workers in changed_
   std::vector<uint32_t> delta_stamp_;
