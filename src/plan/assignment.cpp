@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -255,7 +256,7 @@ class LoadModel {
  public:
   // Dependency-count tables cached: at least the heavy worker and its
   // partners of one step.
-  static constexpr int kTables = 8;
+  static constexpr int kTables = 32;
   static_assert(kTables >= 1 + kSwapPartners);
 
   // Per-worker loads of a complete assignment, and for each K/V block how
@@ -295,7 +296,7 @@ class LoadModel {
             const Csr& users, const std::vector<int64_t>& tokens)
       : items_(items), item_deps_(item_deps), users_(users), tokens_(tokens) {
     const size_t blocks = tokens.size();
-    for (std::vector<int32_t>& table : count_) table.assign(blocks, 0);
+    table_of_.assign(in.workers, -1);
     table_worker_.fill(-1);
     table_used_.fill(0);
     kv_.assign(blocks, KvScratch{});
@@ -309,6 +310,7 @@ class LoadModel {
     loads_ = loads;
     for (int t = 0; t < kTables; ++t) {
       ClearTable(t);
+      if (table_worker_[t] >= 0) table_of_[table_worker_[t]] = -1;
       table_worker_[t] = -1;
     }
   }
@@ -323,20 +325,23 @@ class LoadModel {
   // items (`owned`, the items w owns now) need it: cached, or filled in the
   // least recently used table not asked for since BeginStep (ties: the lowest).
   int Table(int32_t w, const std::vector<int32_t>& owned) {
+    if (table_of_[w] >= 0) {
+      table_used_[table_of_[w]] = step_;
+      return table_of_[w];
+    }
     int victim = -1;
-    for (int t = 0; t < kTables; ++t) {
-      if (table_worker_[t] == w) {
-        table_used_[t] = step_;
-        return t;
-      }
+    for (int t = 0; t < kTables; ++t)
       if (table_used_[t] != step_ && (victim < 0 || table_used_[t] < table_used_[victim]))
         victim = t;
-    }
     FCP_CHECK(victim >= 0, "local search: more than " + std::to_string(kTables) +
                                " dependency tables asked for in one step");
+    // Allocated on first use: small batches never use most of them.
+    if (count_[victim].empty()) count_[victim].assign(tokens_.size(), 0);
     ClearTable(victim);
+    if (table_worker_[victim] >= 0) table_of_[table_worker_[victim]] = -1;
     for (int32_t i : owned) AddDeps(victim, i, 1);
     table_worker_[victim] = w;
+    table_of_[w] = static_cast<int8_t>(victim);
     table_used_[victim] = step_;
     return victim;
   }
@@ -543,6 +548,7 @@ class LoadModel {
   std::array<std::vector<int32_t>, kTables> count_, filled_;
   std::array<size_t, kTables> filled_size_{};  // filled_[t]'s entries in use
   std::array<int32_t, kTables> table_worker_;  // whose counts each table holds, -1: none
+  std::vector<int8_t> table_of_;               // per worker: the table holding its counts, -1: none
   std::array<uint64_t, kTables> table_used_;   // the step that last asked for it
   uint64_t step_ = 0;
   // The evaluated exchange.
@@ -779,7 +785,7 @@ class Assigner {
     EstimateTraffic();
     PrepareGreedy();
     Assignment best;
-    LoadModel model(in_, items_, item_deps_, users_, block_tokens_);
+    LoadModel& model = Model();
     for (const Start start : starts) {
       const LoadModel::Loads greedy = LoadModel::Count(in_, users_, block_tokens_, Greedy(start));
       Search(model, greedy, best);
@@ -793,7 +799,7 @@ class Assigner {
   // (bimodal N = 16, balance mode: 1.6% / 2.5% instead of 1.1% / 2.7%).
   Assignment Refine(std::vector<int32_t> owner) {
     EstimateTraffic();
-    LoadModel model(in_, items_, item_deps_, users_, block_tokens_);
+    LoadModel& model = Model();
     const LoadModel::Loads loads = LoadModel::Count(in_, users_, block_tokens_, std::move(owner));
     Assignment best{loads.owner, loads.compute, loads.traffic};
     Search(model, loads, best, /*refining=*/true);
@@ -819,7 +825,7 @@ class Assigner {
     std::vector<int32_t> original(n_);  // dataloader worker -> the worker renamed to it
     for (int32_t w = 0; w < n_; ++w) original[rename[w]] = w;
     const std::vector<HomeTokens> homes = HomesOf(original);
-    LoadModel model(in_, items_, item_deps_, users_, block_tokens_);
+    LoadModel& model = Model();
     model.Start(LoadModel::Count(in_, users_, block_tokens_, start.owner));
     std::vector<std::vector<int32_t>> owned(n_);
     for (size_t i = 0; i < items_.size(); ++i)
@@ -918,6 +924,12 @@ class Assigner {
   }
 
  private:
+  // The searches' scratch, sized for the batch: made once.
+  LoadModel& Model() {
+    if (!model_) model_.emplace(in_, items_, item_deps_, users_, block_tokens_);
+    return *model_;
+  }
+
   bool TimeMode() const {
     return in_.judge.pairs_per_traffic_token > 0 && in_.judge.max_imbalance >= 1;
   }
@@ -1217,6 +1229,7 @@ class Assigner {
   Rows<SequenceNeed> item_needs_;
   std::vector<int32_t> compute_order_, vector_order_;
   Targets targets_;
+  std::optional<LoadModel> model_;
 };
 
 }  // namespace
