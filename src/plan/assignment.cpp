@@ -827,9 +827,7 @@ class Assigner {
     const std::vector<HomeTokens> homes = HomesOf(original);
     LoadModel& model = Model();
     model.Start(LoadModel::Count(in_, users_, block_tokens_, start.owner));
-    std::vector<std::vector<int32_t>> owned(n_);
-    for (size_t i = 0; i < items_.size(); ++i)
-      owned[model.loads().owner[items_[i].blocks.front()]].push_back(static_cast<int32_t>(i));
+    std::vector<std::vector<int32_t>>& owned = Owned(model);
     const double ratio = in_.judge.pairs_per_traffic_token;
     const auto cost = [&](double c, double t) { return c + ratio * t; };
     double max_compute = 0, max_traffic = 0, max_cost = 0, total_traffic = 0;
@@ -924,6 +922,16 @@ class Assigner {
   }
 
  private:
+  // The items each worker owns in `model`, ascending. Rows are reused
+  // from search to search (six of them allocated 6,000 rows at N = 256).
+  std::vector<std::vector<int32_t>>& Owned(const LoadModel& model) {
+    owned_.resize(n_);
+    for (std::vector<int32_t>& row : owned_) row.clear();
+    for (size_t i = 0; i < items_.size(); ++i)
+      owned_[model.loads().owner[items_[i].blocks.front()]].push_back(static_cast<int32_t>(i));
+    return owned_;
+  }
+
   // The searches' scratch, sized for the batch: made once.
   LoadModel& Model() {
     if (!model_) model_.emplace(in_, items_, item_deps_, users_, block_tokens_);
@@ -1059,9 +1067,7 @@ class Assigner {
   // Involves), so a worker at the limit that only re-sends or re-receives a
   // block also blocks it. Returns the result with its real per-worker loads.
   Assignment Improve(LoadModel& model, Partners policy) {
-    std::vector<std::vector<int32_t>> owned(n_);
-    for (size_t i = 0; i < items_.size(); ++i)
-      owned[model.loads().owner[items_[i].blocks.front()]].push_back(static_cast<int32_t>(i));
+    std::vector<std::vector<int32_t>>& owned = Owned(model);
     double mean_traffic = 0;
     for (int32_t w = 0; w < n_; ++w) mean_traffic += model.traffic(w) / n_;
     const Targets targets{targets_.compute, std::max(mean_traffic, 1.0)};
@@ -1230,6 +1236,7 @@ class Assigner {
   std::vector<int32_t> compute_order_, vector_order_;
   Targets targets_;
   std::optional<LoadModel> model_;
+  std::vector<std::vector<int32_t>> owned_;  // Owned's
 };
 
 }  // namespace
