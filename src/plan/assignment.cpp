@@ -468,9 +468,17 @@ class LoadModel {
 
   // Applies the evaluated exchange; heavy and light get the given computes.
   void Apply(double heavy_compute, double light_compute) {
+    // Locals: the stores below could alias the members.
+    const int32_t* const heavy_count = count_[hs_].data();
+    const int32_t* const light_count = count_[ls_].data();
+    const KvScratch* const scratch = kv_.data();
+    int32_t* const needers = loads_.needers.data();
+    int32_t* const owner = loads_.owner.data();
+    const uint32_t stamp = stamp_;
     for (int32_t kv : evaluated()) {
-      loads_.needers[kv] += Members(kv).delta();
-      if (kv_[kv].moved_stamp == stamp_) loads_.owner[kv] = kv_[kv].moved_to;
+      const KvScratch& x = scratch[kv];
+      needers[kv] += Members(heavy_count[kv], light_count[kv], x).delta();
+      if (x.moved_stamp == stamp) owner[kv] = x.moved_to;
     }
     loads_.compute[heavy_] = heavy_compute;
     loads_.compute[light_] = light_compute;
@@ -528,9 +536,6 @@ class LoadModel {
   static Membership Members(int32_t heavy_count, int32_t light_count, const KvScratch& x) {
     const int32_t d = x.take - x.give;
     return {heavy_count > 0, heavy_count + d > 0, light_count > 0, light_count - d > 0};
-  }
-  Membership Members(int32_t kv) const {
-    return Members(count_[hs_][kv], count_[ls_][kv], kv_[kv]);
   }
   // Puts w in changed() (once per evaluation).
   void Register(int32_t w) {
@@ -665,6 +670,7 @@ class Assigner {
     const int32_t blocks = static_cast<int32_t>(in.sharding->blocks.size());
     BuildGraphs(*in.pairs, blocks, deps_, users_);
     item_of_.assign(blocks, -1);
+    block_tokens_.reserve(blocks);
     for (const Block& b : in.sharding->blocks) block_tokens_.push_back(b.tokens());
     item_work_.assign(items_.size(), 0);
     for (size_t i = 0; i < items_.size(); ++i)
@@ -725,6 +731,8 @@ class Assigner {
   // number of its blocks that need it. (LoadModel only sums over a row.)
   void BuildItemDeps() {
     item_deps_.offset.assign(1, 0);
+    item_deps_.offset.reserve(items_.size() + 1);
+    item_deps_.items.reserve(in_.pairs->size());  // at most one entry per pair
     std::vector<int32_t> slot(in_.sharding->blocks.size(), -1);  // kv -> its entry in the row
     for (const Item& item : items_) {
       const size_t first = item_deps_.items.size();
@@ -1079,14 +1087,8 @@ class Assigner {
       by_compute.Insert(w, model.compute(w));
       by_traffic.Insert(w, model.traffic(w));
     }
-    // An exchange: item `give` of the heavy worker for one or two items of a
-    // light one (second = -1 for one).
-    struct Offer {
-      int32_t first, second;
-    };
-    const auto offer_work = [&](Offer o) {
-      return item_work_[o.first] + (o.second >= 0 ? item_work_[o.second] : 0.0);
-    };
+    offers_.resize(static_cast<size_t>(n_) * kOfferClasses);
+    for (Offers& o : offers_) o.valid = false;
     int64_t budget = static_cast<int64_t>(in_.local_search_rounds) *
                      std::max<int64_t>(static_cast<int64_t>(items_.size()), n_) * 2;
     // With a network ratio small clusters get at least 32 steps a round: a
@@ -1097,7 +1099,6 @@ class Assigner {
     const int64_t max_steps =
         static_cast<int64_t>(in_.local_search_rounds) * std::max<int64_t>(n_, min_steps);
     std::vector<int32_t> partners;
-    std::array<std::vector<Offer>, kSwapPartners> partner_offers;
     for (int64_t step = 0; step < max_steps && budget > 0; ++step) {
       // Plain variables, not a structured binding: lambdas below capture
       // them, which Clang before 16 rejects for bindings.
@@ -1126,8 +1127,6 @@ class Assigner {
       const int heavy_table = model.Table(heavy, owned[heavy]);
       std::array<int, kSwapPartners> partner_table;
       partner_table.fill(-1);
-      std::array<int, kSwapPartners> offers_class;  // the class partner_offers[p] is for
-      offers_class.fill(-1);
       // Whether the evaluated exchange leaves every worker it involves below
       // the limit: those whose traffic changes by their new loads, any other
       // by its (unchanged) load.
@@ -1150,42 +1149,23 @@ class Assigner {
         const int32_t a = owned[heavy][x];
         for (size_t p = 0; p < partners.size(); ++p) {
           const int32_t light = partners[p];
-          // Light's offers depend on a only through its slot class: built
-          // once per class and step.
-          const int item_class = 2 * items_[a].slots + items_[a].small;
-          std::vector<Offer>& offers = partner_offers[p];
-          if (offers_class[p] != item_class) {
-            offers_class[p] = item_class;
-            offers.clear();
-            const auto& mine = owned[light];
-            for (size_t y = 0; y < mine.size(); ++y) {
-              const Item& b = items_[mine[y]];
-              if (b.small != items_[a].small) continue;
-              if (b.slots == items_[a].slots) offers.push_back({mine[y], -1});
-              if (items_[a].slots == 2 && b.slots == 1)
-                for (size_t z = y + 1; z < mine.size(); ++z)
-                  if (!items_[mine[z]].small && items_[mine[z]].slots == 1)
-                    offers.push_back({mine[y], mine[z]});
-            }
-          }
-          for (const Offer offer : offers) {
+          const std::vector<Offer>& offers = OffersOf(light, items_[a], owned[light]);
+          // Unchanged until an exchange is applied, which ends the loop.
+          const double light_now = model.compute(light), heavy_now = model.compute(heavy);
+          for (const Offer& o : offers) {
             // Compute moves by exactly the works exchanged: skip what would
             // leave either side at the limit.
-            const double shift = item_work_[a] - offer_work(offer);
-            if ((model.compute(light) + shift) / targets.compute >= max_load ||
-                (model.compute(heavy) - shift) / targets.compute >= max_load)
+            const double shift = item_work_[a] - o.work;
+            if ((light_now + shift) / targets.compute >= max_load ||
+                (heavy_now - shift) / targets.compute >= max_load)
               continue;
             // Traffic-bound: only offers estimated to carry less traffic.
-            if (!compute_bound &&
-                item_traffic_[a] <= item_traffic_[offer.first] +
-                                        (offer.second >= 0 ? item_traffic_[offer.second] : 0.0))
-              continue;
+            if (!compute_bound && item_traffic_[a] <= o.traffic) continue;
             if (budget-- <= 0) break;
             if (partner_table[p] < 0) partner_table[p] = model.Table(light, owned[light]);
-            model.Evaluate(a, heavy, heavy_table, {offer.first, offer.second}, light,
-                           partner_table[p]);
-            const double heavy_compute = model.compute(heavy) - shift;
-            const double light_compute = model.compute(light) + shift;
+            model.Evaluate(a, heavy, heavy_table, {o.first, o.second}, light, partner_table[p]);
+            const double heavy_compute = heavy_now - shift;
+            const double light_compute = light_now + shift;
             if (!below_limit(heavy_compute, light_compute, light)) continue;
             model.Apply(heavy_compute, light_compute);
             for (int32_t w : model.changed()) {
@@ -1195,10 +1175,12 @@ class Assigner {
             }
             std::vector<int32_t>& h = owned[heavy];
             std::vector<int32_t>& l = owned[light];
-            h[x] = offer.first;
-            if (offer.second >= 0) h.push_back(offer.second);
-            *std::find(l.begin(), l.end(), offer.first) = a;
-            if (offer.second >= 0) l.erase(std::find(l.begin(), l.end(), offer.second));
+            h[x] = o.first;
+            if (o.second >= 0) h.push_back(o.second);
+            *std::find(l.begin(), l.end(), o.first) = a;
+            if (o.second >= 0) l.erase(std::find(l.begin(), l.end(), o.second));
+            ForgetOffers(heavy);  // last: `o` lives in light's offers
+            ForgetOffers(light);
             improved = true;
             break;
           }
@@ -1208,6 +1190,51 @@ class Assigner {
       if (!improved) break;
     }
     return Result(model, "local search");
+  }
+
+  // An exchange's counterpart: one or two items of a light worker (second =
+  // -1 for one), with their work and estimated traffic (the offer loop
+  // compares them for every item of the heavy worker).
+  struct Offer {
+    int32_t first, second;
+    double work, traffic;
+  };
+  // Slot classes of items: one or two big slots, or the small slot.
+  static constexpr int kOfferClasses = 4;
+  struct Offers {
+    bool valid = false;
+    std::vector<Offer> list;
+  };
+
+  // Worker w's offers (`mine`: the items it owns) for item `give` of the
+  // heavy worker: items of equal slot use, or two one-slot items for a
+  // two-slot one, in the order of `mine`. They depend on `give` only through
+  // its slot class, and the lightest workers stay partners for many steps:
+  // cached per worker and class until its items change (ForgetOffers).
+  const std::vector<Offer>& OffersOf(int32_t w, const Item& give, const std::vector<int32_t>& mine) {
+    Offers& offers =
+        offers_[static_cast<size_t>(w) * kOfferClasses + 2 * (give.slots - 1) + give.small];
+    if (offers.valid) return offers.list;
+    offers.valid = true;
+    offers.list.clear();
+    const auto add = [&](int32_t first, int32_t second) {
+      offers.list.push_back({first, second,
+                             item_work_[first] + (second >= 0 ? item_work_[second] : 0.0),
+                             item_traffic_[first] + (second >= 0 ? item_traffic_[second] : 0.0)});
+    };
+    for (size_t y = 0; y < mine.size(); ++y) {
+      const Item& b = items_[mine[y]];
+      if (b.small != give.small) continue;
+      if (b.slots == give.slots) add(mine[y], -1);
+      if (give.slots == 2 && b.slots == 1)
+        for (size_t z = y + 1; z < mine.size(); ++z)
+          if (!items_[mine[z]].small && items_[mine[z]].slots == 1) add(mine[y], mine[z]);
+    }
+    return offers.list;
+  }
+  void ForgetOffers(int32_t w) {
+    for (int c = 0; c < kOfferClasses; ++c)
+      offers_[static_cast<size_t>(w) * kOfferClasses + c].valid = false;
   }
 
   // The model's assignment; with self_check, its loads must equal a recount.
@@ -1237,6 +1264,7 @@ class Assigner {
   Targets targets_;
   std::optional<LoadModel> model_;
   std::vector<std::vector<int32_t>> owned_;  // Owned's
+  std::vector<Offers> offers_;                // OffersOf's, per worker and slot class
 };
 
 }  // namespace
