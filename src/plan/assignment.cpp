@@ -273,20 +273,27 @@ class LoadModel {
                 std::vector<double>(in.workers, 0), std::vector<int32_t>(blocks, 0)};
     for (int32_t b = 0; b < blocks; ++b) loads.compute[loads.owner[b]] += in.block_work[b];
     // A transfer owner(kv) -> w for every worker w != owner(kv) that owns a
-    // block needing kv.
+    // block needing kv. (Token counts are integers, exact in doubles: the
+    // owner's sends can be summed as a product.)
     std::vector<int32_t> seen(in.workers, -1);
+    const int32_t* const owner_of = loads.owner.data();
+    double* const traffic = loads.traffic.data();
     for (int32_t kv = 0; kv < blocks; ++kv) {
-      const int32_t kv_owner = loads.owner[kv];
+      const int32_t kv_owner = owner_of[kv];
+      const double t = static_cast<double>(tokens[kv]);
+      int32_t needers = 0, receivers = 0;
       for (int32_t q : users.row(kv)) {
-        const int32_t w = loads.owner[q];
+        const int32_t w = owner_of[q];
         if (seen[w] == kv) continue;
         seen[w] = kv;
-        ++loads.needers[kv];
+        ++needers;
         if (w != kv_owner) {
-          loads.traffic[w] += static_cast<double>(tokens[kv]);
-          loads.traffic[kv_owner] += static_cast<double>(tokens[kv]);
+          traffic[w] += t;
+          ++receivers;
         }
       }
+      loads.needers[kv] = needers;
+      traffic[kv_owner] += receivers * t;
     }
     return loads;
   }
@@ -303,6 +310,7 @@ class LoadModel {
     kvs_.assign(blocks, 0);
     delta_.assign(in.workers, 0);
     delta_stamp_.assign(in.workers, 0);
+    changed_.assign(in.workers, 0);
   }
   // Starts a search from `loads` (copied): empties the tables; the stamps
   // run on, so the scratch needs no reset.
@@ -354,7 +362,7 @@ class LoadModel {
   void Evaluate(int32_t give, int32_t heavy, int hs, std::array<int32_t, 2> take, int32_t light,
                 int ls) {
     ++stamp_;
-    changed_.clear();
+    changed_count_ = 0;
     heavy_ = heavy;
     light_ = light;
     give_item_ = give;
@@ -442,7 +450,7 @@ class LoadModel {
     delta_[heavy] = heavy_delta;
     delta_[light] = light_delta;
   }
-  const std::vector<int32_t>& changed() const { return changed_; }
+  std::span<const int32_t> changed() const { return {changed_.data(), changed_count_}; }
   double traffic_after(int32_t w) const { return loads_.traffic[w] + static_cast<double>(delta_[w]); }
   bool in_changed(int32_t w) const { return delta_stamp_[w] == stamp_; }
 
@@ -482,7 +490,7 @@ class LoadModel {
     }
     loads_.compute[heavy_] = heavy_compute;
     loads_.compute[light_] = light_compute;
-    for (int32_t w : changed_) loads_.traffic[w] += static_cast<double>(delta_[w]);
+    for (int32_t w : changed()) loads_.traffic[w] += static_cast<double>(delta_[w]);
     // Last: Members above reads the counts before the exchange.
     AddDeps(hs_, give_item_, -1);
     AddDeps(ls_, give_item_, 1);
@@ -542,7 +550,7 @@ class LoadModel {
     if (delta_stamp_[w] == stamp_) return;
     delta_stamp_[w] = stamp_;
     delta_[w] = 0;
-    changed_.push_back(w);
+    changed_[changed_count_++] = w;
   }
 
   const std::vector<Item>& items_;
@@ -568,7 +576,8 @@ class LoadModel {
   std::vector<KvScratch> kv_;
   std::vector<int64_t> delta_;  // traffic change (tokens) of the workers in changed_
   std::vector<uint32_t> delta_stamp_;
-  std::vector<int32_t> changed_;
+  std::vector<int32_t> changed_;  // changed_[0, changed_count_): room for every worker
+  size_t changed_count_ = 0;
 };
 
 // The K/V one item's queries attend in one sequence it only partly holds:
@@ -1325,7 +1334,11 @@ std::vector<int32_t> LocalityRenaming(const std::vector<Block>& blocks,
     int32_t worker, home;
   };
   const std::vector<int64_t> offsets = SequenceOffsets(lengths);
+  // Each of the workers - 1 dataloader boundaries cuts at most one segment.
+  size_t segments = 0;
+  for (const Block& block : blocks) segments += block.segments.size();
   std::vector<Shared> shared;
+  shared.reserve(segments + static_cast<size_t>(workers));
   for (size_t b = 0; b < blocks.size(); ++b)
     for (const Segment& s : blocks[b].segments)
       ForEachDataloaderRun(s, offsets, workers, [&](int32_t home, int64_t tokens) {
