@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -255,7 +256,7 @@ class LoadModel {
  public:
   // Dependency-count tables cached: at least the heavy worker and its
   // partners of one step.
-  static constexpr int kTables = 8;
+  static constexpr int kTables = 32;
   static_assert(kTables >= 1 + kSwapPartners);
 
   // Per-worker loads of a complete assignment, and for each K/V block how
@@ -272,20 +273,27 @@ class LoadModel {
                 std::vector<double>(in.workers, 0), std::vector<int32_t>(blocks, 0)};
     for (int32_t b = 0; b < blocks; ++b) loads.compute[loads.owner[b]] += in.block_work[b];
     // A transfer owner(kv) -> w for every worker w != owner(kv) that owns a
-    // block needing kv.
+    // block needing kv. (Token counts are integers, exact in doubles: the
+    // owner's sends can be summed as a product.)
     std::vector<int32_t> seen(in.workers, -1);
+    const int32_t* const owner_of = loads.owner.data();
+    double* const traffic = loads.traffic.data();
     for (int32_t kv = 0; kv < blocks; ++kv) {
-      const int32_t kv_owner = loads.owner[kv];
+      const int32_t kv_owner = owner_of[kv];
+      const double t = static_cast<double>(tokens[kv]);
+      int32_t needers = 0, receivers = 0;
       for (int32_t q : users.row(kv)) {
-        const int32_t w = loads.owner[q];
+        const int32_t w = owner_of[q];
         if (seen[w] == kv) continue;
         seen[w] = kv;
-        ++loads.needers[kv];
+        ++needers;
         if (w != kv_owner) {
-          loads.traffic[w] += static_cast<double>(tokens[kv]);
-          loads.traffic[kv_owner] += static_cast<double>(tokens[kv]);
+          traffic[w] += t;
+          ++receivers;
         }
       }
+      loads.needers[kv] = needers;
+      traffic[kv_owner] += receivers * t;
     }
     return loads;
   }
@@ -295,12 +303,14 @@ class LoadModel {
             const Csr& users, const std::vector<int64_t>& tokens)
       : items_(items), item_deps_(item_deps), users_(users), tokens_(tokens) {
     const size_t blocks = tokens.size();
-    for (std::vector<int32_t>& table : count_) table.assign(blocks, 0);
+    table_of_.assign(in.workers, -1);
     table_worker_.fill(-1);
     table_used_.fill(0);
     kv_.assign(blocks, KvScratch{});
+    kvs_.assign(blocks, 0);
     delta_.assign(in.workers, 0);
     delta_stamp_.assign(in.workers, 0);
+    changed_.assign(in.workers, 0);
   }
   // Starts a search from `loads` (copied): empties the tables; the stamps
   // run on, so the scratch needs no reset.
@@ -308,6 +318,7 @@ class LoadModel {
     loads_ = loads;
     for (int t = 0; t < kTables; ++t) {
       ClearTable(t);
+      if (table_worker_[t] >= 0) table_of_[table_worker_[t]] = -1;
       table_worker_[t] = -1;
     }
   }
@@ -322,20 +333,23 @@ class LoadModel {
   // items (`owned`, the items w owns now) need it: cached, or filled in the
   // least recently used table not asked for since BeginStep (ties: the lowest).
   int Table(int32_t w, const std::vector<int32_t>& owned) {
+    if (table_of_[w] >= 0) {
+      table_used_[table_of_[w]] = step_;
+      return table_of_[w];
+    }
     int victim = -1;
-    for (int t = 0; t < kTables; ++t) {
-      if (table_worker_[t] == w) {
-        table_used_[t] = step_;
-        return t;
-      }
+    for (int t = 0; t < kTables; ++t)
       if (table_used_[t] != step_ && (victim < 0 || table_used_[t] < table_used_[victim]))
         victim = t;
-    }
     FCP_CHECK(victim >= 0, "local search: more than " + std::to_string(kTables) +
                                " dependency tables asked for in one step");
+    // Allocated on first use: small batches never use most of them.
+    if (count_[victim].empty()) count_[victim].assign(tokens_.size(), 0);
     ClearTable(victim);
+    if (table_worker_[victim] >= 0) table_of_[table_worker_[victim]] = -1;
     for (int32_t i : owned) AddDeps(victim, i, 1);
     table_worker_[victim] = w;
+    table_of_[w] = static_cast<int8_t>(victim);
     table_used_[victim] = step_;
     return victim;
   }
@@ -348,20 +362,25 @@ class LoadModel {
   void Evaluate(int32_t give, int32_t heavy, int hs, std::array<int32_t, 2> take, int32_t light,
                 int ls) {
     ++stamp_;
-    kvs_.clear();
-    changed_.clear();
+    changed_count_ = 0;
     heavy_ = heavy;
     light_ = light;
     give_item_ = give;
     take_items_ = take;
     hs_ = hs;
     ls_ = ls;
+    // Locals: stores through the members could alias them, which the loops
+    // below would otherwise reload for every block.
+    const uint32_t stamp = stamp_;
+    KvScratch* const scratch = kv_.data();
+    int32_t* const kvs = kvs_.data();  // room for every block: no growth check
+    size_t kv_count = 0;
     const auto mark = [&](int32_t kv) -> KvScratch& {
-      KvScratch& x = kv_[kv];
-      if (x.stamp != stamp_) {
-        x.stamp = stamp_;
+      KvScratch& x = scratch[kv];
+      if (x.stamp != stamp) {
+        x.stamp = stamp;
         x.give = x.take = 0;
-        kvs_.push_back(kv);
+        kvs[kv_count++] = kv;
       }
       return x;
     };
@@ -369,13 +388,14 @@ class LoadModel {
       for (const Dep& d : Deps(item)) mark(d.kv).*mult += d.mult;
       for (int32_t b : items_[item].blocks) {
         KvScratch& x = mark(b);
-        x.moved_stamp = stamp_;
+        x.moved_stamp = stamp;
         x.moved_to = to;
       }
     };
     shift(give, light, &KvScratch::give);
     for (int32_t item : take)
       if (item >= 0) shift(item, heavy, &KvScratch::take);
+    kv_count_ = kv_count;
     Register(heavy);
     Register(light);
     // Token counts, exact; heavy's and light's in registers (they change the
@@ -392,28 +412,45 @@ class LoadModel {
         delta_[w] += amount;
       }
     };
-    for (int32_t kv : kvs_) {
-      const int32_t o = loads_.owner[kv];
-      const int32_t o2 = kv_[kv].moved_stamp == stamp_ ? kv_[kv].moved_to : o;
-      const Membership m = Members(kv);
-      // Change of heavy's and light's receiving kv (not as its owner).
-      const int rh = (m.heavy_after && heavy != o2) - (m.heavy_before && heavy != o);
-      const int rl = (m.light_after && light != o2) - (m.light_before && light != o);
-      const int64_t t = tokens_[kv];
-      heavy_delta += rh * t;
-      light_delta += rl * t;
-      if (o == o2) {
-        change(o, (rh + rl) * t);  // other receivers are unchanged
-      } else {                     // re-sent by its new owner to every needer
-        const int32_t before = loads_.needers[kv], after = before + m.delta();
-        change(o, -(before - (o == heavy ? m.heavy_before : m.light_before)) * t);
-        change(o2, (after - (o2 == heavy ? m.heavy_after : m.light_after)) * t);
+    const int32_t* const owner = loads_.owner.data();
+    const int32_t* const heavy_count = count_[hs].data();
+    const int32_t* const light_count = count_[ls].data();
+    const int64_t* const tokens = tokens_.data();
+    for (int32_t kv : evaluated()) {
+      const KvScratch& x = scratch[kv];
+      if (x.moved_stamp != stamp) {
+        // Heavy's and light's receiving kv changes; its owner sends it
+        // accordingly (other receivers are unchanged). Most blocks: no change.
+        const int32_t hc = heavy_count[kv], lc = light_count[kv], d = x.take - x.give;
+        const int dh = (hc + d > 0) - (hc > 0), dl = (lc - d > 0) - (lc > 0);
+        if ((dh | dl) == 0) continue;
+        const int32_t o = owner[kv];
+        const int64_t rh = heavy != o ? dh * tokens[kv] : 0;
+        const int64_t rl = light != o ? dl * tokens[kv] : 0;
+        heavy_delta += rh;
+        light_delta += rl;
+        change(o, rh + rl);
+        continue;
+      }
+      // Moved between heavy and light (its item is exchanged): the new owner
+      // sends it to every needer, the old one receives it if it still needs it.
+      const Membership m = Members(heavy_count[kv], light_count[kv], x);
+      const int32_t before = loads_.needers[kv], after = before + m.delta();
+      const int heavy_needs = m.heavy_before + m.heavy_after;
+      const int light_needs = m.light_before + m.light_after;
+      const int64_t t = tokens[kv];
+      if (x.moved_to == light) {
+        heavy_delta += (heavy_needs - before) * t;
+        light_delta += (after - light_needs) * t;
+      } else {
+        light_delta += (light_needs - before) * t;
+        heavy_delta += (after - heavy_needs) * t;
       }
     }
     delta_[heavy] = heavy_delta;
     delta_[light] = light_delta;
   }
-  const std::vector<int32_t>& changed() const { return changed_; }
+  std::span<const int32_t> changed() const { return {changed_.data(), changed_count_}; }
   double traffic_after(int32_t w) const { return loads_.traffic[w] + static_cast<double>(delta_[w]); }
   bool in_changed(int32_t w) const { return delta_stamp_[w] == stamp_; }
 
@@ -423,7 +460,7 @@ class LoadModel {
   // nor in changed(): u needs a moved block, or owns a K/V block that heavy
   // or light stops needing during the exchange (if only to need it again).
   bool Involves(int32_t u) const {
-    for (int32_t kv : kvs_) {
+    for (int32_t kv : evaluated()) {
       if (kv_[kv].moved_stamp == stamp_) {
         for (int32_t q : users_.row(kv))
           if (loads_.owner[q] == u) return true;
@@ -439,13 +476,21 @@ class LoadModel {
 
   // Applies the evaluated exchange; heavy and light get the given computes.
   void Apply(double heavy_compute, double light_compute) {
-    for (int32_t kv : kvs_) {
-      loads_.needers[kv] += Members(kv).delta();
-      if (kv_[kv].moved_stamp == stamp_) loads_.owner[kv] = kv_[kv].moved_to;
+    // Locals: the stores below could alias the members.
+    const int32_t* const heavy_count = count_[hs_].data();
+    const int32_t* const light_count = count_[ls_].data();
+    const KvScratch* const scratch = kv_.data();
+    int32_t* const needers = loads_.needers.data();
+    int32_t* const owner = loads_.owner.data();
+    const uint32_t stamp = stamp_;
+    for (int32_t kv : evaluated()) {
+      const KvScratch& x = scratch[kv];
+      needers[kv] += Members(heavy_count[kv], light_count[kv], x).delta();
+      if (x.moved_stamp == stamp) owner[kv] = x.moved_to;
     }
     loads_.compute[heavy_] = heavy_compute;
     loads_.compute[light_] = light_compute;
-    for (int32_t w : changed_) loads_.traffic[w] += static_cast<double>(delta_[w]);
+    for (int32_t w : changed()) loads_.traffic[w] += static_cast<double>(delta_[w]);
     // Last: Members above reads the counts before the exchange.
     AddDeps(hs_, give_item_, -1);
     AddDeps(ls_, give_item_, 1);
@@ -457,11 +502,20 @@ class LoadModel {
   }
 
  private:
+  // Per K/V block, for the evaluated exchange (valid where stamp ==
+  // stamp_): its dependencies in the given / taken items, and where it
+  // moves (valid where moved_stamp == stamp_). One struct: an evaluation
+  // touches all of them for each block.
+  struct KvScratch {
+    uint32_t stamp = 0, moved_stamp = 0;
+    int32_t give = 0, take = 0, moved_to = -1;
+  };
   struct Membership {
     bool heavy_before, heavy_after, light_before, light_after;
     int delta() const { return heavy_after - heavy_before + light_after - light_before; }
   };
   std::span<const Dep> Deps(int32_t item) const { return item_deps_.row(item); }
+  std::span<const int32_t> evaluated() const { return {kvs_.data(), kv_count_}; }
   // Adds (sign 1) or removes (-1) an item's dependencies to table t. A
   // block listed in filled_ may have dropped to zero (or be listed twice):
   // filled_ only says which entries to reset. Each block is written at the
@@ -485,17 +539,18 @@ class LoadModel {
     for (size_t k = 0; k < filled_size_[t]; ++k) count_[t][filled_[t][k]] = 0;
     filled_size_[t] = 0;
   }
-  Membership Members(int32_t kv) const {
-    const int32_t ch = count_[hs_][kv], cl = count_[ls_][kv];
-    const KvScratch& x = kv_[kv];
-    return {ch > 0, ch - x.give + x.take > 0, cl > 0, cl - x.take + x.give > 0};
+  // kv's need by heavy and light, before and after the exchange, from its
+  // counts in their tables and its scratch.
+  static Membership Members(int32_t heavy_count, int32_t light_count, const KvScratch& x) {
+    const int32_t d = x.take - x.give;
+    return {heavy_count > 0, heavy_count + d > 0, light_count > 0, light_count - d > 0};
   }
   // Puts w in changed() (once per evaluation).
   void Register(int32_t w) {
     if (delta_stamp_[w] == stamp_) return;
     delta_stamp_[w] = stamp_;
     delta_[w] = 0;
-    changed_.push_back(w);
+    changed_[changed_count_++] = w;
   }
 
   const std::vector<Item>& items_;
@@ -506,6 +561,7 @@ class LoadModel {
   std::array<std::vector<int32_t>, kTables> count_, filled_;
   std::array<size_t, kTables> filled_size_{};  // filled_[t]'s entries in use
   std::array<int32_t, kTables> table_worker_;  // whose counts each table holds, -1: none
+  std::vector<int8_t> table_of_;               // per worker: the table holding its counts, -1: none
   std::array<uint64_t, kTables> table_used_;   // the step that last asked for it
   uint64_t step_ = 0;
   // The evaluated exchange.
@@ -514,19 +570,14 @@ class LoadModel {
   int32_t give_item_ = -1;
   std::array<int32_t, 2> take_items_{-1, -1};
   int hs_ = 0, ls_ = 0;
-  std::vector<int32_t> kvs_;          // K/V blocks whose transfers may change
-  // Per K/V block, for the evaluated exchange (valid where stamp ==
-  // stamp_): its dependencies in the given / taken items, and where it
-  // moves (valid where moved_stamp == stamp_). One struct: an evaluation
-  // touches all of them for each block.
-  struct KvScratch {
-    uint32_t stamp = 0, moved_stamp = 0;
-    int32_t give = 0, take = 0, moved_to = -1;
-  };
+  // K/V blocks whose transfers may change: kvs_[0, kv_count_).
+  std::vector<int32_t> kvs_;
+  size_t kv_count_ = 0;
   std::vector<KvScratch> kv_;
   std::vector<int64_t> delta_;  // traffic change (tokens) of the workers in changed_
   std::vector<uint32_t> delta_stamp_;
-  std::vector<int32_t> changed_;
+  std::vector<int32_t> changed_;  // changed_[0, changed_count_): room for every worker
+  size_t changed_count_ = 0;
 };
 
 // The K/V one item's queries attend in one sequence it only partly holds:
@@ -628,6 +679,7 @@ class Assigner {
     const int32_t blocks = static_cast<int32_t>(in.sharding->blocks.size());
     BuildGraphs(*in.pairs, blocks, deps_, users_);
     item_of_.assign(blocks, -1);
+    block_tokens_.reserve(blocks);
     for (const Block& b : in.sharding->blocks) block_tokens_.push_back(b.tokens());
     item_work_.assign(items_.size(), 0);
     for (size_t i = 0; i < items_.size(); ++i)
@@ -688,6 +740,8 @@ class Assigner {
   // number of its blocks that need it. (LoadModel only sums over a row.)
   void BuildItemDeps() {
     item_deps_.offset.assign(1, 0);
+    item_deps_.offset.reserve(items_.size() + 1);
+    item_deps_.items.reserve(in_.pairs->size());  // at most one entry per pair
     std::vector<int32_t> slot(in_.sharding->blocks.size(), -1);  // kv -> its entry in the row
     for (const Item& item : items_) {
       const size_t first = item_deps_.items.size();
@@ -748,7 +802,7 @@ class Assigner {
     EstimateTraffic();
     PrepareGreedy();
     Assignment best;
-    LoadModel model(in_, items_, item_deps_, users_, block_tokens_);
+    LoadModel& model = Model();
     for (const Start start : starts) {
       const LoadModel::Loads greedy = LoadModel::Count(in_, users_, block_tokens_, Greedy(start));
       Search(model, greedy, best);
@@ -762,7 +816,7 @@ class Assigner {
   // (bimodal N = 16, balance mode: 1.6% / 2.5% instead of 1.1% / 2.7%).
   Assignment Refine(std::vector<int32_t> owner) {
     EstimateTraffic();
-    LoadModel model(in_, items_, item_deps_, users_, block_tokens_);
+    LoadModel& model = Model();
     const LoadModel::Loads loads = LoadModel::Count(in_, users_, block_tokens_, std::move(owner));
     Assignment best{loads.owner, loads.compute, loads.traffic};
     Search(model, loads, best, /*refining=*/true);
@@ -788,11 +842,9 @@ class Assigner {
     std::vector<int32_t> original(n_);  // dataloader worker -> the worker renamed to it
     for (int32_t w = 0; w < n_; ++w) original[rename[w]] = w;
     const std::vector<HomeTokens> homes = HomesOf(original);
-    LoadModel model(in_, items_, item_deps_, users_, block_tokens_);
+    LoadModel& model = Model();
     model.Start(LoadModel::Count(in_, users_, block_tokens_, start.owner));
-    std::vector<std::vector<int32_t>> owned(n_);
-    for (size_t i = 0; i < items_.size(); ++i)
-      owned[model.loads().owner[items_[i].blocks.front()]].push_back(static_cast<int32_t>(i));
+    std::vector<std::vector<int32_t>>& owned = Owned(model);
     const double ratio = in_.judge.pairs_per_traffic_token;
     const auto cost = [&](double c, double t) { return c + ratio * t; };
     double max_compute = 0, max_traffic = 0, max_cost = 0, total_traffic = 0;
@@ -887,6 +939,22 @@ class Assigner {
   }
 
  private:
+  // The items each worker owns in `model`, ascending. Rows are reused
+  // from search to search (six of them allocated 6,000 rows at N = 256).
+  std::vector<std::vector<int32_t>>& Owned(const LoadModel& model) {
+    owned_.resize(n_);
+    for (std::vector<int32_t>& row : owned_) row.clear();
+    for (size_t i = 0; i < items_.size(); ++i)
+      owned_[model.loads().owner[items_[i].blocks.front()]].push_back(static_cast<int32_t>(i));
+    return owned_;
+  }
+
+  // The searches' scratch, sized for the batch: made once.
+  LoadModel& Model() {
+    if (!model_) model_.emplace(in_, items_, item_deps_, users_, block_tokens_);
+    return *model_;
+  }
+
   bool TimeMode() const {
     return in_.judge.pairs_per_traffic_token > 0 && in_.judge.max_imbalance >= 1;
   }
@@ -1016,9 +1084,7 @@ class Assigner {
   // Involves), so a worker at the limit that only re-sends or re-receives a
   // block also blocks it. Returns the result with its real per-worker loads.
   Assignment Improve(LoadModel& model, Partners policy) {
-    std::vector<std::vector<int32_t>> owned(n_);
-    for (size_t i = 0; i < items_.size(); ++i)
-      owned[model.loads().owner[items_[i].blocks.front()]].push_back(static_cast<int32_t>(i));
+    std::vector<std::vector<int32_t>>& owned = Owned(model);
     double mean_traffic = 0;
     for (int32_t w = 0; w < n_; ++w) mean_traffic += model.traffic(w) / n_;
     const Targets targets{targets_.compute, std::max(mean_traffic, 1.0)};
@@ -1030,14 +1096,8 @@ class Assigner {
       by_compute.Insert(w, model.compute(w));
       by_traffic.Insert(w, model.traffic(w));
     }
-    // An exchange: item `give` of the heavy worker for one or two items of a
-    // light one (second = -1 for one).
-    struct Offer {
-      int32_t first, second;
-    };
-    const auto offer_work = [&](Offer o) {
-      return item_work_[o.first] + (o.second >= 0 ? item_work_[o.second] : 0.0);
-    };
+    offers_.resize(static_cast<size_t>(n_) * kOfferClasses);
+    for (Offers& o : offers_) o.valid = false;
     int64_t budget = static_cast<int64_t>(in_.local_search_rounds) *
                      std::max<int64_t>(static_cast<int64_t>(items_.size()), n_) * 2;
     // With a network ratio small clusters get at least 32 steps a round: a
@@ -1048,7 +1108,6 @@ class Assigner {
     const int64_t max_steps =
         static_cast<int64_t>(in_.local_search_rounds) * std::max<int64_t>(n_, min_steps);
     std::vector<int32_t> partners;
-    std::array<std::vector<Offer>, kSwapPartners> partner_offers;
     for (int64_t step = 0; step < max_steps && budget > 0; ++step) {
       // Plain variables, not a structured binding: lambdas below capture
       // them, which Clang before 16 rejects for bindings.
@@ -1077,8 +1136,6 @@ class Assigner {
       const int heavy_table = model.Table(heavy, owned[heavy]);
       std::array<int, kSwapPartners> partner_table;
       partner_table.fill(-1);
-      std::array<int, kSwapPartners> offers_class;  // the class partner_offers[p] is for
-      offers_class.fill(-1);
       // Whether the evaluated exchange leaves every worker it involves below
       // the limit: those whose traffic changes by their new loads, any other
       // by its (unchanged) load.
@@ -1101,42 +1158,23 @@ class Assigner {
         const int32_t a = owned[heavy][x];
         for (size_t p = 0; p < partners.size(); ++p) {
           const int32_t light = partners[p];
-          // Light's offers depend on a only through its slot class: built
-          // once per class and step.
-          const int item_class = 2 * items_[a].slots + items_[a].small;
-          std::vector<Offer>& offers = partner_offers[p];
-          if (offers_class[p] != item_class) {
-            offers_class[p] = item_class;
-            offers.clear();
-            const auto& mine = owned[light];
-            for (size_t y = 0; y < mine.size(); ++y) {
-              const Item& b = items_[mine[y]];
-              if (b.small != items_[a].small) continue;
-              if (b.slots == items_[a].slots) offers.push_back({mine[y], -1});
-              if (items_[a].slots == 2 && b.slots == 1)
-                for (size_t z = y + 1; z < mine.size(); ++z)
-                  if (!items_[mine[z]].small && items_[mine[z]].slots == 1)
-                    offers.push_back({mine[y], mine[z]});
-            }
-          }
-          for (const Offer offer : offers) {
+          const std::vector<Offer>& offers = OffersOf(light, items_[a], owned[light]);
+          // Unchanged until an exchange is applied, which ends the loop.
+          const double light_now = model.compute(light), heavy_now = model.compute(heavy);
+          for (const Offer& o : offers) {
             // Compute moves by exactly the works exchanged: skip what would
             // leave either side at the limit.
-            const double shift = item_work_[a] - offer_work(offer);
-            if ((model.compute(light) + shift) / targets.compute >= max_load ||
-                (model.compute(heavy) - shift) / targets.compute >= max_load)
+            const double shift = item_work_[a] - o.work;
+            if ((light_now + shift) / targets.compute >= max_load ||
+                (heavy_now - shift) / targets.compute >= max_load)
               continue;
             // Traffic-bound: only offers estimated to carry less traffic.
-            if (!compute_bound &&
-                item_traffic_[a] <= item_traffic_[offer.first] +
-                                        (offer.second >= 0 ? item_traffic_[offer.second] : 0.0))
-              continue;
+            if (!compute_bound && item_traffic_[a] <= o.traffic) continue;
             if (budget-- <= 0) break;
             if (partner_table[p] < 0) partner_table[p] = model.Table(light, owned[light]);
-            model.Evaluate(a, heavy, heavy_table, {offer.first, offer.second}, light,
-                           partner_table[p]);
-            const double heavy_compute = model.compute(heavy) - shift;
-            const double light_compute = model.compute(light) + shift;
+            model.Evaluate(a, heavy, heavy_table, {o.first, o.second}, light, partner_table[p]);
+            const double heavy_compute = heavy_now - shift;
+            const double light_compute = light_now + shift;
             if (!below_limit(heavy_compute, light_compute, light)) continue;
             model.Apply(heavy_compute, light_compute);
             for (int32_t w : model.changed()) {
@@ -1146,10 +1184,12 @@ class Assigner {
             }
             std::vector<int32_t>& h = owned[heavy];
             std::vector<int32_t>& l = owned[light];
-            h[x] = offer.first;
-            if (offer.second >= 0) h.push_back(offer.second);
-            *std::find(l.begin(), l.end(), offer.first) = a;
-            if (offer.second >= 0) l.erase(std::find(l.begin(), l.end(), offer.second));
+            h[x] = o.first;
+            if (o.second >= 0) h.push_back(o.second);
+            *std::find(l.begin(), l.end(), o.first) = a;
+            if (o.second >= 0) l.erase(std::find(l.begin(), l.end(), o.second));
+            ForgetOffers(heavy);  // last: `o` lives in light's offers
+            ForgetOffers(light);
             improved = true;
             break;
           }
@@ -1159,6 +1199,51 @@ class Assigner {
       if (!improved) break;
     }
     return Result(model, "local search");
+  }
+
+  // An exchange's counterpart: one or two items of a light worker (second =
+  // -1 for one), with their work and estimated traffic (the offer loop
+  // compares them for every item of the heavy worker).
+  struct Offer {
+    int32_t first, second;
+    double work, traffic;
+  };
+  // Slot classes of items: one or two big slots, or the small slot.
+  static constexpr int kOfferClasses = 4;
+  struct Offers {
+    bool valid = false;
+    std::vector<Offer> list;
+  };
+
+  // Worker w's offers (`mine`: the items it owns) for item `give` of the
+  // heavy worker: items of equal slot use, or two one-slot items for a
+  // two-slot one, in the order of `mine`. They depend on `give` only through
+  // its slot class, and the lightest workers stay partners for many steps:
+  // cached per worker and class until its items change (ForgetOffers).
+  const std::vector<Offer>& OffersOf(int32_t w, const Item& give, const std::vector<int32_t>& mine) {
+    Offers& offers =
+        offers_[static_cast<size_t>(w) * kOfferClasses + 2 * (give.slots - 1) + give.small];
+    if (offers.valid) return offers.list;
+    offers.valid = true;
+    offers.list.clear();
+    const auto add = [&](int32_t first, int32_t second) {
+      offers.list.push_back({first, second,
+                             item_work_[first] + (second >= 0 ? item_work_[second] : 0.0),
+                             item_traffic_[first] + (second >= 0 ? item_traffic_[second] : 0.0)});
+    };
+    for (size_t y = 0; y < mine.size(); ++y) {
+      const Item& b = items_[mine[y]];
+      if (b.small != give.small) continue;
+      if (b.slots == give.slots) add(mine[y], -1);
+      if (give.slots == 2 && b.slots == 1)
+        for (size_t z = y + 1; z < mine.size(); ++z)
+          if (!items_[mine[z]].small && items_[mine[z]].slots == 1) add(mine[y], mine[z]);
+    }
+    return offers.list;
+  }
+  void ForgetOffers(int32_t w) {
+    for (int c = 0; c < kOfferClasses; ++c)
+      offers_[static_cast<size_t>(w) * kOfferClasses + c].valid = false;
   }
 
   // The model's assignment; with self_check, its loads must equal a recount.
@@ -1186,19 +1271,29 @@ class Assigner {
   Rows<SequenceNeed> item_needs_;
   std::vector<int32_t> compute_order_, vector_order_;
   Targets targets_;
+  std::optional<LoadModel> model_;
+  std::vector<std::vector<int32_t>> owned_;  // Owned's
+  std::vector<Offers> offers_;                // OffersOf's, per worker and slot class
 };
 
 }  // namespace
 
-Assignment AssignBlocks(const AssignmentInput& input) { return Assigner(input).Run(); }
+class AssignmentSearch::Impl : public Assigner {
+  using Assigner::Assigner;
+};
 
-Assignment LocalizeAssignment(const AssignmentInput& input, Assignment assignment,
-                              const std::vector<int32_t>& rename) {
-  return Assigner(input).Localize(std::move(assignment), rename);
+AssignmentSearch::AssignmentSearch(const AssignmentInput& input)
+    : impl_(std::make_unique<Impl>(input)) {}
+AssignmentSearch::~AssignmentSearch() = default;
+
+Assignment AssignmentSearch::Assign() { return impl_->Run(); }
+
+Assignment AssignmentSearch::Refine(std::vector<int32_t> owner) {
+  return impl_->Refine(std::move(owner));
 }
 
-Assignment RefineAssignment(const AssignmentInput& input, std::vector<int32_t> owner) {
-  return Assigner(input).Refine(std::move(owner));
+Assignment AssignmentSearch::Localize(Assignment assignment, const std::vector<int32_t>& rename) {
+  return impl_->Localize(std::move(assignment), rename);
 }
 
 bool WithinBound(const Assignment& x, const Judge& judge) {
@@ -1239,7 +1334,11 @@ std::vector<int32_t> LocalityRenaming(const std::vector<Block>& blocks,
     int32_t worker, home;
   };
   const std::vector<int64_t> offsets = SequenceOffsets(lengths);
+  // Each of the workers - 1 dataloader boundaries cuts at most one segment.
+  size_t segments = 0;
+  for (const Block& block : blocks) segments += block.segments.size();
   std::vector<Shared> shared;
+  shared.reserve(segments + static_cast<size_t>(workers));
   for (size_t b = 0; b < blocks.size(); ++b)
     for (const Segment& s : blocks[b].segments)
       ForEachDataloaderRun(s, offsets, workers, [&](int32_t home, int64_t tokens) {

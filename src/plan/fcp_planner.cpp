@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <utility>
 
@@ -28,11 +29,19 @@ detail::Judge JudgeOf(const PlannerConfig& config, int64_t block_size) {
   return {ratio, config.max_imbalance, ratio > 0 ? static_cast<double>(block_size) : 0.0};
 }
 
-// One sharding and assignment of the batch.
+// One sharding and assignment of the batch. Its input points into it and
+// its search at the input, so it stays where it was made.
 struct Candidate {
+  Candidate() = default;
+  Candidate(const Candidate&) = delete;
+  Candidate& operator=(const Candidate&) = delete;
+
   detail::HeavySplit split;  // its split items (the sub-items are in sharding)
   detail::Sharding sharding;
   std::vector<RequiredPair> pairs;
+  detail::AssignmentInput input;
+  // Kept for the locality exchanges, should the candidate be chosen.
+  std::optional<detail::AssignmentSearch> search;
   detail::Assignment assignment;
 };
 
@@ -180,22 +189,27 @@ detail::AssignmentInput InputOf(const Candidate& c, const std::vector<int64_t>& 
   return input;
 }
 
-// The candidate of `split` with its blocks and pairs; the assignment's input.
-detail::AssignmentInput Shard(detail::HeavySplit split, const std::vector<int64_t>& lengths,
-                              const PlannerConfig& config, const Plan& header, const Common& common,
-                              Candidate& c) {
-  c.split.removed = split.removed;
-  c.split.splits = split.splits;
-  c.sharding = detail::FinishSharding(common.base, std::move(split), lengths);
-  c.pairs = RequiredPairs(lengths, c.sharding.blocks, header.mask);
-  return InputOf(c, lengths, config, header, common);
+// The candidate of `split`: its blocks, pairs, and the assignment's input
+// and search (not run).
+std::unique_ptr<Candidate> Shard(detail::HeavySplit split, const std::vector<int64_t>& lengths,
+                                 const PlannerConfig& config, const Plan& header,
+                                 const Common& common) {
+  auto c = std::make_unique<Candidate>();
+  c->split.removed = split.removed;
+  c->split.splits = split.splits;
+  c->sharding = detail::FinishSharding(common.base, std::move(split), lengths);
+  c->pairs = RequiredPairs(lengths, c->sharding.blocks, header.mask);
+  c->input = InputOf(*c, lengths, config, header, common);
+  c->search.emplace(c->input);
+  return c;
 }
 
 // Shards and assigns a candidate.
-Candidate Assign(detail::HeavySplit split, const std::vector<int64_t>& lengths,
-                 const PlannerConfig& config, const Plan& header, const Common& common) {
-  Candidate c;
-  c.assignment = detail::AssignBlocks(Shard(std::move(split), lengths, config, header, common, c));
+std::unique_ptr<Candidate> Assign(detail::HeavySplit split, const std::vector<int64_t>& lengths,
+                                  const PlannerConfig& config, const Plan& header,
+                                  const Common& common) {
+  std::unique_ptr<Candidate> c = Shard(std::move(split), lengths, config, header, common);
+  c->assignment = c->search->Assign();
   return c;
 }
 
@@ -203,7 +217,7 @@ Candidate Assign(detail::HeavySplit split, const std::vector<int64_t>& lengths,
 // (piece_sizing.h), the items kept on their workers and then refined by
 // the local search; nothing when no size changes or the sizes promise
 // less than kMinResizeGain.
-std::optional<Candidate> ResizePieces(const Candidate& c, const std::vector<int64_t>& lengths,
+std::unique_ptr<Candidate> ResizePieces(const Candidate& c, const std::vector<int64_t>& lengths,
                                       const PlannerConfig& config, const Plan& header,
                                       const Common& common) {
   const std::vector<detail::Item>& items = c.sharding.items;
@@ -222,16 +236,14 @@ std::optional<Candidate> ResizePieces(const Candidate& c, const std::vector<int6
       detail::SizePieces(common.base, split, config.mask, sub_item_worker, c.assignment.compute);
   const double largest =
       *std::max_element(c.assignment.compute.begin(), c.assignment.compute.end());
-  if (!predicted || *predicted > largest * (1 - kMinResizeGain)) return std::nullopt;
+  if (!predicted || *predicted > largest * (1 - kMinResizeGain)) return nullptr;
   detail::BuildSubItems(common.base, split, lengths, config.mask);
-  std::optional<Candidate> out(std::in_place);
-  const detail::AssignmentInput input =
-      Shard(std::move(split), lengths, config, header, common, *out);
+  std::unique_ptr<Candidate> out = Shard(std::move(split), lengths, config, header, common);
   FCP_CHECK(out->sharding.items.size() == items.size(), "planner: re-sizing keeps every item");
   std::vector<int32_t> owner(out->sharding.blocks.size());
   for (size_t i = 0; i < out->sharding.items.size(); ++i)
     for (int32_t block : out->sharding.items[i].blocks) owner[block] = item_worker[i];
-  out->assignment = detail::RefineAssignment(input, std::move(owner));
+  out->assignment = out->search->Refine(std::move(owner));
   return out;
 }
 
@@ -252,7 +264,7 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
     return detail::SplitHeavy(common.base, lengths, config.mask, config.heavy_fraction, max_split);
   };
   const detail::Judge judge = JudgeOf(config, common.base.block_size);
-  Candidate best = Assign(split(config.max_split), lengths, config, plan, common);
+  std::unique_ptr<Candidate> best = Assign(split(config.max_split), lengths, config, plan, common);
   if (config.network_flops_per_byte > 0 && config.heavy_fraction > 0 && config.max_split > 2) {
     detail::HeavySplit coarse_split = split(2);
     // Exact pruning. When the lower bound on its compute imbalance breaks
@@ -266,12 +278,13 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
         ComputeImbalanceLowerBound(common.base, coarse_split, config.workers);
     const bool cannot_win =
         least_imbalance > config.max_imbalance + 1e-12 &&
-        (detail::WithinBound(best.assignment, judge) ||
-         least_imbalance > detail::Cost(best.assignment, 0) + 1e-12);
+        (detail::WithinBound(best->assignment, judge) ||
+         least_imbalance > detail::Cost(best->assignment, 0) + 1e-12);
     // The self-check assigns it anyway and checks that it loses.
     if (!cannot_win || config.self_check) {
-      Candidate coarse = Assign(std::move(coarse_split), lengths, config, plan, common);
-      const bool better = detail::Better(coarse.assignment, best.assignment, judge);
+      std::unique_ptr<Candidate> coarse =
+          Assign(std::move(coarse_split), lengths, config, plan, common);
+      const bool better = detail::Better(coarse->assignment, best->assignment, judge);
       FCP_CHECK(!(better && cannot_win), "planner: a pruned candidate would have won");
       if (better) best = std::move(coarse);
     }
@@ -286,10 +299,10 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   detail::Judge resize_judge = judge;
   resize_judge.max_imbalance = std::min(judge.max_imbalance, kResizeAbove);
   for (int round = 0;
-       round < kResizeRounds && !detail::WithinBound(best.assignment, resize_judge); ++round) {
-    std::optional<Candidate> resized = ResizePieces(best, lengths, config, plan, common);
-    if (!resized || !detail::Better(resized->assignment, best.assignment, judge)) break;
-    best = std::move(*resized);
+       round < kResizeRounds && !detail::WithinBound(best->assignment, resize_judge); ++round) {
+    std::unique_ptr<Candidate> resized = ResizePieces(*best, lengths, config, plan, common);
+    if (!resized || !detail::Better(resized->assignment, best->assignment, judge)) break;
+    best = std::move(resized);
   }
   // Workers are interchangeable for balance; renaming them so that each keeps
   // as many of its dataloader tokens as possible shrinks the reshuffle. Then
@@ -298,17 +311,16 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   // cost planning time and, at N = 256 seed 2, steered piece sizing to a
   // slower plan).
   const std::vector<int32_t> rename = detail::LocalityRenaming(
-      best.sharding.blocks, best.assignment.owner, lengths, config.workers);
+      best->sharding.blocks, best->assignment.owner, lengths, config.workers);
   if (config.reshuffle_locality)
-    best.assignment = detail::LocalizeAssignment(InputOf(best, lengths, config, plan, common),
-                                                 std::move(best.assignment), rename);
-  plan.block_size = best.sharding.block_size;
-  plan.blocks = std::move(best.sharding.blocks);
-  const std::vector<int32_t>& owner = best.assignment.owner;
+    best->assignment = best->search->Localize(std::move(best->assignment), rename);
+  plan.block_size = best->sharding.block_size;
+  plan.blocks = std::move(best->sharding.blocks);
+  const std::vector<int32_t>& owner = best->assignment.owner;
   for (size_t b = 0; b < plan.blocks.size(); ++b) plan.blocks[b].worker = rename[owner[b]];
 
   // 3-5. Transfer graph, colouring, coalesced forward and backward stages.
-  BuildStages(plan, best.pairs, config.self_check);
+  BuildStages(plan, best->pairs, config.self_check);
   return plan;
 }
 

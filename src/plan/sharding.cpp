@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <span>
 
 #include "buckets.h"
 #include "fcp/error.h"
@@ -28,10 +29,11 @@ void AppendSegment(std::vector<Segment>& segments, int32_t seq, int64_t start, i
   segments.push_back({seq, start, length});
 }
 
-// Takes the next `count` tokens of a segment stream.
+// Takes the next `count` tokens of a segment stream (a view: the segments
+// must outlive it).
 class SegmentStream {
  public:
-  explicit SegmentStream(std::vector<Segment> segments) : segments_(std::move(segments)) {}
+  explicit SegmentStream(std::span<const Segment> segments) : segments_(segments) {}
   Block Take(int64_t count) {
     Block block;
     while (count > 0 && pos_ < segments_.size()) {
@@ -47,24 +49,22 @@ class SegmentStream {
   bool empty() const { return pos_ == segments_.size(); }
 
  private:
-  std::vector<Segment> segments_;
+  std::span<const Segment> segments_;
   size_t pos_ = 0;
   int64_t offset_ = 0;
 };
 
 // The concatenation of `segments` cut into blocks of at most `chunk` tokens.
-std::vector<Block> Chop(std::vector<Segment> segments, int64_t chunk) {
-  SegmentStream stream(std::move(segments));
+std::vector<Block> Chop(const std::vector<Segment>& segments, int64_t chunk) {
+  SegmentStream stream(segments);
   std::vector<Block> blocks;
   while (!stream.empty()) blocks.push_back(stream.Take(chunk));
   return blocks;
 }
 
-std::vector<Segment> Concatenate(const std::vector<const Block*>& blocks) {
-  std::vector<Segment> out;
-  for (const Block* b : blocks)
-    for (const Segment& s : b->segments) AppendSegment(out, s.seq, s.start, s.length);
-  return out;
+// Appends the segments of `block` to `out`, merging contiguous ones.
+void Concatenate(const Block& block, std::vector<Segment>& out) {
+  for (const Segment& s : block.segments) AppendSegment(out, s.seq, s.start, s.length);
 }
 
 bool AllFull(const ProtoItem& item, int64_t b) {
@@ -169,7 +169,7 @@ ShardBase ShardSteps123(const std::vector<int64_t>& lengths, int64_t block_size,
     }
     if (lengths[s] % b) remainders.push_back({static_cast<int32_t>(s), full * b, lengths[s] % b});
   }
-  for (Block& packed : Chop(std::move(remainders), b)) {
+  for (Block& packed : Chop(remainders, b)) {
     blocks.push_back(std::move(packed));
     seq_of.push_back(-1);
   }
@@ -196,10 +196,10 @@ ShardBase ShardSteps123(const std::vector<int64_t>& lengths, int64_t block_size,
     });
     const size_t count = blocks.size() - static_cast<size_t>(big_capacity);
     for (size_t k = 0; k < count; ++k) dissolved[order[k]] = 1;
-    std::vector<const Block*> stream;
+    std::vector<Segment> stream;
     for (size_t i = 0; i < blocks.size(); ++i)
-      if (dissolved[i]) stream.push_back(&blocks[i]);
-    for (Block& small : Chop(Concatenate(stream), small_slot_tokens)) {
+      if (dissolved[i]) Concatenate(blocks[i], stream);
+    for (Block& small : Chop(stream, small_slot_tokens)) {
       ProtoItem item;
       item.small = true;
       item.work = QueryWork(small, lengths, mask);
@@ -280,19 +280,26 @@ void BuildSubItems(const ShardBase& base, HeavySplit& split, const std::vector<i
                    const Mask& mask) {
   const int64_t b = base.block_size;
   split.added.clear();
+  size_t sub_items = 0;
+  for (const SplitItem& s : split.splits) sub_items += s.piece_tokens.size();
+  split.added.reserve(sub_items);
+  // Scratch for every split (a batch has hundreds of them).
+  std::vector<Segment> filler_segments;
+  std::vector<std::vector<Block>> pieces;
   for (const SplitItem& s : split.splits) {
     const ProtoItem& item = base.items[s.item];
     const size_t p = s.piece_tokens.size();
-    std::vector<const Block*> filler_blocks;
+    filler_segments.clear();
     for (size_t f : s.fillers)
-      for (const Block& x : base.items[f].blocks) filler_blocks.push_back(&x);
-    SegmentStream filler(Concatenate(filler_blocks));
+      for (const Block& x : base.items[f].blocks) Concatenate(x, filler_segments);
+    SegmentStream filler(filler_segments);
     // Pieces of each block in token order; sub-item x takes piece x of the
     // first block and piece p-1-x of a pair's second.
-    std::vector<std::vector<Block>> pieces;
+    pieces.resize(item.blocks.size());
     for (size_t k = 0; k < item.blocks.size(); ++k) {
       SegmentStream stream(item.blocks[k].segments);
-      std::vector<Block>& cut = pieces.emplace_back();
+      std::vector<Block>& cut = pieces[k];
+      cut.clear();
       for (int64_t tokens : k == 0 ? s.piece_tokens : s.second_tokens)
         cut.push_back(stream.Take(tokens));
       FCP_CHECK(stream.empty() && cut.size() == p, "a split block's pieces cover it");
