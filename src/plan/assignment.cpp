@@ -123,19 +123,21 @@ class WorkerIndex {
     // frontier_[0, size): the entries whose parents were visited. Walks are
     // short (a few entries; at most kScanLimit in the greedy), so the next
     // is found by a scan. Each visit adds at most kArity - 1 entries net.
+    // Entries are places in heap_: four bytes to move instead of a rank's 16.
     if (frontier_.size() < heap_.size()) frontier_.resize(heap_.size());
-    Node* const frontier = frontier_.data();
-    frontier[0] = {heap_.front(), 0};
+    int32_t* const frontier = frontier_.data();
+    const Rank* const heap = heap_.data();
+    frontier[0] = 0;
     size_t size = 1;
     const int32_t heap_size = static_cast<int32_t>(heap_.size());
     while (size > 0) {
       size_t next = 0;
-      for (size_t k = 1; k < size; ++k) next = frontier[k].rank < frontier[next].rank ? k : next;
-      const Node node = frontier[next];
+      for (size_t k = 1; k < size; ++k) next = heap[frontier[k]] < heap[frontier[next]] ? k : next;
+      const int32_t at = frontier[next];
       frontier[next] = frontier[--size];
-      if (!visit(IdOf(node.rank), KeyOf(node.rank))) return;
-      const int32_t end = std::min(kArity * node.at + kArity + 1, heap_size);
-      for (int32_t c = kArity * node.at + 1; c < end; ++c) frontier[size++] = {heap_[c], c};
+      if (!visit(IdOf(heap[at]), KeyOf(heap[at]))) return;
+      const int32_t end = std::min(kArity * at + kArity + 1, heap_size);
+      for (int32_t c = kArity * at + 1; c < end; ++c) frontier[size++] = c;
     }
   }
 
@@ -189,13 +191,9 @@ class WorkerIndex {
     Place(e, at);
   }
 
-  struct Node {
-    Rank rank;
-    int32_t at;  // its place in heap_
-  };
   std::vector<Rank> heap_;
   std::vector<int32_t> position_;      // each worker's place in heap_, -1 if absent
-  mutable std::vector<Node> frontier_;  // Visit's scratch (single-threaded use)
+  mutable std::vector<int32_t> frontier_;  // Visit's scratch (single-threaded use)
 };
 using AscendingIndex = WorkerIndex<false>;
 using DescendingIndex = WorkerIndex<true>;
