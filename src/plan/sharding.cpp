@@ -48,12 +48,20 @@ class SegmentStream {
   }
   Block Take(int64_t count) {
     Block block;
+    block.segments.reserve(Runs(count));  // one allocation, not one per doubling
     Take(count, [&](int32_t seq, int64_t start, int64_t length) {
       AppendSegment(block.segments, seq, start, length);
     });
     return block;
   }
   bool empty() const { return pos_ == segments_.size(); }
+  // The runs the next `count` tokens span: at least Take's segments.
+  size_t Runs(int64_t count) const {
+    size_t runs = 0;
+    for (size_t pos = pos_; count > 0 && pos < segments_.size(); ++pos, ++runs)
+      count -= segments_[pos].length - (pos == pos_ ? offset_ : 0);
+    return runs;
+  }
 
  private:
   std::span<const Segment> segments_;
@@ -133,12 +141,16 @@ std::vector<SplitItem> ChooseSplits(const ShardBase& base, double bound, int32_t
 template <typename B>
 void AppendIsolated(B&& block, const std::vector<int64_t>& lengths, std::vector<Block>& out,
                     std::vector<int32_t>& ids) {
-  if (block.segments.size() < 2) {
+  const auto partial = std::count_if(block.segments.begin(), block.segments.end(),
+                                     [&](const Segment& s) { return s.length < lengths[s.seq]; });
+  // Nothing to isolate (or nothing else): the block as it is.
+  if (partial == 0 || block.segments.size() < 2) {
     ids.push_back(static_cast<int32_t>(out.size()));
     out.push_back(std::forward<B>(block));
     return;
   }
   Block whole;
+  whole.segments.reserve(block.segments.size() - static_cast<size_t>(partial));
   for (const Segment& s : block.segments) {
     if (s.length == lengths[s.seq]) {
       whole.segments.push_back(s);
