@@ -388,16 +388,17 @@ Sharding FinishSharding(const ShardBase& base, const HeavySplit& split,
   std::vector<Block> blocks;
   blocks.reserve(2 * (base.items.size() + added.size()));
   out.items.reserve(base.items.size() + added.size());
-  const auto start_item = [&](const ProtoItem& proto) -> Item& {
+  // `blocks`: the item's blocks before isolation (the common count after).
+  const auto start_item = [&](const ProtoItem& proto, size_t blocks) -> Item& {
     Item& item = out.items.emplace_back();
     item.slots = proto.slots;
     item.small = proto.small;
-    item.blocks.reserve(proto.blocks.size());
+    item.blocks.reserve(blocks);
     return item;
   };
   for (size_t i = 0; i < base.items.size(); ++i) {
     if (removed[i]) continue;
-    Item& item = start_item(base.items[i]);
+    Item& item = start_item(base.items[i], base.items[i].blocks.size());
     for (const Block& block : base.items[i].blocks) AppendIsolated(block, lengths, blocks, item.blocks);
   }
   // The sub-items' blocks, cut from base's.
@@ -406,7 +407,7 @@ Sharding FinishSharding(const ShardBase& base, const HeavySplit& split,
   CutScratch<Block> scratch;
   for (const SplitItem& s : split.splits)
     CutSubItems(base, s, scratch, cut, [&](std::vector<Block>& parts) {
-      Item& item = start_item(added[next++]);
+      Item& item = start_item(added[next++], parts.size());
       for (Block& block : parts) AppendIsolated(std::move(block), lengths, blocks, item.blocks);
     });
   FCP_CHECK(next == added.size(), "split.added: one entry per sub-item");
