@@ -123,19 +123,21 @@ class WorkerIndex {
     // frontier_[0, size): the entries whose parents were visited. Walks are
     // short (a few entries; at most kScanLimit in the greedy), so the next
     // is found by a scan. Each visit adds at most kArity - 1 entries net.
+    // Entries are places in heap_: four bytes to move instead of a rank's 16.
     if (frontier_.size() < heap_.size()) frontier_.resize(heap_.size());
-    Node* const frontier = frontier_.data();
-    frontier[0] = {heap_.front(), 0};
+    int32_t* const frontier = frontier_.data();
+    const Rank* const heap = heap_.data();
+    frontier[0] = 0;
     size_t size = 1;
     const int32_t heap_size = static_cast<int32_t>(heap_.size());
     while (size > 0) {
       size_t next = 0;
-      for (size_t k = 1; k < size; ++k) next = frontier[k].rank < frontier[next].rank ? k : next;
-      const Node node = frontier[next];
+      for (size_t k = 1; k < size; ++k) next = heap[frontier[k]] < heap[frontier[next]] ? k : next;
+      const int32_t at = frontier[next];
       frontier[next] = frontier[--size];
-      if (!visit(IdOf(node.rank), KeyOf(node.rank))) return;
-      const int32_t end = std::min(kArity * node.at + kArity + 1, heap_size);
-      for (int32_t c = kArity * node.at + 1; c < end; ++c) frontier[size++] = {heap_[c], c};
+      if (!visit(IdOf(heap[at]), KeyOf(heap[at]))) return;
+      const int32_t end = std::min(kArity * at + kArity + 1, heap_size);
+      for (int32_t c = kArity * at + 1; c < end; ++c) frontier[size++] = c;
     }
   }
 
@@ -189,13 +191,9 @@ class WorkerIndex {
     Place(e, at);
   }
 
-  struct Node {
-    Rank rank;
-    int32_t at;  // its place in heap_
-  };
   std::vector<Rank> heap_;
   std::vector<int32_t> position_;      // each worker's place in heap_, -1 if absent
-  mutable std::vector<Node> frontier_;  // Visit's scratch (single-threaded use)
+  mutable std::vector<int32_t> frontier_;  // Visit's scratch (single-threaded use)
 };
 using AscendingIndex = WorkerIndex<false>;
 using DescendingIndex = WorkerIndex<true>;
@@ -247,17 +245,22 @@ class Slots {
 // only the transfers of the moved blocks and of the K/V blocks they need
 // change. Item dependencies are aggregated per item (K/V block, multiplicity),
 // and the dependency counts of the heavy worker and its partners live in
-// dense tables, cached across local-search steps (the lightest workers stay
-// partners for many steps) and kept current by Apply, so an evaluation costs
-// O(dependencies of the moved items) array accesses, no hashing. All loads
-// are sums of integers, exact in doubles, so the result equals applying the
-// exchange block by block.
+// dense tables, cached across local-search steps (Apply keeps the tables of
+// an exchange's two workers current, so a table stays valid), so an
+// evaluation costs O(dependencies of the moved items) array accesses, no
+// hashing. All loads are sums of integers, exact in doubles, so the result
+// equals applying the exchange block by block.
 class LoadModel {
  public:
-  // Dependency-count tables cached: at least the heavy worker and its
-  // partners of one step.
-  static constexpr int kTables = 32;
-  static_assert(kTables >= 1 + kSwapPartners);
+  // Dependency-count tables cached: one per worker where kTableEntries
+  // counts allow it, else at least kMinTables (the heavy worker and its
+  // partners of one step fit). A step's heavy worker is rarely the last
+  // one's: with 32 tables half the lookups at N = 256 missed and refilled a
+  // table, with one per worker 15% (the first of each worker per search).
+  // At N = 1024 (129 tables) more would cost more to allocate than they save.
+  static constexpr size_t kMinTables = 32;
+  static constexpr size_t kTableEntries = size_t{1} << 22;  // 16 MiB of counts
+  static_assert(kMinTables >= 1 + kSwapPartners);
 
   // Per-worker loads of a complete assignment, and for each K/V block how
   // many workers own a block that needs it: where a search starts.
@@ -303,9 +306,23 @@ class LoadModel {
             const Csr& users, const std::vector<int64_t>& tokens)
       : items_(items), item_deps_(item_deps), users_(users), tokens_(tokens) {
     const size_t blocks = tokens.size();
+    const size_t tables = std::min<size_t>(
+        in.workers, std::max(kMinTables, kTableEntries / std::max<size_t>(blocks, 1)));
+    count_.resize(tables);
+    filled_.resize(tables);
+    filled_size_.assign(tables, 0);
+    table_worker_.assign(tables, -1);
+    table_used_.assign(tables, 0);
+    // Least recently used first: table t after t - 1.
+    newer_.resize(tables);
+    older_.resize(tables);
+    for (size_t t = 0; t < tables; ++t) {
+      newer_[t] = t + 1 < tables ? static_cast<int32_t>(t + 1) : -1;
+      older_[t] = static_cast<int32_t>(t) - 1;
+    }
+    oldest_ = 0;
+    newest_ = static_cast<int32_t>(tables) - 1;
     table_of_.assign(in.workers, -1);
-    table_worker_.fill(-1);
-    table_used_.fill(0);
     kv_.assign(blocks, KvScratch{});
     kvs_.assign(blocks, 0);
     delta_.assign(in.workers, 0);
@@ -316,7 +333,7 @@ class LoadModel {
   // run on, so the scratch needs no reset.
   void Start(const Loads& loads) {
     loads_ = loads;
-    for (int t = 0; t < kTables; ++t) {
+    for (int t = 0; t < static_cast<int>(count_.size()); ++t) {
       ClearTable(t);
       if (table_worker_[t] >= 0) table_of_[table_worker_[t]] = -1;
       table_worker_[t] = -1;
@@ -331,26 +348,27 @@ class LoadModel {
   void BeginStep() { ++step_; }
   // The table holding, for every K/V block, how many blocks of worker w's
   // items (`owned`, the items w owns now) need it: cached, or filled in the
-  // least recently used table not asked for since BeginStep (ties: the lowest).
+  // least recently used table, which must not have been asked for since
+  // BeginStep.
   int Table(int32_t w, const std::vector<int32_t>& owned) {
-    if (table_of_[w] >= 0) {
-      table_used_[table_of_[w]] = step_;
-      return table_of_[w];
-    }
-    int victim = -1;
-    for (int t = 0; t < kTables; ++t)
-      if (table_used_[t] != step_ && (victim < 0 || table_used_[t] < table_used_[victim]))
-        victim = t;
-    FCP_CHECK(victim >= 0, "local search: more than " + std::to_string(kTables) +
-                               " dependency tables asked for in one step");
-    // Allocated on first use: small batches never use most of them.
+    if (table_of_[w] < 0) return Fill(w, owned);
+    Touch(table_of_[w]);
+    return table_of_[w];
+  }
+  // Table's miss: w's counts into the least recently used table (allocated
+  // on first use: small batches never use most of them).
+  int Fill(int32_t w, const std::vector<int32_t>& owned) {
+    const int victim = oldest_;
+    FCP_CHECK(table_used_[victim] != step_,
+              "local search: more than " + std::to_string(count_.size()) +
+                  " dependency tables asked for in one step");
     if (count_[victim].empty()) count_[victim].assign(tokens_.size(), 0);
     ClearTable(victim);
     if (table_worker_[victim] >= 0) table_of_[table_worker_[victim]] = -1;
     for (int32_t i : owned) AddDeps(victim, i, 1);
     table_worker_[victim] = w;
-    table_of_[w] = static_cast<int8_t>(victim);
-    table_used_[victim] = step_;
+    table_of_[w] = victim;
+    Touch(victim);
     return victim;
   }
 
@@ -545,6 +563,19 @@ class LoadModel {
     const int32_t d = x.take - x.give;
     return {heavy_count > 0, heavy_count + d > 0, light_count > 0, light_count - d > 0};
   }
+  // Marks table t asked for in this step, and makes it the most recently used.
+  void Touch(int t) {
+    table_used_[t] = step_;
+    if (t == newest_) return;
+    // Unlink (t is not the newest, so it has a newer neighbour) ...
+    (older_[t] >= 0 ? newer_[older_[t]] : oldest_) = newer_[t];
+    older_[newer_[t]] = older_[t];
+    // ... and append.
+    older_[t] = newest_;
+    newer_[t] = -1;
+    newer_[newest_] = t;
+    newest_ = t;
+  }
   // Puts w in changed() (once per evaluation).
   void Register(int32_t w) {
     if (delta_stamp_[w] == stamp_) return;
@@ -558,11 +589,14 @@ class LoadModel {
   const Csr& users_;
   const std::vector<int64_t>& tokens_;  // of each block
   Loads loads_;
-  std::array<std::vector<int32_t>, kTables> count_, filled_;
-  std::array<size_t, kTables> filled_size_{};  // filled_[t]'s entries in use
-  std::array<int32_t, kTables> table_worker_;  // whose counts each table holds, -1: none
-  std::vector<int8_t> table_of_;               // per worker: the table holding its counts, -1: none
-  std::array<uint64_t, kTables> table_used_;   // the step that last asked for it
+  std::vector<std::vector<int32_t>> count_, filled_;
+  std::vector<size_t> filled_size_;    // filled_[t]'s entries in use
+  std::vector<int32_t> table_worker_;  // whose counts each table holds, -1: none
+  std::vector<int32_t> table_of_;      // per worker: the table holding its counts, -1: none
+  std::vector<uint64_t> table_used_;   // the step that last asked for it
+  // Tables from the least to the most recently used: a doubly linked list.
+  std::vector<int32_t> newer_, older_;  // -1: none
+  int32_t oldest_ = -1, newest_ = -1;
   uint64_t step_ = 0;
   // The evaluated exchange.
   uint32_t stamp_ = 0;

@@ -36,7 +36,7 @@ struct Candidate {
   Candidate(const Candidate&) = delete;
   Candidate& operator=(const Candidate&) = delete;
 
-  detail::HeavySplit split;  // its split items (the sub-items are in sharding)
+  detail::HeavySplit split;  // its split items (their blocks are in sharding)
   detail::Sharding sharding;
   std::vector<RequiredPair> pairs;
   detail::AssignmentInput input;
@@ -195,9 +195,8 @@ std::unique_ptr<Candidate> Shard(detail::HeavySplit split, const std::vector<int
                                  const PlannerConfig& config, const Plan& header,
                                  const Common& common) {
   auto c = std::make_unique<Candidate>();
-  c->split.removed = split.removed;
-  c->split.splits = split.splits;
-  c->sharding = detail::FinishSharding(common.base, std::move(split), lengths);
+  c->split = std::move(split);
+  c->sharding = detail::FinishSharding(common.base, c->split, lengths);
   c->pairs = RequiredPairs(lengths, c->sharding.blocks, header.mask);
   c->input = InputOf(*c, lengths, config, header, common);
   c->search.emplace(c->input);

@@ -121,9 +121,11 @@ std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,
         if (n > 0) row.push_back({static_cast<int32_t>(q), it->block, n});
       }
     }
-    std::sort(row.begin(), row.end(), [](const RequiredPair& a, const RequiredPair& b) {
+    // Blocks numbered in token order (as the planner's are) give sorted rows.
+    const auto by_kv = [](const RequiredPair& a, const RequiredPair& b) {
       return a.kv_block < b.kv_block;
-    });
+    };
+    if (!std::is_sorted(row.begin(), row.end(), by_kv)) std::sort(row.begin(), row.end(), by_kv);
     for (const RequiredPair& p : row) {
       if (!pairs.empty() && pairs.back().q_block == p.q_block && pairs.back().kv_block == p.kv_block)
         pairs.back().token_pairs += p.token_pairs;

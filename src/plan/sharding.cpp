@@ -34,19 +34,34 @@ void AppendSegment(std::vector<Segment>& segments, int32_t seq, int64_t start, i
 class SegmentStream {
  public:
   explicit SegmentStream(std::span<const Segment> segments) : segments_(segments) {}
-  Block Take(int64_t count) {
-    Block block;
+  // Calls f(seq, start, length) for each run of the next `count` tokens.
+  template <typename F>
+  void Take(int64_t count, F f) {
     while (count > 0 && pos_ < segments_.size()) {
       const Segment& s = segments_[pos_];
       const int64_t take = std::min(count, s.length - offset_);
-      AppendSegment(block.segments, s.seq, s.start + offset_, take);
+      f(s.seq, s.start + offset_, take);
       count -= take;
       offset_ += take;
       if (offset_ == s.length) ++pos_, offset_ = 0;
     }
+  }
+  Block Take(int64_t count) {
+    Block block;
+    block.segments.reserve(Runs(count));  // one allocation, not one per doubling
+    Take(count, [&](int32_t seq, int64_t start, int64_t length) {
+      AppendSegment(block.segments, seq, start, length);
+    });
     return block;
   }
   bool empty() const { return pos_ == segments_.size(); }
+  // The runs the next `count` tokens span: at least Take's segments.
+  size_t Runs(int64_t count) const {
+    size_t runs = 0;
+    for (size_t pos = pos_; count > 0 && pos < segments_.size(); ++pos, ++runs)
+      count -= segments_[pos].length - (pos == pos_ ? offset_ : 0);
+    return runs;
+  }
 
  private:
   std::span<const Segment> segments_;
@@ -126,12 +141,16 @@ std::vector<SplitItem> ChooseSplits(const ShardBase& base, double bound, int32_t
 template <typename B>
 void AppendIsolated(B&& block, const std::vector<int64_t>& lengths, std::vector<Block>& out,
                     std::vector<int32_t>& ids) {
-  if (block.segments.size() < 2) {
+  const auto partial = std::count_if(block.segments.begin(), block.segments.end(),
+                                     [&](const Segment& s) { return s.length < lengths[s.seq]; });
+  // Nothing to isolate (or nothing else): the block as it is.
+  if (partial == 0 || block.segments.size() < 2) {
     ids.push_back(static_cast<int32_t>(out.size()));
     out.push_back(std::forward<B>(block));
     return;
   }
   Block whole;
+  whole.segments.reserve(block.segments.size() - static_cast<size_t>(partial));
   for (const Segment& s : block.segments) {
     if (s.length == lengths[s.seq]) {
       whole.segments.push_back(s);
@@ -144,6 +163,61 @@ void AppendIsolated(B&& block, const std::vector<int64_t>& lengths, std::vector<
     ids.push_back(static_cast<int32_t>(out.size()));
     out.push_back(std::move(whole));
   }
+}
+
+// A sub-item's part weighed without being built: its tokens and work.
+struct PartWeight {
+  int64_t tokens = 0, work = 0;
+};
+int64_t TokensOf(const Block& part) { return part.tokens(); }
+int64_t TokensOf(const PartWeight& part) { return part.tokens; }
+
+// Scratch of CutSubItems, reused across the splits of a batch.
+template <typename Part>
+struct CutScratch {
+  std::vector<Segment> filler_segments;
+  std::vector<std::vector<Part>> pieces;  // per block of the split item
+  std::vector<Part> parts;                // of one sub-item
+};
+
+// Cuts split `s` of `base` into its sub-items (sharding.h, SplitItem):
+// take(stream, tokens) makes a Part of the stream's next `tokens`, and
+// emit(parts) receives each sub-item's parts in order (pieces, then the
+// filler). Building the blocks and weighing them share this one cut.
+template <typename Part, typename Take, typename Emit>
+void CutSubItems(const ShardBase& base, const SplitItem& s, CutScratch<Part>& scratch, Take take,
+                 Emit emit) {
+  const ProtoItem& item = base.items[s.item];
+  const size_t p = s.piece_tokens.size();
+  scratch.filler_segments.clear();
+  for (size_t f : s.fillers)
+    for (const Block& x : base.items[f].blocks) Concatenate(x, scratch.filler_segments);
+  SegmentStream filler(scratch.filler_segments);
+  // Pieces of each block in token order; sub-item x takes piece x of the
+  // first block and piece p-1-x of a pair's second.
+  std::vector<std::vector<Part>>& pieces = scratch.pieces;
+  pieces.resize(item.blocks.size());
+  for (size_t k = 0; k < item.blocks.size(); ++k) {
+    SegmentStream stream(item.blocks[k].segments);
+    std::vector<Part>& cut = pieces[k];
+    cut.clear();
+    for (int64_t tokens : k == 0 ? s.piece_tokens : s.second_tokens)
+      cut.push_back(take(stream, tokens));
+    FCP_CHECK(stream.empty() && cut.size() == p, "a split block's pieces cover it");
+  }
+  std::vector<Part>& parts = scratch.parts;
+  for (size_t x = 0; x < p; ++x) {
+    parts.clear();
+    parts.push_back(std::move(pieces[0][x]));
+    if (pieces.size() == 2) parts.push_back(std::move(pieces[1][p - 1 - x]));
+    int64_t tokens = 0;
+    for (const Part& part : parts) tokens += TokensOf(part);
+    FCP_CHECK(tokens <= base.block_size, "a sub-item fits its slot");
+    if (tokens < base.block_size) parts.push_back(take(filler, base.block_size - tokens));
+    FCP_CHECK(TokensOf(parts.back()) > 0, "fillers complete every sub-item");
+    emit(parts);
+  }
+  FCP_CHECK(filler.empty(), "heavy-item fillers use every dissolved token");
 }
 
 }  // namespace
@@ -278,79 +352,65 @@ HeavySplit SplitHeavy(const ShardBase& base, const std::vector<int64_t>& lengths
 
 void BuildSubItems(const ShardBase& base, HeavySplit& split, const std::vector<int64_t>& lengths,
                    const Mask& mask) {
-  const int64_t b = base.block_size;
   split.added.clear();
   size_t sub_items = 0;
   for (const SplitItem& s : split.splits) sub_items += s.piece_tokens.size();
   split.added.reserve(sub_items);
-  // Scratch for every split (a batch has hundreds of them).
-  std::vector<Segment> filler_segments;
-  std::vector<std::vector<Block>> pieces;
-  for (const SplitItem& s : split.splits) {
-    const ProtoItem& item = base.items[s.item];
-    const size_t p = s.piece_tokens.size();
-    filler_segments.clear();
-    for (size_t f : s.fillers)
-      for (const Block& x : base.items[f].blocks) Concatenate(x, filler_segments);
-    SegmentStream filler(filler_segments);
-    // Pieces of each block in token order; sub-item x takes piece x of the
-    // first block and piece p-1-x of a pair's second.
-    pieces.resize(item.blocks.size());
-    for (size_t k = 0; k < item.blocks.size(); ++k) {
-      SegmentStream stream(item.blocks[k].segments);
-      std::vector<Block>& cut = pieces[k];
-      cut.clear();
-      for (int64_t tokens : k == 0 ? s.piece_tokens : s.second_tokens)
-        cut.push_back(stream.Take(tokens));
-      FCP_CHECK(stream.empty() && cut.size() == p, "a split block's pieces cover it");
-    }
-    for (size_t x = 0; x < p; ++x) {
-      ProtoItem sub;
-      sub.blocks.reserve(3);
-      sub.blocks.push_back(std::move(pieces[0][x]));
-      if (pieces.size() == 2) sub.blocks.push_back(std::move(pieces[1][p - 1 - x]));
-      int64_t tokens = 0;
-      for (const Block& blk : sub.blocks) tokens += blk.tokens();
-      FCP_CHECK(tokens <= b, "a sub-item fits its slot");
-      if (tokens < b) sub.blocks.push_back(filler.Take(b - tokens));
-      FCP_CHECK(sub.blocks.back().tokens() > 0, "fillers complete every sub-item");
-      for (const Block& blk : sub.blocks) sub.work += QueryWork(blk, lengths, mask);
-      split.added.push_back(std::move(sub));
-    }
-    FCP_CHECK(filler.empty(), "heavy-item fillers use every dissolved token");
-  }
+  // A part's work: its runs' allowed pairs, as QueryWork of its block would
+  // count them (exact integers, additive over runs).
+  const auto weigh = [&](SegmentStream& stream, int64_t tokens) {
+    PartWeight part;
+    stream.Take(tokens, [&](int32_t seq, int64_t start, int64_t length) {
+      part.tokens += length;
+      part.work += AllowedPairs(mask, {start, start + length}, {0, lengths[seq]});
+    });
+    return part;
+  };
+  CutScratch<PartWeight> scratch;
+  for (const SplitItem& s : split.splits)
+    CutSubItems(base, s, scratch, weigh, [&](const std::vector<PartWeight>& parts) {
+      ProtoItem& sub = split.added.emplace_back();
+      for (const PartWeight& part : parts) sub.work += part.work;
+    });
 }
 
-Sharding FinishSharding(const ShardBase& base, HeavySplit split,
+Sharding FinishSharding(const ShardBase& base, const HeavySplit& split,
                         const std::vector<int64_t>& lengths) {
   Sharding out;
   out.block_size = base.block_size;
   out.big_slots = base.big_slots;
   out.small_slots = base.small_slots;
   const std::vector<uint8_t>& removed = split.removed;
-  std::vector<ProtoItem>& added = split.added;
+  const std::vector<ProtoItem>& added = split.added;
 
   // Items: the kept ones, then the sub-items; their blocks with partial
   // segments isolated, numbered in item order for now.
   std::vector<Block> blocks;
   blocks.reserve(2 * (base.items.size() + added.size()));
   out.items.reserve(base.items.size() + added.size());
-  const auto start_item = [&](const ProtoItem& proto) -> Item& {
+  // `blocks`: the item's blocks before isolation (the common count after).
+  const auto start_item = [&](const ProtoItem& proto, size_t blocks) -> Item& {
     Item& item = out.items.emplace_back();
     item.slots = proto.slots;
     item.small = proto.small;
-    item.blocks.reserve(proto.blocks.size());
+    item.blocks.reserve(blocks);
     return item;
   };
   for (size_t i = 0; i < base.items.size(); ++i) {
     if (removed[i]) continue;
-    Item& item = start_item(base.items[i]);
+    Item& item = start_item(base.items[i], base.items[i].blocks.size());
     for (const Block& block : base.items[i].blocks) AppendIsolated(block, lengths, blocks, item.blocks);
   }
-  for (ProtoItem& proto : added) {
-    Item& item = start_item(proto);
-    for (Block& block : proto.blocks) AppendIsolated(std::move(block), lengths, blocks, item.blocks);
-  }
+  // The sub-items' blocks, cut from base's.
+  size_t next = 0;
+  const auto cut = [](SegmentStream& stream, int64_t tokens) { return stream.Take(tokens); };
+  CutScratch<Block> scratch;
+  for (const SplitItem& s : split.splits)
+    CutSubItems(base, s, scratch, cut, [&](std::vector<Block>& parts) {
+      Item& item = start_item(added[next++], parts.size());
+      for (Block& block : parts) AppendIsolated(std::move(block), lengths, blocks, item.blocks);
+    });
+  FCP_CHECK(next == added.size(), "split.added: one entry per sub-item");
 
   // 5. Final block ids in global token order (by sequence, then start: the
   //    blocks are disjoint, so the keys are distinct); items refer to them.

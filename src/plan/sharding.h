@@ -92,15 +92,18 @@ struct SplitItem {
 struct HeavySplit {
   std::vector<uint8_t> removed;   // per item of base
   std::vector<SplitItem> splits;  // equal pieces as made by SplitHeavy
-  std::vector<ProtoItem> added;   // the sub-items, p per split, in the order of splits
+  // The sub-items, p per split, in the order of splits: their slots and
+  // work, no blocks (FinishSharding cuts those; most candidates of a batch
+  // are weighed, and pruned, without them).
+  std::vector<ProtoItem> added;
 };
 HeavySplit SplitHeavy(const ShardBase& base, const std::vector<int64_t>& lengths, const Mask& mask,
                       double heavy_fraction, int32_t max_split);
-// Rebuilds split.added from split.splits, after their piece sizes changed.
+// Recomputes split.added from split.splits, after their piece sizes changed.
 void BuildSubItems(const ShardBase& base, HeavySplit& split, const std::vector<int64_t>& lengths,
                    const Mask& mask);
 // The final blocks and items: base's kept items, then the sub-items.
-Sharding FinishSharding(const ShardBase& base, HeavySplit split,
+Sharding FinishSharding(const ShardBase& base, const HeavySplit& split,
                         const std::vector<int64_t>& lengths);
 
 // Attention work of `block` as a query block against its whole sequences:
