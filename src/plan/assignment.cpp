@@ -257,9 +257,13 @@ class LoadModel {
   // partners of one step fit). A step's heavy worker is rarely the last
   // one's: with 32 tables half the lookups at N = 256 missed and refilled a
   // table, with one per worker 15% (the first of each worker per search).
-  // At N = 1024 (129 tables) more would cost more to allocate than they save.
+  // The budget is a trade of instructions for memory traffic: 16 MiB saved
+  // 1.1% of the instructions at N = 256 over 4 MiB, but zeroing the tables
+  // was then 42% of the planner's last-level cache write misses, and 4 MiB
+  // planned faster by the clock (N = 256: 19.3-20.6 ms against 20.3-20.9 ms
+  // at best of 40; N = 1024: 67-70 ms against 76-82 ms).
   static constexpr size_t kMinTables = 32;
-  static constexpr size_t kTableEntries = size_t{1} << 22;  // 16 MiB of counts
+  static constexpr size_t kTableEntries = size_t{1} << 20;  // 4 MiB of counts
   static_assert(kMinTables >= 1 + kSwapPartners);
 
   // Per-worker loads of a complete assignment, and for each K/V block how
