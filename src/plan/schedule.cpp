@@ -68,25 +68,36 @@ bool StrictlySorted(const std::vector<Transfer>& edges) {
 std::vector<Transfer> TransferEdges(const Plan& plan, const std::vector<RequiredPair>& pairs,
                                     const PairsByReceiver& g) {
   // Per receiver, the K/V blocks it needs from other workers, each once and
-  // ascending: (dst, block) order; a stable bucket sort by sender then gives
-  // (src, dst, block).
-  std::vector<Transfer> by_dst;
-  std::vector<int32_t> seen(plan.blocks.size(), -1), needed;
+  // ascending, all in one array receiver by receiver: (dst, block) order. A
+  // stable bucket sort by sender then gives (src, dst, block); the senders'
+  // edge counts are taken on the way.
+  std::vector<int32_t> needed, needed_begin(static_cast<size_t>(plan.workers) + 1, 0);
+  std::vector<int32_t> seen(plan.blocks.size(), -1);
+  std::vector<int32_t> from(static_cast<size_t>(plan.workers) + 1, 0);  // edges of sender s: from[s + 1]
+  needed.reserve(pairs.size());  // at most one edge per pair; only the used part is touched
   for (int32_t w = 0; w < plan.workers; ++w) {
-    needed.clear();
+    const auto begin = static_cast<int32_t>(needed.size());
+    needed_begin[w] = begin;
     g.ForEachPair(w, [&](int32_t k) {
       const int32_t kv = pairs[k].kv_block;
       if (g.owner[kv] == w || seen[kv] == w) return;
       seen[kv] = w;
       needed.push_back(kv);
+      ++from[g.owner[kv] + 1];
     });
-    std::sort(needed.begin(), needed.end());
-    for (int32_t kv : needed) by_dst.push_back({kv, g.owner[kv], w});
+    // Often already sorted: the rows of a worker's consecutive query blocks
+    // of one sequence list their new K/V blocks in ascending order.
+    if (!std::is_sorted(needed.begin() + begin, needed.end()))
+      std::sort(needed.begin() + begin, needed.end());
   }
-  const Buckets by_src =
-      BucketBy(plan.workers, by_dst.size(), [&](int32_t e) { return by_dst[e].src; });
-  std::vector<Transfer> edges(by_dst.size());
-  for (size_t e = 0; e < edges.size(); ++e) edges[e] = by_dst[by_src.items[e]];
+  needed_begin[plan.workers] = static_cast<int32_t>(needed.size());
+  for (int32_t s = 0; s < plan.workers; ++s) from[s + 1] += from[s];
+  std::vector<Transfer> edges(needed.size());
+  for (int32_t w = 0; w < plan.workers; ++w)
+    for (int32_t i = needed_begin[w]; i < needed_begin[w + 1]; ++i) {
+      const int32_t kv = needed[i], src = g.owner[kv];
+      edges[from[src]++] = {kv, src, w};
+    }
   return edges;
 }
 
@@ -105,9 +116,11 @@ void BuildStagesFromSubStages(Plan& plan, const std::vector<RequiredPair>& pairs
   plan.forward.assign(transfer_stages + 1, ForwardStage{});
   plan.backward.assign(transfer_stages > 0 ? transfer_stages + 2 : 1, BackwardStage{});
   std::vector<int32_t> edge_stage(edges.size());
+  std::vector<int32_t> sends(plan.forward.size(), 0), computes(plan.forward.size(), 0);
   for (size_t e = 0; e < edges.size(); ++e) {
     FCP_CHECK(sub_stage[e] >= 0 && sub_stage[e] < sub_stages, "sub-stage out of range");
     edge_stage[e] = sub_stage[e] / c;
+    ++sends[edge_stage[e]];
   }
 
   // Edges by receiver; a stable bucket sort of the (src, dst, block)-sorted
@@ -136,33 +149,37 @@ void BuildStagesFromSubStages(Plan& plan, const std::vector<RequiredPair>& pairs
   // one pass, at the efficiency of the whole short sequence instead of two
   // fragments (Figure 10: 89% -> 92%). Blocks of long sequences keep their
   // local pairs in stage 0, where they hide the first transfers.
-  std::vector<int32_t> last_remote(plan.blocks.size(), 0);
-  for (size_t k = 0; k < pairs.size(); ++k)
-    last_remote[pairs[k].q_block] = std::max(last_remote[pairs[k].q_block], pair_stage[k]);
-  for (size_t k = 0; k < pairs.size(); ++k) {
-    const Block& q = plan.blocks[pairs[k].q_block];
-    if (pair_stage[k] == 0 && q.segments.size() == 1 &&
-        plan.sequences[q.segments[0].seq] < plan.block_size)
-      pair_stage[k] = last_remote[pairs[k].q_block];
+  for (size_t q = 0; q + 1 < g.row_begin.size(); ++q) {
+    const Block& block = plan.blocks[q];
+    const auto row = std::span(pair_stage).subspan(g.row_begin[q], g.row_begin[q + 1] - g.row_begin[q]);
+    if (block.segments.size() == 1 && plan.sequences[block.segments[0].seq] < plan.block_size) {
+      const int32_t last_remote = row.empty() ? 0 : *std::max_element(row.begin(), row.end());
+      for (int32_t& stage : row)
+        if (stage == 0) stage = last_remote;
+    }
+    for (int32_t stage : row) ++computes[stage];
   }
 
-  // Exact sizes first: the lists are long and filled one element at a time.
-  std::vector<size_t> sends(plan.forward.size(), 0), computes(plan.forward.size(), 0);
-  for (int32_t stage : edge_stage) ++sends[stage];
-  for (int32_t stage : pair_stage) ++computes[stage];
+  // Each stage's lists at their exact sizes, filled through a cursor per
+  // stage. Visiting edges and pairs in their sorted orders (the dK/dV edges
+  // by receiver, reversed) leaves every stage's lists sorted.
+  std::vector<Transfer*> send_at(plan.forward.size()), send_dkv_at(plan.forward.size());
+  std::vector<BlockPair*> compute_at(plan.forward.size());
   for (size_t s = 0; s < plan.forward.size(); ++s) {
-    plan.forward[s].send.reserve(sends[s]);
-    if (sends[s] > 0) plan.backward[s + 2].send_dkv.reserve(sends[s]);
-    plan.forward[s].compute.reserve(computes[s]);
+    plan.forward[s].send.resize(sends[s]);
+    plan.forward[s].compute.resize(computes[s]);
+    send_at[s] = plan.forward[s].send.data();
+    compute_at[s] = plan.forward[s].compute.data();
+    if (sends[s] > 0) {  // only stages below transfer_stages send, so s + 2 exists
+      plan.backward[s + 2].send_dkv.resize(sends[s]);
+      send_dkv_at[s] = plan.backward[s + 2].send_dkv.data();
+    }
   }
-  // Visiting edges and pairs in their sorted orders (the dK/dV edges by
-  // receiver, reversed) leaves every stage's lists sorted.
-  for (size_t e = 0; e < edges.size(); ++e) plan.forward[edge_stage[e]].send.push_back(edges[e]);
+  for (size_t e = 0; e < edges.size(); ++e) *send_at[edge_stage[e]]++ = edges[e];
   for (int32_t e : edges_to.items)
-    plan.backward[edge_stage[e] + 2].send_dkv.push_back(
-        {edges[e].block, edges[e].dst, edges[e].src});
+    *send_dkv_at[edge_stage[e]]++ = {edges[e].block, edges[e].dst, edges[e].src};
   for (size_t k = 0; k < pairs.size(); ++k)
-    plan.forward[pair_stage[k]].compute.push_back({pairs[k].q_block, pairs[k].kv_block});
+    *compute_at[pair_stage[k]]++ = {pairs[k].q_block, pairs[k].kv_block};
   // The backward pulls the same K/V and computes the same pairs, stage by stage.
   for (size_t s = 0; s < plan.forward.size(); ++s) {
     plan.backward[s].send_kv = plan.forward[s].send;
