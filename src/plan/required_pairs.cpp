@@ -44,8 +44,11 @@ SequenceIndex::SequenceIndex(const std::vector<int64_t>& sequences,
       pieces_[fill[s.seq]++] = {s.start, s.length, static_cast<int32_t>(b)};
   for (size_t seq = 0; seq < sequences.size(); ++seq) {
     const auto pieces = std::span(pieces_).subspan(begin_[seq], begin_[seq + 1] - begin_[seq]);
-    std::sort(pieces.begin(), pieces.end(),
-              [](const Piece& a, const Piece& b) { return a.start < b.start; });
+    // Most sequences have one piece, and blocks numbered in token order (as
+    // the planner's are) list the others in order already.
+    const auto by_start = [](const Piece& a, const Piece& b) { return a.start < b.start; };
+    if (!std::is_sorted(pieces.begin(), pieces.end(), by_start))
+      std::sort(pieces.begin(), pieces.end(), by_start);
     int64_t next = 0;
     for (const Piece& p : pieces) {
       if (p.start < next)
