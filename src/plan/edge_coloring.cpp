@@ -23,13 +23,16 @@ class ColorTable {
   int32_t at(int32_t vertex, int32_t color) const {
     return at_[static_cast<size_t>(vertex) * colors_ + color];
   }
+  // Colours are never negative: unsigned, / and % by 64 are shifts and masks.
   void set(int32_t vertex, int32_t color, int32_t edge) {
-    at_[static_cast<size_t>(vertex) * colors_ + color] = edge;
-    used_[static_cast<size_t>(vertex) * words_ + color / 64] |= uint64_t{1} << (color % 64);
+    const auto c = static_cast<uint32_t>(color);
+    at_[static_cast<size_t>(vertex) * colors_ + c] = edge;
+    used_[static_cast<size_t>(vertex) * words_ + c / 64] |= uint64_t{1} << (c % 64);
   }
   void release(int32_t vertex, int32_t color) {
-    at_[static_cast<size_t>(vertex) * colors_ + color] = kNone;
-    used_[static_cast<size_t>(vertex) * words_ + color / 64] &= ~(uint64_t{1} << (color % 64));
+    const auto c = static_cast<uint32_t>(color);
+    at_[static_cast<size_t>(vertex) * colors_ + c] = kNone;
+    used_[static_cast<size_t>(vertex) * words_ + c / 64] &= ~(uint64_t{1} << (c % 64));
   }
   // Smallest colour free at `a` and (if b >= 0) at `b`, or colors_ if none.
   int32_t free_color(int32_t a, int32_t b = -1) const {
@@ -67,7 +70,10 @@ int32_t MaxDegree(int32_t left_count, int32_t right_count,
 
 EdgeColoring ColorBipartiteEdges(int32_t left_count, int32_t right_count,
                                  const std::vector<BipartiteEdge>& edges) {
-  for (size_t e = 0; e < edges.size(); ++e)
+  // Checked and counted in one pass: num_colors is MaxDegree.
+  std::vector<int32_t> degree(static_cast<size_t>(left_count) + right_count, 0);
+  int32_t max_degree = 0;
+  for (size_t e = 0; e < edges.size(); ++e) {
     if (edges[e].left < 0 || edges[e].left >= left_count || edges[e].right < 0 ||
         edges[e].right >= right_count)
       throw Error(ErrorCode::kInvalidArgument,
@@ -75,8 +81,11 @@ EdgeColoring ColorBipartiteEdges(int32_t left_count, int32_t right_count,
                       std::to_string(edges[e].left) + ", " + std::to_string(edges[e].right) +
                       ") has an endpoint outside " + std::to_string(left_count) + " x " +
                       std::to_string(right_count));
+    max_degree = std::max(max_degree, ++degree[edges[e].left]);
+    max_degree = std::max(max_degree, ++degree[left_count + edges[e].right]);
+  }
   EdgeColoring result;
-  result.num_colors = MaxDegree(left_count, right_count, edges);
+  result.num_colors = max_degree;
   result.color.assign(edges.size(), kNone);
   ColorTable table(left_count + right_count, result.num_colors);
   const auto other_end = [&](int32_t edge, int32_t vertex) {
