@@ -46,15 +46,18 @@ PairsByReceiver GroupPairs(const Plan& plan, const std::vector<RequiredPair>& pa
     g.owner[b] = plan.blocks[b].worker;
     FCP_CHECK(g.owner[b] >= 0 && g.owner[b] < plan.workers, "block owners in [0, workers)");
   }
+  // Rows by a scan of the sorted pairs: row_begin[b + 1] is the number of
+  // pairs with q_block <= b.
   g.row_begin.assign(static_cast<size_t>(blocks) + 1, 0);
+  int32_t q = 0;  // row_begin[1 .. q] are set
   for (size_t k = 0; k < pairs.size(); ++k) {
     const RequiredPair& p = pairs[k];
     FCP_CHECK(p.q_block >= 0 && p.q_block < blocks && p.kv_block >= 0 && p.kv_block < blocks,
               "pair blocks in range");
-    FCP_CHECK(k == 0 || pairs[k - 1].q_block <= p.q_block, "pairs sorted by q_block");
-    ++g.row_begin[p.q_block + 1];
+    FCP_CHECK(p.q_block >= q, "pairs sorted by q_block");
+    for (; q < p.q_block; ++q) g.row_begin[q + 1] = static_cast<int32_t>(k);
   }
-  for (int32_t b = 0; b < blocks; ++b) g.row_begin[b + 1] += g.row_begin[b];
+  for (; q < blocks; ++q) g.row_begin[q + 1] = static_cast<int32_t>(pairs.size());
   g.blocks_of = BucketBy(plan.workers, plan.blocks.size(), [&](int32_t b) { return g.owner[b]; });
   return g;
 }
