@@ -109,31 +109,42 @@ std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,
                 "required pairs: these blocks give " + std::to_string(candidates) +
                     " candidate block pairs, more than 2^27 can be listed in memory; use larger "
                     "blocks");
+  // Each query block's row is listed straight into `pairs` (reserved for
+  // every candidate, so never moved), then sorted and merged in place.
   std::vector<RequiredPair> pairs;
   pairs.reserve(static_cast<size_t>(candidates));
-  std::vector<RequiredPair> row;  // pairs of one query block, merged before appending
   const PieceRange* next_segment = key_pieces.data();
   for (size_t q = 0; q < blocks.size(); ++q) {
-    row.clear();
+    const size_t row_begin = pairs.size();
     for (const Segment& s : blocks[q].segments) {
       const TokenRange queries{s.start, s.start + s.length};
       const auto [first, last] = *next_segment++;
       for (const SequenceIndex::Piece* it = first; it != last; ++it) {
         const int64_t n =
             AllowedPairs(mask, queries, TokenRange{it->start, it->start + it->length});
-        if (n > 0) row.push_back({static_cast<int32_t>(q), it->block, n});
+        if (n > 0) pairs.push_back({static_cast<int32_t>(q), it->block, n});
       }
     }
     // Blocks numbered in token order (as the planner's are) give sorted rows.
+    const auto row = pairs.begin() + static_cast<std::ptrdiff_t>(row_begin);
     const auto by_kv = [](const RequiredPair& a, const RequiredPair& b) {
       return a.kv_block < b.kv_block;
     };
-    if (!std::is_sorted(row.begin(), row.end(), by_kv)) std::sort(row.begin(), row.end(), by_kv);
-    for (const RequiredPair& p : row) {
-      if (!pairs.empty() && pairs.back().q_block == p.q_block && pairs.back().kv_block == p.kv_block)
-        pairs.back().token_pairs += p.token_pairs;
-      else
-        pairs.push_back(p);
+    if (!std::is_sorted(row, pairs.end(), by_kv)) std::sort(row, pairs.end(), by_kv);
+    // A K/V block met through two pieces (of one sequence or two): one pair,
+    // the sum. Rare: most rows have no neighbours to merge.
+    const auto same_kv = [](const RequiredPair& a, const RequiredPair& b) {
+      return a.kv_block == b.kv_block;
+    };
+    auto out = std::adjacent_find(row, pairs.end(), same_kv);
+    if (out != pairs.end()) {
+      for (auto it = out + 1; it != pairs.end(); ++it) {
+        if (it->kv_block == out->kv_block)
+          out->token_pairs += it->token_pairs;
+        else
+          *++out = *it;
+      }
+      pairs.erase(out + 1, pairs.end());
     }
   }
   return pairs;
