@@ -76,7 +76,9 @@ std::vector<Transfer> TransferEdges(const Plan& plan, const std::vector<Required
   // edge counts are taken on the way.
   std::vector<int32_t> needed, needed_begin(static_cast<size_t>(plan.workers) + 1, 0);
   std::vector<int32_t> seen(plan.blocks.size(), -1);
-  std::vector<int32_t> from(static_cast<size_t>(plan.workers) + 1, 0);  // edges of sender s: from[s + 1]
+  // Sender s's edge count goes to from[s + 1]; the prefix sums then make
+  // from[s] where its edges start.
+  std::vector<int32_t> from(static_cast<size_t>(plan.workers) + 1, 0);
   needed.reserve(pairs.size());  // at most one edge per pair; only the used part is touched
   for (int32_t w = 0; w < plan.workers; ++w) {
     const auto begin = static_cast<int32_t>(needed.size());
@@ -154,7 +156,8 @@ void BuildStagesFromSubStages(Plan& plan, const std::vector<RequiredPair>& pairs
   // local pairs in stage 0, where they hide the first transfers.
   for (size_t q = 0; q + 1 < g.row_begin.size(); ++q) {
     const Block& block = plan.blocks[q];
-    const auto row = std::span(pair_stage).subspan(g.row_begin[q], g.row_begin[q + 1] - g.row_begin[q]);
+    const auto row =
+        std::span(pair_stage).subspan(g.row_begin[q], g.row_begin[q + 1] - g.row_begin[q]);
     if (block.segments.size() == 1 && plan.sequences[block.segments[0].seq] < plan.block_size) {
       const int32_t last_remote = row.empty() ? 0 : *std::max_element(row.begin(), row.end());
       for (int32_t& stage : row)
