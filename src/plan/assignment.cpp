@@ -443,6 +443,8 @@ class LoadModel {
       if (x.moved_stamp != stamp) {
         // Heavy's and light's receiving kv changes; its owner sends it
         // accordingly (other receivers are unchanged). Most blocks: no change.
+        // (Members' after - before, in ints: through the struct of bools
+        // planning took 1.8% more instructions at N = 256.)
         const int32_t hc = heavy_count[kv], lc = light_count[kv], d = x.take - x.give;
         const int dh = (hc + d > 0) - (hc > 0), dl = (lc - d > 0) - (lc > 0);
         if ((dh | dl) == 0) continue;
