@@ -191,6 +191,9 @@ contains "compare unknown planner" "$tmp/stderr" "nope"
 expect 1 "negative network ratio" -- plan --lengths "$tmp/lengths.txt" --workers 4 \
   --network-flops-per-byte -1 --out "$tmp/x.json"
 contains "negative network ratio" "$tmp/stderr" "network_flops_per_byte must be >= 0"
+expect 1 "negative rescue limit" -- plan --lengths "$tmp/lengths.txt" --workers 4 \
+  --rescue-max-split -1 --out "$tmp/x.json"
+contains "negative rescue limit" "$tmp/stderr" "rescue_max_split must be >= 0"
 expect 1 "compare: negative network ratio" -- compare --workers 2 --planners fcp \
   --network-flops-per-byte -1
 [[ -e "$tmp/x.json" ]] && fail "a failed plan command left $tmp/x.json behind"

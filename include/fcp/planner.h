@@ -67,6 +67,11 @@ struct PlannerConfig {
   // if none is, the most balanced. >= 1: no bound (time mode: fastest
   // planning, the plan with the lowest cost whatever its balance).
   double max_imbalance = 0.05;
+  // FCP only: a plan still outside max_imbalance is planned again with heavy
+  // blocks cut into any number of pieces up to 3, 5, 6, 8 in turn, not above
+  // this, until one plan is within it (up to 2048 workers; each try costs
+  // about one planning of the batch). 0 = never.
+  int32_t rescue_max_split = 8;
   // FCP only: local-search moves/swaps after the greedy assignment (0 = off).
   int32_t local_search_rounds = 2;
   // FCP only: after the assignment, exchanges that bring blocks back to

@@ -384,7 +384,8 @@ def plan(lengths: Iterable[int], workers: int, block_size: int = 4096, coalesce:
          max_split: Optional[int] = None, local_search: Optional[int] = None,
          network_flops_per_byte: Optional[float] = None,
          max_imbalance: Optional[float] = None,
-         reshuffle_locality: Optional[bool] = None) -> Plan:
+         reshuffle_locality: Optional[bool] = None,
+         rescue_max_split: Optional[int] = None) -> Plan:
     """Plans one batch: the same as ``fcp plan`` with the same arguments.
 
     lengths: one positive int per sequence, in dataloader order (list or numpy array).
@@ -394,12 +395,13 @@ def plan(lengths: Iterable[int], workers: int, block_size: int = 4096, coalesce:
     token_cap: most tokens per worker (None: ceil(T/N)).
     planner: see :func:`planners`. check: validate the result (debug self-check).
     heavy_fraction, max_split, local_search, network_flops_per_byte,
-    max_imbalance, reshuffle_locality: the FCP planner's tuning knobs
-    (``--heavy-fraction``, ``--max-split``, ``--local-search``,
+    max_imbalance, reshuffle_locality, rescue_max_split: the FCP planner's
+    tuning knobs (``--heavy-fraction``, ``--max-split``, ``--local-search``,
     ``--network-flops-per-byte`` (0: balance mode), ``--max-imbalance``
     (>= 1: time mode), ``--reshuffle-locality`` (False when the training loop
-    feeds tokens in the plan's layout); docs/planner.md); None keeps the
-    library's default.
+    feeds tokens in the plan's layout), ``--rescue-max-split`` (0: no
+    re-planning of plans outside the bound); docs/planner.md); None keeps
+    the library's default.
     The GIL is released while the planner runs.
     """
     mask = _str("mask", mask)
@@ -420,7 +422,8 @@ def plan(lengths: Iterable[int], workers: int, block_size: int = 4096, coalesce:
         None if network_flops_per_byte is None else _float("network_flops_per_byte",
                                                            network_flops_per_byte),
         None if max_imbalance is None else _float("max_imbalance", max_imbalance),
-        None if reshuffle_locality is None else _bool("reshuffle_locality", reshuffle_locality)))
+        None if reshuffle_locality is None else _bool("reshuffle_locality", reshuffle_locality),
+        None if rescue_max_split is None else _int("rescue_max_split", rescue_max_split)))
 
 
 def simulate(plan: Plan, profile: str = "gpu-x", reshuffle: str = "overlap",

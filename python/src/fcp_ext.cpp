@@ -271,7 +271,8 @@ std::unique_ptr<PlanHandle> MakePlanHandle(nb::handle lengths, int64_t workers, 
                                            std::optional<int64_t> local_search,
                                            std::optional<double> network_flops_per_byte,
                                            std::optional<double> max_imbalance,
-                                           std::optional<bool> reshuffle_locality) {
+                                           std::optional<bool> reshuffle_locality,
+                                           std::optional<int64_t> rescue_max_split) {
   PlannerConfig config;
   config.workers = ToInt32("plan", "workers", workers);
   config.block_size = block_size;
@@ -292,6 +293,8 @@ std::unique_ptr<PlanHandle> MakePlanHandle(nb::handle lengths, int64_t workers, 
   if (network_flops_per_byte) config.network_flops_per_byte = *network_flops_per_byte;
   if (max_imbalance) config.max_imbalance = *max_imbalance;
   if (reshuffle_locality) config.reshuffle_locality = *reshuffle_locality;
+  if (rescue_max_split)
+    config.rescue_max_split = ToInt32("plan", "rescue_max_split", *rescue_max_split);
   const std::vector<int64_t> values = LengthsFrom(lengths);
   return WithoutGil([&] {
     const auto start = std::chrono::steady_clock::now();
@@ -540,7 +543,7 @@ NB_MODULE(_fcp, m) {
         nb::arg("planner"), nb::arg("check"), nb::arg("heavy_fraction").none(),
         nb::arg("max_split").none(), nb::arg("local_search").none(),
         nb::arg("network_flops_per_byte").none(), nb::arg("max_imbalance").none(),
-        nb::arg("reshuffle_locality").none());
+        nb::arg("reshuffle_locality").none(), nb::arg("rescue_max_split").none());
 
   m.def("from_json", [](const std::string& text) {
     return WithoutGil([&] {

@@ -35,6 +35,7 @@ CONFIGS = [
     ({"workers": 9, "network_flops_per_byte": 0}, ["--network-flops-per-byte", 0]),
     ({"workers": 9, "network_flops_per_byte": 3000.5}, ["--network-flops-per-byte", 3000.5]),
     ({"workers": 9, "max_imbalance": 1}, ["--max-imbalance", 1]),
+    ({"workers": 9, "rescue_max_split": 0}, ["--rescue-max-split", 0]),
     ({"workers": 9, "reshuffle_locality": False}, ["--reshuffle-locality", "false"]),
     *[({"workers": 8, "planner": name}, ["--planner", name])
       for name in ["ring", "bytescale", "wlb", "magi", "fcp-nocoalesce"]],

@@ -26,6 +26,7 @@ PLAN_ERRORS = [
     ({"workers": 2, "network_flops_per_byte": -1}, ["--workers", 2, "--network-flops-per-byte", -1],
      ValueError),
     ({"workers": 2, "local_search": -3}, ["--workers", 2, "--local-search", -3], ValueError),
+    ({"workers": 2, "rescue_max_split": -1}, ["--workers", 2, "--rescue-max-split", -1], ValueError),
     ({"workers": 2, "max_imbalance": -1}, ["--workers", 2, "--max-imbalance", -1], ValueError),
 ]
 

@@ -91,7 +91,7 @@ bool AllFull(const ProtoItem& item, int64_t b) {
 // sub-items, and the lightest one-slot items that complete them (fillers).
 // Marks both in `removed`; the pieces are equal.
 std::vector<SplitItem> ChooseSplits(const ShardBase& base, double bound, int32_t split_limit,
-                                    std::vector<uint8_t>& removed) {
+                                    PieceCounts counts, std::vector<uint8_t>& removed) {
   const std::vector<ProtoItem>& items = base.items;
   const int64_t b = base.block_size;
   std::vector<size_t> light = base.light;  // lightest last
@@ -101,7 +101,8 @@ std::vector<SplitItem> ChooseSplits(const ShardBase& base, double bound, int32_t
     if (static_cast<double>(item.work) <= bound) break;
     if (item.small || !AllFull(item, b) || removed[i]) continue;
     int32_t p = 2;
-    while (p < split_limit && static_cast<double>(item.work) / p > bound) p *= 2;
+    while (p < split_limit && static_cast<double>(item.work) / p > bound)
+      p = counts == PieceCounts::kPowersOfTwo ? p * 2 : p + 1;
     if (p > split_limit) break;
     const size_t fillers_needed = static_cast<size_t>(p - item.slots);
     // Fillers must come from items lighter than the sub-items they complete.
@@ -335,16 +336,21 @@ ShardBase ShardSteps123(const std::vector<int64_t>& lengths, int64_t block_size,
 }
 
 HeavySplit SplitHeavy(const ShardBase& base, const std::vector<int64_t>& lengths, const Mask& mask,
-                      double heavy_fraction, int32_t max_split) {
+                      double heavy_fraction, int32_t max_split, PieceCounts counts) {
   HeavySplit split;
   split.removed.assign(base.items.size(), 0);
   if (heavy_fraction > 0 && max_split >= 2) {
     int32_t split_limit = 1;
-    while (split_limit * 2 <= max_split && base.block_size / (split_limit * 2) >= kMinPieceTokens)
-      split_limit *= 2;
+    if (counts == PieceCounts::kPowersOfTwo) {
+      while (split_limit * 2 <= max_split && base.block_size / (split_limit * 2) >= kMinPieceTokens)
+        split_limit *= 2;
+    } else {
+      split_limit = static_cast<int32_t>(
+          std::min<int64_t>(max_split, std::max<int64_t>(1, base.block_size / kMinPieceTokens)));
+    }
     if (split_limit >= 2)
       split.splits = ChooseSplits(base, heavy_fraction * base.total_work / base.workers,
-                                  split_limit, split.removed);
+                                  split_limit, counts, split.removed);
   }
   BuildSubItems(base, split, lengths, mask);
   return split;

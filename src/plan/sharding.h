@@ -97,8 +97,13 @@ struct HeavySplit {
   // are weighed, and pruned, without them).
   std::vector<ProtoItem> added;
 };
+// How many pieces a heavy item may be cut into: the fewest power of two, or
+// the fewest count, that brings a piece under the heavy bound, at most the
+// split limit.
+enum class PieceCounts { kPowersOfTwo, kAny };
 HeavySplit SplitHeavy(const ShardBase& base, const std::vector<int64_t>& lengths, const Mask& mask,
-                      double heavy_fraction, int32_t max_split);
+                      double heavy_fraction, int32_t max_split,
+                      PieceCounts counts = PieceCounts::kPowersOfTwo);
 // Recomputes split.added from split.splits, after their piece sizes changed.
 void BuildSubItems(const ShardBase& base, HeavySplit& split, const std::vector<int64_t>& lengths,
                    const Mask& mask);

@@ -59,7 +59,7 @@ void AddPlanCommands(CLI::App& app) {
   plan->add_option("--heavy-fraction", config.heavy_fraction,
                    "fcp: split query blocks heavier than this fraction of a worker's mean work (0 = never)")
       ->capture_default_str();
-  plan->add_option("--max-split", config.max_split, "fcp: most pieces a heavy block is split into")
+  plan->add_option("--max-split", config.max_split, "fcp: most pieces a heavy block is split into (but see --rescue-max-split)")
       ->capture_default_str();
   plan->add_option("--network-flops-per-byte", config.network_flops_per_byte,
                    "fcp: attention FLOPs per network byte of the cluster; picks the heavy-block "
@@ -68,6 +68,10 @@ void AddPlanCommands(CLI::App& app) {
   plan->add_option("--max-imbalance", config.max_imbalance,
                    "fcp: with a network ratio, the cheapest plan whose compute and traffic "
                    "imbalance are within this (>= 1: no bound)")
+      ->capture_default_str();
+  plan->add_option("--rescue-max-split", config.rescue_max_split,
+                   "fcp: a plan outside --max-imbalance is planned again with heavy blocks in "
+                   "3, 5, 6, 8 pieces (not above this) until one is within it (0 = never)")
       ->capture_default_str();
   plan->add_option("--local-search", config.local_search_rounds,
                    "fcp: local-search effort after the greedy assignment (0 = off)")
