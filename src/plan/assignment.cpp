@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <variant>
 
 #include "buckets.h"
 #include "fcp/error.h"
@@ -240,6 +241,45 @@ class Slots {
   int64_t pairs_needed_ = 0;  // two-slot items not yet placed
 };
 
+// Per-worker loads of a complete assignment, and for each K/V block how
+// many workers own a block that needs it: where a search starts.
+struct Loads {
+  std::vector<int32_t> owner;  // owner[block]
+  std::vector<double> compute, traffic;
+  std::vector<int32_t> needers;
+};
+Loads CountLoads(const AssignmentInput& in, const Csr& users, const std::vector<int64_t>& tokens,
+                 std::vector<int32_t> owner) {
+  const int32_t blocks = static_cast<int32_t>(owner.size());
+  Loads loads{std::move(owner), std::vector<double>(in.workers, 0),
+              std::vector<double>(in.workers, 0), std::vector<int32_t>(blocks, 0)};
+  for (int32_t b = 0; b < blocks; ++b) loads.compute[loads.owner[b]] += in.block_work[b];
+  // A transfer owner(kv) -> w for every worker w != owner(kv) that owns a
+  // block needing kv. (Token counts are integers, exact in doubles: the
+  // owner's sends can be summed as a product.)
+  std::vector<int32_t> seen(in.workers, -1);
+  const int32_t* const owner_of = loads.owner.data();
+  double* const traffic = loads.traffic.data();
+  for (int32_t kv = 0; kv < blocks; ++kv) {
+    const int32_t kv_owner = owner_of[kv];
+    const double t = static_cast<double>(tokens[kv]);
+    int32_t needers = 0, receivers = 0;
+    for (int32_t q : users.row(kv)) {
+      const int32_t w = owner_of[q];
+      if (seen[w] == kv) continue;
+      seen[w] = kv;
+      ++needers;
+      if (w != kv_owner) {
+        traffic[w] += t;
+        ++receivers;
+      }
+    }
+    loads.needers[kv] = needers;
+    traffic[kv_owner] += receivers * t;
+  }
+  return loads;
+}
+
 // Per-worker compute and traffic of a complete assignment, and the exact
 // effect of exchanging items between two workers, found without applying it:
 // only the transfers of the moved blocks and of the K/V blocks they need
@@ -250,6 +290,15 @@ class Slots {
 // evaluation costs O(dependencies of the moved items) array accesses, no
 // hashing. All loads are sums of integers, exact in doubles, so the result
 // equals applying the exchange block by block.
+//
+// Counter: the type of a count, wide enough for the most blocks of one
+// worker that can need one K/V block (Assigner::MostCount). The narrowest
+// that fits (uint8_t on the paper's batches, N = 16 to 4096) keeps more of the
+// tables in cache: their misses were most of Fill's time and a quarter of
+// Evaluate's. Counts are added and removed one item at a time, so a count
+// may pass the bound midway through Apply; unsigned counts wrap modulo
+// their width and are exact again when Apply returns.
+template <typename Counter>
 class LoadModel {
  public:
   // Dependency-count tables cached: one per worker where kTableEntries
@@ -263,47 +312,8 @@ class LoadModel {
   // planned faster by the clock (N = 256: 19.3-20.6 ms against 20.3-20.9 ms
   // at best of 40; N = 1024: 67-70 ms against 76-82 ms).
   static constexpr size_t kMinTables = 32;
-  static constexpr size_t kTableEntries = size_t{1} << 20;  // 4 MiB of counts
+  static constexpr size_t kTableEntries = size_t{1} << 20;  // 4 MiB of int32_t counts
   static_assert(kMinTables >= 1 + kSwapPartners);
-
-  // Per-worker loads of a complete assignment, and for each K/V block how
-  // many workers own a block that needs it: where a search starts.
-  struct Loads {
-    std::vector<int32_t> owner;  // owner[block]
-    std::vector<double> compute, traffic;
-    std::vector<int32_t> needers;
-  };
-  static Loads Count(const AssignmentInput& in, const Csr& users,
-                     const std::vector<int64_t>& tokens, std::vector<int32_t> owner) {
-    const int32_t blocks = static_cast<int32_t>(owner.size());
-    Loads loads{std::move(owner), std::vector<double>(in.workers, 0),
-                std::vector<double>(in.workers, 0), std::vector<int32_t>(blocks, 0)};
-    for (int32_t b = 0; b < blocks; ++b) loads.compute[loads.owner[b]] += in.block_work[b];
-    // A transfer owner(kv) -> w for every worker w != owner(kv) that owns a
-    // block needing kv. (Token counts are integers, exact in doubles: the
-    // owner's sends can be summed as a product.)
-    std::vector<int32_t> seen(in.workers, -1);
-    const int32_t* const owner_of = loads.owner.data();
-    double* const traffic = loads.traffic.data();
-    for (int32_t kv = 0; kv < blocks; ++kv) {
-      const int32_t kv_owner = owner_of[kv];
-      const double t = static_cast<double>(tokens[kv]);
-      int32_t needers = 0, receivers = 0;
-      for (int32_t q : users.row(kv)) {
-        const int32_t w = owner_of[q];
-        if (seen[w] == kv) continue;
-        seen[w] = kv;
-        ++needers;
-        if (w != kv_owner) {
-          traffic[w] += t;
-          ++receivers;
-        }
-      }
-      loads.needers[kv] = needers;
-      traffic[kv_owner] += receivers * t;
-    }
-    return loads;
-  }
 
   // Scratch sized for the batch; Start gives it loads to search from.
   LoadModel(const AssignmentInput& in, const std::vector<Item>& items, const Rows<Dep>& item_deps,
@@ -369,7 +379,7 @@ class LoadModel {
     if (count_[victim].empty()) count_[victim].assign(tokens_.size(), 0);
     ClearTable(victim);
     if (table_worker_[victim] >= 0) table_of_[table_worker_[victim]] = -1;
-    for (int32_t i : owned) AddDeps(victim, i, 1);
+    for (int32_t i : owned) AddDeps<1>(victim, i);
     table_worker_[victim] = w;
     table_of_[w] = victim;
     Touch(victim);
@@ -435,8 +445,8 @@ class LoadModel {
       }
     };
     const int32_t* const owner = loads_.owner.data();
-    const int32_t* const heavy_count = count_[hs].data();
-    const int32_t* const light_count = count_[ls].data();
+    const Counter* const heavy_count = count_[hs].data();
+    const Counter* const light_count = count_[ls].data();
     const int64_t* const tokens = tokens_.data();
     for (int32_t kv : evaluated()) {
       const KvScratch& x = scratch[kv];
@@ -501,8 +511,8 @@ class LoadModel {
   // Applies the evaluated exchange; heavy and light get the given computes.
   void Apply(double heavy_compute, double light_compute) {
     // Locals: the stores below could alias the members.
-    const int32_t* const heavy_count = count_[hs_].data();
-    const int32_t* const light_count = count_[ls_].data();
+    const Counter* const heavy_count = count_[hs_].data();
+    const Counter* const light_count = count_[ls_].data();
     const KvScratch* const scratch = kv_.data();
     int32_t* const needers = loads_.needers.data();
     int32_t* const owner = loads_.owner.data();
@@ -516,12 +526,12 @@ class LoadModel {
     loads_.compute[light_] = light_compute;
     for (int32_t w : changed()) loads_.traffic[w] += static_cast<double>(delta_[w]);
     // Last: Members above reads the counts before the exchange.
-    AddDeps(hs_, give_item_, -1);
-    AddDeps(ls_, give_item_, 1);
+    AddDeps<-1>(hs_, give_item_);
+    AddDeps<1>(ls_, give_item_);
     for (int32_t item : take_items_)
       if (item >= 0) {
-        AddDeps(ls_, item, -1);
-        AddDeps(hs_, item, 1);
+        AddDeps<-1>(ls_, item);
+        AddDeps<1>(hs_, item);
       }
   }
 
@@ -540,22 +550,25 @@ class LoadModel {
   };
   std::span<const Dep> Deps(int32_t item) const { return item_deps_.row(item); }
   std::span<const int32_t> evaluated() const { return {kvs_.data(), kv_count_}; }
-  // Adds (sign 1) or removes (-1) an item's dependencies to table t. A
+  // Adds (kSign 1) or removes (-1) an item's dependencies to table t. A
   // block listed in filled_ may have dropped to zero (or be listed twice):
   // filled_ only says which entries to reset. Each block is written at the
   // end of the list, which grows only when it was at zero: no branch on the
-  // count (it was mispredicted on a third of the blocks).
-  void AddDeps(int t, int32_t item, int sign) {
+  // count (it was mispredicted on a third of the blocks). The sign is a
+  // constant: Fill's calls, when not inlined, took 40% more instructions
+  // with it an argument.
+  template <int kSign>
+  void AddDeps(int t, int32_t item) {
     const std::span<const Dep> deps = Deps(item);
     std::vector<int32_t>& filled = filled_[t];
     size_t size = filled_size_[t];
     if (filled.size() < size + deps.size()) filled.resize(2 * (size + deps.size()));
     int32_t* const list = filled.data();
-    int32_t* const count = count_[t].data();
+    Counter* const count = count_[t].data();
     for (const Dep& d : deps) {
       list[size] = d.kv;
       size += count[d.kv] == 0;
-      count[d.kv] += sign * d.mult;
+      count[d.kv] += kSign * d.mult;
     }
     filled_size_[t] = size;
   }
@@ -595,7 +608,8 @@ class LoadModel {
   const Csr& users_;
   const std::vector<int64_t>& tokens_;  // of each block
   Loads loads_;
-  std::vector<std::vector<int32_t>> count_, filled_;
+  std::vector<std::vector<Counter>> count_;
+  std::vector<std::vector<int32_t>> filled_;
   std::vector<size_t> filled_size_;    // filled_[t]'s entries in use
   std::vector<int32_t> table_worker_;  // whose counts each table holds, -1: none
   std::vector<int32_t> table_of_;      // per worker: the table holding its counts, -1: none
@@ -730,6 +744,39 @@ class Assigner {
     BuildItemDeps();
     const double total_work = std::accumulate(item_work_.begin(), item_work_.end(), 0.0);
     targets_.compute = std::max(total_work / n_, 1.0);
+    MakeModel();
+  }
+
+  // The most blocks of one worker that can need one K/V block: the blocks
+  // that need it, and at most every block of the items a worker's slots
+  // hold (every search keeps to the slots, each item taking one or more).
+  int64_t MostCount() const {
+    int64_t users = 0;
+    for (size_t kv = 0; kv + 1 < users_.offset.size(); ++kv)
+      users = std::max<int64_t>(users, users_.offset[kv + 1] - users_.offset[kv]);
+    size_t item_blocks = 0;
+    for (const Item& item : items_) item_blocks = std::max(item_blocks, item.blocks.size());
+    const int64_t slots = int64_t{in_.sharding->big_slots} + in_.sharding->small_slots;
+    return std::min(users, slots * static_cast<int64_t>(item_blocks));
+  }
+
+  // The searches' scratch, sized for the batch, with the narrowest counts
+  // that hold MostCount: made once.
+  template <typename Counter>
+  void MakeModel() {
+    model_.emplace(std::in_place_type<LoadModel<Counter>>, in_, items_, item_deps_, users_,
+                   block_tokens_);
+  }
+  void MakeModel() {
+    const int64_t most = MostCount();
+    if (most <= std::numeric_limits<uint8_t>::max()) MakeModel<uint8_t>();
+    else if (most <= std::numeric_limits<uint16_t>::max()) MakeModel<uint16_t>();
+    else MakeModel<int32_t>();
+  }
+  // f(model) for the scratch.
+  template <typename F>
+  decltype(auto) WithModel(F f) {
+    return std::visit(f, *model_);
   }
 
   // What only the greedy starts use: the items' needs and LPT orders.
@@ -842,10 +889,9 @@ class Assigner {
     EstimateTraffic();
     PrepareGreedy();
     Assignment best;
-    LoadModel& model = Model();
     for (const Start start : starts) {
-      const LoadModel::Loads greedy = LoadModel::Count(in_, users_, block_tokens_, Greedy(start));
-      Search(model, greedy, best);
+      const Loads greedy = CountLoads(in_, users_, block_tokens_, Greedy(start));
+      WithModel([&](auto& model) { Search(model, greedy, best); });
     }
     return best;
   }
@@ -856,10 +902,9 @@ class Assigner {
   // (bimodal N = 16, balance mode: 1.6% / 2.5% instead of 1.1% / 2.7%).
   Assignment Refine(std::vector<int32_t> owner) {
     EstimateTraffic();
-    LoadModel& model = Model();
-    const LoadModel::Loads loads = LoadModel::Count(in_, users_, block_tokens_, std::move(owner));
+    const Loads loads = CountLoads(in_, users_, block_tokens_, std::move(owner));
     Assignment best{loads.owner, loads.compute, loads.traffic};
-    Search(model, loads, best, /*refining=*/true);
+    WithModel([&](auto& model) { Search(model, loads, best, /*refining=*/true); });
     return best;
   }
 
@@ -879,12 +924,15 @@ class Assigner {
   // (Not the judge's slack for traffic under a block's K/V: its plans would
   // report 15% imbalance.) `start` itself if Better.
   Assignment Localize(Assignment start, const std::vector<int32_t>& rename) {
+    return WithModel([&](auto& model) { return Localize(model, std::move(start), rename); });
+  }
+  template <typename Model>
+  Assignment Localize(Model& model, Assignment start, const std::vector<int32_t>& rename) {
     std::vector<int32_t> original(n_);  // dataloader worker -> the worker renamed to it
     for (int32_t w = 0; w < n_; ++w) original[rename[w]] = w;
     const std::vector<HomeTokens> homes = HomesOf(original);
-    LoadModel& model = Model();
-    model.Start(LoadModel::Count(in_, users_, block_tokens_, start.owner));
-    std::vector<std::vector<int32_t>>& owned = Owned(model);
+    model.Start(CountLoads(in_, users_, block_tokens_, start.owner));
+    std::vector<std::vector<int32_t>>& owned = Owned(model.loads());
     const double ratio = in_.judge.pairs_per_traffic_token;
     const auto cost = [&](double c, double t) { return c + ratio * t; };
     double max_compute = 0, max_traffic = 0, max_cost = 0, total_traffic = 0;
@@ -936,7 +984,7 @@ class Assigner {
       *std::find(owned[a].begin(), owned[a].end(), static_cast<int32_t>(x)) = y;
       *std::find(owned[b].begin(), owned[b].end(), y) = static_cast<int32_t>(x);
     }
-    Assignment local = Result(model, "locality exchanges");
+    Assignment local = Result(model.loads(), "locality exchanges");
     return Better(start, local, in_.judge) ? start : local;
   }
 
@@ -981,19 +1029,14 @@ class Assigner {
  private:
   // The items each worker owns in `model`, ascending. Rows are reused
   // from search to search (six of them allocated 6,000 rows at N = 256).
-  std::vector<std::vector<int32_t>>& Owned(const LoadModel& model) {
+  std::vector<std::vector<int32_t>>& Owned(const Loads& loads) {
     owned_.resize(n_);
     for (std::vector<int32_t>& row : owned_) row.clear();
     for (size_t i = 0; i < items_.size(); ++i)
-      owned_[model.loads().owner[items_[i].blocks.front()]].push_back(static_cast<int32_t>(i));
+      owned_[loads.owner[items_[i].blocks.front()]].push_back(static_cast<int32_t>(i));
     return owned_;
   }
 
-  // The searches' scratch, sized for the batch: made once.
-  LoadModel& Model() {
-    if (!model_) model_.emplace(in_, items_, item_deps_, users_, block_tokens_);
-    return *model_;
-  }
 
   bool TimeMode() const {
     return in_.judge.pairs_per_traffic_token > 0 && in_.judge.max_imbalance >= 1;
@@ -1003,7 +1046,8 @@ class Assigner {
   // refining), into `best` when Better. The binding policy levels traffic
   // better on most paper batches, the mixed one on the rest (and on time);
   // time mode runs the mixed one.
-  void Search(LoadModel& model, const LoadModel::Loads& from, Assignment& best,
+  template <typename Model>
+  void Search(Model& model, const Loads& from, Assignment& best,
               bool refining = false) {
     const std::vector<Partners> policies =
         TimeMode() ? std::vector<Partners>{Partners::kMixed}
@@ -1123,8 +1167,9 @@ class Assigner {
   // applied as removing the items, then adding them swapped (LoadModel::
   // Involves), so a worker at the limit that only re-sends or re-receives a
   // block also blocks it. Returns the result with its real per-worker loads.
-  Assignment Improve(LoadModel& model, Partners policy) {
-    std::vector<std::vector<int32_t>>& owned = Owned(model);
+  template <typename Model>
+  Assignment Improve(Model& model, Partners policy) {
+    std::vector<std::vector<int32_t>>& owned = Owned(model.loads());
     double mean_traffic = 0;
     for (int32_t w = 0; w < n_; ++w) mean_traffic += model.traffic(w) / n_;
     const Targets targets{targets_.compute, std::max(mean_traffic, 1.0)};
@@ -1238,7 +1283,7 @@ class Assigner {
       }
       if (!improved) break;
     }
-    return Result(model, "local search");
+    return Result(model.loads(), "local search");
   }
 
   // An exchange's counterpart: one or two items of a light worker (second =
@@ -1287,10 +1332,9 @@ class Assigner {
   }
 
   // The model's assignment; with self_check, its loads must equal a recount.
-  Assignment Result(const LoadModel& model, const std::string& search) const {
-    const LoadModel::Loads& loads = model.loads();
+  Assignment Result(const Loads& loads, const std::string& search) const {
     if (in_.self_check) {
-      const LoadModel::Loads recount = LoadModel::Count(in_, users_, block_tokens_, loads.owner);
+      const Loads recount = CountLoads(in_, users_, block_tokens_, loads.owner);
       for (int32_t w = 0; w < n_; ++w)
         FCP_CHECK(recount.compute[w] == loads.compute[w] && recount.traffic[w] == loads.traffic[w],
                   search + ": worker " + std::to_string(w) + "'s loads differ from a recount");
@@ -1311,7 +1355,7 @@ class Assigner {
   Rows<SequenceNeed> item_needs_;
   std::vector<int32_t> compute_order_, vector_order_;
   Targets targets_;
-  std::optional<LoadModel> model_;
+  std::optional<std::variant<LoadModel<uint8_t>, LoadModel<uint16_t>, LoadModel<int32_t>>> model_;
   std::vector<std::vector<int32_t>> owned_;  // Owned's
   std::vector<Offers> offers_;                // OffersOf's, per worker and slot class
 };
