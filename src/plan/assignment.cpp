@@ -412,6 +412,7 @@ class LoadModel {
       if (x.stamp != stamp) {
         x.stamp = stamp;
         x.give = x.take = 0;
+        x.moved_to = -1;
         kvs[kv_count++] = kv;
       }
       return x;
@@ -419,9 +420,7 @@ class LoadModel {
     const auto shift = [&](int32_t item, int32_t to, int32_t KvScratch::*mult) {
       for (const Dep& d : Deps(item)) mark(d.kv).*mult += d.mult;
       for (int32_t b : items_[item].blocks) {
-        KvScratch& x = mark(b);
-        x.moved_stamp = stamp;
-        x.moved_to = to;
+        mark(b).moved_to = to;
       }
     };
     shift(give, light, &KvScratch::give);
@@ -450,7 +449,7 @@ class LoadModel {
     const int64_t* const tokens = tokens_.data();
     for (int32_t kv : evaluated()) {
       const KvScratch& x = scratch[kv];
-      if (x.moved_stamp != stamp) {
+      if (x.moved_to < 0) {
         // Heavy's and light's receiving kv changes; its owner sends it
         // accordingly (other receivers are unchanged). Most blocks: no change.
         // (Members' after - before, in ints: through the struct of bools
@@ -495,7 +494,7 @@ class LoadModel {
   // or light stops needing during the exchange (if only to need it again).
   bool Involves(int32_t u) const {
     for (int32_t kv : evaluated()) {
-      if (kv_[kv].moved_stamp == stamp_) {
+      if (kv_[kv].moved_to >= 0) {
         for (int32_t q : users_.row(kv))
           if (loads_.owner[q] == u) return true;
       } else if (loads_.owner[kv] == u) {
@@ -516,11 +515,10 @@ class LoadModel {
     const KvScratch* const scratch = kv_.data();
     int32_t* const needers = loads_.needers.data();
     int32_t* const owner = loads_.owner.data();
-    const uint32_t stamp = stamp_;
     for (int32_t kv : evaluated()) {
       const KvScratch& x = scratch[kv];
       needers[kv] += Members(heavy_count[kv], light_count[kv], x).delta();
-      if (x.moved_stamp == stamp) owner[kv] = x.moved_to;
+      if (x.moved_to >= 0) owner[kv] = x.moved_to;
     }
     loads_.compute[heavy_] = heavy_compute;
     loads_.compute[light_] = light_compute;
@@ -537,11 +535,11 @@ class LoadModel {
 
  private:
   // Per K/V block, for the evaluated exchange (valid where stamp ==
-  // stamp_): its dependencies in the given / taken items, and where it
-  // moves (valid where moved_stamp == stamp_). One struct: an evaluation
-  // touches all of them for each block.
+  // stamp_): its dependencies in the given / taken items, and the worker it
+  // moves to (-1: it stays). One struct of 16 bytes: an evaluation touches
+  // all of them for each block.
   struct KvScratch {
-    uint32_t stamp = 0, moved_stamp = 0;
+    uint32_t stamp = 0;
     int32_t give = 0, take = 0, moved_to = -1;
   };
   struct Membership {
