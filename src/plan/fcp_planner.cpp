@@ -68,8 +68,9 @@ constexpr double kMinResizeGain = 0.01;
 // them within the bound.
 constexpr int32_t kRescueLimits[] = {3, 5, 6, 8};
 // Each rescue candidate costs about one planning of the batch: at N = 4096
-// the one that reaches the bound (6 pieces) takes planning from 0.58 s to
-// 1.8 s, past its 1 s target, so beyond this many workers there is none.
+// (seed 1) the rescue, 5 pieces and then 6, which reach the bound, took
+// planning from 0.58 s to 1.8 s, past its 1 s target, so beyond this many
+// workers there is none.
 constexpr int32_t kRescueMaxWorkers = 2048;
 
 // Heaviest items examined by ComputeImbalanceLowerBound: the bound peaked
