@@ -59,7 +59,8 @@ void AddPlanCommands(CLI::App& app) {
   plan->add_option("--heavy-fraction", config.heavy_fraction,
                    "fcp: split query blocks heavier than this fraction of a worker's mean work (0 = never)")
       ->capture_default_str();
-  plan->add_option("--max-split", config.max_split, "fcp: most pieces a heavy block is split into (but see --rescue-max-split)")
+  plan->add_option("--max-split", config.max_split,
+                   "fcp: most pieces a heavy block is split into (but see --rescue-max-split)")
       ->capture_default_str();
   plan->add_option("--network-flops-per-byte", config.network_flops_per_byte,
                    "fcp: attention FLOPs per network byte of the cluster; picks the heavy-block "
