@@ -84,6 +84,13 @@ TEST(EdgeColoringTest, RejectsEndpointsOutOfRange) {
       EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
       EXPECT_THAT(e.what(), HasSubstr("edge 1"));
     }
+    try {
+      MaxDegree(3, 3, {{0, 0}, bad});
+      ADD_FAILURE() << "MaxDegree accepted (" << bad.left << ", " << bad.right << ")";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_THAT(e.what(), HasSubstr("edge 1"));
+    }
   }
 }
 

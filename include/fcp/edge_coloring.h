@@ -31,7 +31,8 @@ struct EdgeColoring {
   int32_t num_colors = 0;      // == max degree
 };
 
-// Max over vertices of degree (left and right counted separately).
+// Max over vertices of degree (left and right counted separately). Throws
+// Error(kInvalidArgument) if an endpoint is out of range.
 int32_t MaxDegree(int32_t left_count, int32_t right_count, const std::vector<BipartiteEdge>& edges);
 
 // Throws Error(kInvalidArgument) if an endpoint is out of range.

@@ -61,18 +61,6 @@ int32_t MaxDegree(int32_t left_count, int32_t right_count,
                   const std::vector<BipartiteEdge>& edges) {
   std::vector<int32_t> degree(static_cast<size_t>(left_count) + right_count, 0);
   int32_t max_degree = 0;
-  for (const BipartiteEdge& e : edges) {
-    max_degree = std::max(max_degree, ++degree[e.left]);
-    max_degree = std::max(max_degree, ++degree[left_count + e.right]);
-  }
-  return max_degree;
-}
-
-EdgeColoring ColorBipartiteEdges(int32_t left_count, int32_t right_count,
-                                 const std::vector<BipartiteEdge>& edges) {
-  // Checked and counted in one pass: num_colors is MaxDegree.
-  std::vector<int32_t> degree(static_cast<size_t>(left_count) + right_count, 0);
-  int32_t max_degree = 0;
   for (size_t e = 0; e < edges.size(); ++e) {
     if (edges[e].left < 0 || edges[e].left >= left_count || edges[e].right < 0 ||
         edges[e].right >= right_count)
@@ -84,8 +72,13 @@ EdgeColoring ColorBipartiteEdges(int32_t left_count, int32_t right_count,
     max_degree = std::max(max_degree, ++degree[edges[e].left]);
     max_degree = std::max(max_degree, ++degree[left_count + edges[e].right]);
   }
+  return max_degree;
+}
+
+EdgeColoring ColorBipartiteEdges(int32_t left_count, int32_t right_count,
+                                 const std::vector<BipartiteEdge>& edges) {
   EdgeColoring result;
-  result.num_colors = max_degree;
+  result.num_colors = MaxDegree(left_count, right_count, edges);  // checks the endpoints
   result.color.assign(edges.size(), kNone);
   ColorTable table(left_count + right_count, result.num_colors);
   const auto other_end = [&](int32_t edge, int32_t vertex) {
