@@ -73,6 +73,10 @@ constexpr int32_t kRescueLimits[] = {3, 5, 6, 8};
 // workers there is none.
 constexpr int32_t kRescueMaxWorkers = 2048;
 
+// Slack when a compute lower bound is compared with an imbalance: for
+// Imbalance()'s rounding, so that the pruning stays exact.
+constexpr double kBoundMargin = 1e-12;
+
 // Heaviest items examined by ComputeImbalanceLowerBound: the bound peaked
 // at k = 18 on the paper's batch at N = 256; a cap only weakens it.
 constexpr size_t kBoundItems = 64;
@@ -236,9 +240,9 @@ std::unique_ptr<Candidate> ResizePieces(const Candidate& c, const std::vector<in
   item_worker.reserve(items.size());
   for (const detail::Item& item : items)
     item_worker.push_back(c.assignment.owner[item.blocks.front()]);
-  // The sub-items come last, in the order of the splits (FinishSharding).
-  size_t sub_items = 0;
-  for (const detail::SplitItem& s : c.split.splits) sub_items += s.piece_tokens.size();
+  // The sub-items come last, in the order of the splits (FinishSharding),
+  // one per entry of split.added.
+  const size_t sub_items = c.split.added.size();
   FCP_CHECK(sub_items <= items.size(), "planner: the sharding holds every sub-item");
   const std::vector<int32_t> sub_item_worker(
       item_worker.end() - static_cast<std::ptrdiff_t>(sub_items), item_worker.end());
@@ -283,14 +287,13 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
     // ranks it below a best within it, and below a best outside it that is
     // no less balanced (the larger imbalance decides). It prunes 9 of 10
     // paper batches at N = 256 and those tried at N = 1024 and 4096, where
-    // heavy blocks in two pieces cannot be balanced. (1e-12: margin for
-    // Imbalance()'s rounding.)
+    // heavy blocks in two pieces cannot be balanced.
     const double least_imbalance =
         ComputeImbalanceLowerBound(common.base, coarse_split, config.workers);
     const bool cannot_win =
-        least_imbalance > config.max_imbalance + 1e-12 &&
+        least_imbalance > config.max_imbalance + kBoundMargin &&
         (detail::WithinBound(best->assignment, judge) ||
-         least_imbalance > detail::Cost(best->assignment, 0) + 1e-12);
+         least_imbalance > detail::Cost(best->assignment, 0) + kBoundMargin);
     // The self-check assigns it anyway and checks that it loses.
     if (!cannot_win || config.self_check) {
       std::unique_ptr<Candidate> coarse =
@@ -332,7 +335,7 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
           detail::SplitHeavy(common.base, lengths, config.mask, config.heavy_fraction, limit,
                              detail::PieceCounts::kAny);
       const bool hopeless = ComputeImbalanceLowerBound(common.base, rescue_split, config.workers) >
-                            config.max_imbalance + 1e-12;
+                            config.max_imbalance + kBoundMargin;
       // The self-check assigns it anyway and checks the bound (before piece
       // sizing, which the lower bound does not cover).
       if (hopeless && !config.self_check) continue;
