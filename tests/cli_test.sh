@@ -134,6 +134,8 @@ contains "--token-cap overflow" "$tmp/stderr" "out of range for a 64-bit integer
 expect 2 "--seed past uint64" -- workload --workers 2 --seed 99999999999999999999
 expect 2 "--reshuffle-locality maybe" -- plan --lengths "$tmp/lengths.txt" --workers 2 \
   --reshuffle-locality maybe --out "$tmp/x.json"
+expect 2 "--traffic-leveling maybe" -- plan --lengths "$tmp/lengths.txt" --workers 2 \
+  --traffic-leveling maybe --out "$tmp/x.json"
 expect 1 "compare --csv on a full disk" -- compare --workers 2 --planners fcp --csv /dev/full
 
 # ---- other errors: exit 1 -------------------------------------------------------

@@ -385,7 +385,8 @@ def plan(lengths: Iterable[int], workers: int, block_size: int = 4096, coalesce:
          network_flops_per_byte: Optional[float] = None,
          max_imbalance: Optional[float] = None,
          reshuffle_locality: Optional[bool] = None,
-         rescue_max_split: Optional[int] = None) -> Plan:
+         rescue_max_split: Optional[int] = None,
+         traffic_leveling: Optional[bool] = None) -> Plan:
     """Plans one batch: the same as ``fcp plan`` with the same arguments.
 
     lengths: one positive int per sequence, in dataloader order (list or numpy array).
@@ -395,12 +396,13 @@ def plan(lengths: Iterable[int], workers: int, block_size: int = 4096, coalesce:
     token_cap: most tokens per worker (None: ceil(T/N)).
     planner: see :func:`planners`. check: validate the result (debug self-check).
     heavy_fraction, max_split, local_search, network_flops_per_byte,
-    max_imbalance, reshuffle_locality, rescue_max_split: the FCP planner's
-    tuning knobs (``--heavy-fraction``, ``--max-split``, ``--local-search``,
+    max_imbalance, reshuffle_locality, rescue_max_split, traffic_leveling:
+    the FCP planner's tuning knobs (``--heavy-fraction``, ``--max-split``, ``--local-search``,
     ``--network-flops-per-byte`` (0: balance mode), ``--max-imbalance``
     (>= 1: time mode), ``--reshuffle-locality`` (False when the training loop
     feeds tokens in the plan's layout), ``--rescue-max-split`` (0: no
-    re-planning of plans outside the bound); docs/planner.md); None keeps
+    re-planning of plans outside the bound), ``--traffic-leveling``;
+    docs/planner.md); None keeps
     the library's default.
     The GIL is released while the planner runs.
     """
@@ -423,7 +425,8 @@ def plan(lengths: Iterable[int], workers: int, block_size: int = 4096, coalesce:
                                                            network_flops_per_byte),
         None if max_imbalance is None else _float("max_imbalance", max_imbalance),
         None if reshuffle_locality is None else _bool("reshuffle_locality", reshuffle_locality),
-        None if rescue_max_split is None else _int("rescue_max_split", rescue_max_split)))
+        None if rescue_max_split is None else _int("rescue_max_split", rescue_max_split),
+        None if traffic_leveling is None else _bool("traffic_leveling", traffic_leveling)))
 
 
 def simulate(plan: Plan, profile: str = "gpu-x", reshuffle: str = "overlap",

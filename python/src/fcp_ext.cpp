@@ -272,7 +272,8 @@ std::unique_ptr<PlanHandle> MakePlanHandle(nb::handle lengths, int64_t workers, 
                                            std::optional<double> network_flops_per_byte,
                                            std::optional<double> max_imbalance,
                                            std::optional<bool> reshuffle_locality,
-                                           std::optional<int64_t> rescue_max_split) {
+                                           std::optional<int64_t> rescue_max_split,
+                                           std::optional<bool> traffic_leveling) {
   PlannerConfig config;
   config.workers = ToInt32("plan", "workers", workers);
   config.block_size = block_size;
@@ -295,6 +296,7 @@ std::unique_ptr<PlanHandle> MakePlanHandle(nb::handle lengths, int64_t workers, 
   if (reshuffle_locality) config.reshuffle_locality = *reshuffle_locality;
   if (rescue_max_split)
     config.rescue_max_split = ToInt32("plan", "rescue_max_split", *rescue_max_split);
+  if (traffic_leveling) config.traffic_leveling = *traffic_leveling;
   const std::vector<int64_t> values = LengthsFrom(lengths);
   return WithoutGil([&] {
     const auto start = std::chrono::steady_clock::now();
@@ -543,7 +545,8 @@ NB_MODULE(_fcp, m) {
         nb::arg("planner"), nb::arg("check"), nb::arg("heavy_fraction").none(),
         nb::arg("max_split").none(), nb::arg("local_search").none(),
         nb::arg("network_flops_per_byte").none(), nb::arg("max_imbalance").none(),
-        nb::arg("reshuffle_locality").none(), nb::arg("rescue_max_split").none());
+        nb::arg("reshuffle_locality").none(), nb::arg("rescue_max_split").none(),
+        nb::arg("traffic_leveling").none());
 
   m.def("from_json", [](const std::string& text) {
     return WithoutGil([&] {

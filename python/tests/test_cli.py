@@ -37,6 +37,7 @@ CONFIGS = [
     ({"workers": 9, "max_imbalance": 1}, ["--max-imbalance", 1]),
     ({"workers": 9, "rescue_max_split": 0}, ["--rescue-max-split", 0]),
     ({"workers": 9, "reshuffle_locality": False}, ["--reshuffle-locality", "false"]),
+    ({"workers": 9, "traffic_leveling": False}, ["--traffic-leveling", "false"]),
     *[({"workers": 8, "planner": name}, ["--planner", name])
       for name in ["ring", "bytescale", "wlb", "magi", "fcp-nocoalesce"]],
 ]

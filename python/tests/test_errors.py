@@ -92,6 +92,7 @@ def test_bad_lengths(lengths, message):
     ({"workers": 2**70}, ValueError, "does not fit a 64-bit integer"),
     ({"workers": 2, "mask": 1}, TypeError, "mask must be a string"),
     ({"workers": 2, "reshuffle_locality": 1}, TypeError, "reshuffle_locality must be a bool"),
+    ({"workers": 2, "traffic_leveling": "no"}, TypeError, "traffic_leveling must be a bool"),
     ({"workers": 2, "mask": "sliding_window"}, ValueError, "needs window=W"),
     ({"workers": 2, "mask": "sliding_window", "window": 0}, ValueError, "window >= 1, got 0"),
 ])

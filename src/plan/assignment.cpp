@@ -26,6 +26,7 @@ constexpr int kComputeCandidates = 4;
 constexpr int kScanLimit = 64;  // ordered entries examined for feasible candidates
 constexpr int kTrafficCandidates = 4;
 constexpr int kSwapPartners = 4;
+constexpr int kLevelPartners = 16;  // the leveling searches'
 constexpr int64_t kMinStepsPerRound = 32;
 // Costs this close (relative) are a tie in Better.
 constexpr double kCostTie = 0.005;
@@ -37,6 +38,9 @@ constexpr double kAffinityWeight = 0.25;
 // The locality exchanges keep the traffic imbalance this far inside the
 // judge's bound.
 constexpr double kLocalityMargin = 0.001;
+// The leveling search's compute caps, as shares of the judge's bound on
+// compute imbalance (Assigner::Level).
+constexpr std::array<double, 4> kLevelComputeAllowance = {0, 0.25, 0.5, 1};
 
 // Compressed rows: row r is items[offset[r] .. offset[r+1]).
 template <typename T>
@@ -207,6 +211,23 @@ struct Targets {
   }
 };
 
+// A leveling search (Assigner::Level): the local search with a worker's
+// traffic as its load, lowering the largest or raising the least, under caps
+// no worker's compute, cost (compute + ratio x traffic) or traffic may end
+// above. Raising stops once the traffic imbalance is within `stop_imbalance`.
+struct Leveling {
+  bool raise_least = false;
+  double max_compute = 0, max_cost = 0, max_traffic = 0, ratio = 0;
+  double stop_imbalance = 0;
+  // Lowered by the search: the traffic, or when raising its distance below
+  // the cap.
+  double Load(double traffic) const { return raise_least ? max_traffic - traffic : traffic; }
+  bool Allows(double compute, double traffic) const {
+    return compute <= max_compute && compute + ratio * traffic <= max_cost &&
+           traffic <= max_traffic;
+  }
+};
+
 // Free slots of every worker, and whether an item may go to a worker without
 // leaving some two-slot item with nowhere to go.
 class Slots {
@@ -313,7 +334,7 @@ class LoadModel {
   // at best of 40; N = 1024: 67-70 ms against 76-82 ms).
   static constexpr size_t kMinTables = 32;
   static constexpr size_t kTableEntries = size_t{1} << 20;  // 4 MiB of int32_t counts
-  static_assert(kMinTables >= 1 + kSwapPartners);
+  static_assert(kMinTables >= 1 + std::max(kSwapPartners, kLevelPartners));
 
   // Scratch sized for the batch; Start gives it loads to search from.
   LoadModel(const AssignmentInput& in, const std::vector<Item>& items, const Rows<Dep>& item_deps,
@@ -986,6 +1007,54 @@ class Assigner {
     return Better(start, local, in_.judge) ? start : local;
   }
 
+  // Leveling for a plan whose cost is balanced while its traffic imbalance
+  // is outside the judge's bound (a few workers with little traffic lower the
+  // mean): exchanges that lower the largest traffic, then, while still
+  // outside, exchanges that raise the least, none lifting any worker's cost
+  // or traffic above the largest of `start`, nor its compute above a cap
+  // (Improve with a Leveling). The cap starts at `start`'s largest compute
+  // and widens in kLevelComputeAllowance steps of the judge's bound until a
+  // result is within it. Raising adds traffic only on workers below the
+  // largest, and stops at the bound. The result with the least traffic
+  // imbalance; `start` itself unless that falls.
+  Assignment Level(Assignment start) {
+    return WithModel([&](auto& model) {
+      Leveling caps;
+      caps.ratio = in_.judge.pairs_per_traffic_token;
+      caps.stop_imbalance = in_.judge.max_imbalance - kLocalityMargin;
+      // Balance mode has no cost to keep.
+      caps.max_cost = caps.ratio > 0 ? Cost(start, caps.ratio) : std::numeric_limits<double>::infinity();
+      double largest_compute = 0, largest_traffic = 0, total_compute = 0;
+      for (int32_t w = 0; w < n_; ++w) {
+        largest_compute = std::max(largest_compute, start.compute[w]);
+        largest_traffic = std::max(largest_traffic, start.traffic[w]);
+        total_compute += start.compute[w];
+      }
+      Assignment best = start;
+      for (const double allowance : kLevelComputeAllowance) {
+        caps.max_compute = std::max(largest_compute, total_compute / n_ /
+                                                         (1 - allowance * in_.judge.max_imbalance));
+        caps.max_traffic = largest_traffic;
+        caps.raise_least = false;
+        model.Start(CountLoads(in_, users_, block_tokens_, start.owner));
+        Assignment leveled = Improve(model, Partners::kBinding, caps);
+        if (Imbalance(leveled.traffic) > in_.judge.max_imbalance) {
+          caps.raise_least = true;
+          caps.max_traffic = *std::max_element(leveled.traffic.begin(), leveled.traffic.end());
+          leveled = Improve(model, Partners::kBinding, caps);
+        }
+        if (Imbalance(leveled.traffic) < Imbalance(best.traffic)) best = std::move(leveled);
+        if (Imbalance(best.traffic) <= in_.judge.max_imbalance) break;
+      }
+      if (in_.self_check)
+        for (int32_t w = 0; w < n_; ++w)
+          FCP_CHECK(best.traffic[w] <= largest_traffic && best.compute[w] <= caps.max_compute &&
+                        best.compute[w] + caps.ratio * best.traffic[w] <= caps.max_cost,
+                    "leveling: worker " + std::to_string(w) + " ends above its caps");
+      return best;
+    });
+  }
+
   // The (at most two) dataloader workers holding most of an item's tokens,
   // as workers of the assignment (`original`), and how many.
   struct HomeTokens {
@@ -1165,19 +1234,32 @@ class Assigner {
   // applied as removing the items, then adding them swapped (LoadModel::
   // Involves), so a worker at the limit that only re-sends or re-receives a
   // block also blocks it. Returns the result with its real per-worker loads.
+  //
+  // With a Leveling, the load is the traffic alone and an exchange is also
+  // kept only when no worker it changes ends above the caps.
   template <typename Model>
-  Assignment Improve(Model& model, Partners policy) {
+  Assignment Improve(Model& model, Partners policy,
+                     const std::optional<Leveling>& leveling = std::nullopt) {
     std::vector<std::vector<int32_t>>& owned = Owned(model.loads());
     double mean_traffic = 0;
     for (int32_t w = 0; w < n_; ++w) mean_traffic += model.traffic(w) / n_;
     const Targets targets{targets_.compute, std::max(mean_traffic, 1.0)};
-    const auto load = [&](int32_t w) { return targets.Load(model.compute(w), model.traffic(w)); };
+    const auto load_of = [&](double c, double t) {
+      return leveling ? leveling->Load(t) : targets.Load(c, t);
+    };
+    const auto load = [&](int32_t w) { return load_of(model.compute(w), model.traffic(w)); };
+    // Partners are the lightest by compute and by this.
+    const auto partner_key = [&](int32_t w) {
+      return leveling ? load(w) : model.traffic(w);
+    };
+    double total_traffic = 0;
     DescendingIndex by_load(n_);
     AscendingIndex by_compute(n_), by_traffic(n_);
     for (int32_t w = 0; w < n_; ++w) {
+      total_traffic += model.traffic(w);
       by_load.Insert(w, load(w));
       by_compute.Insert(w, model.compute(w));
-      by_traffic.Insert(w, model.traffic(w));
+      by_traffic.Insert(w, partner_key(w));
     }
     offers_.resize(static_cast<size_t>(n_) * kOfferClasses);
     for (Offers& o : offers_) o.valid = false;
@@ -1192,6 +1274,10 @@ class Assigner {
         static_cast<int64_t>(in_.local_search_rounds) * std::max<int64_t>(n_, min_steps);
     std::vector<int32_t> partners;
     for (int64_t step = 0; step < max_steps && budget > 0; ++step) {
+      // (The cap bounds the largest traffic.)
+      if (leveling && leveling->raise_least &&
+          1 - total_traffic / n_ / leveling->max_traffic <= leveling->stop_imbalance)
+        break;
       // Plain variables, not a structured binding: lambdas below capture
       // them, which Clang before 16 rejects for bindings.
       const double max_load = by_load.first_key();
@@ -1200,10 +1286,12 @@ class Assigner {
       partners.clear();
       // The heavy worker's binding dimension must come down.
       const bool compute_bound =
+          !leveling &&
           model.compute(heavy) / targets.compute >= model.traffic(heavy) / targets.traffic;
       for (const AscendingIndex* index : {&by_compute, &by_traffic}) {
         const bool binding = (index == &by_compute) == compute_bound;
-        const int quota = policy == Partners::kMixed ? kSwapPartners / 2 : binding ? kSwapPartners : 0;
+        const int swap_partners = leveling ? kLevelPartners : kSwapPartners;
+        const int quota = policy == Partners::kMixed ? swap_partners / 2 : binding ? swap_partners : 0;
         if (quota == 0) continue;
         int taken = 0;
         index->Visit([&](int32_t w, double) {
@@ -1217,7 +1305,7 @@ class Assigner {
       // Dependency counts of heavy, and of partner p (on demand).
       model.BeginStep();
       const int heavy_table = model.Table(heavy, owned[heavy]);
-      std::array<int, kSwapPartners> partner_table;
+      std::array<int, std::max(kSwapPartners, kLevelPartners)> partner_table;
       partner_table.fill(-1);
       // Whether the evaluated exchange leaves every worker it involves below
       // the limit: those whose traffic changes by their new loads, any other
@@ -1226,7 +1314,9 @@ class Assigner {
         for (int32_t w : model.changed()) {
           const double c =
               w == heavy ? heavy_compute : (w == light ? light_compute : model.compute(w));
-          if (targets.Load(c, model.traffic_after(w)) >= limit) return false;
+          const double t = model.traffic_after(w);
+          if (load_of(c, t) >= limit) return false;
+          if (leveling && !leveling->Allows(c, t)) return false;
         }
         bool involved = false;
         by_load.Visit([&](int32_t w, double key) {
@@ -1245,27 +1335,34 @@ class Assigner {
           // Unchanged until an exchange is applied, which ends the loop.
           const double light_now = model.compute(light), heavy_now = model.compute(heavy);
           for (const Offer& o : offers) {
-            // Traffic-bound: only offers estimated to carry less traffic.
-            // (Tested first: it costs no division and rejects most offers
-            // of a traffic-bound step.)
-            if (!compute_bound && item_traffic_[a] <= o.traffic) continue;
+            // Traffic-bound: only offers estimated to carry less traffic
+            // (more when raising the least). (Tested first: it costs no
+            // division and rejects most offers of a traffic-bound step.)
+            if (!compute_bound &&
+                (leveling && leveling->raise_least ? item_traffic_[a] >= o.traffic : item_traffic_[a] <= o.traffic))
+              continue;
             // Compute moves by exactly the works exchanged: skip what would
             // leave either side at the limit.
             const double shift = item_work_[a] - o.work;
-            if ((light_now + shift) / targets.compute >= max_load ||
-                (heavy_now - shift) / targets.compute >= max_load)
-              continue;
+            const bool compute_blocked =
+                leveling ? light_now + shift > leveling->max_compute ||
+                               heavy_now - shift > leveling->max_compute
+                         : (light_now + shift) / targets.compute >= max_load ||
+                               (heavy_now - shift) / targets.compute >= max_load;
+            if (compute_blocked) continue;
             if (budget-- <= 0) break;
             if (partner_table[p] < 0) partner_table[p] = model.Table(light, owned[light]);
             model.Evaluate(a, heavy, heavy_table, {o.first, o.second}, light, partner_table[p]);
             const double heavy_compute = heavy_now - shift;
             const double light_compute = light_now + shift;
             if (!below_limit(heavy_compute, light_compute, light)) continue;
+            if (leveling)
+              for (int32_t w : model.changed()) total_traffic += model.traffic_after(w) - model.traffic(w);
             model.Apply(heavy_compute, light_compute);
             for (int32_t w : model.changed()) {
               by_load.Update(w, load(w));
               by_compute.Update(w, model.compute(w));
-              by_traffic.Update(w, model.traffic(w));
+              by_traffic.Update(w, partner_key(w));
             }
             std::vector<int32_t>& h = owned[heavy];
             std::vector<int32_t>& l = owned[light];
@@ -1378,6 +1475,10 @@ Assignment AssignmentSearch::Refine(std::vector<int32_t> owner) {
 
 Assignment AssignmentSearch::Localize(Assignment assignment, const std::vector<int32_t>& rename) {
   return impl_->Localize(std::move(assignment), rename);
+}
+
+Assignment AssignmentSearch::Level(Assignment assignment) {
+  return impl_->Level(std::move(assignment));
 }
 
 bool WithinBound(const Assignment& x, const Judge& judge) {

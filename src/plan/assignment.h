@@ -23,6 +23,8 @@
 //    alone (O(D)), without applying it.
 // 3. The Better result (Judge: cost within an imbalance bound) is kept; time
 //    mode (no bound) runs only the affinity start and the mixed policy.
+// Later, on the chosen plan only: traffic leveling (the local search with
+// traffic as the load, under caps) and the locality exchanges.
 // Cost: O(passes * I * (C * D + log N)) for I items, C candidates, D
 // dependencies per item, plus the bounded local search.
 #pragma once
@@ -94,6 +96,11 @@ class AssignmentSearch {
   // imbalance past the judge's bound; itself if Better. One pass, O(I (s +
   // D)) for I items, s slots per worker and D K/V dependencies per exchange.
   Assignment Localize(Assignment assignment, const std::vector<int32_t>& rename);
+
+  // `assignment` after exchanges that lower the largest traffic without
+  // raising the largest compute or cost (the local search with traffic as
+  // its load); itself unless the traffic imbalance falls.
+  Assignment Level(Assignment assignment);
 
  private:
   class Impl;

@@ -6,6 +6,7 @@
 
 #include "assignment.h"
 #include "fcp/error.h"
+#include "fcp/plan_metrics.h"
 #include "fcp/planner.h"
 #include "fcp/required_pairs.h"
 #include "fcp/schedule.h"
@@ -349,6 +350,13 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
         best = std::move(rescue);
     }
   }
+  // A plan within the bound on compute but not on traffic (the search may
+  // leave it there: its cost balanced, a traffic excess under one block's
+  // K/V, a few workers with little traffic lowering the mean): traffic
+  // leveling. (Time mode has no bound to be outside of.)
+  if (config.traffic_leveling && Imbalance(best->assignment.compute) <= judge.max_imbalance &&
+      Imbalance(best->assignment.traffic) > judge.max_imbalance)
+    best->assignment = best->search->Level(std::move(best->assignment));
   // Workers are interchangeable for balance; renaming them so that each keeps
   // as many of its dataloader tokens as possible shrinks the reshuffle. Then
   // exchanges bring more blocks home under that renaming without raising

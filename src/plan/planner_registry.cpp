@@ -141,6 +141,8 @@ constexpr RecordedOption kRecordedOptions[] = {
      [](PlannerConfig& c, double v) { c.rescue_max_split = IntOption("rescue_max_split", v); }},
     {"reshuffle_locality", [](const PlannerConfig& c) { return c.reshuffle_locality ? 1.0 : 0.0; },
      [](PlannerConfig& c, double v) { c.reshuffle_locality = v != 0; }},
+    {"traffic_leveling", [](const PlannerConfig& c) { return c.traffic_leveling ? 1.0 : 0.0; },
+     [](PlannerConfig& c, double v) { c.traffic_leveling = v != 0; }},
 };
 
 }  // namespace

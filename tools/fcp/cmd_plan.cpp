@@ -74,6 +74,10 @@ void AddPlanCommands(CLI::App& app) {
                    "fcp: a plan outside --max-imbalance is planned again with heavy blocks in "
                    "3, 5, 6, 8 pieces (not above this) until one is within it (0 = never)")
       ->capture_default_str();
+  plan->add_option("--traffic-leveling", config.traffic_leveling,
+                   "fcp: a plan with balanced compute and unbalanced traffic gets exchanges "
+                   "that level the traffic without raising the largest cost")
+      ->capture_default_str();
   plan->add_option("--local-search", config.local_search_rounds,
                    "fcp: local-search effort after the greedy assignment (0 = off)")
       ->capture_default_str();
