@@ -592,7 +592,12 @@ class LoadModel {
     filled_size_[t] = size;
   }
   void ClearTable(int t) {
-    for (size_t k = 0; k < filled_size_[t]; ++k) count_[t][filled_[t][k]] = 0;
+    // Locals: a store of a one-byte count may alias anything, so the loop
+    // would reload the size and both vectors' data on every entry.
+    Counter* const count = count_[t].data();
+    const int32_t* const list = filled_[t].data();
+    const size_t size = filled_size_[t];
+    for (size_t k = 0; k < size; ++k) count[list[k]] = 0;
     filled_size_[t] = 0;
   }
   // kv's need by heavy and light, before and after the exchange, from its
@@ -1248,6 +1253,7 @@ class Assigner {
       return leveling ? leveling->Load(t) : targets.Load(c, t);
     };
     const auto load = [&](int32_t w) { return load_of(model.compute(w), model.traffic(w)); };
+    const bool raising = leveling && leveling->raise_least;
     // Partners are the lightest by compute and by this.
     const auto partner_key = [&](int32_t w) {
       return leveling ? load(w) : model.traffic(w);
@@ -1275,7 +1281,7 @@ class Assigner {
     std::vector<int32_t> partners;
     for (int64_t step = 0; step < max_steps && budget > 0; ++step) {
       // (The cap bounds the largest traffic.)
-      if (leveling && leveling->raise_least &&
+      if (raising &&
           1 - total_traffic / n_ / leveling->max_traffic <= leveling->stop_imbalance)
         break;
       // Plain variables, not a structured binding: lambdas below capture
@@ -1329,6 +1335,9 @@ class Assigner {
       bool improved = false;
       for (size_t x = 0; x < owned[heavy].size() && !improved && budget > 0; ++x) {
         const int32_t a = owned[heavy][x];
+        // Locals: the offer loop would otherwise reload them for every offer
+        // (it calls Evaluate, which could write them as far as the compiler knows).
+        const double give_work = item_work_[a], give_traffic = item_traffic_[a];
         for (size_t p = 0; p < partners.size(); ++p) {
           const int32_t light = partners[p];
           const std::vector<Offer>& offers = OffersOf(light, items_[a], owned[light]);
@@ -1338,12 +1347,11 @@ class Assigner {
             // Traffic-bound: only offers estimated to carry less traffic
             // (more when raising the least). (Tested first: it costs no
             // division and rejects most offers of a traffic-bound step.)
-            if (!compute_bound &&
-                (leveling && leveling->raise_least ? item_traffic_[a] >= o.traffic : item_traffic_[a] <= o.traffic))
+            if (!compute_bound && (raising ? give_traffic >= o.traffic : give_traffic <= o.traffic))
               continue;
             // Compute moves by exactly the works exchanged: skip what would
             // leave either side at the limit.
-            const double shift = item_work_[a] - o.work;
+            const double shift = give_work - o.work;
             const bool compute_blocked =
                 leveling ? light_now + shift > leveling->max_compute ||
                                heavy_now - shift > leveling->max_compute
