@@ -616,7 +616,8 @@ TEST(PlannerBalanceTest, TrafficLevelingBringsAllShortTrafficWithinTheBound) {
   EXPECT_LT(with.traffic_imbalance, 0.05);
   EXPECT_LT(with.compute_imbalance, 0.0125);
   EXPECT_LT(with.max_traffic_bytes, without.max_traffic_bytes);
-  EXPECT_LT(WorstCost(with, c.network_flops_per_byte), WorstCost(without, c.network_flops_per_byte));
+  const double ratio = c.network_flops_per_byte;
+  EXPECT_LT(WorstCost(with, ratio), WorstCost(without, ratio));
   EXPECT_TRUE(PlannerConfigOf(leveled).traffic_leveling);
   EXPECT_FALSE(PlannerConfigOf(MakePlan(lengths, off)).traffic_leveling);
   c.self_check = true;

@@ -1028,7 +1028,8 @@ class Assigner {
       caps.ratio = in_.judge.pairs_per_traffic_token;
       caps.stop_imbalance = in_.judge.max_imbalance - kLocalityMargin;
       // Balance mode has no cost to keep.
-      caps.max_cost = caps.ratio > 0 ? Cost(start, caps.ratio) : std::numeric_limits<double>::infinity();
+      caps.max_cost =
+          caps.ratio > 0 ? Cost(start, caps.ratio) : std::numeric_limits<double>::infinity();
       double largest_compute = 0, largest_traffic = 0, total_compute = 0;
       for (int32_t w = 0; w < n_; ++w) {
         largest_compute = std::max(largest_compute, start.compute[w]);
@@ -1297,7 +1298,8 @@ class Assigner {
       for (const AscendingIndex* index : {&by_compute, &by_traffic}) {
         const bool binding = (index == &by_compute) == compute_bound;
         const int swap_partners = leveling ? kLevelPartners : kSwapPartners;
-        const int quota = policy == Partners::kMixed ? swap_partners / 2 : binding ? swap_partners : 0;
+        const int quota =
+            policy == Partners::kMixed ? swap_partners / 2 : binding ? swap_partners : 0;
         if (quota == 0) continue;
         int taken = 0;
         index->Visit([&](int32_t w, double) {
@@ -1365,7 +1367,8 @@ class Assigner {
             const double light_compute = light_now + shift;
             if (!below_limit(heavy_compute, light_compute, light)) continue;
             if (leveling)
-              for (int32_t w : model.changed()) total_traffic += model.traffic_after(w) - model.traffic(w);
+              for (int32_t w : model.changed())
+                total_traffic += model.traffic_after(w) - model.traffic(w);
             model.Apply(heavy_compute, light_compute);
             for (int32_t w : model.changed()) {
               by_load.Update(w, load(w));
