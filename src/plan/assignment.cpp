@@ -1246,18 +1246,22 @@ class Assigner {
   template <typename Model>
   Assignment Improve(Model& model, Partners policy,
                      const std::optional<Leveling>& leveling = std::nullopt) {
+    // Copies: the loops below call Evaluate, which as far as the compiler
+    // knows could write *leveling.
+    const bool leveled = leveling.has_value();
+    const Leveling level = leveling.value_or(Leveling{});
     std::vector<std::vector<int32_t>>& owned = Owned(model.loads());
     double mean_traffic = 0;
     for (int32_t w = 0; w < n_; ++w) mean_traffic += model.traffic(w) / n_;
     const Targets targets{targets_.compute, std::max(mean_traffic, 1.0)};
     const auto load_of = [&](double c, double t) {
-      return leveling ? leveling->Load(t) : targets.Load(c, t);
+      return leveled ? level.Load(t) : targets.Load(c, t);
     };
     const auto load = [&](int32_t w) { return load_of(model.compute(w), model.traffic(w)); };
-    const bool raising = leveling && leveling->raise_least;
+    const bool raising = leveled && level.raise_least;
     // Partners are the lightest by compute and by this.
     const auto partner_key = [&](int32_t w) {
-      return leveling ? load(w) : model.traffic(w);
+      return leveled ? load(w) : model.traffic(w);
     };
     double total_traffic = 0;
     DescendingIndex by_load(n_);
@@ -1283,7 +1287,7 @@ class Assigner {
     for (int64_t step = 0; step < max_steps && budget > 0; ++step) {
       // (The cap bounds the largest traffic.)
       if (raising &&
-          1 - total_traffic / n_ / leveling->max_traffic <= leveling->stop_imbalance)
+          1 - total_traffic / n_ / level.max_traffic <= level.stop_imbalance)
         break;
       // Plain variables, not a structured binding: lambdas below capture
       // them, which Clang before 16 rejects for bindings.
@@ -1293,11 +1297,11 @@ class Assigner {
       partners.clear();
       // The heavy worker's binding dimension must come down.
       const bool compute_bound =
-          !leveling &&
+          !leveled &&
           model.compute(heavy) / targets.compute >= model.traffic(heavy) / targets.traffic;
       for (const AscendingIndex* index : {&by_compute, &by_traffic}) {
         const bool binding = (index == &by_compute) == compute_bound;
-        const int swap_partners = leveling ? kLevelPartners : kSwapPartners;
+        const int swap_partners = leveled ? kLevelPartners : kSwapPartners;
         const int quota =
             policy == Partners::kMixed ? swap_partners / 2 : binding ? swap_partners : 0;
         if (quota == 0) continue;
@@ -1324,7 +1328,7 @@ class Assigner {
               w == heavy ? heavy_compute : (w == light ? light_compute : model.compute(w));
           const double t = model.traffic_after(w);
           if (load_of(c, t) >= limit) return false;
-          if (leveling && !leveling->Allows(c, t)) return false;
+          if (leveled && !level.Allows(c, t)) return false;
         }
         bool involved = false;
         by_load.Visit([&](int32_t w, double key) {
@@ -1355,8 +1359,8 @@ class Assigner {
             // leave either side at the limit.
             const double shift = give_work - o.work;
             const bool compute_blocked =
-                leveling ? light_now + shift > leveling->max_compute ||
-                               heavy_now - shift > leveling->max_compute
+                leveled ? light_now + shift > level.max_compute ||
+                               heavy_now - shift > level.max_compute
                          : (light_now + shift) / targets.compute >= max_load ||
                                (heavy_now - shift) / targets.compute >= max_load;
             if (compute_blocked) continue;
@@ -1366,7 +1370,7 @@ class Assigner {
             const double heavy_compute = heavy_now - shift;
             const double light_compute = light_now + shift;
             if (!below_limit(heavy_compute, light_compute, light)) continue;
-            if (leveling)
+            if (leveled)
               for (int32_t w : model.changed())
                 total_traffic += model.traffic_after(w) - model.traffic(w);
             model.Apply(heavy_compute, light_compute);
