@@ -135,6 +135,9 @@ TEST(CostModelTest, JsonErrors) {
   EXPECT_EQ(code_of("{"), ErrorCode::kParse);
   EXPECT_EQ(code_of("[]"), ErrorCode::kParse);
   EXPECT_EQ(code_of(R"({"base": "gpu-x", "peak_flops": "fast"})"), ErrorCode::kParse);
+  // A repeated field would be read as its last value.
+  EXPECT_EQ(code_of(R"({"base": "gpu-x", "peak_flops": 1e15, "peak_flops": 2e15})"),
+            ErrorCode::kParse);
   EXPECT_EQ(code_of(R"({"base": "gpu-x", "peak_flops": -1})"), ErrorCode::kParse);
   // Positive but too small to simulate: times would overflow a double.
   EXPECT_EQ(code_of(R"({"base": "gpu-x", "peak_flops": 1e-300})"), ErrorCode::kParse);

@@ -280,6 +280,32 @@ TEST(PlanJsonTest, RejectsTextThatIsNotAPlanObject) {
               HasSubstr("plan: not valid JSON"));
 }
 
+// A repeated key would be read as its last value (nlohmann's choice): the
+// reader refuses it and names the key, at any depth and in objects of any
+// size; the same key in different objects is fine.
+TEST(PlanJsonTest, RejectsAKeyRepeatedInOneObject) {
+  const std::string text = WritePlanJson(testing::TwoWorkerPlan());
+  ASSERT_NO_THROW(ReadPlanJson(text));  // every block has its own "worker"
+  std::string top = text;
+  top.insert(top.find("\"workers\""), "\"workers\": 5, ");
+  EXPECT_THAT(ParseError(top),
+              HasSubstr("plan: not valid JSON: the key \"workers\" appears twice in one object"));
+  std::string block = text;
+  block.insert(block.find("{\"worker\": ") + 1, "\"worker\": 1, ");
+  EXPECT_THAT(ParseError(block), HasSubstr("the key \"worker\" appears twice"));
+  // An extra object (allowed, ignored) past the short scan of keys.
+  std::string extra = "{";
+  for (int k = 0; k < 1000; ++k) extra += "\"k" + std::to_string(k) + "\": " + std::to_string(k) + ", ";
+  std::string many = text;
+  many.insert(1, "\"extra\": " + extra + "\"last\": 0}, ");
+  EXPECT_NO_THROW(ReadPlanJson(many));
+  many.insert(1, "\"extra2\": " + extra + "\"k999\": 0}, ");
+  EXPECT_THAT(ParseError(many), HasSubstr("the key \"k999\" appears twice"));
+  std::string odd = text;
+  odd.insert(1, "\"\\u0001\": 0, \"\\u0001\": 1, ");  // a control character, escaped
+  EXPECT_THAT(ParseError(odd), HasSubstr("the key \"?\" appears twice"));
+}
+
 TEST(PlanJsonTest, ErrorsAreOnePrintableLine) {
   // The CLI prints the message as one line on stderr, whatever bytes the file held.
   for (const char* text : {"{\n\"a\": \n", "[1,\n2", "{\"format\": \"fcp-plan\",\n\"version\": x}",

@@ -16,6 +16,7 @@
 
 #include "fcp/error.h"
 #include "fcp/plan.h"
+#include "io/json_text.h"
 
 namespace fcp {
 namespace {
@@ -249,15 +250,9 @@ void WritePlanJsonFile(const Plan& plan, const std::string& path) {
 Plan ReadPlanJson(const std::string& text) {
   json doc;
   try {
-    doc = json::parse(text);
-  } catch (const json::exception& e) {
-    // parse_error, and also out_of_range for numbers beyond double (1E999).
-    // nlohmann quotes the offending bytes raw: keep the one-line message
-    // printable ASCII whatever the file held.
-    std::string what = e.what();
-    for (char& c : what)
-      if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) c = '?';
-    throw Error(ErrorCode::kParse, "plan: not valid JSON: " + what);
+    doc = detail::ParseJson(text);
+  } catch (const detail::JsonTextError& e) {
+    throw Error(ErrorCode::kParse, std::string("plan: not valid JSON: ") + e.what());
   }
   if (!doc.is_object()) throw Error(ErrorCode::kParse, "plan: top level must be a JSON object");
   const json& format = Field(doc, "format", "");

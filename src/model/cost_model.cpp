@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fcp/error.h"
+#include "io/json_text.h"
 
 namespace fcp {
 namespace {
@@ -137,8 +138,8 @@ HardwareProfile BuiltinProfile(const std::string& name) {
 HardwareProfile ParseProfileJson(const std::string& text) {
   json j;
   try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
+    j = detail::ParseJson(text);
+  } catch (const detail::JsonTextError& e) {
     ParseFail(std::string("not valid JSON: ") + e.what());
   }
   if (!j.is_object()) ParseFail("the top level must be an object");
