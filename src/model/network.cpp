@@ -108,20 +108,33 @@ void Network::Recompute() {
   // bottleneck; its unfrozen flows get that share and leave their other port.
   // A port's share rem/cnt never falls while the water level rises (removing a
   // flow at level s <= rem/cnt leaves (rem - s)/(cnt - 1) >= rem/cnt), so the
-  // heap is lazy: a popped port whose share has grown is pushed back.
+  // queue is lazy: a popped port whose share has grown is pushed back. The
+  // queue is the initial shares sorted once plus a heap of the pushed-back
+  // ones: popping the smaller front of the two yields the same (share, port)
+  // sequence as one heap of both (entries are totally ordered pairs), for
+  // fewer comparisons than popping every port off a heap.
   using Entry = std::pair<double, int32_t>;  // share when pushed, port
+  SortInitialShares();
   heap_.clear();
-  for (size_t p = 0; p < ports; ++p)
-    if (unfrozen_[p] > 0)
-      heap_.emplace_back(remaining_capacity_[p] / unfrozen_[p], static_cast<int32_t>(p));
-  std::make_heap(heap_.begin(), heap_.end(), std::greater<Entry>());
-  while (!heap_.empty()) {
-    std::pop_heap(heap_.begin(), heap_.end(), std::greater<Entry>());
-    const auto [pushed_share, port] = heap_.back();
-    heap_.pop_back();
+  size_t next = 0;
+  const auto front_is_sorted = [&] {
+    return heap_.empty() || (next < sorted_.size() && sorted_[next] < heap_.front());
+  };
+  const auto queue_empty = [&] { return next == sorted_.size() && heap_.empty(); };
+  while (!queue_empty()) {
+    Entry popped;
+    if (front_is_sorted()) {
+      popped = sorted_[next++];
+    } else {
+      std::pop_heap(heap_.begin(), heap_.end(), std::greater<Entry>());
+      popped = heap_.back();
+      heap_.pop_back();
+    }
+    const auto [pushed_share, port] = popped;
     if (unfrozen_[port] == 0) continue;
     const double share = remaining_capacity_[port] / unfrozen_[port];
-    if (share > pushed_share * (1 + 1e-12) && !heap_.empty() && share > heap_.front().first) {
+    if (share > pushed_share * (1 + 1e-12) && !queue_empty() &&
+        share > (front_is_sorted() ? sorted_[next] : heap_.front()).first) {
       heap_.emplace_back(share, port);
       std::push_heap(heap_.begin(), heap_.end(), std::greater<Entry>());
       continue;
@@ -138,11 +151,43 @@ void Network::Recompute() {
     }
     unfrozen_[port] = 0;
   }
-  next_drain_ = kInfinity;
+  // A local minimum: next_drain_ would be stored every iteration, as it may
+  // alias drain_time_.
+  double next_drain = kInfinity;
   for (size_t k = 0; k < flows; ++k) {
     drain_time_[k] = now_ + std::max(0.0, remaining_bytes_[k]) / rate_[k];
-    next_drain_ = std::min(next_drain_, drain_time_[k]);
+    next_drain = std::min(next_drain, drain_time_[k]);
   }
+  next_drain_ = next_drain;
+}
+
+void Network::SortInitialShares() {
+  // Among ports of one capacity (>= 1 per second, as HardwareProfile::validate wants),
+  // rising share capacity / count is falling count: capacity / a and
+  // capacity / b round to different doubles for any counts a != b that fit in
+  // memory. So a counting sort by (capacity class, falling count) with ports
+  // taken in rising order gives each class's (share, port) entries sorted, and
+  // one merge of the two classes gives what a comparison sort would, in O(P)
+  // instead of O(P log P).
+  const size_t ports = capacity_.size();
+  int32_t max_count = 0;
+  for (size_t p = 0; p < ports; ++p) max_count = std::max(max_count, unfrozen_[p]);
+  const auto bucket = [&](size_t p) {
+    const int32_t nic = p % kPortsPerWorker >= kNicOut ? 1 : 0;
+    return nic * (max_count + 1) + (max_count - unfrozen_[p]);
+  };
+  bucket_begin_.assign(2 * (static_cast<size_t>(max_count) + 1) + 1, 0);
+  for (size_t p = 0; p < ports; ++p)
+    if (unfrozen_[p] > 0) ++bucket_begin_[bucket(p) + 1];
+  for (size_t b = 0; b + 1 < bucket_begin_.size(); ++b) bucket_begin_[b + 1] += bucket_begin_[b];
+  const int32_t nvlink_ports = bucket_begin_[max_count + 1];
+  by_class_.resize(bucket_begin_.back());
+  for (size_t p = 0; p < ports; ++p)
+    if (unfrozen_[p] > 0)
+      by_class_[bucket_begin_[bucket(p)]++] = {remaining_capacity_[p] / unfrozen_[p], static_cast<int32_t>(p)};
+  sorted_.resize(by_class_.size());
+  std::merge(by_class_.begin(), by_class_.begin() + nvlink_ports, by_class_.begin() + nvlink_ports,
+             by_class_.end(), sorted_.begin());
 }
 
 }  // namespace fcp::sim

@@ -37,6 +37,8 @@ class Network {
  private:
   void Recompute();
   void Remove(size_t slot);
+  // Fills sorted_ with (capacity / flow count, port) of every port with flows, in rising order.
+  void SortInitialShares();
 
   std::vector<double> capacity_;  // bytes/s per port
   int32_t gpus_per_node_;
@@ -50,9 +52,9 @@ class Network {
   double updated_ = 0;  // time at which remaining_bytes_ was last brought up to date
   // Scratch for Recompute.
   std::vector<double> remaining_capacity_;
-  std::vector<int32_t> unfrozen_, port_begin_, port_slots_;
+  std::vector<int32_t> unfrozen_, port_begin_, port_slots_, bucket_begin_;
   std::vector<char> frozen_;
-  std::vector<std::pair<double, int32_t>> heap_;
+  std::vector<std::pair<double, int32_t>> by_class_, sorted_, heap_;
 };
 
 }  // namespace fcp::sim
