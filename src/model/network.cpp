@@ -87,7 +87,10 @@ void Network::Recompute() {
   const double dt = now_ - updated_;
   updated_ = now_;
   const size_t flows = tag_.size();
-  for (size_t k = 0; k < flows; ++k) remaining_bytes_[k] -= rate_[k] * dt;
+  // After AdvanceTo took out drained flows, dt is 0 and every x - rate * 0 is
+  // x: the pass is skipped without changing a bit.
+  if (dt != 0)
+    for (size_t k = 0; k < flows; ++k) remaining_bytes_[k] -= rate_[k] * dt;
 
   const size_t ports = capacity_.size();
   remaining_capacity_.assign(capacity_.begin(), capacity_.end());

@@ -4,8 +4,8 @@
 // node, else of the NIC pair. Active flows share ports max-min fairly
 // (progressive filling), recomputed lazily after any flow starts or drains.
 // Active flows live in compact arrays (structure of arrays) so a
-// recomputation, O(F log P + P log P) for F active flows and P ports, stays in
-// cache.
+// recomputation, O(F + P + R log R) for F active flows, P ports and R ports
+// pushed back in the lazy queue, stays in cache.
 #pragma once
 
 #include <cstdint>
