@@ -1,6 +1,7 @@
 #include "network.h"
 
 #include <algorithm>
+#include <bit>
 #include <functional>
 
 namespace fcp::sim {
@@ -10,6 +11,17 @@ constexpr double kInfinity = std::numeric_limits<double>::infinity();
 // Flows within this of their end drain together: one rate recomputation
 // instead of several for ends a few nanoseconds apart.
 constexpr double kDrainSlack_s = 1e-7;
+// A queue entry (share, port) packed so that integer order is (share, port)
+// order: a non-negative double's bits order as the double does (shares are
+// >= +0 and never NaN), and the port fills the low bits. Comparing two
+// entries is then one 128-bit compare instead of a compare of the shares,
+// a test for equality and a compare of the ports.
+using QueueEntry = unsigned __int128;
+QueueEntry Pack(double share, int32_t port) {
+  return static_cast<QueueEntry>(std::bit_cast<uint64_t>(share)) << 64 | static_cast<uint32_t>(port);
+}
+double ShareOf(QueueEntry e) { return std::bit_cast<double>(static_cast<uint64_t>(e >> 64)); }
+int32_t PortOf(QueueEntry e) { return static_cast<int32_t>(static_cast<uint32_t>(e)); }
 enum Port { kNvlinkOut = 0, kNvlinkIn = 1, kNicOut = 2, kNicIn = 3, kPortsPerWorker = 4 };
 
 }  // namespace
@@ -116,7 +128,6 @@ void Network::Recompute() {
   // ones: popping the smaller front of the two yields the same (share, port)
   // sequence as one heap of both (entries are totally ordered pairs), for
   // fewer comparisons than popping every port off a heap.
-  using Entry = std::pair<double, int32_t>;  // share when pushed, port
   SortInitialShares();
   heap_.clear();
   size_t next = 0;
@@ -125,21 +136,22 @@ void Network::Recompute() {
   };
   const auto queue_empty = [&] { return next == sorted_.size() && heap_.empty(); };
   while (!queue_empty()) {
-    Entry popped;
+    QueueEntry popped;
     if (front_is_sorted()) {
       popped = sorted_[next++];
     } else {
-      std::pop_heap(heap_.begin(), heap_.end(), std::greater<Entry>());
+      std::pop_heap(heap_.begin(), heap_.end(), std::greater<QueueEntry>());
       popped = heap_.back();
       heap_.pop_back();
     }
-    const auto [pushed_share, port] = popped;
+    const double pushed_share = ShareOf(popped);
+    const int32_t port = PortOf(popped);
     if (unfrozen_[port] == 0) continue;
     const double share = remaining_capacity_[port] / unfrozen_[port];
     if (share > pushed_share * (1 + 1e-12) && !queue_empty() &&
-        share > (front_is_sorted() ? sorted_[next] : heap_.front()).first) {
-      heap_.emplace_back(share, port);
-      std::push_heap(heap_.begin(), heap_.end(), std::greater<Entry>());
+        share > ShareOf(front_is_sorted() ? sorted_[next] : heap_.front())) {
+      heap_.push_back(Pack(share, port));
+      std::push_heap(heap_.begin(), heap_.end(), std::greater<QueueEntry>());
       continue;
     }
     for (int32_t i = port_begin_[port]; i < port_begin_[port + 1]; ++i) {
@@ -187,7 +199,7 @@ void Network::SortInitialShares() {
   by_class_.resize(bucket_begin_.back());
   for (size_t p = 0; p < ports; ++p)
     if (unfrozen_[p] > 0)
-      by_class_[bucket_begin_[bucket(p)]++] = {remaining_capacity_[p] / unfrozen_[p], static_cast<int32_t>(p)};
+      by_class_[bucket_begin_[bucket(p)]++] = Pack(remaining_capacity_[p] / unfrozen_[p], static_cast<int32_t>(p));
   sorted_.resize(by_class_.size());
   std::merge(by_class_.begin(), by_class_.begin() + nvlink_ports, by_class_.begin() + nvlink_ports,
              by_class_.end(), sorted_.begin());

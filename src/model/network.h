@@ -54,7 +54,8 @@ class Network {
   std::vector<double> remaining_capacity_;
   std::vector<int32_t> unfrozen_, port_begin_, port_slots_, bucket_begin_;
   std::vector<char> frozen_;
-  std::vector<std::pair<double, int32_t>> by_class_, sorted_, heap_;
+  // (share, port) entries of the lazy queue, packed (see network.cpp).
+  std::vector<unsigned __int128> by_class_, sorted_, heap_;
 };
 
 }  // namespace fcp::sim
