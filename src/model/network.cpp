@@ -18,7 +18,8 @@ constexpr double kDrainSlack_s = 1e-7;
 // a test for equality and a compare of the ports.
 using QueueEntry = unsigned __int128;
 QueueEntry Pack(double share, int32_t port) {
-  return static_cast<QueueEntry>(std::bit_cast<uint64_t>(share)) << 64 | static_cast<uint32_t>(port);
+  return static_cast<QueueEntry>(std::bit_cast<uint64_t>(share)) << 64 |
+         static_cast<uint32_t>(port);
 }
 double ShareOf(QueueEntry e) { return std::bit_cast<double>(static_cast<uint64_t>(e >> 64)); }
 int32_t PortOf(QueueEntry e) { return static_cast<int32_t>(static_cast<uint32_t>(e)); }
@@ -199,7 +200,8 @@ void Network::SortInitialShares() {
   by_class_.resize(bucket_begin_.back());
   for (size_t p = 0; p < ports; ++p)
     if (unfrozen_[p] > 0)
-      by_class_[bucket_begin_[bucket(p)]++] = Pack(remaining_capacity_[p] / unfrozen_[p], static_cast<int32_t>(p));
+      by_class_[bucket_begin_[bucket(p)]++] =
+          Pack(remaining_capacity_[p] / unfrozen_[p], static_cast<int32_t>(p));
   sorted_.resize(by_class_.size());
   std::merge(by_class_.begin(), by_class_.begin() + nvlink_ports, by_class_.begin() + nvlink_ports,
              by_class_.end(), sorted_.begin());

@@ -36,7 +36,6 @@ class Network {
 
  private:
   void Recompute();
-  void Remove(size_t slot);
   // Fills sorted_ with (capacity / flow count, port) of every port with flows, in rising order.
   void SortInitialShares();
 
