@@ -276,8 +276,10 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   const Common common{detail::ShardSteps123(lengths, config.block_size, plan.token_cap,
                                             config.workers, config.mask),
                       SequenceOffsets(lengths)};
-  const auto split = [&](int32_t max_split) {
-    return detail::SplitHeavy(common.base, lengths, config.mask, config.heavy_fraction, max_split);
+  const auto split = [&](int32_t max_split,
+                          detail::PieceCounts counts = detail::PieceCounts::kPowersOfTwo) {
+    return detail::SplitHeavy(common.base, lengths, config.mask, config.heavy_fraction, max_split,
+                              counts);
   };
   const detail::Judge judge = JudgeOf(config, common.base.block_size);
   std::unique_ptr<Candidate> best = Assign(split(config.max_split), lengths, config, plan, common);
@@ -332,9 +334,7 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
       const bool pieces_too_small = common.base.block_size / limit < detail::kMinPieceTokens;
       if (limit > config.rescue_max_split || pieces_too_small) break;
       if (detail::WithinBound(best->assignment, judge)) break;
-      detail::HeavySplit rescue_split =
-          detail::SplitHeavy(common.base, lengths, config.mask, config.heavy_fraction, limit,
-                             detail::PieceCounts::kAny);
+      detail::HeavySplit rescue_split = split(limit, detail::PieceCounts::kAny);
       const bool hopeless = ComputeImbalanceLowerBound(common.base, rescue_split, config.workers) >
                             config.max_imbalance + kBoundMargin;
       // The self-check assigns it anyway and checks the bound (before piece
