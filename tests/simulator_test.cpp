@@ -367,6 +367,123 @@ TEST(SimulatorTest, DeterministicAndTraceIsChromeJson) {
   EXPECT_DOUBLE_EQ(summary["total_time_s"].get<double>(), a.total_time_s);
 }
 
+// Bounds of the two-worker plan (worked out above): forward busy 10 and 26,
+// one 8-byte transfer; backward busy 25 and 65, 8 bytes each way. Compute
+// binds both passes: the forward reaches its bound, the backward ends 9 s
+// after it (the dK/dV return waits for w1's last compute).
+TEST(SimulatorTest, LowerBoundsOfTheTwoWorkerPlan) {
+  const SimResult r = Simulate(TwoWorkerPlan(), UnitProfile(), NoReshuffle());
+  EXPECT_NEAR(r.forward_bounds.mean_compute_s, 18, 1e-9);
+  EXPECT_NEAR(r.forward_bounds.max_compute_s, 26, 1e-9);
+  EXPECT_DOUBLE_EQ(r.forward_bounds.nic_in_s, 8);
+  EXPECT_DOUBLE_EQ(r.forward_bounds.nic_out_s, 8);
+  EXPECT_NEAR(r.forward_bounds.bound_s, 26, 1e-9);
+  EXPECT_NEAR(r.backward_bounds.max_compute_s, 65, 1e-9);
+  EXPECT_NEAR(r.backward_bounds.mean_compute_s, 45, 1e-9);
+  EXPECT_DOUBLE_EQ(r.backward_bounds.nic_in_s, 8);
+  EXPECT_DOUBLE_EQ(r.backward_bounds.workers[0].nic_in_s, 8);  // the dK/dV partial
+  EXPECT_EQ(r.backward_bounds.binding, "compute");
+  EXPECT_NEAR(r.bound_s, 91, 1e-9);
+  EXPECT_NEAR(r.bound_ratio, 100.0 / 91, 1e-12);
+  // Per-worker busy compute is what the event loop charged.
+  for (int32_t w = 0; w < 2; ++w)
+    EXPECT_NEAR(r.forward_bounds.workers[w].compute_s + r.backward_bounds.workers[w].compute_s,
+                r.worker_stats[w].busy_s, 1e-9);
+}
+
+// The hotspot plan with the reshuffle charged. N = 4 over 24 tokens: worker r
+// holds global tokens [6r, 6r + 6); block k = global [8k, 8k+4) on worker k,
+// block 3+k = [8k+4, 8k+8) on w3. Away from home: block 2's tokens 18, 19
+// (from w3), block 3's 4..7 (w0: 4, 5; w1: 6, 7), block 4's 12..15 (w2).
+// Forward (Q/K/V 3 bytes a token in, O 1 byte out), w3's NIC in-port:
+//   K/V 3 x 8 + Q/K/V from w0, w1, w2 6 + 6 + 12 + O of block 2 from w2 2 = 50
+// Backward (dO 1 byte in, dQ/dK/dV 3 bytes out), w3's NIC out-port:
+//   dK/dV 3 x 8 + dO to w2 2 + dQ/dK/dV to w0, w1, w2 6 + 6 + 12       = 50
+TEST(SimulatorTest, LowerBoundsCountTheReshuffle) {
+  const Plan plan = HotspotPlan(true);
+  for (ReshuffleMode mode : {ReshuffleMode::kOverlapped, ReshuffleMode::kBlocking}) {
+    SimConfig c;
+    c.reshuffle = mode;
+    const SimResult r = Simulate(plan, UnitProfile(400), c);
+    SCOPED_TRACE(ReshuffleModeName(mode));
+    EXPECT_DOUBLE_EQ(r.forward_bounds.nic_in_s, 50);
+    EXPECT_DOUBLE_EQ(r.forward_bounds.workers[3].nic_out_s, 6 + 2 + 2 + 4);
+    EXPECT_DOUBLE_EQ(r.forward_bounds.workers[2].nic_out_s, 8 + 12 + 2);
+    EXPECT_EQ(r.forward_bounds.binding, "nic_in");
+    EXPECT_DOUBLE_EQ(r.backward_bounds.nic_out_s, 50);
+    EXPECT_DOUBLE_EQ(r.backward_bounds.workers[3].nic_in_s, 24 + 2 + 2 + 4 + 6);
+    EXPECT_EQ(r.backward_bounds.binding, "nic_out");
+    EXPECT_NEAR(r.forward_bounds.max_compute_s, 0.78, 1e-9);  // w3: 0.3 + 0.48
+    EXPECT_DOUBLE_EQ(r.bound_s, 100);
+    EXPECT_GE(r.forward_time_s, 50);
+    EXPECT_GE(r.backward_time_s, 50);
+  }
+  // Without the reshuffle only the stage transfers count: 24 in, 24 out.
+  const SimResult none = Simulate(plan, UnitProfile(400), NoReshuffle());
+  EXPECT_DOUBLE_EQ(none.forward_bounds.nic_in_s, 24);
+  EXPECT_DOUBLE_EQ(none.backward_bounds.nic_out_s, 24);
+  EXPECT_NEAR(none.forward_time_s / none.forward_bounds.bound_s, 25.48 / 24, 1e-9);
+}
+
+// No simulated pass beats its bound, on random batches planned by every
+// planner, with every reshuffle and transfer mode, on both profiles and on
+// nodes small enough that both link classes carry traffic. A failure is a
+// bug in the simulator or in the bound: tell them apart by hand.
+TEST(SimulatorTest, NoPassIsFasterThanItsLowerBound) {
+  int64_t checked = 0;
+  for (const std::string profile_name : {"gpu-x", "gpu-y"})
+    for (const char* planner : {"fcp", "ring", "bytescale", "magi", "wlb"})
+      for (int32_t n : {3, 8, 16})
+        for (uint64_t seed : {1, 2}) {
+          HardwareProfile profile = BuiltinProfile(profile_name);
+          profile.gpus_per_node = seed == 1 ? 8 : 4;
+          WorkloadConfig wc;
+          wc.workers = n;
+          wc.tokens_per_worker = 4096;
+          wc.max_len = 32768;
+          wc.seed = seed * 131 + static_cast<uint64_t>(n);
+          wc.dist = seed == 1 ? LengthDistribution::kLognormal : LengthDistribution::kBimodal;
+          PlannerConfig pc;
+          pc.workers = n;
+          pc.block_size = 512;
+          pc.coalesce = 4;
+          pc.planner = planner;
+          pc.mask.kind = seed == 1 ? MaskKind::kCausal : MaskKind::kSlidingWindow;
+          pc.mask.window = seed == 1 ? 0 : 1500;
+          const Plan plan = MakePlan(GenerateWorkload(wc), pc);
+          for (ReshuffleMode mode : {ReshuffleMode::kNone, ReshuffleMode::kBlocking, ReshuffleMode::kOverlapped})
+            for (TransferMode transfers : {TransferMode::kPull, TransferMode::kGrouped}) {
+              SimConfig c;
+              c.reshuffle = mode;
+              c.transfers = transfers;
+              const SimResult r = Simulate(plan, profile, c);
+              SCOPED_TRACE(profile_name + " " + planner + " N=" + std::to_string(n) + " seed " +
+                           std::to_string(seed) + " " + ReshuffleModeName(mode) + " " +
+                           TransferModeName(transfers));
+              // Flows drain up to 0.1 us early in the fluid network.
+              const double slack_s = 1e-9 * r.total_time_s + 1e-7;
+              EXPECT_GE(r.forward_time_s, r.forward_bounds.bound_s - slack_s);
+              EXPECT_GE(r.backward_time_s, r.backward_bounds.bound_s - slack_s);
+              EXPECT_GT(r.bound_s, 0);
+              EXPECT_GE(r.bound_ratio, 1 - 1e-9);
+              EXPECT_LE(r.forward_bounds.mean_compute_s, r.forward_bounds.max_compute_s * (1 + 1e-12));
+              if (mode == ReshuffleMode::kNone) {  // the port bytes are the stage transfers'
+                double received = 0, sent = 0;
+                for (const WorkerBounds& w : r.forward_bounds.workers) {
+                  received += w.nic_in_s * profile.nic_bytes_per_s + w.nvlink_in_s * profile.nvlink_bytes_per_s;
+                  sent += w.nic_out_s * profile.nic_bytes_per_s + w.nvlink_out_s * profile.nvlink_bytes_per_s;
+                }
+                double kv = 0;
+                for (const WorkerSimStats& s : r.worker_stats) kv += s.forward_kv_bytes_received;
+                EXPECT_NEAR(received, kv, 1e-6 * kv + 1e-6);
+                EXPECT_NEAR(sent, kv, 1e-6 * kv + 1e-6);
+              }
+              ++checked;
+            }
+        }
+  EXPECT_EQ(checked, 2 * 5 * 3 * 2 * 3 * 2);
+}
+
 TEST(SimulatorTest, RejectsOutOfRangePlans) {
   Plan plan = TwoWorkerPlan();
   plan.forward[0].send[0].dst = 7;

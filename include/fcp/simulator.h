@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "fcp/cost_model.h"
+#include "fcp/lower_bounds.h"
 #include "fcp/plan.h"
 
 namespace fcp {
@@ -135,6 +136,14 @@ struct SimResult {
   double mean_busy_s = 0;
   int64_t transfers = 0;       // flows simulated (stage transfers)
   int64_t reshuffle_flows = 0;
+  // Lower bounds (lower_bounds.h) from each worker's busy compute and every
+  // flow of the pass, the reshuffle's included when charged; the step's bound
+  // is the sum of the two, and total_time_s / bound_s (>= 1; 0 when the bound
+  // is 0) says how far the schedule is from it.
+  PassBounds forward_bounds;
+  PassBounds backward_bounds;
+  double bound_s = 0;
+  double bound_ratio = 0;
   std::vector<WorkerSimStats> worker_stats;
   std::vector<TraceEvent> trace;  // when SimConfig::record_trace
 };

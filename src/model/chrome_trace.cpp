@@ -65,6 +65,36 @@ void WriteChromeTraceFile(const SimResult& result, const std::string& path) {
   if (!file) throw Error(ErrorCode::kIo, "simulate: cannot write trace '" + path + "'");
 }
 
+namespace {
+
+// The four port terms, which PassBounds and WorkerBounds name alike.
+template <typename Bounds>
+void AddPortTerms(const Bounds& b, nlohmann::ordered_json& j) {
+  j["nic_in_s"] = b.nic_in_s;
+  j["nic_out_s"] = b.nic_out_s;
+  j["nvlink_in_s"] = b.nvlink_in_s;
+  j["nvlink_out_s"] = b.nvlink_out_s;
+}
+
+nlohmann::ordered_json PassBoundsJson(const PassBounds& b) {
+  nlohmann::ordered_json j;
+  j["mean_compute_s"] = b.mean_compute_s;
+  j["max_compute_s"] = b.max_compute_s;
+  AddPortTerms(b, j);
+  j["bound_s"] = b.bound_s;
+  j["binding"] = b.binding;
+  return j;
+}
+
+nlohmann::ordered_json WorkerBoundsJson(const WorkerBounds& b) {
+  nlohmann::ordered_json j;
+  j["compute_s"] = b.compute_s;
+  AddPortTerms(b, j);
+  return j;
+}
+
+}  // namespace
+
 std::string SimResultJson(const SimResult& r, bool per_worker) {
   nlohmann::ordered_json j;
   j["planner"] = r.planner;
@@ -87,6 +117,10 @@ std::string SimResultJson(const SimResult& r, bool per_worker) {
   j["max_exposed_comm_s"] = r.max_exposed_comm_s;
   j["transfers"] = r.transfers;
   j["reshuffle_flows"] = r.reshuffle_flows;
+  j["bound_s"] = r.bound_s;
+  j["bound_ratio"] = r.bound_ratio;
+  j["forward_bounds"] = PassBoundsJson(r.forward_bounds);
+  j["backward_bounds"] = PassBoundsJson(r.backward_bounds);
   if (per_worker) {
     nlohmann::ordered_json workers = nlohmann::ordered_json::array();
     for (const WorkerSimStats& s : r.worker_stats) {
@@ -102,6 +136,11 @@ std::string SimResultJson(const SimResult& r, bool per_worker) {
       w["bytes_received"] = s.bytes_received;
       w["reshuffle_bytes_sent"] = s.reshuffle_bytes_sent;
       w["reshuffle_bytes_received"] = s.reshuffle_bytes_received;
+      const size_t k = workers.size();
+      if (k < r.forward_bounds.workers.size() && k < r.backward_bounds.workers.size()) {
+        w["forward_bounds"] = WorkerBoundsJson(r.forward_bounds.workers[k]);
+        w["backward_bounds"] = WorkerBoundsJson(r.backward_bounds.workers[k]);
+      }
       workers.push_back(w);
     }
     j["worker_stats"] = workers;

@@ -755,6 +755,25 @@ void AddStagePairs(const Plan& plan, KernelCoster& coster, const std::vector<Blo
   }
 }
 
+// The pass's bounds from its inputs, not from the event loop: each worker's
+// kernel times plus one launch per stage it computes in (what its compute
+// stream must run), and every stage and reshuffle flow.
+PassBounds PassLowerBounds(const Plan& plan, const HardwareProfile& profile, const PassInput& pass) {
+  std::vector<double> busy_s(plan.workers, 0);
+  std::vector<int32_t> last_stage(plan.workers, -1);
+  for (const PairTask& p : pass.pairs) {
+    busy_s[p.worker] += p.seconds;
+    if (last_stage[p.worker] != p.stage) busy_s[p.worker] += profile.kernel_launch_s;
+    last_stage[p.worker] = p.stage;
+  }
+  std::vector<PortFlow> flows;
+  flows.reserve(pass.transfers.size() + pass.in_flows.size() + pass.out_flows.size());
+  for (const StageTransfer& t : pass.transfers) flows.push_back({t.src, t.dst, t.bytes});
+  for (const auto* list : {&pass.in_flows, &pass.out_flows})
+    for (const ReshuffleFlow& f : *list) flows.push_back({f.src, f.dst, f.bytes});
+  return ComputePassBounds(profile, busy_s, flows);
+}
+
 double Imbalance(const std::vector<double>& values) {
   double max = 0, sum = 0;
   for (double v : values) {
@@ -906,6 +925,10 @@ SimResult Simulate(const Plan& plan, const HardwareProfile& profile, const SimCo
     r.mean_exposed_comm_s += s.exposed_comm_s / n;
     r.mean_busy_s += s.busy_s / n;
   }
+  r.forward_bounds = PassLowerBounds(plan, profile, fwd);
+  r.backward_bounds = PassLowerBounds(plan, profile, bwd);
+  r.bound_s = r.forward_bounds.bound_s + r.backward_bounds.bound_s;
+  if (r.bound_s > 0) r.bound_ratio = r.total_time_s / r.bound_s;
   r.compute_imbalance = Imbalance(compute);
   r.traffic_imbalance = Imbalance(traffic);
   r.total_traffic_imbalance = Imbalance(total_traffic);

@@ -26,10 +26,22 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 
 std::string Percent(double x) { return fmt::format("{:.1f}%", 100 * x); }
 
+// One pass's bound terms in ms: the largest (which is the bound), then the rest.
+std::string PassBoundsLine(const PassBounds& b) {
+  return fmt::format("{:.3f} ms ({}); compute max {:.3f} / mean {:.3f}, NIC in {:.3f} / out {:.3f}, "
+                     "NVLink in {:.3f} / out {:.3f}",
+                     b.bound_s * 1e3, b.binding, b.max_compute_s * 1e3, b.mean_compute_s * 1e3,
+                     b.nic_in_s * 1e3, b.nic_out_s * 1e3, b.nvlink_in_s * 1e3, b.nvlink_out_s * 1e3);
+}
+
 void PrintSimSummary(const Plan& plan, const SimResult& r) {
   fmt::print("simulate: planner {}, {} workers, profile {}\n", r.planner, r.workers, r.profile);
   fmt::print("  time:      forward {:.3f} ms, backward {:.3f} ms, total {:.3f} ms\n",
              r.forward_time_s * 1e3, r.backward_time_s * 1e3, r.total_time_s * 1e3);
+  fmt::print("  bound:     {:.3f} ms (forward + backward lower bounds), time / bound {:.3f}x\n",
+             r.bound_s * 1e3, r.bound_ratio);
+  fmt::print("    forward  {}\n", PassBoundsLine(r.forward_bounds));
+  fmt::print("    backward {}\n", PassBoundsLine(r.backward_bounds));
   fmt::print("  MFU:       {} (normalised by saturated kernel efficiency {}; by this batch's "
              "single-GPU efficiency {}: {})\n",
              Percent(r.mfu), Percent(r.normalized_mfu), Percent(r.reference_efficiency),
@@ -121,12 +133,17 @@ void WriteCsv(const std::string& path, const CompareOptions& o, const std::vecto
           "forward_time_s,backward_time_s,total_time_s,mfu,normalized_mfu,batch_normalized_mfu,"
           "reference_efficiency,compute_imbalance,traffic_imbalance,total_traffic_imbalance,"
           "mean_busy_s,mean_exposed_comm_s,max_exposed_comm_s,plan_token_cap,plan_coalesce,"
-          "forward_stages,blocks,plan_s,sim_s\n";
+          "forward_stages,blocks,plan_s,sim_s,bound_s,bound_ratio";
+  for (const char* pass : {"forward", "backward"})
+    for (const char* term : {"mean_compute_s", "max_compute_s", "nic_in_s", "nic_out_s", "nvlink_in_s",
+                             "nvlink_out_s", "bound_s", "binding"})
+      file << ',' << pass << "_bound_" << term;
+  file << '\n';
   for (const Row& r : rows) {
     const SimResult& s = r.sim;
     file << fmt::format(
         "{},{},{},{:.9g},{},{},{},{},{},{},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},"
-        "{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{},{},{},{},{:.6f},{:.6f}\n",
+        "{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{},{},{},{},{:.6f},{:.6f}",
         o.lengths_path.empty() ? o.dist : "file", r.seed, r.workers, r.tokens_per_worker,
         o.planner.block_size, o.planner.coalesce, MaskKindName(o.planner.mask.kind), r.planner,
         r.reshuffle, s.profile, s.forward_time_s, s.backward_time_s, s.total_time_s, s.mfu,
@@ -134,6 +151,12 @@ void WriteCsv(const std::string& path, const CompareOptions& o, const std::vecto
         s.traffic_imbalance, s.total_traffic_imbalance, s.mean_busy_s, s.mean_exposed_comm_s,
         s.max_exposed_comm_s, r.plan.token_cap, r.plan.coalesce, r.plan.forward.size(),
         r.blocks, r.plan_s, r.sim_s);
+    file << fmt::format(",{:.9g},{:.9g}", s.bound_s, s.bound_ratio);
+    for (const PassBounds* b : {&s.forward_bounds, &s.backward_bounds})
+      file << fmt::format(",{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{}", b->mean_compute_s,
+                          b->max_compute_s, b->nic_in_s, b->nic_out_s, b->nvlink_in_s, b->nvlink_out_s,
+                          b->bound_s, b->binding);
+    file << '\n';
   }
   file.close();  // a full disk shows only when the buffer is written
   if (!file) throw Error(ErrorCode::kIo, "compare: cannot write '" + path + "'");
@@ -209,16 +232,17 @@ void RunCompare(CompareOptions& o) {
                                SequenceOffsets(file_lengths).back()),
              o.planner.block_size, o.planner.coalesce, o.mask, profile.name, o.reshuffle,
              o.baseline_reshuffle, o.transfers);
-  fmt::print("{:>5} {:>5} {:<17} {:>10} {:>7} {:>7} {:>7} {:>8} {:>8} {:>9} {:>8} {:>8}\n", "N",
+  fmt::print("{:>5} {:>5} {:<17} {:>10} {:>7} {:>7} {:>7} {:>8} {:>8} {:>9} {:>8} {:>8} {:>7}\n", "N",
              "seed", "planner", "time ms", "MFU", "normMFU", "batchN", "comp-imb", "traf-imb",
-             "exposed", "plan s", "sim s");
+             "exposed", "plan s", "sim s", "/bound");
   for (const Row& r : rows) {
     const SimResult& s = r.sim;
-    fmt::print("{:>5} {:>5} {:<17} {:>10.3f} {:>7} {:>7} {:>7} {:>8} {:>8} {:>7.2f}ms {:>8.3f} {:>8.3f}\n",
+    fmt::print("{:>5} {:>5} {:<17} {:>10.3f} {:>7} {:>7} {:>7} {:>8} {:>8} {:>7.2f}ms {:>8.3f} {:>8.3f} "
+               "{:>6.3f}x\n",
                r.workers, r.seed, r.planner, s.total_time_s * 1e3, Percent(s.mfu),
                Percent(s.normalized_mfu), Percent(s.batch_normalized_mfu),
                Percent(s.compute_imbalance), Percent(s.traffic_imbalance),
-               s.mean_exposed_comm_s * 1e3, r.plan_s, r.sim_s);
+               s.mean_exposed_comm_s * 1e3, r.plan_s, r.sim_s, s.bound_ratio);
   }
   // FCP's speedup over each baseline (MFU ratio = time ratio on the same batch).
   bool header = false;
