@@ -1,6 +1,7 @@
 // ComputePlanMetrics on hand plans, every number counted by hand.
 #include <gtest/gtest.h>
 
+#include "fcp/error.h"
 #include "fcp/plan_metrics.h"
 #include "hand_plans.h"
 
@@ -109,6 +110,74 @@ TEST(PlanMetricsTest, ReshuffleAcrossSequenceAndShareBoundaries) {
   // Causal pairs: 5x5 -> 15, 3x3 -> 6.
   EXPECT_DOUBLE_EQ(m.workers[1].forward_flops, 15 * 32);
   EXPECT_DOUBLE_EQ(m.workers[0].forward_flops, 6 * 32);
+}
+
+// ThreeWorkerPlan on nodes of two GPUs ({w0, w1}, {w2}): [0,0,1] stays on
+// NVLink, [1,1,2] and [0,0,2] cross the NIC (64 bytes each).
+TEST(PlanMetricsTest, TrafficSplitsIntoNvlinkAndNic) {
+  const PlanMetrics m = ComputePlanMetrics(testing::ThreeWorkerPlan(), 2);
+  EXPECT_EQ(m.gpus_per_node, 2);
+  EXPECT_EQ(m.nvlink_bytes, 64);
+  EXPECT_EQ(m.nic_bytes, 128);
+  EXPECT_EQ(m.workers[0].nvlink_bytes_sent, 64);
+  EXPECT_EQ(m.workers[0].nic_bytes_sent, 64);
+  EXPECT_EQ(m.workers[1].nvlink_bytes_received, 64);
+  EXPECT_EQ(m.workers[1].nic_bytes_sent, 64);
+  EXPECT_EQ(m.workers[1].nic_bytes_received, 0);
+  EXPECT_EQ(m.workers[2].nic_bytes_received, 128);
+  EXPECT_EQ(m.workers[2].nvlink_bytes_received, 0);
+  EXPECT_EQ(m.max_nic_bytes_sent, 64);
+  EXPECT_EQ(m.max_nic_bytes_received, 128);
+  EXPECT_EQ(m.max_bytes_sent, 128);      // w0, both links
+  EXPECT_EQ(m.max_bytes_received, 128);  // w2
+  EXPECT_DOUBLE_EQ(m.nic_send_imbalance, 1.0 / 3);     // 64, 64, 0
+  EXPECT_DOUBLE_EQ(m.nic_receive_imbalance, 2.0 / 3);  // 0, 0, 128
+  // The built-in node of 8 holds all three; nodes of one hold none together.
+  const PlanMetrics one_node = ComputePlanMetrics(testing::ThreeWorkerPlan());
+  EXPECT_EQ(one_node.gpus_per_node, kBuiltinGpusPerNode);
+  EXPECT_EQ(one_node.nic_bytes, 0);
+  EXPECT_EQ(one_node.nvlink_bytes, 192);
+  EXPECT_DOUBLE_EQ(one_node.nic_receive_imbalance, 0);
+  EXPECT_EQ(ComputePlanMetrics(testing::ThreeWorkerPlan(), 1).nic_bytes, 192);
+  EXPECT_THROW(ComputePlanMetrics(testing::ThreeWorkerPlan(), 0), Error);
+}
+
+// TwoWorkerPlan: tokens 4, 5 move from w0's share to w1 (Q, K, V 32 bytes a
+// token, O 16). w1 takes in their Q, K, V (64) and sends their O back (32);
+// w0 the reverse.
+TEST(PlanMetricsTest, ReshuffleBytesPerWorkerAndDirection) {
+  const PlanMetrics m = ComputePlanMetrics(testing::TwoWorkerPlan());
+  EXPECT_EQ(m.workers[0].reshuffle_tokens_out, 2);
+  EXPECT_EQ(m.workers[0].reshuffle_tokens_in, 0);
+  EXPECT_EQ(m.workers[1].reshuffle_tokens_in, 2);
+  EXPECT_EQ(m.workers[1].reshuffle_bytes_in, 64);
+  EXPECT_EQ(m.workers[1].reshuffle_bytes_out, 32);
+  EXPECT_EQ(m.workers[0].reshuffle_bytes_in, 32);
+  EXPECT_EQ(m.workers[0].reshuffle_bytes_out, 64);
+  EXPECT_EQ(m.max_worker_reshuffle_bytes_in, 64);
+  EXPECT_EQ(m.max_worker_reshuffle_bytes_out, 64);
+  // Swapped sequences: each worker takes 4 tokens in and sends 4 out.
+  const PlanMetrics swapped = TwoWholeSequences({4, 4}, 0, 4);
+  EXPECT_EQ(swapped.max_worker_reshuffle_bytes_in, 4 * 32 + 4 * 16);
+  EXPECT_EQ(swapped.max_worker_reshuffle_bytes_out, 4 * 32 + 4 * 16);
+}
+
+// The floor of the batch within the plan's cap (reshuffle_floor.h). One causal
+// sequence of 12 on 3 workers: homes carry 10, 26, 42 pairs, target 26; w2
+// sheds rows 12 and 11 (23 >= 16), and with cap 4 nobody has room: floor 4.
+// TwoWorkerPlan: homes rows 1..6 | 7..12 carry 21 | 57, target 39; w1 sheds
+// rows 12 and 11 (23 >= 18), and the cap of 8 leaves w0 room for both: floor 2.
+TEST(PlanMetricsTest, ReshuffleFloorOfTheBatch) {
+  const PlanMetrics m = ComputePlanMetrics(testing::ThreeWorkerPlan());
+  EXPECT_EQ(m.reshuffle_floor.shed_tokens, 2);
+  EXPECT_EQ(m.reshuffle_floor.replacement_tokens, 2);
+  EXPECT_EQ(m.reshuffle_floor.tokens, 4);
+  const PlanMetrics two = ComputePlanMetrics(testing::TwoWorkerPlan());
+  EXPECT_EQ(two.reshuffle_floor.target_token_pairs, 39);
+  EXPECT_EQ(two.reshuffle_floor.shed_tokens, 2);
+  EXPECT_EQ(two.reshuffle_floor.spare_tokens, 2);
+  EXPECT_EQ(two.reshuffle_floor.tokens, 2);
+  EXPECT_LE(two.reshuffle_floor.tokens, two.reshuffle_tokens);
 }
 
 TEST(PlanMetricsTest, ImbalanceDefinition) {

@@ -332,6 +332,20 @@ nb::dict MetricsDict(const PlanMetrics& m) {
   d["reshuffle_tokens"] = m.reshuffle_tokens;
   d["reshuffle_bytes"] = m.reshuffle_bytes;
   d["max_worker_reshuffle_tokens"] = m.max_worker_reshuffle_tokens;
+  d["max_worker_reshuffle_bytes_in"] = m.max_worker_reshuffle_bytes_in;
+  d["max_worker_reshuffle_bytes_out"] = m.max_worker_reshuffle_bytes_out;
+  d["reshuffle_floor_tokens"] = m.reshuffle_floor.tokens;
+  d["reshuffle_floor_shed_tokens"] = m.reshuffle_floor.shed_tokens;
+  d["reshuffle_floor_replacement_tokens"] = m.reshuffle_floor.replacement_tokens;
+  d["max_bytes_sent"] = m.max_bytes_sent;
+  d["max_bytes_received"] = m.max_bytes_received;
+  d["gpus_per_node"] = m.gpus_per_node;
+  d["nvlink_bytes"] = m.nvlink_bytes;
+  d["nic_bytes"] = m.nic_bytes;
+  d["max_nic_bytes_sent"] = m.max_nic_bytes_sent;
+  d["max_nic_bytes_received"] = m.max_nic_bytes_received;
+  d["nic_send_imbalance"] = m.nic_send_imbalance;
+  d["nic_receive_imbalance"] = m.nic_receive_imbalance;
   return d;
 }
 

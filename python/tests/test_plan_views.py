@@ -102,6 +102,12 @@ def test_metrics(hand):
     # Tokens 0, 1 (dataloader worker 0 -> plan worker 1) and 4, 7 (1 -> 0); each
     # moves Q, K, V in ((2 + 2*1) * 4 * 2 = 32 bytes) and O out (2 * 4 * 2 = 16).
     assert m["reshuffle_tokens"] == 4 and m["reshuffle_bytes"] == 4 * 48
+    # Each worker takes 2 tokens in and sends 2 home: Q, K, V of two and O of two each way.
+    assert m["max_worker_reshuffle_bytes_in"] == m["max_worker_reshuffle_bytes_out"] == 2 * 48
+    # Home work 10 | 5, target 7: w0 sheds its row of 4 and w1 has no room: 1 + 1.
+    assert (m["reshuffle_floor_tokens"], m["reshuffle_floor_shed_tokens"]) == (2, 1)
+    # Both workers share one node of the built-in 8.
+    assert m["gpus_per_node"] == 8 and m["nic_bytes"] == 0 and m["nvlink_bytes"] == 64
 
 
 def test_worker_metrics(hand):

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "fcp/error.h"
 #include "fcp/required_pairs.h"
 
 namespace fcp {
@@ -15,8 +16,12 @@ double Imbalance(const std::vector<double>& values) {
   return (max - mean) / max;
 }
 
-PlanMetrics ComputePlanMetrics(const Plan& plan) {
+PlanMetrics ComputePlanMetrics(const Plan& plan, int32_t gpus_per_node) {
+  if (gpus_per_node < 1)
+    throw Error(ErrorCode::kInvalidArgument,
+                "plan metrics: gpus_per_node must be >= 1, got " + std::to_string(gpus_per_node));
   PlanMetrics m;
+  m.gpus_per_node = gpus_per_node;
   const int32_t n = plan.workers;
   m.workers.resize(n);
   std::vector<int64_t> block_tokens(plan.blocks.size());
@@ -48,20 +53,35 @@ PlanMetrics ComputePlanMetrics(const Plan& plan) {
       m.workers[t.src].bytes_sent += bytes;
       m.workers[t.dst].kv_blocks_received++;
       m.workers[t.dst].bytes_received += bytes;
+      if (t.src / gpus_per_node == t.dst / gpus_per_node) {
+        m.workers[t.src].nvlink_bytes_sent += bytes;
+        m.workers[t.dst].nvlink_bytes_received += bytes;
+        m.nvlink_bytes += bytes;
+      } else {
+        m.workers[t.src].nic_bytes_sent += bytes;
+        m.workers[t.dst].nic_bytes_received += bytes;
+        m.nic_bytes += bytes;
+      }
       ++m.transfer_edges;
     }
   }
   m.forward_stages = static_cast<int32_t>(plan.forward.size());
   m.backward_stages = static_cast<int32_t>(plan.backward.size());
 
-  std::vector<double> compute(n), traffic(n), sent(n), received(n), tokens(n);
+  std::vector<double> compute(n), traffic(n), sent(n), received(n), nic_sent(n), nic_received(n), tokens(n);
   for (int32_t w = 0; w < n; ++w) {
     const WorkerMetrics& x = m.workers[w];
     compute[w] = x.forward_flops;
     traffic[w] = static_cast<double>(x.traffic_bytes());
     sent[w] = static_cast<double>(x.bytes_sent);
     received[w] = static_cast<double>(x.bytes_received);
+    nic_sent[w] = static_cast<double>(x.nic_bytes_sent);
+    nic_received[w] = static_cast<double>(x.nic_bytes_received);
     tokens[w] = static_cast<double>(x.tokens);
+    m.max_bytes_sent = std::max(m.max_bytes_sent, x.bytes_sent);
+    m.max_bytes_received = std::max(m.max_bytes_received, x.bytes_received);
+    m.max_nic_bytes_sent = std::max(m.max_nic_bytes_sent, x.nic_bytes_sent);
+    m.max_nic_bytes_received = std::max(m.max_nic_bytes_received, x.nic_bytes_received);
     m.max_degree = std::max<int32_t>(
         m.max_degree, static_cast<int32_t>(std::max(x.kv_blocks_sent, x.kv_blocks_received)));
     m.max_tokens = std::max(m.max_tokens, x.tokens);
@@ -73,6 +93,8 @@ PlanMetrics ComputePlanMetrics(const Plan& plan) {
   m.traffic_imbalance = Imbalance(traffic);
   m.send_imbalance = Imbalance(sent);
   m.receive_imbalance = Imbalance(received);
+  m.nic_send_imbalance = Imbalance(nic_sent);
+  m.nic_receive_imbalance = Imbalance(nic_received);
   m.token_imbalance = Imbalance(tokens);
   m.compute_lower_bound = m.total_forward_flops / n;
   for (double f : q_block_flops) m.compute_lower_bound = std::max(m.compute_lower_bound, f);
@@ -90,22 +112,33 @@ PlanMetrics ComputePlanMetrics(const Plan& plan) {
   // Reshuffle: walk each block's segments in global token order against the
   // dataloader shares.
   const std::vector<int64_t> offsets = SequenceOffsets(plan.sequences);
-  std::vector<int64_t> moved(n, 0);  // per worker: tokens in plus tokens out
   for (const Block& b : plan.blocks)
     for (const Segment& s : b.segments)
       ForEachDataloaderRun(s, offsets, n, [&](int32_t r, int64_t tokens) {
         if (r == b.worker) return;
         m.reshuffle_tokens += tokens;
-        moved[r] += tokens;
-        moved[b.worker] += tokens;
+        m.workers[r].reshuffle_tokens_out += tokens;
+        m.workers[b.worker].reshuffle_tokens_in += tokens;
       });
-  for (const int64_t x : moved) m.max_worker_reshuffle_tokens = std::max(m.max_worker_reshuffle_tokens, x);
   const int64_t bytes_per_token_in =
       (int64_t{plan.attention.heads_q} + 2 * int64_t{plan.attention.heads_kv}) * plan.attention.head_dim *
       plan.attention.dtype_bytes;
   const int64_t bytes_per_token_out =
       int64_t{plan.attention.heads_q} * plan.attention.head_dim * plan.attention.dtype_bytes;
+  for (WorkerMetrics& x : m.workers) {
+    x.reshuffle_bytes_in = x.reshuffle_tokens_in * bytes_per_token_in + x.reshuffle_tokens_out * bytes_per_token_out;
+    x.reshuffle_bytes_out = x.reshuffle_tokens_in * bytes_per_token_out + x.reshuffle_tokens_out * bytes_per_token_in;
+    m.max_worker_reshuffle_tokens =
+        std::max(m.max_worker_reshuffle_tokens, x.reshuffle_tokens_in + x.reshuffle_tokens_out);
+    m.max_worker_reshuffle_bytes_in = std::max(m.max_worker_reshuffle_bytes_in, x.reshuffle_bytes_in);
+    m.max_worker_reshuffle_bytes_out = std::max(m.max_worker_reshuffle_bytes_out, x.reshuffle_bytes_out);
+  }
   m.reshuffle_bytes = m.reshuffle_tokens * (bytes_per_token_in + bytes_per_token_out);
+  ReshuffleFloorConfig floor;
+  floor.workers = n;
+  floor.mask = plan.mask;
+  floor.token_cap = std::max(plan.token_cap, (m.total_tokens + n - 1) / n);
+  m.reshuffle_floor = ComputeReshuffleFloor(plan.sequences, floor);
   return m;
 }
 

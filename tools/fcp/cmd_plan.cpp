@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "fcp/cost_model.h"
 #include "fcp/error.h"
 #include "fcp/plan.h"
 #include "fcp/plan_metrics.h"
@@ -116,9 +117,14 @@ void AddPlanCommands(CLI::App& app) {
   });
 
   auto inspect_path = std::make_shared<std::string>();
+  auto inspect_profile = std::make_shared<std::string>("gpu-x");
   CLI::App* inspect = app.add_subcommand("inspect", "Summarise a plan: balance, traffic, stages");
   inspect->add_option("--plan", *inspect_path, "Plan file ('-' = stdin)")->required();
-  inspect->callback([inspect_path] {
+  inspect->add_option("--profile", *inspect_profile,
+                      "Hardware profile whose node size splits traffic into NVLink and NIC bytes")
+      ->capture_default_str();
+  inspect->callback([inspect_path, inspect_profile] {
+    const int32_t gpus_per_node = ResolveProfile(*inspect_profile).gpus_per_node;
     const Plan p = ReadPlanJsonFile(*inspect_path);
     ValidatePlan(p);
     // Planning time is not part of the (deterministic) plan: re-plan the same
@@ -140,7 +146,7 @@ void AddPlanCommands(CLI::App& app) {
         fmt::print("note: not re-planned with the file's settings: {}\n", e.what());
       }
     }
-    fmt::print("{}", FormatPlanSummary(p, ComputePlanMetrics(p), seconds));
+    fmt::print("{}", FormatPlanSummary(p, ComputePlanMetrics(p, gpus_per_node), seconds));
   });
 }
 
