@@ -80,18 +80,27 @@ contains "validate stdin" "$tmp/stdout" "valid fcp-plan (3 workers"
 expect 0 "inspect the plan" -- inspect --plan "$tmp/plan.json"
 contains "inspect" "$tmp/stdout" "stages:"
 contains "inspect" "$tmp/stdout" "planning time:"
+contains "inspect floor" "$tmp/stdout" "floor "
+contains "inspect NIC" "$tmp/stdout" "across nodes of 8 (NIC)"
+expect 0 "inspect with a profile's node size" -- inspect --plan "$tmp/plan.json" --profile gpu-y
+expect 1 "inspect: unknown profile" -- inspect --plan "$tmp/plan.json" --profile gpu-z
 
 expect 0 "simulate" -- simulate --plan "$tmp/plan.json" --profile gpu-x --trace "$tmp/trace.json"
 contains "simulate" "$tmp/stdout" "MFU:"
+contains "simulate bound" "$tmp/stdout" "time / bound"
 contains "simulate trace" "$tmp/trace.json" '"traceEvents"'
 expect 0 "simulate --json" -- simulate --plan "$tmp/plan.json" --profile gpu-y --json --reshuffle none
 contains "simulate json" "$tmp/stdout" '"mfu"'
+contains "simulate json bound" "$tmp/stdout" '"bound_ratio"'
 expect 0 "simulate --transfers grouped" -- simulate --plan "$tmp/plan.json" --transfers grouped
 
 expect 0 "compare" -- compare --dist lognormal --workers 2,4 --tokens-per-worker 2048 \
   --max-len 8192 --block-size 256 --planners fcp,ring,magi --csv "$tmp/compare.csv"
 contains "compare" "$tmp/stdout" "magi"
 [[ $(wc -l <"$tmp/compare.csv") -eq 7 ]] || fail "compare: expected a header and 6 CSV rows"
+head -1 "$tmp/compare.csv" | grep -q '^dist,seed,workers,.*,plan_s,sim_s,bound_s,bound_ratio,forward_bound_' ||
+  fail "compare: the bound columns follow the existing ones"
+[[ $(awk -F, '{print NF}' "$tmp/compare.csv" | sort -u | wc -l) -eq 1 ]] || fail "compare: ragged CSV rows"
 expect 0 "compare in balance mode" -- compare --workers 4 --tokens-per-worker 2048 \
   --max-len 8192 --block-size 256 --planners fcp --network-flops-per-byte 0
 expect 0 "plan in balance mode" -- plan --lengths "$tmp/lengths.txt" --workers 4 \
