@@ -119,11 +119,28 @@ TEST(ReshuffleFloorTest, PooledCoverCountsReplacements) {
   EXPECT_EQ(ComputeReshuffleFloor({3, 3, 2}, Config(2)).tokens, 2);
 }
 
+// Two full-mask sequences of 2^31 tokens carry 2^63 token pairs, past int64:
+// summed in 128 bits, balanced, floor 0. One causal sequence of 2^31 on two
+// workers: w1's excess is about 2^59 pairs over rows of at most 2^31, so a
+// little over 2^28 rows are shed, and as many replacements.
+TEST(ReshuffleFloorTest, WorkPastInt64) {
+  const int64_t big = int64_t{1} << 31;
+  const ReshuffleFloor full = ComputeReshuffleFloor({big, big}, Config(2, 0, MaskKind::kFull));
+  EXPECT_EQ(full.tokens, 0);
+  EXPECT_EQ(full.target_token_pairs, 0x1p62);
+  const ReshuffleFloor causal = ComputeReshuffleFloor({big}, Config(2));
+  EXPECT_EQ(causal.overloaded_workers, 1);
+  EXPECT_GT(causal.shed_tokens, big / 8);
+  EXPECT_LT(causal.shed_tokens, big / 2);
+  EXPECT_EQ(causal.tokens, 2 * causal.shed_tokens);
+}
+
 TEST(ReshuffleFloorTest, RejectsBadInput) {
   EXPECT_THROW(ComputeReshuffleFloor({8}, Config(0)), Error);
   EXPECT_THROW(ComputeReshuffleFloor({8}, Config(2, -1)), Error);
   EXPECT_THROW(ComputeReshuffleFloor({8}, Config(2, 3)), Error);  // below ceil(8/2)
   EXPECT_THROW(ComputeReshuffleFloor({-1}, Config(2)), Error);
+  EXPECT_THROW(ComputeReshuffleFloor({INT64_MAX, 1}, Config(2)), Error);  // T past int64
   EXPECT_THROW(ComputeReshuffleFloor({8}, Config(2, 0, MaskKind::kSlidingWindow, 0)), Error);
   ReshuffleFloorConfig c = Config(2);
   c.max_work_ratio = 0;

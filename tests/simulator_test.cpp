@@ -467,6 +467,9 @@ TEST(SimulatorTest, NoPassIsFasterThanItsLowerBound) {
               EXPECT_GT(r.bound_s, 0);
               EXPECT_GE(r.bound_ratio, 1 - 1e-9);
               EXPECT_LE(r.forward_bounds.mean_compute_s, r.forward_bounds.max_compute_s * (1 + 1e-12));
+              for (int32_t w = 0; w < n; ++w)  // the bound's compute is what the event loop ran
+                EXPECT_NEAR(r.forward_bounds.workers[w].compute_s + r.backward_bounds.workers[w].compute_s,
+                            r.worker_stats[w].busy_s, 1e-9 * r.total_time_s);
               if (mode == ReshuffleMode::kNone) {  // the port bytes are the stage transfers'
                 double received = 0, sent = 0;
                 for (const WorkerBounds& w : r.forward_bounds.workers) {

@@ -53,12 +53,14 @@ struct ReshuffleFloor {
   int64_t spare_tokens = 0;        // room under the cap on the homes that are not overloaded
   int64_t replacement_tokens = 0;  // max(0, pooled_shed_tokens - spare_tokens)
   int32_t overloaded_workers = 0;
-  int64_t target_token_pairs = 0;  // the work each worker may reach
-  int64_t excess_token_pairs = 0;  // E: the overloaded homes' work above the target
+  // The work each worker may reach, and E, the overloaded homes' work above
+  // it: exact integers below 2^53 (summed in 128 bits, reported as doubles).
+  double target_token_pairs = 0;
+  double excess_token_pairs = 0;
 };
 
 // Error(kInvalidArgument): an invalid config, a negative length, a token cap
-// below ceil(T / N) (no plan fits), token counts that overflow int64.
+// below ceil(T / N) (no plan fits), a total token count past int64.
 ReshuffleFloor ComputeReshuffleFloor(const std::vector<int64_t>& sequences,
                                      const ReshuffleFloorConfig& config);
 

@@ -17,11 +17,9 @@ namespace {
   throw Error(ErrorCode::kInvalidArgument, "reshuffle floor: " + what);
 }
 
-int64_t CheckedAdd(int64_t a, int64_t b, const char* what) {
-  int64_t sum = 0;
-  if (__builtin_add_overflow(a, b, &sum)) BadInput(std::string(what) + " overflow int64");
-  return sum;
-}
+// Work sums in 128 bits: one full-mask sequence of 2^31 tokens alone has
+// 2^62 token pairs, so a batch's total may pass int64.
+using Wide = __int128;
 
 // Query rows [begin, end) of a sequence of `length` tokens.
 struct Run {
@@ -36,7 +34,7 @@ int64_t RowWork(const Mask& mask, int64_t length, int64_t row) {
 
 struct Tally {
   int64_t tokens = 0;
-  int64_t token_pairs = 0;
+  Wide token_pairs = 0;
 };
 
 // The rows of `runs` whose work is at least `threshold`: a suffix of each run,
@@ -62,7 +60,7 @@ Tally AtLeast(const Mask& mask, const std::vector<Run>& runs, int64_t threshold)
 // (0, their total]: all rows heavier than the threshold tau at which the
 // heaviest rows first cover it, then as many rows of work exactly tau as the
 // rest of the excess needs.
-int64_t DensestCover(const Mask& mask, const std::vector<Run>& runs, int64_t excess) {
+int64_t DensestCover(const Mask& mask, const std::vector<Run>& runs, Wide excess) {
   int64_t heaviest = 0;
   for (const Run& r : runs)
     if (r.end > r.begin) heaviest = std::max(heaviest, RowWork(mask, r.length, r.end - 1));
@@ -75,7 +73,7 @@ int64_t DensestCover(const Mask& mask, const std::vector<Run>& runs, int64_t exc
       hi = mid - 1;
   }
   const Tally above = AtLeast(mask, runs, lo + 1);  // short of the excess
-  return above.tokens + (excess - above.token_pairs + lo - 1) / lo;
+  return above.tokens + static_cast<int64_t>((excess - above.token_pairs + lo - 1) / lo);
 }
 
 }  // namespace
@@ -94,7 +92,7 @@ ReshuffleFloor ComputeReshuffleFloor(const std::vector<int64_t>& sequences,
   int64_t total_tokens = 0;
   for (int64_t length : sequences) {
     if (length < 0) BadInput("sequence length " + std::to_string(length) + " is negative");
-    total_tokens = CheckedAdd(total_tokens, length, "token counts");
+    if (__builtin_add_overflow(total_tokens, length, &total_tokens)) BadInput("token counts overflow int64");
   }
   const int32_t n = config.workers;
   const int64_t even_cap = total_tokens / n + (total_tokens % n != 0);
@@ -105,8 +103,8 @@ ReshuffleFloor ComputeReshuffleFloor(const std::vector<int64_t>& sequences,
 
   // Each home's share as runs of one sequence, and its work.
   std::vector<std::vector<Run>> runs(n);
-  std::vector<int64_t> work(n, 0);
-  int64_t total_work = 0;
+  std::vector<Wide> work(n, 0);
+  Wide total_work = 0;
   size_t seq = 0;
   int64_t seq_begin = 0;  // global first token of sequences[seq]
   for (int32_t r = 0; r < n; ++r) {
@@ -117,33 +115,34 @@ ReshuffleFloor ComputeReshuffleFloor(const std::vector<int64_t>& sequences,
       const int64_t stop = std::min(home_end, seq_begin + sequences[seq]);
       const Run run{sequences[seq], token - seq_begin, stop - seq_begin};
       runs[r].push_back(run);
-      work[r] = CheckedAdd(work[r], AllowedPairs(config.mask, {run.begin, run.end}, {0, run.length}),
-                           "token pairs");
+      work[r] += AllowedPairs(config.mask, {run.begin, run.end}, {0, run.length});
       token = stop;
     }
-    total_work = CheckedAdd(total_work, work[r], "token pairs");
+    total_work += work[r];
   }
 
-  ReshuffleFloor f;
-  f.target_token_pairs =
+  const Wide target =
       config.max_work_ratio == 1.0
           ? total_work / n
-          : static_cast<int64_t>(std::floor(static_cast<long double>(config.max_work_ratio) *
-                                            static_cast<long double>(total_work) / n));
+          : static_cast<Wide>(std::floor(static_cast<long double>(config.max_work_ratio) *
+                                         static_cast<long double>(total_work) / n));
+  ReshuffleFloor f;
+  Wide excess = 0;
   std::vector<Run> overloaded_runs;
   for (int32_t r = 0; r < n; ++r) {
     const int64_t share = DataloaderBegin(total_tokens, n, r + 1) - DataloaderBegin(total_tokens, n, r);
-    if (work[r] <= f.target_token_pairs) {
+    if (work[r] <= target) {
       f.spare_tokens += cap - share;
       continue;
     }
     ++f.overloaded_workers;
-    f.excess_token_pairs += work[r] - f.target_token_pairs;
-    f.shed_tokens += DensestCover(config.mask, runs[r], work[r] - f.target_token_pairs);
+    excess += work[r] - target;
+    f.shed_tokens += DensestCover(config.mask, runs[r], work[r] - target);
     overloaded_runs.insert(overloaded_runs.end(), runs[r].begin(), runs[r].end());
   }
-  if (f.excess_token_pairs > 0)
-    f.pooled_shed_tokens = DensestCover(config.mask, overloaded_runs, f.excess_token_pairs);
+  if (excess > 0) f.pooled_shed_tokens = DensestCover(config.mask, overloaded_runs, excess);
+  f.target_token_pairs = static_cast<double>(target);
+  f.excess_token_pairs = static_cast<double>(excess);
   f.replacement_tokens = std::max<int64_t>(0, f.pooled_shed_tokens - f.spare_tokens);
   f.tokens = f.shed_tokens + f.replacement_tokens;
   return f;
