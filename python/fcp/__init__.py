@@ -294,12 +294,14 @@ class Plan:
 
     def metrics(self) -> Dict[str, Union[int, float]]:
         """Plan-wide counts (as ``fcp inspect``): tokens, FLOPs, transfers,
-        stage counts and lower bounds, imbalances, reshuffle volume."""
+        stage counts and lower bounds, imbalances, NIC / NVLink bytes (nodes of
+        8 GPUs, the built-in profiles), reshuffle volume and its floor."""
         return self._h.metrics()
 
     def worker_metrics(self) -> Dict[str, np.ndarray]:
         """Per-worker arrays [workers]: tokens, forward_flops, kv_blocks_sent,
-        kv_blocks_received, bytes_sent, bytes_received."""
+        kv_blocks_received, bytes_sent, bytes_received, nic_bytes_sent,
+        nic_bytes_received, reshuffle_tokens_in, reshuffle_tokens_out."""
         return self._h.worker_metrics()
 
     def summary(self) -> str:

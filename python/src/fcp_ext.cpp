@@ -113,6 +113,7 @@ FlatBlocks Flatten(const Plan& plan) {
 // Per-worker metrics as one contiguous array per field.
 struct WorkerColumns {
   std::vector<int64_t> tokens, kv_blocks_sent, kv_blocks_received, bytes_sent, bytes_received;
+  std::vector<int64_t> nic_bytes_sent, nic_bytes_received, reshuffle_tokens_in, reshuffle_tokens_out;
   std::vector<double> forward_flops;
 };
 
@@ -125,6 +126,10 @@ WorkerColumns Columns(const PlanMetrics& m) {
     c.kv_blocks_received.push_back(w.kv_blocks_received);
     c.bytes_sent.push_back(w.bytes_sent);
     c.bytes_received.push_back(w.bytes_received);
+    c.nic_bytes_sent.push_back(w.nic_bytes_sent);
+    c.nic_bytes_received.push_back(w.nic_bytes_received);
+    c.reshuffle_tokens_in.push_back(w.reshuffle_tokens_in);
+    c.reshuffle_tokens_out.push_back(w.reshuffle_tokens_out);
   }
   return c;
 }
@@ -514,6 +519,10 @@ NB_MODULE(_fcp, m) {
              d["kv_blocks_received"] = VectorView(c.kv_blocks_received, owner);
              d["bytes_sent"] = VectorView(c.bytes_sent, owner);
              d["bytes_received"] = VectorView(c.bytes_received, owner);
+             d["nic_bytes_sent"] = VectorView(c.nic_bytes_sent, owner);
+             d["nic_bytes_received"] = VectorView(c.nic_bytes_received, owner);
+             d["reshuffle_tokens_in"] = VectorView(c.reshuffle_tokens_in, owner);
+             d["reshuffle_tokens_out"] = VectorView(c.reshuffle_tokens_out, owner);
              return d;
            })
       .def("summary",

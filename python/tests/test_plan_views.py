@@ -118,6 +118,9 @@ def test_worker_metrics(hand):
     np.testing.assert_array_equal(w["kv_blocks_received"], [1, 1])
     np.testing.assert_array_equal(w["bytes_sent"], [32, 32])
     np.testing.assert_array_equal(w["bytes_received"], [32, 32])
+    np.testing.assert_array_equal(w["nic_bytes_sent"], [0, 0])  # one node of the built-in 8
+    np.testing.assert_array_equal(w["reshuffle_tokens_in"], [2, 2])
+    np.testing.assert_array_equal(w["reshuffle_tokens_out"], [2, 2])
 
 
 def test_summary_is_what_fcp_inspect_prints(hand, hand_text, cli, tmp_path):
