@@ -47,6 +47,13 @@ def test_planned_batch_matches_cli(fcp_planner, cli, tmp_path, planner):
     assert _as_cli_json(result) == _cli_simulate(cli, tmp_path, plan)
     assert result["total_time_s"] == pytest.approx(result["forward_time_s"] + result["backward_time_s"])
     assert 0 < result["mfu"] <= 1
+    # The step's lower bound: the two passes' bounds, each the largest of its terms.
+    assert result["bound_ratio"] >= 1
+    assert result["bound_s"] == pytest.approx(result["forward_bounds"]["bound_s"] +
+                                              result["backward_bounds"]["bound_s"])
+    stats = result["worker_stats"]
+    assert result["forward_bounds"]["max_compute_s"] == pytest.approx(stats["forward_bound_compute_s"].max())
+    assert result["forward_bounds"]["nic_in_s"] == pytest.approx(stats["forward_bound_nic_in_s"].max())
 
 
 def test_trace_is_the_cli_trace(hand, cli, tmp_path):

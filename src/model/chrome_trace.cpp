@@ -3,6 +3,7 @@
 #include <fstream>
 #include <ostream>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -67,29 +68,16 @@ void WriteChromeTraceFile(const SimResult& result, const std::string& path) {
 
 namespace {
 
-// The four port terms, which PassBounds and WorkerBounds name alike.
-template <typename Bounds>
-void AddPortTerms(const Bounds& b, nlohmann::ordered_json& j) {
-  j["nic_in_s"] = b.nic_in_s;
-  j["nic_out_s"] = b.nic_out_s;
-  j["nvlink_in_s"] = b.nvlink_in_s;
-  j["nvlink_out_s"] = b.nvlink_out_s;
-}
-
 nlohmann::ordered_json PassBoundsJson(const PassBounds& b) {
   nlohmann::ordered_json j;
   j["mean_compute_s"] = b.mean_compute_s;
   j["max_compute_s"] = b.max_compute_s;
-  AddPortTerms(b, j);
+  j["nic_in_s"] = b.nic_in_s;
+  j["nic_out_s"] = b.nic_out_s;
+  j["nvlink_in_s"] = b.nvlink_in_s;
+  j["nvlink_out_s"] = b.nvlink_out_s;
   j["bound_s"] = b.bound_s;
   j["binding"] = b.binding;
-  return j;
-}
-
-nlohmann::ordered_json WorkerBoundsJson(const WorkerBounds& b) {
-  nlohmann::ordered_json j;
-  j["compute_s"] = b.compute_s;
-  AddPortTerms(b, j);
   return j;
 }
 
@@ -136,10 +124,19 @@ std::string SimResultJson(const SimResult& r, bool per_worker) {
       w["bytes_received"] = s.bytes_received;
       w["reshuffle_bytes_sent"] = s.reshuffle_bytes_sent;
       w["reshuffle_bytes_received"] = s.reshuffle_bytes_received;
+      // Flat numbers, one per field, as every other per-worker statistic
+      // (Python turns each field into one array).
       const size_t k = workers.size();
-      if (k < r.forward_bounds.workers.size() && k < r.backward_bounds.workers.size()) {
-        w["forward_bounds"] = WorkerBoundsJson(r.forward_bounds.workers[k]);
-        w["backward_bounds"] = WorkerBoundsJson(r.backward_bounds.workers[k]);
+      for (const auto& [pass, bounds] : {std::pair{"forward", &r.forward_bounds},
+                                         std::pair{"backward", &r.backward_bounds}}) {
+        if (k >= bounds->workers.size()) continue;
+        const WorkerBounds& b = bounds->workers[k];
+        const std::string prefix = std::string(pass) + "_bound_";
+        w[prefix + "compute_s"] = b.compute_s;
+        w[prefix + "nic_in_s"] = b.nic_in_s;
+        w[prefix + "nic_out_s"] = b.nic_out_s;
+        w[prefix + "nvlink_in_s"] = b.nvlink_in_s;
+        w[prefix + "nvlink_out_s"] = b.nvlink_out_s;
       }
       workers.push_back(w);
     }
