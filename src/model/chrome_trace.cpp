@@ -68,14 +68,20 @@ void WriteChromeTraceFile(const SimResult& result, const std::string& path) {
 
 namespace {
 
+// The four port terms, which PassBounds and WorkerBounds name alike.
+template <typename Bounds>
+void AddPortTerms(const std::string& prefix, const Bounds& b, nlohmann::ordered_json& j) {
+  j[prefix + "nic_in_s"] = b.nic_in_s;
+  j[prefix + "nic_out_s"] = b.nic_out_s;
+  j[prefix + "nvlink_in_s"] = b.nvlink_in_s;
+  j[prefix + "nvlink_out_s"] = b.nvlink_out_s;
+}
+
 nlohmann::ordered_json PassBoundsJson(const PassBounds& b) {
   nlohmann::ordered_json j;
   j["mean_compute_s"] = b.mean_compute_s;
   j["max_compute_s"] = b.max_compute_s;
-  j["nic_in_s"] = b.nic_in_s;
-  j["nic_out_s"] = b.nic_out_s;
-  j["nvlink_in_s"] = b.nvlink_in_s;
-  j["nvlink_out_s"] = b.nvlink_out_s;
+  AddPortTerms("", b, j);
   j["bound_s"] = b.bound_s;
   j["binding"] = b.binding;
   return j;
@@ -130,13 +136,9 @@ std::string SimResultJson(const SimResult& r, bool per_worker) {
       for (const auto& [pass, bounds] : {std::pair{"forward", &r.forward_bounds},
                                          std::pair{"backward", &r.backward_bounds}}) {
         if (k >= bounds->workers.size()) continue;
-        const WorkerBounds& b = bounds->workers[k];
         const std::string prefix = std::string(pass) + "_bound_";
-        w[prefix + "compute_s"] = b.compute_s;
-        w[prefix + "nic_in_s"] = b.nic_in_s;
-        w[prefix + "nic_out_s"] = b.nic_out_s;
-        w[prefix + "nvlink_in_s"] = b.nvlink_in_s;
-        w[prefix + "nvlink_out_s"] = b.nvlink_out_s;
+        w[prefix + "compute_s"] = bounds->workers[k].compute_s;
+        AddPortTerms(prefix, bounds->workers[k], w);
       }
       workers.push_back(w);
     }
