@@ -88,6 +88,11 @@ struct PlannerConfig {
   // training loop feeds tokens in the plan's layout and never reshuffles:
   // the exchanges may leave traffic more uneven below its maximum.
   bool reshuffle_locality = true;
+  // FCP only: workers per node (consecutive ids share a node's fast links;
+  // 8 GPUs a node in the built-in profiles). The home layout places an item
+  // that does not fit on its dataloader worker on the nearest worker of the
+  // same node first. A plain number, so planning stays pure.
+  int32_t node_workers = 8;
   // Run ValidatePlan on the result (the debug self-check); throws kInternal if it fails.
   bool self_check = false;
 

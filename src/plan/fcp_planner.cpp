@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <limits>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <utility>
 
@@ -28,6 +29,55 @@ double PairsPerTrafficToken(const PlannerConfig& config) {
 detail::Judge JudgeOf(const PlannerConfig& config, int64_t block_size) {
   const double ratio = PairsPerTrafficToken(config);
   return {ratio, config.max_imbalance, ratio > 0 ? static_cast<double>(block_size) : 0.0};
+}
+
+// The transparent reshuffle moves, per token away from its dataloader
+// worker, Q, K and V in and O out (forward), dO in and dQ, dK, dV out
+// (backward): 4 (Hq + Hkv) D dtype bytes, against 2 Hkv D for one K/V token
+// of the cost's traffic term, which is a forward load (the step is about
+// 3.5 forwards of compute). A worker's reshuffle is counted as tokens in +
+// out, and its NIC is full duplex: so one token in or out weighs as this
+// many forward K/V tokens.
+double ReshuffleTrafficTokens(const AttentionShape& a) {
+  return 4.0 * (a.heads_q + a.heads_kv) / (2.0 * a.heads_kv) / 3.5 / 2.0;
+}
+
+// Per worker (as `rename` names them), tokens it receives in the reshuffle
+// (owned here, held by another dataloader worker) plus tokens it sends
+// (held here, owned elsewhere). O(S) for S segments.
+std::vector<double> ReshuffleTokens(const std::vector<Block>& blocks,
+                                    const std::vector<int32_t>& owner,
+                                    const std::vector<int32_t>& rename,
+                                    const std::vector<int64_t>& offsets, int32_t workers) {
+  std::vector<double> tokens(workers, 0);
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    const int32_t w = rename[owner[b]];
+    for (const Segment& s : blocks[b].segments)
+      ForEachDataloaderRun(s, offsets, workers, [&](int32_t home, int64_t n) {
+        if (home == w) return;
+        tokens[w] += static_cast<double>(n);
+        tokens[home] += static_cast<double>(n);
+      });
+  }
+  return tokens;
+}
+
+// The step proxy with the reshuffle overlapped, in token pairs: the worst
+// worker's larger of compute and ratio x K/V traffic (transfers overlap
+// the compute), plus the busiest reshuffle (ratio x tokens in + out x their
+// weight), which waits at the start of the step for the inputs and at its
+// end for the outputs. The reshuffle is indexed by renamed worker, the
+// loads by assigned one.
+double StepCost(const detail::Assignment& a, const std::vector<Block>& blocks,
+                const std::vector<int32_t>& rename, const std::vector<int64_t>& offsets,
+                double pairs_per_traffic_token, double reshuffle_weight) {
+  const int32_t n = static_cast<int32_t>(a.compute.size());
+  const std::vector<double> moved = ReshuffleTokens(blocks, a.owner, rename, offsets, n);
+  double worst = 0;
+  for (int32_t w = 0; w < n; ++w)
+    worst = std::max({worst, a.compute[w], pairs_per_traffic_token * a.traffic[w]});
+  return worst + pairs_per_traffic_token * reshuffle_weight *
+                     *std::max_element(moved.begin(), moved.end());
 }
 
 // One sharding and assignment of the batch. Its input points into it and
@@ -283,6 +333,21 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   };
   const detail::Judge judge = JudgeOf(config, common.base.block_size);
   std::unique_ptr<Candidate> best = Assign(split(config.max_split), lengths, config, plan, common);
+  // The home layout of the same sharding (issue 17): its items on their
+  // dataloader workers, moved only where the local search lowers the most
+  // loaded worker. Compared with the balanced plan below, by the step cost
+  // with the reshuffle charged.
+  std::optional<detail::Assignment> home;
+  const Candidate* home_of = best.get();
+  std::unique_ptr<Candidate> first;  // home_of, once best is another candidate
+  // best = next, keeping home_of alive.
+  const auto replace = [&](std::unique_ptr<Candidate>& slot, std::unique_ptr<Candidate> next) {
+    if (slot.get() == home_of) first = std::move(slot);
+    slot = std::move(next);
+  };
+  if (config.reshuffle_locality && config.network_flops_per_byte > 0)
+    home = best->search->Home(config.node_workers, judge.pairs_per_traffic_token *
+                                                       ReshuffleTrafficTokens(config.attention));
   if (config.network_flops_per_byte > 0 && config.heavy_fraction > 0 && config.max_split > 2) {
     detail::HeavySplit coarse_split = split(2);
     // Exact pruning. When the lower bound on its compute imbalance breaks
@@ -303,7 +368,7 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
           Assign(std::move(coarse_split), lengths, config, plan, common);
       const bool better = detail::Better(coarse->assignment, best->assignment, judge);
       FCP_CHECK(!(better && cannot_win), "planner: a pruned candidate would have won");
-      if (better) best = std::move(coarse);
+      if (better) replace(best, std::move(coarse));
     }
   }
   // A plan outside the imbalance bound (at most kResizeAbove): its split
@@ -320,7 +385,7 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
          round < kResizeRounds && !detail::WithinBound(c->assignment, resize_judge); ++round) {
       std::unique_ptr<Candidate> resized = ResizePieces(*c, lengths, config, plan, common);
       if (!resized || !detail::Better(resized->assignment, c->assignment, judge)) break;
-      c = std::move(resized);
+      replace(c, std::move(resized));
     }
     return c;
   };
@@ -347,7 +412,7 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
       if (hopeless) continue;
       rescue = resize(std::move(rescue));
       if (detail::Better(rescue->assignment, best->assignment, judge))
-        best = std::move(rescue);
+        replace(best, std::move(rescue));
     }
   }
   // A plan within the bound on compute but not on traffic (the search may
@@ -363,10 +428,33 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   // any load's maximum (on the chosen plan only: run on every candidate they
   // cost planning time and, at N = 256 seed 2, steered piece sizing to a
   // slower plan).
-  const std::vector<int32_t> rename = detail::LocalityRenaming(
+  std::vector<int32_t> rename = detail::LocalityRenaming(
       best->sharding.blocks, best->assignment.owner, lengths, config.workers);
+  const double weight = ReshuffleTrafficTokens(config.attention);
+  const auto step_cost = [&](const detail::Assignment& a, const std::vector<int32_t>& names) {
+    return StepCost(a, best->sharding.blocks, names, common.offsets,
+                    judge.pairs_per_traffic_token, weight);
+  };
+  // The balanced plan's step cost before the exchanges too: the home layout
+  // must beat both (so that it is never chosen over a plan the exchanges
+  // made worse by this measure).
+  const double unexchanged = home ? step_cost(best->assignment, rename) : 0.0;
   if (config.reshuffle_locality)
     best->assignment = best->search->Localize(std::move(best->assignment), rename);
+  // The home layout instead, when its step cost with the reshuffle charged
+  // is lower (ties: the balanced plan).
+  if (home) {
+    std::vector<int32_t> identity(config.workers);
+    std::iota(identity.begin(), identity.end(), 0);
+    const double balanced = std::min(unexchanged, step_cost(best->assignment, rename));
+    const double at_home = StepCost(*home, home_of->sharding.blocks, identity, common.offsets,
+                                    judge.pairs_per_traffic_token, weight);
+    if (at_home < balanced) {
+      if (best.get() != home_of) best = std::move(first);
+      best->assignment = std::move(*home);
+      rename = std::move(identity);
+    }
+  }
   plan.block_size = best->sharding.block_size;
   plan.blocks = std::move(best->sharding.blocks);
   const std::vector<int32_t>& owner = best->assignment.owner;
