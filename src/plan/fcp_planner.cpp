@@ -144,6 +144,30 @@ constexpr int32_t kRescueMaxWorkers = 2048;
 // layouts still moving 44-57% and slower simulated.
 constexpr double kHomeReshuffleShare = 0.5;
 
+// The home candidate is built only when the dataloader layout's compute
+// imbalance is at most this: on the benchmark set all-short batches have
+// 16-17%, every other batch 48-96% (N = 16-256), whose home layouts never
+// won. It saves their planning time.
+constexpr double kHomeMaxImbalance = 0.3;
+
+// The compute imbalance of the dataloader layout: each token's query work
+// on its dataloader worker. O(S + N) for S segments.
+double HomeImbalance(const detail::ShardBase& base, const std::vector<int64_t>& lengths,
+                     const Mask& mask, const std::vector<int64_t>& offsets, int32_t workers) {
+  std::vector<double> work(workers, 0);
+  for (const detail::ProtoItem& item : base.items)
+    for (const Block& block : item.blocks)
+      for (const Segment& s : block.segments) {
+        int64_t start = s.start;
+        ForEachDataloaderRun(s, offsets, workers, [&](int32_t home, int64_t n) {
+          work[home] += static_cast<double>(
+              detail::QueryWork(Block{0, {{s.seq, start, n}}}, lengths, mask));
+          start += n;
+        });
+      }
+  return Imbalance(work);
+}
+
 // Slack when a compute lower bound is compared with an imbalance: for
 // Imbalance()'s rounding, so that the pruning stays exact.
 constexpr double kBoundMargin = 1e-12;
@@ -361,7 +385,8 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   // with the reshuffle charged.
   std::unique_ptr<Candidate> home;
   std::optional<Common> home_common;
-  if (transparent) {
+  if (transparent && HomeImbalance(common.base, lengths, config.mask, common.offsets,
+                                   config.workers) <= kHomeMaxImbalance) {
     home_common.emplace(Common{detail::ShardSteps123(lengths, config.block_size, plan.token_cap,
                                                      config.workers, config.mask,
                                                      /*zigzag=*/false),
