@@ -686,6 +686,55 @@ TEST(PlannerLocalityTest, FewerTokensReshuffledWithoutRaisingAnyMaximum) {
   EXPECT_LT(with.traffic_imbalance, 0.05);
 }
 
+// A batch whose dataloader layout is balanced stays home (the home
+// candidate): eight 2-token sequences on 2 workers, 4-token blocks, cap 8.
+// Every block is owned by the dataloader worker of its tokens, nothing is
+// reshuffled and nothing moves; without the reshuffle charged
+// (reshuffle_locality false) the balanced plan moves half the tokens.
+TEST(PlannerLocalityTest, BalancedHomeLayoutStaysHome) {
+  const std::vector<int64_t> lengths(8, 2);
+  PlannerConfig c = Config(2, 4, 1);
+  c.self_check = true;
+  const Plan plan = MakePlan(lengths, c);
+  ValidatePlan(plan, {.forbid_redundant_transfers = true});
+  const std::vector<int64_t> offsets = SequenceOffsets(lengths);
+  ASSERT_EQ(plan.blocks.size(), 4u);
+  for (const Block& b : plan.blocks) {
+    const Segment& s = b.segments.front();
+    EXPECT_EQ(b.worker, DataloaderWorker(16, 2, offsets[s.seq] + s.start));
+  }
+  const PlanMetrics m = ComputePlanMetrics(plan);
+  EXPECT_EQ(m.reshuffle_tokens, 0);
+  EXPECT_EQ(m.transfer_edges, 0);
+  EXPECT_EQ(WritePlanJson(MakePlan(lengths, c)), WritePlanJson(plan));
+  PlannerConfig off = c;
+  off.reshuffle_locality = false;
+  EXPECT_GT(ComputePlanMetrics(MakePlan(lengths, off)).reshuffle_tokens, 0);  // 8 when written
+}
+
+// All short sequences (uniform 64..2048, the issue-17 batch) at N = 16 and
+// 64: no token leaves its dataloader worker with the reshuffle charged,
+// where the balanced plan moves most of them.
+TEST(PlannerLocalityTest, AllShortBatchesStayHome) {
+  for (const int32_t n : {16, 64}) {
+    WorkloadConfig w;
+    w.workers = n;
+    w.dist = LengthDistribution::kUniform;
+    w.min_len = 64;
+    w.max_len = 2048;
+    const std::vector<int64_t> lengths = GenerateWorkload(w);
+    PlannerConfig c = Config(n, 4096, 16);
+    c.attention = {64, 8, 128, 2};
+    PlannerConfig off = c;
+    off.reshuffle_locality = false;
+    const PlanMetrics home = ComputePlanMetrics(MakePlan(lengths, c));
+    const PlanMetrics balanced = ComputePlanMetrics(MakePlan(lengths, off));
+    SCOPED_TRACE(n);
+    EXPECT_EQ(home.reshuffle_tokens, 0);
+    EXPECT_GT(static_cast<double>(balanced.reshuffle_tokens), 0.5 * home.total_tokens);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Paper, PlannerQualityTest,
                          ::testing::Combine(::testing::Values(16, 64), ::testing::Values(0, 1, 2)),
                          [](const auto& info) {
