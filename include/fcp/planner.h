@@ -90,9 +90,11 @@ struct PlannerConfig {
   // FCP only: after the assignment, exchanges that bring blocks back to
   // their dataloader worker without raising the largest compute, traffic
   // or cost, so the reshuffle into the plan's layout moves fewer tokens
-  // (paper batches: 87% -> 71% of the tokens at N = 256). Off when the
-  // training loop feeds tokens in the plan's layout and never reshuffles:
-  // the exchanges may leave traffic more uneven below its maximum.
+  // (paper batches: 87% -> 71% of the tokens at N = 256); with a network
+  // ratio also the home layout (pipeline step 2b; all-short batches then
+  // reshuffle nothing). Off when the training loop feeds tokens in the
+  // plan's layout and never reshuffles: the exchanges may leave traffic
+  // more uneven below its maximum, the home layout compute.
   bool reshuffle_locality = true;
   // FCP only: workers per node (consecutive ids share a node's fast links;
   // 8 GPUs a node in the built-in profiles). The home layout places an item
