@@ -139,9 +139,10 @@ constexpr int32_t kRescueMaxWorkers = 2048;
 
 // The home layout is kept only where its busiest reshuffle is at most this
 // share of the balanced plan's (MakeFcpPlan). Measured: all-short batches
-// 0.21 (N = 64) and 0.33 (N = 16), 5% of the tokens moved instead of 70%;
-// the paper's lognormal and the bimodal batch 0.87-1.05, their home
-// layouts still moving 44-57% and slower simulated.
+// 0 (their home layout moves nothing; 0.21-0.33 while it still split
+// heavy items); the paper's lognormal and the bimodal batch, when their
+// home layouts were built, 0.87-1.05, still moving 44-57% of the tokens
+// and slower simulated.
 constexpr double kHomeReshuffleShare = 0.5;
 
 // The home candidate is built only when the dataloader layout's compute
