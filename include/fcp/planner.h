@@ -17,6 +17,12 @@
 //      > 0, steps 1-2 also run with heavy blocks cut in at most two pieces
 //      and the plan with the lower compute + traffic cost is kept (the
 //      second is not assigned when it provably cannot be kept);
+//   2b. with the reshuffle charged (reshuffle_locality, a network ratio)
+//      and a nearly balanced dataloader layout (all-short batches): the
+//      home layout, every item on its dataloader worker and moved only
+//      where a search by compute + traffic + reshuffle lowers the most
+//      loaded worker, replaces the balanced plan when its step cost with
+//      the reshuffle is lower and its busiest reshuffle at most half;
 //   3. transfer graph: one edge (owner(j) -> w) per K/V block j that worker w
 //      needs and does not own; colour its edges into exactly Delta matchings;
 //   4. coalesce c colours per stage; compute the pairs of a block received in
@@ -84,10 +90,18 @@ struct PlannerConfig {
   // FCP only: after the assignment, exchanges that bring blocks back to
   // their dataloader worker without raising the largest compute, traffic
   // or cost, so the reshuffle into the plan's layout moves fewer tokens
-  // (paper batches: 87% -> 71% of the tokens at N = 256). Off when the
-  // training loop feeds tokens in the plan's layout and never reshuffles:
-  // the exchanges may leave traffic more uneven below its maximum.
+  // (paper batches: 87% -> 71% of the tokens at N = 256); with a network
+  // ratio also the home layout (pipeline step 2b; all-short batches then
+  // reshuffle nothing). Off when the training loop feeds tokens in the
+  // plan's layout and never reshuffles: the exchanges may leave traffic
+  // more uneven below its maximum, the home layout compute.
   bool reshuffle_locality = true;
+  // FCP only: workers per node (consecutive ids share a node's fast links;
+  // 8 GPUs a node in the built-in profiles). The home layout places an item
+  // that does not fit on its dataloader worker on the nearest worker of the
+  // same node first, and its step cost charges only reshuffle tokens that
+  // cross nodes. A plain number, so planning stays pure.
+  int32_t node_workers = 8;
   // Run ValidatePlan on the result (the debug self-check); throws kInternal if it fails.
   bool self_check = false;
 

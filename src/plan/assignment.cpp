@@ -228,6 +228,26 @@ struct Leveling {
   }
 };
 
+// The reshuffle as a third load of a search by cost (Assigner::Home): per
+// worker the tokens it receives plus sends to put the plan's layout in
+// place. Moving item x from worker a to b changes only theirs: a's by
+// 2 t_x(a) - tok(x), b's by tok(x) - 2 t_x(b), t_x(w) being x's tokens
+// whose dataloader worker is w (known for x's two largest homes; an item
+// of at most two blocks rarely has a third).
+struct ReshuffleLoad {
+  std::vector<double> moved;        // per worker, tokens in + out
+  std::vector<double> item_tokens;  // tok(x)
+  // t_x(w) for x's two largest homes: home[2x + k], tokens[2x + k].
+  std::vector<int32_t> home;
+  std::vector<double> tokens;
+  double pairs_per_token = 0;  // the load of one token in + out, in token pairs
+  double At(int32_t x, int32_t w) const {
+    return home[2 * x] == w ? tokens[2 * x] : home[2 * x + 1] == w ? tokens[2 * x + 1] : 0.0;
+  }
+  double Leave(int32_t x, int32_t w) const { return 2 * At(x, w) - item_tokens[x]; }
+  double Join(int32_t x, int32_t w) const { return item_tokens[x] - 2 * At(x, w); }
+};
+
 // Free slots of every worker, and whether an item may go to a worker without
 // leaving some two-slot item with nowhere to go.
 class Slots {
@@ -932,6 +952,74 @@ class Assigner {
     return best;
   }
 
+  // The home layout (issue 17, part 2): every item on the dataloader worker
+  // holding most of its tokens, where the slots allow, else its second home,
+  // else the nearest worker with room (same node of `node_workers` first),
+  // two-slot items first so that none is left without a pair of slots; then
+  // the local search, which moves only what lowers the most loaded worker
+  // (an overloaded home sheds items, a light one takes them and gives back
+  // replacements). In dataloader ids: no renaming.
+  Assignment Home(int32_t node_workers, double reshuffle_pairs_per_token) {
+    std::vector<int32_t> identity(n_);
+    std::iota(identity.begin(), identity.end(), 0);
+    const std::vector<HomeTokens> homes = HomesOf(identity);
+    Slots slots(*in_.sharding, n_);
+    std::vector<int32_t> owner(in_.sharding->blocks.size(), kUnassigned);
+    const auto place = [&](size_t i) {
+      const Item& item = items_[i];
+      const int32_t home = homes[i].worker[0] >= 0 ? homes[i].worker[0] : in_.dataloader[i];
+      int32_t to = -1;
+      if (slots.Fits(item, home)) to = home;
+      else if (homes[i].worker[1] >= 0 && slots.Fits(item, homes[i].worker[1])) to = homes[i].worker[1];
+      // Nearest by id, the home's node first (workers of a node are
+      // consecutive ids), ties: the lower id.
+      const int32_t node = node_workers > 0 ? home / node_workers : 0;
+      for (int pass = 0; pass < 2 && to < 0; ++pass)
+        for (int32_t d = 1; d < n_ && to < 0; ++d)
+          for (const int32_t w : {home - d, home + d}) {
+            if (w < 0 || w >= n_ || to >= 0) continue;
+            const bool same_node = node_workers > 0 && w / node_workers == node;
+            if ((pass == 0) == same_node && slots.Fits(item, w)) to = w;
+          }
+      FCP_CHECK(to >= 0, "assignment: no worker has room for item " + std::to_string(i));
+      slots.Take(item, to);
+      for (int32_t b : item.blocks) owner[b] = to;
+    };
+    for (size_t i = 0; i < items_.size(); ++i)
+      if (!items_[i].small && items_[i].slots >= 2) place(i);
+    for (size_t i = 0; i < items_.size(); ++i)
+      if (!items_[i].small && items_[i].slots < 2) place(i);
+    for (size_t i = 0; i < items_.size(); ++i)
+      if (items_[i].small) place(i);
+    // The search by the cost itself, not by loads normalised by their
+    // means: a home layout has little traffic, and normalised, one worker
+    // holding a sequence cut at a home boundary would look most loaded.
+    EstimateTraffic();
+    ReshuffleLoad reshuffle;
+    reshuffle.moved.assign(n_, 0);
+    reshuffle.pairs_per_token = reshuffle_pairs_per_token;
+    for (size_t i = 0; i < items_.size(); ++i) {
+      double tokens = 0;
+      for (int32_t b : items_[i].blocks) tokens += static_cast<double>(block_tokens_[b]);
+      reshuffle.item_tokens.push_back(tokens);
+      for (int k = 0; k < 2; ++k) {
+        reshuffle.home.push_back(homes[i].worker[k]);
+        reshuffle.tokens.push_back(static_cast<double>(homes[i].tokens[k]));
+      }
+      const int32_t w = owner[items_[i].blocks.front()];
+      reshuffle.moved[w] += tokens - reshuffle.At(static_cast<int32_t>(i), w);
+      // Its tokens at homes other than w go out from there.
+      for (int k = 0; k < 2; ++k)
+        if (homes[i].worker[k] >= 0 && homes[i].worker[k] != w)
+          reshuffle.moved[homes[i].worker[k]] += static_cast<double>(homes[i].tokens[k]);
+    }
+    const double ratio = in_.judge.pairs_per_traffic_token;
+    return WithModel([&](auto& model) {
+      model.Start(CountLoads(in_, users_, block_tokens_, std::move(owner)));
+      return Improve(model, Partners::kMixed, std::nullopt, ratio, &reshuffle);
+    });
+  }
+
   // Exchanges that bring items to their dataloader worker, so that fewer
   // tokens travel in the reshuffle (about a third of a paper batch's bytes
   // at N = 256, 88% of its tokens before). Homes are the workers `rename`
@@ -1245,7 +1333,8 @@ class Assigner {
   // kept only when no worker it changes ends above the caps.
   template <typename Model>
   Assignment Improve(Model& model, Partners policy,
-                     const std::optional<Leveling>& leveling = std::nullopt) {
+                     const std::optional<Leveling>& leveling = std::nullopt,
+                     double cost_ratio = 0, ReshuffleLoad* reshuffle = nullptr) {
     // Copies: the loops below call Evaluate, which as far as the compiler
     // knows could write *leveling.
     const bool leveled = leveling.has_value();
@@ -1254,10 +1343,21 @@ class Assigner {
     double mean_traffic = 0;
     for (int32_t w = 0; w < n_; ++w) mean_traffic += model.traffic(w) / n_;
     const Targets targets{targets_.compute, std::max(mean_traffic, 1.0)};
-    const auto load_of = [&](double c, double t) {
-      return leveled ? level.Load(t) : targets.Load(c, t);
+    // cost_ratio > 0: the load is the cost, compute + cost_ratio x traffic.
+    const bool by_cost = !leveled && cost_ratio > 0;
+    // With a reshuffle (by cost only), its tokens in + out add to the cost.
+    const double reshuffle_weight = by_cost && reshuffle ? reshuffle->pairs_per_token : 0.0;
+    const auto load_of = [&](double c, double t, double moved = 0) {
+      return leveled   ? level.Load(t)
+             : by_cost ? c + cost_ratio * t + reshuffle_weight * moved
+                       : targets.Load(c, t);
     };
-    const auto load = [&](int32_t w) { return load_of(model.compute(w), model.traffic(w)); };
+    const auto moved_of = [&](int32_t w) {
+      return reshuffle_weight > 0 ? reshuffle->moved[w] : 0.0;
+    };
+    const auto load = [&](int32_t w) {
+      return load_of(model.compute(w), model.traffic(w), moved_of(w));
+    };
     const bool raising = leveled && level.raise_least;
     // Partners are the lightest by compute and by this.
     const auto partner_key = [&](int32_t w) {
@@ -1297,8 +1397,9 @@ class Assigner {
       partners.clear();
       // The heavy worker's binding dimension must come down.
       const bool compute_bound =
-          !leveled &&
-          model.compute(heavy) / targets.compute >= model.traffic(heavy) / targets.traffic;
+          !leveled && (by_cost ? model.compute(heavy) >= cost_ratio * model.traffic(heavy)
+                               : model.compute(heavy) / targets.compute >=
+                                     model.traffic(heavy) / targets.traffic);
       for (const AscendingIndex* index : {&by_compute, &by_traffic}) {
         const bool binding = (index == &by_compute) == compute_bound;
         const int swap_partners = leveled ? kLevelPartners : kSwapPartners;
@@ -1322,12 +1423,14 @@ class Assigner {
       // Whether the evaluated exchange leaves every worker it involves below
       // the limit: those whose traffic changes by their new loads, any other
       // by its (unchanged) load.
+      double heavy_moved = 0, light_moved = 0;  // after the evaluated exchange
       const auto below_limit = [&](double heavy_compute, double light_compute, int32_t light) {
         for (int32_t w : model.changed()) {
           const double c =
               w == heavy ? heavy_compute : (w == light ? light_compute : model.compute(w));
           const double t = model.traffic_after(w);
-          if (load_of(c, t) >= limit) return false;
+          const double m = w == heavy ? heavy_moved : w == light ? light_moved : moved_of(w);
+          if (load_of(c, t, m) >= limit) return false;
           if (leveled && !level.Allows(c, t)) return false;
         }
         bool involved = false;
@@ -1361,6 +1464,7 @@ class Assigner {
             const bool compute_blocked =
                 leveled ? light_now + shift > level.max_compute ||
                                heavy_now - shift > level.max_compute
+                : by_cost ? light_now + shift >= max_load || heavy_now - shift >= max_load
                          : (light_now + shift) / targets.compute >= max_load ||
                                (heavy_now - shift) / targets.compute >= max_load;
             if (compute_blocked) continue;
@@ -1369,7 +1473,20 @@ class Assigner {
             model.Evaluate(a, heavy, heavy_table, {o.first, o.second}, light, partner_table[p]);
             const double heavy_compute = heavy_now - shift;
             const double light_compute = light_now + shift;
+            if (reshuffle_weight > 0) {
+              const ReshuffleLoad& r = *reshuffle;
+              heavy_moved = r.moved[heavy] + r.Leave(a, heavy) + r.Join(o.first, heavy);
+              light_moved = r.moved[light] + r.Leave(o.first, light) + r.Join(a, light);
+              if (o.second >= 0) {
+                heavy_moved += r.Join(o.second, heavy);
+                light_moved += r.Leave(o.second, light);
+              }
+            }
             if (!below_limit(heavy_compute, light_compute, light)) continue;
+            if (reshuffle_weight > 0) {
+              reshuffle->moved[heavy] = heavy_moved;
+              reshuffle->moved[light] = light_moved;
+            }
             if (leveled)
               for (int32_t w : model.changed())
                 total_traffic += model.traffic_after(w) - model.traffic(w);
@@ -1490,6 +1607,10 @@ Assignment AssignmentSearch::Refine(std::vector<int32_t> owner) {
 
 Assignment AssignmentSearch::Localize(Assignment assignment, const std::vector<int32_t>& rename) {
   return impl_->Localize(std::move(assignment), rename);
+}
+
+Assignment AssignmentSearch::Home(int32_t node_workers, double reshuffle_pairs_per_token) {
+  return impl_->Home(node_workers, reshuffle_pairs_per_token);
 }
 
 Assignment AssignmentSearch::Level(Assignment assignment) {

@@ -90,6 +90,14 @@ class AssignmentSearch {
   // search's refinements of it.
   Assignment Refine(std::vector<int32_t> owner);
 
+  // The home layout: every item on the dataloader worker holding most of
+  // its tokens where the slots allow (else the nearest worker with room,
+  // same node of `node_workers` consecutive ids first), refined by the local
+  // search by cost (compute + traffic + the reshuffle's tokens in + out at
+  // `reshuffle_pairs_per_token`), which moves only what lowers the most
+  // loaded worker. In dataloader ids (no renaming).
+  Assignment Home(int32_t node_workers, double reshuffle_pairs_per_token);
+
   // `assignment` after exchanges that bring items to their dataloader
   // worker, worker w's being rename[w]'s (fewer tokens in the reshuffle),
   // without raising the largest compute, traffic or cost, or the traffic

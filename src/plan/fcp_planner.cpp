@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <limits>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <utility>
 
@@ -28,6 +29,68 @@ double PairsPerTrafficToken(const PlannerConfig& config) {
 detail::Judge JudgeOf(const PlannerConfig& config, int64_t block_size) {
   const double ratio = PairsPerTrafficToken(config);
   return {ratio, config.max_imbalance, ratio > 0 ? static_cast<double>(block_size) : 0.0};
+}
+
+// The transparent reshuffle moves, per token away from its dataloader
+// worker, Q, K and V in and O out (forward), dO in and dQ, dK, dV out
+// (backward): 4 (Hq + Hkv) D dtype bytes, 18 K/V tokens (2 Hkv D bytes each)
+// for Llama-3-70B heads. The cost's traffic term is a forward load (the
+// step is about 3.5 forwards of compute); a worker's reshuffle is counted
+// as tokens in + out, on a full-duplex NIC (half); and the simulated step
+// (gpu-x, gpu-y, N = 16 and 64, docs/planner-quality.md) exposed about 0.75
+// of the busiest worker's port time, the rest overlapping its compute.
+// So one token in or out weighs as this many forward K/V tokens.
+constexpr double kReshuffleExposed = 0.75;
+double ReshuffleTrafficTokens(const AttentionShape& a) {
+  return 4.0 * (a.heads_q + a.heads_kv) / (2.0 * a.heads_kv) / 3.5 / 2.0 * kReshuffleExposed;
+}
+
+// Per worker (as `rename` names them), tokens it receives in the reshuffle
+// (owned here, held by a dataloader worker of another node) plus tokens it
+// sends (held here, owned on another node). Tokens that stay inside a node
+// of `node_workers` consecutive workers move over its fast links and are
+// not counted. O(S) for S segments.
+std::vector<double> ReshuffleTokens(const std::vector<Block>& blocks,
+                                    const std::vector<int32_t>& owner,
+                                    const std::vector<int32_t>& rename,
+                                    const std::vector<int64_t>& offsets, int32_t workers,
+                                    int32_t node_workers) {
+  std::vector<double> tokens(workers, 0);
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    const int32_t w = rename[owner[b]];
+    for (const Segment& s : blocks[b].segments)
+      ForEachDataloaderRun(s, offsets, workers, [&](int32_t home, int64_t n) {
+        if (home / node_workers == w / node_workers) return;
+        tokens[w] += static_cast<double>(n);
+        tokens[home] += static_cast<double>(n);
+      });
+  }
+  return tokens;
+}
+
+// The step proxy with the reshuffle overlapped, in token pairs: `base`,
+// the worst worker's larger of compute and ratio x K/V traffic (transfers
+// overlap the compute), plus `reshuffle`, the busiest reshuffle (ratio x
+// tokens in + out x their weight), which waits at the start of the step
+// for the inputs and at its end for the outputs. The reshuffle is indexed
+// by renamed worker, the loads by assigned one.
+struct StepCost {
+  double base = 0, reshuffle = 0;
+  double total() const { return base + reshuffle; }
+};
+StepCost StepCostOf(const detail::Assignment& a, const std::vector<Block>& blocks,
+                    const std::vector<int32_t>& rename, const std::vector<int64_t>& offsets,
+                    double pairs_per_traffic_token, double reshuffle_weight,
+                    int32_t node_workers) {
+  const int32_t n = static_cast<int32_t>(a.compute.size());
+  const std::vector<double> moved =
+      ReshuffleTokens(blocks, a.owner, rename, offsets, n, node_workers);
+  StepCost cost;
+  for (int32_t w = 0; w < n; ++w)
+    cost.base = std::max({cost.base, a.compute[w], pairs_per_traffic_token * a.traffic[w]});
+  cost.reshuffle = pairs_per_traffic_token * reshuffle_weight *
+                   *std::max_element(moved.begin(), moved.end());
+  return cost;
 }
 
 // One sharding and assignment of the batch. Its input points into it and
@@ -73,6 +136,38 @@ constexpr int32_t kRescueLimits[] = {3, 5, 6, 8};
 // planning from 0.58 s to 1.8 s, past its 1 s target, so beyond this many
 // workers there is none.
 constexpr int32_t kRescueMaxWorkers = 2048;
+
+// The home layout is kept only where its busiest reshuffle is at most this
+// share of the balanced plan's (MakeFcpPlan). Measured: all-short batches
+// 0 (their home layout moves nothing; 0.21-0.33 while it still split
+// heavy items); the paper's lognormal and the bimodal batch, when their
+// home layouts were built, 0.87-1.05, still moving 44-57% of the tokens
+// and slower simulated.
+constexpr double kHomeReshuffleShare = 0.5;
+
+// The home candidate is built only when the dataloader layout's compute
+// imbalance is at most this: on the benchmark set all-short batches have
+// 16-17%, every other batch 48-96% (N = 16-256), whose home layouts never
+// won. It saves their planning time.
+constexpr double kHomeMaxImbalance = 0.3;
+
+// The compute imbalance of the dataloader layout: each token's query work
+// on its dataloader worker. O(S + N) for S segments.
+double HomeImbalance(const detail::ShardBase& base, const std::vector<int64_t>& lengths,
+                     const Mask& mask, const std::vector<int64_t>& offsets, int32_t workers) {
+  std::vector<double> work(workers, 0);
+  for (const detail::ProtoItem& item : base.items)
+    for (const Block& block : item.blocks)
+      for (const Segment& s : block.segments) {
+        int64_t start = s.start;
+        ForEachDataloaderRun(s, offsets, workers, [&](int32_t home, int64_t n) {
+          work[home] += static_cast<double>(
+              detail::QueryWork(Block{0, {{s.seq, start, n}}}, lengths, mask));
+          start += n;
+        });
+      }
+  return Imbalance(work);
+}
 
 // Slack when a compute lower bound is compared with an imbalance: for
 // Imbalance()'s rounding, so that the pruning stays exact.
@@ -281,8 +376,29 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
     return detail::SplitHeavy(common.base, lengths, config.mask, config.heavy_fraction, max_split,
                               counts);
   };
+  const bool transparent = config.reshuffle_locality && config.network_flops_per_byte > 0;
   const detail::Judge judge = JudgeOf(config, common.base.block_size);
   std::unique_ptr<Candidate> best = Assign(split(config.max_split), lengths, config, plan, common);
+  // The home layout (issue 17): a sharding without zig-zag pairs (a
+  // sequence's blocks stay on their dataloader workers), its items at home,
+  // moved only where the search by cost with the reshuffle lowers the most
+  // loaded worker. Compared with the balanced plan below, by the step cost
+  // with the reshuffle charged.
+  std::unique_ptr<Candidate> home;
+  std::optional<Common> home_common;
+  if (transparent && HomeImbalance(common.base, lengths, config.mask, common.offsets,
+                                   config.workers) <= kHomeMaxImbalance) {
+    home_common.emplace(Common{detail::ShardSteps123(lengths, config.block_size, plan.token_cap,
+                                                     config.workers, config.mask,
+                                                     /*zigzag=*/false),
+                               common.offsets});
+    // No heavy split: its fillers are cut from light items anywhere in the
+    // batch, which moves them (all-short batches: 4.2% of the tokens).
+    home = Shard(detail::SplitHeavy(home_common->base, lengths, config.mask, 0, 0),
+                 lengths, config, plan, *home_common);
+    home->assignment = home->search->Home(
+        config.node_workers, judge.pairs_per_traffic_token * ReshuffleTrafficTokens(config.attention));
+  }
   if (config.network_flops_per_byte > 0 && config.heavy_fraction > 0 && config.max_split > 2) {
     detail::HeavySplit coarse_split = split(2);
     // Exact pruning. When the lower bound on its compute imbalance breaks
@@ -363,10 +479,38 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   // any load's maximum (on the chosen plan only: run on every candidate they
   // cost planning time and, at N = 256 seed 2, steered piece sizing to a
   // slower plan).
-  const std::vector<int32_t> rename = detail::LocalityRenaming(
+  std::vector<int32_t> rename = detail::LocalityRenaming(
       best->sharding.blocks, best->assignment.owner, lengths, config.workers);
+  const double weight = ReshuffleTrafficTokens(config.attention);
+  const auto step_cost = [&](const Candidate& c, const detail::Assignment& a,
+                             const std::vector<int32_t>& names) {
+    return StepCostOf(a, c.sharding.blocks, names, common.offsets, judge.pairs_per_traffic_token,
+                      weight, config.node_workers);
+  };
+  // The balanced plan's step cost before the exchanges too: the home layout
+  // must beat both (so that it is never chosen over a plan the exchanges
+  // made worse by this measure).
+  const StepCost unexchanged = home ? step_cost(*best, best->assignment, rename) : StepCost{};
   if (config.reshuffle_locality)
     best->assignment = best->search->Localize(std::move(best->assignment), rename);
+  // The home layout instead where it is cheaper and its busiest reshuffle
+  // at most kHomeReshuffleShare of the balanced plan's: where the proxy's
+  // reshuffle term decides. Closer calls it misjudges: a home layout that
+  // still moves much puts heavy blocks on few workers, which then wait
+  // longest for their inputs (lognormal N = 16 seed 1: 44% of the tokens
+  // moved instead of 76%, a 5% lower proxy, 12% slower simulated).
+  if (home) {
+    std::vector<int32_t> identity(config.workers);
+    std::iota(identity.begin(), identity.end(), 0);
+    StepCost balanced = step_cost(*best, best->assignment, rename);
+    if (unexchanged.total() < balanced.total()) balanced = unexchanged;
+    const StepCost at_home = step_cost(*home, home->assignment, identity);
+    if (at_home.total() < balanced.total() &&
+        at_home.reshuffle <= balanced.reshuffle * kHomeReshuffleShare) {
+      best = std::move(home);
+      rename = std::move(identity);
+    }
+  }
   plan.block_size = best->sharding.block_size;
   plan.blocks = std::move(best->sharding.blocks);
   const std::vector<int32_t>& owner = best->assignment.owner;

@@ -64,6 +64,7 @@ void PlannerConfig::validate(const std::vector<int64_t>& lengths) const {
          std::to_string(network_flops_per_byte));
   if (rescue_max_split < 0)
     fail("rescue_max_split must be >= 0 (0 = no rescue), got " + std::to_string(rescue_max_split));
+  if (node_workers < 1) fail("node_workers must be >= 1, got " + std::to_string(node_workers));
   if (local_search_rounds < 0)
     fail("local_search_rounds must be >= 0, got " + std::to_string(local_search_rounds));
   mask.validate();
@@ -137,6 +138,8 @@ constexpr RecordedOption kRecordedOptions[] = {
      [](PlannerConfig& c, double v) { c.max_split = IntOption("max_split", v); }},
     {"network_flops_per_byte", [](const PlannerConfig& c) { return c.network_flops_per_byte; },
      [](PlannerConfig& c, double v) { c.network_flops_per_byte = v; }},
+    {"node_workers", [](const PlannerConfig& c) { return double(c.node_workers); },
+     [](PlannerConfig& c, double v) { c.node_workers = IntOption("node_workers", v); }},
     {"rescue_max_split", [](const PlannerConfig& c) { return double(c.rescue_max_split); },
      [](PlannerConfig& c, double v) { c.rescue_max_split = IntOption("rescue_max_split", v); }},
     {"reshuffle_locality", [](const PlannerConfig& c) { return c.reshuffle_locality ? 1.0 : 0.0; },

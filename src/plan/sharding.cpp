@@ -224,7 +224,7 @@ void CutSubItems(const ShardBase& base, const SplitItem& s, CutScratch<Part>& sc
 }  // namespace
 
 ShardBase ShardSteps123(const std::vector<int64_t>& lengths, int64_t block_size, int64_t token_cap,
-                        int32_t workers, const Mask& mask) {
+                        int32_t workers, const Mask& mask, bool zigzag) {
   ShardBase out;
   out.workers = workers;
   const int64_t b = std::min(block_size, token_cap);
@@ -298,7 +298,7 @@ ShardBase ShardSteps123(const std::vector<int64_t>& lengths, int64_t block_size,
   int64_t pairs_left = static_cast<int64_t>(workers) * (out.big_slots / 2);
   const auto flush_run = [&] {
     size_t lo = 0, hi = run.size();
-    while (mask.kind == MaskKind::kCausal && hi - lo >= 2 && pairs_left > 0) {
+    while (zigzag && mask.kind == MaskKind::kCausal && hi - lo >= 2 && pairs_left > 0) {
       --pairs_left;
       ProtoItem pair;
       pair.slots = 2;

@@ -63,8 +63,10 @@ struct ShardBase {
   int32_t big_slots = 0, small_slots = 0;
   int64_t block_size = 0;
 };
+// zigzag = false: no step 3, every full block its own item (the home
+// layout keeps a sequence's blocks on their dataloader workers).
 ShardBase ShardSteps123(const std::vector<int64_t>& lengths, int64_t block_size, int64_t token_cap,
-                        int32_t workers, const Mask& mask);
+                        int32_t workers, const Mask& mask, bool zigzag = true);
 // Pieces of a split item hold at least this many query tokens, so their
 // kernels (coalesced with the rest of the stage) stay efficient.
 constexpr int64_t kMinPieceTokens = 256;

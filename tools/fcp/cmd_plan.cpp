@@ -86,6 +86,10 @@ void AddPlanCommands(CLI::App& app) {
                    "fcp: exchanges that keep blocks on their dataloader worker (fewer tokens "
                    "reshuffled; false when the training loop feeds the plan's layout)")
       ->capture_default_str();
+  plan->add_option("--node-workers", config.node_workers,
+                   "fcp: workers per node (consecutive ids); reshuffle flows inside a node are "
+                   "not charged when the home layout is weighed")
+      ->capture_default_str();
   plan->add_option("--out", options->out, "Plan file to write ('-' = stdout)")->required();
   plan->add_flag("--check", options->check, "Validate the plan before writing it (debug self-check)");
   plan->callback([options] {
