@@ -14,6 +14,7 @@
 #include <map>
 #include <queue>
 #include <string>
+#include <system_error>
 
 #include "fcp/error.h"
 #include "fcp/mask.h"
@@ -865,16 +866,18 @@ SimResult Simulate(const Plan& plan, const HardwareProfile& profile, const SimCo
   // without a trace, whose events must come in pass order, they run on two
   // threads: the same results as one after the other.
   PassOutput f_out, b_out;
-  if (trace) {
-    f_out = PassSimulator(plan, profile, config, fwd, 0, trace).Run();
-    b_out = PassSimulator(plan, profile, config, bwd, f_out.time_s, trace).Run();
-  } else {
-    std::future<PassOutput> backward = std::async(std::launch::async, [&] {
-      return PassSimulator(plan, profile, config, bwd, 0, nullptr).Run();
-    });
-    f_out = PassSimulator(plan, profile, config, fwd, 0, nullptr).Run();
-    b_out = backward.get();  // rethrows the backward pass's error
+  std::future<PassOutput> backward;
+  if (!trace) {
+    try {
+      backward = std::async(std::launch::async, [&] {
+        return PassSimulator(plan, profile, config, bwd, 0, nullptr).Run();
+      });
+    } catch (const std::system_error&) {  // no thread to be had: one after the other
+    }
   }
+  f_out = PassSimulator(plan, profile, config, fwd, 0, trace).Run();
+  b_out = backward.valid() ? backward.get()  // rethrows the backward pass's error
+                           : PassSimulator(plan, profile, config, bwd, f_out.time_s, trace).Run();
 
   // ---- 4. statistics ----
   r.forward_time_s = f_out.time_s;
