@@ -154,6 +154,33 @@ TEST(RequiredPairsTest, RefusesMoreThanTwoToThe27CandidatePairs) {
   EXPECT_THAT(message({MaskKind::kSlidingWindow, 10}), HasSubstr("no error"));
 }
 
+// A ring plan's shape: every sequence cut into 2N chunks, block i holding
+// chunks i and 2N-1-i of each. Rows list each K/V block once per chunk it
+// meets (far more candidates than blocks), so they are summed per block
+// instead of sorted; the pairs must be the same as brute force, and such
+// plans are no longer refused for their candidate count (the bound is the
+// N^2 pairs, not the candidates).
+TEST(RequiredPairsTest, RingShapedRowsMatchBruteForce) {
+  const int32_t n = 4;
+  const std::vector<int64_t> sequences = {40, 24, 9, 16};
+  std::vector<Block> blocks(n);
+  for (int32_t i = 0; i < n; ++i) blocks[i].worker = i;
+  for (size_t s = 0; s < sequences.size(); ++s)
+    for (int32_t c = 0; c < 2 * n; ++c) {
+      const int64_t begin = c * sequences[s] / (2 * n), end = (c + 1) * sequences[s] / (2 * n);
+      if (end > begin)
+        blocks[c < n ? c : 2 * n - 1 - c].segments.push_back({static_cast<int32_t>(s), begin, end - begin});
+    }
+  for (const Mask& mask : {Mask{MaskKind::kCausal, 0}, Mask{MaskKind::kFull, 0}, Mask{MaskKind::kSlidingWindow, 5}}) {
+    std::vector<RequiredPair> expected;
+    for (int32_t q = 0; q < n; ++q)
+      for (int32_t kv = 0; kv < n; ++kv)
+        if (const int64_t pairs = BruteForcePairs(mask, blocks[q], blocks[kv]); pairs > 0)
+          expected.push_back({q, kv, pairs});
+    EXPECT_EQ(RequiredPairs(sequences, blocks, mask), expected) << MaskKindName(mask.kind);
+  }
+}
+
 TEST(RequiredPairsTest, MatchesBruteForceOnRandomPackings) {
   std::mt19937_64 rng(7);
   const Mask masks[] = {{MaskKind::kCausal, 0}, {MaskKind::kFull, 0},

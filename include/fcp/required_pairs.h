@@ -5,8 +5,11 @@
 // some key token of j under the mask (PLAN_FORMAT.md, "Required pairs").
 // SequenceIndex maps every sequence to the segments that tile it, so the key
 // segments a query segment needs are found by binary search rather than by
-// scanning blocks. Cost of RequiredPairs: O(S log S + P log P) for S segments
-// and P required pairs; no token is ever enumerated.
+// scanning blocks. Cost of RequiredPairs: O(S log S + C + P log P) for S
+// segments, C candidate (query segment, key piece) pairs and P required
+// pairs; no token is ever enumerated. Memory: O(S + P + the largest row's
+// candidates), so a ring plan (each row listing every K/V block once per
+// chunk, C ~ 5e8 for P = 65536 at N = 256) fits.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +49,8 @@ class SequenceIndex {
 };
 
 // Every required pair, sorted by (q_block, kv_block), each once.
+// Error(kInvalidArgument) when the pairs could number more than 2^27 (sum over
+// query blocks of min(candidates, blocks)): gigabytes, refused up front.
 std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,
                                         const std::vector<Block>& blocks, const Mask& mask);
 std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,

@@ -36,7 +36,8 @@
 // per-worker forward K/V bytes sent + received (the quantities
 // ComputePlanMetrics counts, through a different code path).
 //
-// Determinism: same plan, profile and config give identical results. Cost:
+// Determinism: same plan, profile and config give identical results (without
+// a trace the two passes run on two threads; they share no state). Cost:
 // O(sum over computed pairs of the distinct sequences of both blocks) for the
 // kernels, plus O(F log P) per distinct flow event time for F active flows.
 // Precondition: ValidatePlan(plan) passes (indices are still range-checked:

@@ -67,13 +67,27 @@ void Network::AdvanceTo(double time, std::vector<int64_t>& drained) {
   if (dirty_) Recompute();
   now_ = std::max(now_, time);
   if (now_ + kDrainSlack_s < next_drain_) return;
-  // Bring the byte counts up to date, then take out the drained flows.
+  // Bring the byte counts up to date, then take out the drained flows
+  // (compacting the arrays in place; slots before the first drained flow
+  // stay where they are).
   const double dt = now_ - updated_;
   updated_ = now_;
-  size_t kept = 0;
-  for (size_t k = 0; k < tag_.size(); ++k) {
-    remaining_bytes_[k] -= rate_[k] * dt;
-    if (remaining_bytes_[k] <= tolerance_bytes_[k] || drain_time_[k] <= now_ + kDrainSlack_s) {
+  const size_t flows = tag_.size();
+  double* const remaining = remaining_bytes_.data();
+  const double* const rate = rate_.data();
+  const double* const tolerance = tolerance_bytes_.data();
+  const double* const drain_time = drain_time_.data();
+  const double horizon = now_ + kDrainSlack_s;
+  const auto drains = [&](size_t k) {
+    remaining[k] -= rate[k] * dt;
+    return remaining[k] <= tolerance[k] || drain_time[k] <= horizon;
+  };
+  size_t first = 0;
+  while (first < flows && !drains(first)) ++first;
+  size_t kept = first;
+  if (first < flows) drained.push_back(tag_[first]);
+  for (size_t k = first + 1; k < flows; ++k) {
+    if (drains(k)) {
       drained.push_back(tag_[k]);
       continue;
     }
@@ -130,6 +144,16 @@ void Network::Recompute() {
   // sequence as one heap of both (entries are totally ordered pairs), for
   // fewer comparisons than popping every port off a heap.
   SortInitialShares();
+  // Raw pointers for the filling loop: its stores (a char among them, which
+  // may alias anything) would otherwise reload every vector's data pointer.
+  char* const frozen = frozen_.data();
+  double* const rates = rate_.data();
+  double* const remaining_capacity = remaining_capacity_.data();
+  int32_t* const unfrozen = unfrozen_.data();
+  const int32_t* const port_begin = port_begin_.data();
+  const int32_t* const port_slots = port_slots_.data();
+  const int32_t* const out_port = out_port_.data();
+  const int32_t* const in_port = in_port_.data();
   heap_.clear();
   size_t next = 0;
   const auto front_is_sorted = [&] {
@@ -155,24 +179,27 @@ void Network::Recompute() {
       std::push_heap(heap_.begin(), heap_.end(), std::greater<QueueEntry>());
       continue;
     }
-    for (int32_t i = port_begin_[port]; i < port_begin_[port + 1]; ++i) {
-      const int32_t k = port_slots_[i];
-      if (frozen_[k]) continue;
-      frozen_[k] = 1;
-      // A float round-off can leave a port with ~0 capacity; keep the flow moving.
-      rate_[k] = std::max(share, 1e-12 * capacity_[port]);
-      const int32_t other = out_port_[k] == port ? in_port_[k] : out_port_[k];
-      remaining_capacity_[other] = std::max(0.0, remaining_capacity_[other] - share);
-      --unfrozen_[other];
+    // A float round-off can leave a port with ~0 capacity; keep the flow moving.
+    const double rate = std::max(share, 1e-12 * capacity_[port]);
+    for (int32_t i = port_begin[port]; i < port_begin[port + 1]; ++i) {
+      const int32_t k = port_slots[i];
+      if (frozen[k]) continue;
+      frozen[k] = 1;
+      rates[k] = rate;
+      const int32_t other = out_port[k] == port ? in_port[k] : out_port[k];
+      remaining_capacity[other] = std::max(0.0, remaining_capacity[other] - share);
+      --unfrozen[other];
     }
-    unfrozen_[port] = 0;
+    unfrozen[port] = 0;
   }
-  // A local minimum: next_drain_ would be stored every iteration, as it may
-  // alias drain_time_.
+  // Locals: a store through drain_time_ could otherwise alias next_drain_ and now_.
   double next_drain = kInfinity;
+  const double now = now_;
+  double* const drain_time = drain_time_.data();
+  const double* const remaining = remaining_bytes_.data();
   for (size_t k = 0; k < flows; ++k) {
-    drain_time_[k] = now_ + std::max(0.0, remaining_bytes_[k]) / rate_[k];
-    next_drain = std::min(next_drain, drain_time_[k]);
+    drain_time[k] = now + std::max(0.0, remaining[k]) / rates[k];
+    next_drain = std::min(next_drain, drain_time[k]);
   }
   next_drain_ = next_drain;
 }

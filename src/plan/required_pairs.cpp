@@ -72,9 +72,9 @@ std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,
 
 namespace {
 
-// Beyond this many candidate pairs the lists would take gigabytes (16 bytes
+// Beyond this many required pairs the lists would take gigabytes (16 bytes
 // a pair here, more in a plan): a clear error instead of running out of memory.
-constexpr int64_t kMaxCandidatePairs = int64_t{1} << 27;
+constexpr int64_t kMaxPairs = int64_t{1} << 27;
 
 // The pieces of a sequence that overlap `keys`: [first, last).
 std::pair<const SequenceIndex::Piece*, const SequenceIndex::Piece*> KeyPieces(
@@ -97,33 +97,70 @@ std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,
   // per segment in block order, the key pieces [first, last) it may attend.
   using PieceRange = std::pair<const SequenceIndex::Piece*, const SequenceIndex::Piece*>;
   std::vector<PieceRange> key_pieces;
-  int64_t candidates = 0;
-  for (const Block& block : blocks)
+  // A row has at most one pair per block however many candidates list it
+  // (a ring plan's rows list each block once per sequence: ~5e8 candidates at
+  // N = 256 for 65536 pairs), so memory is bounded by the pairs, not the
+  // candidates: `bound` = sum over rows of min(candidates, blocks).
+  int64_t candidates = 0, bound = 0;
+  const int64_t row_limit = static_cast<int64_t>(blocks.size());
+  std::vector<int64_t> row_candidates;
+  row_candidates.reserve(blocks.size());
+  for (const Block& block : blocks) {
+    int64_t row = 0;
     for (const Segment& s : block.segments) {
       key_pieces.push_back(KeyPieces(
           index.pieces(s.seq), AttendedKeys(mask, {s.start, s.start + s.length}, sequences[s.seq])));
-      candidates += key_pieces.back().second - key_pieces.back().first;
+      row += key_pieces.back().second - key_pieces.back().first;
     }
-  if (candidates > kMaxCandidatePairs)
+    row_candidates.push_back(row);
+    candidates += row;
+    bound += std::min(row, row_limit);
+  }
+  if (bound > kMaxPairs)
     throw Error(ErrorCode::kInvalidArgument,
-                "required pairs: these blocks give " + std::to_string(candidates) +
-                    " candidate block pairs, more than 2^27 can be listed in memory; use larger "
+                "required pairs: these blocks give up to " + std::to_string(bound) +
+                    " required block pairs (" + std::to_string(candidates) +
+                    " candidate block pairs), more than 2^27 can be listed in memory; use larger "
                     "blocks");
-  // Each query block's row is listed straight into `pairs` (reserved for
-  // every candidate, so never moved), then sorted and merged in place.
+  // Each query block's row is listed straight into `pairs`, then sorted and
+  // merged in place (or summed per block, below), so `pairs` holds the rows
+  // before it and one unmerged row: reserved for every candidate when that
+  // is within the bound (never moved), else for the bound.
   std::vector<RequiredPair> pairs;
-  pairs.reserve(static_cast<size_t>(candidates));
+  pairs.reserve(static_cast<size_t>(candidates <= kMaxPairs ? candidates : bound));
   const PieceRange* next_segment = key_pieces.data();
+  // Rows listing many more candidates than there are blocks (ring plans) are
+  // summed per K/V block in `dense` instead of listed and sorted: same pairs,
+  // O(candidates + row log row) instead of O(candidates log candidates).
+  std::vector<int64_t> dense;
+  std::vector<int32_t> dense_touched;
   for (size_t q = 0; q < blocks.size(); ++q) {
     const size_t row_begin = pairs.size();
+    const bool summed = row_candidates[q] > 4 * row_limit;
+    if (summed && dense.empty()) dense.assign(blocks.size(), 0);
     for (const Segment& s : blocks[q].segments) {
       const TokenRange queries{s.start, s.start + s.length};
       const auto [first, last] = *next_segment++;
       for (const SequenceIndex::Piece* it = first; it != last; ++it) {
         const int64_t n =
             AllowedPairs(mask, queries, TokenRange{it->start, it->start + it->length});
-        if (n > 0) pairs.push_back({static_cast<int32_t>(q), it->block, n});
+        if (n <= 0) continue;
+        if (!summed) {
+          pairs.push_back({static_cast<int32_t>(q), it->block, n});
+        } else {
+          if (dense[it->block] == 0) dense_touched.push_back(it->block);
+          dense[it->block] += n;
+        }
       }
+    }
+    if (summed) {
+      std::sort(dense_touched.begin(), dense_touched.end());
+      for (int32_t kv : dense_touched) {
+        pairs.push_back({static_cast<int32_t>(q), kv, dense[kv]});
+        dense[kv] = 0;
+      }
+      dense_touched.clear();
+      continue;
     }
     // Blocks numbered in token order (as the planner's are) give sorted rows.
     const auto row = pairs.begin() + static_cast<std::ptrdiff_t>(row_begin);

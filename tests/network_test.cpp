@@ -1,0 +1,219 @@
+// The simulator's fluid network (src/model/network.h): max-min fair rates
+// worked by hand, drains over time, and a property test against a
+// straightforward progressive filling (one scan for the lowest share per
+// bottleneck, no lazy queue, no sorting tricks) on random flow sets.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "../src/model/network.h"
+
+namespace fcp {
+namespace {
+
+// NVLink and NIC of round capacities (bytes/s); latencies play no part here.
+HardwareProfile Links(double nvlink_bytes_per_s, double nic_bytes_per_s, int32_t gpus_per_node) {
+  HardwareProfile p;
+  p.gpus_per_node = gpus_per_node;
+  p.nvlink_bytes_per_s = nvlink_bytes_per_s;
+  p.nic_bytes_per_s = nic_bytes_per_s;
+  return p;
+}
+
+struct FlowSpec {
+  int32_t src, dst;
+};
+
+// The textbook algorithm: while flows are unfrozen, the port with the lowest
+// remaining capacity / unfrozen flows (lowest port id on ties) freezes its
+// flows at that share. Ports numbered as network.cpp does: 4 per worker
+// (NVLink out, NVLink in, NIC out, NIC in).
+std::vector<double> ReferenceRates(const HardwareProfile& p, int32_t workers,
+                                   const std::vector<FlowSpec>& flows) {
+  const size_t ports = static_cast<size_t>(workers) * 4;
+  std::vector<double> remaining(ports);
+  for (int32_t w = 0; w < workers; ++w) {
+    remaining[w * 4 + 0] = remaining[w * 4 + 1] = p.nvlink_bytes_per_s;
+    remaining[w * 4 + 2] = remaining[w * 4 + 3] = p.nic_bytes_per_s;
+  }
+  std::vector<int32_t> out(flows.size()), in(flows.size());
+  for (size_t k = 0; k < flows.size(); ++k) {
+    const bool nvlink = flows[k].src / p.gpus_per_node == flows[k].dst / p.gpus_per_node;
+    out[k] = flows[k].src * 4 + (nvlink ? 0 : 2);
+    in[k] = flows[k].dst * 4 + (nvlink ? 1 : 3);
+  }
+  std::vector<double> rate(flows.size(), -1);
+  for (;;) {
+    std::vector<int32_t> unfrozen(ports, 0);
+    for (size_t k = 0; k < flows.size(); ++k)
+      if (rate[k] < 0) ++unfrozen[out[k]], ++unfrozen[in[k]];
+    int32_t best = -1;
+    for (size_t q = 0; q < ports; ++q)
+      if (unfrozen[q] > 0 &&
+          (best < 0 || remaining[q] / unfrozen[q] < remaining[best] / unfrozen[best]))
+        best = static_cast<int32_t>(q);
+    if (best < 0) return rate;
+    const double share = remaining[best] / unfrozen[best];
+    for (size_t k = 0; k < flows.size(); ++k)
+      if (rate[k] < 0 && (out[k] == best || in[k] == best)) {
+        rate[k] = share;
+        remaining[out[k]] -= share;
+        remaining[in[k]] -= share;
+      }
+  }
+}
+
+TEST(NetworkTest, SecondLevelBottleneckTakesWhatIsLeft) {
+  // 0 sends to 1 and 2; 2 also receives from 3, 4 and 5. 2's in-port is the
+  // first bottleneck (1/4 each); 0's out-port then gives 0->1 the other 3/4.
+  sim::Network net(Links(1, 1, 1), 6);
+  net.Start(0, 1, 10, 0);
+  for (int32_t src : {0, 3, 4, 5}) net.Start(src, 2, 10, 10 + src);
+  EXPECT_DOUBLE_EQ(net.RateOf(0), 0.75);
+  for (int64_t tag : {10, 13, 14, 15}) EXPECT_DOUBLE_EQ(net.RateOf(tag), 0.25);
+  EXPECT_EQ(net.RateOf(99), -1);
+}
+
+TEST(NetworkTest, NvlinkAndNicPortsAreSeparate) {
+  // Nodes {0, 1} and {2, 3}: 0->1 and 3->2 are NVLink (4 B/s, alone on their
+  // ports), 0->2 and 1->2 cross nodes and share 2's NIC in-port (1 B/s). 0's
+  // NVLink flow does not slow its NIC flow.
+  sim::Network net(Links(4, 1, 2), 4);
+  net.Start(0, 1, 8, 0);
+  net.Start(0, 2, 8, 1);
+  net.Start(1, 2, 8, 2);
+  net.Start(3, 2, 8, 3);
+  EXPECT_DOUBLE_EQ(net.RateOf(0), 4);
+  EXPECT_DOUBLE_EQ(net.RateOf(1), 0.5);
+  EXPECT_DOUBLE_EQ(net.RateOf(2), 0.5);
+  EXPECT_DOUBLE_EQ(net.RateOf(3), 4);
+}
+
+TEST(NetworkTest, RatesFollowStartsAndDrains) {
+  // A: 0->1, 100 bytes; B: 0->2, 50 bytes; 1 B/s links. They share 0's
+  // out-port at 1/2: B drains at 100, A then runs alone at 1 (50 left:
+  // would end at 150). C: 3->1 starts at 120 and shares 1's in-port with A
+  // (30 left at 1/2: A ends at 180; C, 40 bytes, at 1/2 until 180, then alone:
+  // 10 left at 180, ends at 190).
+  sim::Network net(Links(1, 1, 1), 4);
+  std::vector<int64_t> drained;
+  net.Start(0, 1, 100, 0);
+  net.Start(0, 2, 50, 1);
+  EXPECT_DOUBLE_EQ(net.NextDrainTime(), 100);
+  net.AdvanceTo(60, drained);  // nothing has drained yet
+  EXPECT_TRUE(drained.empty());
+  net.AdvanceTo(100, drained);
+  EXPECT_EQ(drained, std::vector<int64_t>{1});
+  EXPECT_DOUBLE_EQ(net.RateOf(0), 1);
+  EXPECT_DOUBLE_EQ(net.NextDrainTime(), 150);
+  net.AdvanceTo(120, drained);
+  net.Start(3, 1, 40, 2);
+  EXPECT_DOUBLE_EQ(net.RateOf(0), 0.5);
+  EXPECT_DOUBLE_EQ(net.RateOf(2), 0.5);
+  EXPECT_DOUBLE_EQ(net.NextDrainTime(), 180);
+  drained.clear();
+  net.AdvanceTo(180, drained);
+  EXPECT_EQ(drained, std::vector<int64_t>{0});
+  EXPECT_DOUBLE_EQ(net.NextDrainTime(), 190);
+  drained.clear();
+  net.AdvanceTo(net.NextDrainTime(), drained);
+  EXPECT_EQ(drained, std::vector<int64_t>{2});
+  EXPECT_EQ(net.active_flows(), 0);
+  EXPECT_EQ(net.NextDrainTime(), std::numeric_limits<double>::infinity());
+}
+
+TEST(NetworkTest, FlowsEndingWithinTheSlackDrainTogetherInStartOrder) {
+  // Disjoint flows of 1e6 bytes at 1e12 B/s end at 1 us; the second, 0.05 us
+  // later (within the 0.1 us slack), drains with it. Reported in start order.
+  sim::Network net(Links(1e12, 1e12, 1), 4);
+  std::vector<int64_t> drained;
+  net.Start(2, 3, 1.05e6, 7);
+  net.Start(0, 1, 1e6, 3);
+  net.AdvanceTo(net.NextDrainTime(), drained);
+  EXPECT_EQ(drained, (std::vector<int64_t>{7, 3}));
+}
+
+TEST(NetworkTest, MatchesStraightforwardProgressiveFillingOnRandomFlowSets) {
+  std::mt19937_64 rng(21);
+  for (int trial = 0; trial < 400; ++trial) {
+    const int32_t workers = 2 + static_cast<int32_t>(rng() % 11);
+    const int32_t gpus_per_node = 1 + static_cast<int32_t>(rng() % 4);
+    // Integer capacities make exact ties (equal shares on many ports) common,
+    // the case where the order of the lazy queue matters.
+    const HardwareProfile p = Links(1 + static_cast<double>(rng() % 8), 1 + static_cast<double>(rng() % 3),
+                                    gpus_per_node);
+    std::vector<FlowSpec> flows(1 + rng() % 60);
+    for (FlowSpec& f : flows) {
+      f.src = static_cast<int32_t>(rng() % workers);
+      do f.dst = static_cast<int32_t>(rng() % workers);
+      while (f.dst == f.src);
+    }
+    sim::Network net(p, workers);
+    for (size_t k = 0; k < flows.size(); ++k) net.Start(flows[k].src, flows[k].dst, 1, static_cast<int64_t>(k));
+    const std::vector<double> expected = ReferenceRates(p, workers, flows);
+    for (size_t k = 0; k < flows.size(); ++k)
+      ASSERT_NEAR(net.RateOf(static_cast<int64_t>(k)), expected[k], 1e-12 * expected[k])
+          << "trial " << trial << " flow " << k;
+  }
+}
+
+TEST(NetworkTest, DrainsMatchTheReferenceOverTime) {
+  // Random flows started at random times; between events every rate must be
+  // the reference's for the flows then active, and every flow must drain
+  // once, with its bytes carried (checked through its drain time).
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int32_t workers = 3 + static_cast<int32_t>(rng() % 6);
+    const HardwareProfile p = Links(3, 1, 2);
+    sim::Network net(p, workers);
+    struct Live {
+      FlowSpec spec;
+      double bytes_left;
+      int64_t tag;
+    };
+    std::vector<Live> live;
+    std::vector<int64_t> drained;
+    int64_t next_tag = 0, finished = 0;
+    const int64_t total = 30;
+    double now = 0;
+    while (finished < total) {
+      // Start a flow at `now` with probability 1/2 (or when none is active).
+      if (next_tag < total && (live.empty() || rng() % 2 == 0)) {
+        FlowSpec f{static_cast<int32_t>(rng() % workers), 0};
+        do f.dst = static_cast<int32_t>(rng() % workers);
+        while (f.dst == f.src);
+        const double bytes = 1 + static_cast<double>(rng() % 20);
+        net.Start(f.src, f.dst, bytes, next_tag);
+        live.push_back({f, bytes, next_tag++});
+      }
+      std::vector<FlowSpec> specs;
+      for (const Live& l : live) specs.push_back(l.spec);
+      const std::vector<double> expected = ReferenceRates(p, workers, specs);
+      for (size_t k = 0; k < live.size(); ++k)
+        ASSERT_NEAR(net.RateOf(live[k].tag), expected[k], 1e-9 * expected[k]) << "trial " << trial;
+      // Next event: the earliest drain by the reference rates, or a start 0..2 s on.
+      double next = std::numeric_limits<double>::infinity();
+      for (size_t k = 0; k < live.size(); ++k) next = std::min(next, now + live[k].bytes_left / expected[k]);
+      ASSERT_NEAR(net.NextDrainTime(), next, 1e-9 * next) << "trial " << trial;
+      if (next_tag < total) next = std::min(next, now + static_cast<double>(rng() % 3));
+      drained.clear();
+      net.AdvanceTo(next, drained);
+      for (size_t k = 0; k < live.size(); ++k) live[k].bytes_left -= expected[k] * (next - now);
+      now = next;
+      for (int64_t tag : drained) {
+        const auto it = std::find_if(live.begin(), live.end(), [&](const Live& l) { return l.tag == tag; });
+        ASSERT_NE(it, live.end());
+        EXPECT_NEAR(it->bytes_left, 0, 1e-9) << "trial " << trial << " tag " << tag;
+        live.erase(it);
+        ++finished;
+      }
+    }
+    EXPECT_EQ(net.active_flows(), 0);
+  }
+}
+
+}  // namespace
+}  // namespace fcp
