@@ -6,7 +6,9 @@
 
 #include "fcp/baselines.h"
 #include "fcp/error.h"
+#include "fcp/file_io.h"
 #include "fcp/planner.h"
+#include "fcp/required_pairs.h"
 
 namespace fcp {
 
@@ -42,7 +44,7 @@ const PlannerInfo& FindPlanner(const std::string& name) {
   std::string names;
   for (const PlannerInfo& p : Planners()) names += (names.empty() ? "" : ", ") + p.name;
   throw Error(ErrorCode::kInvalidArgument,
-              "planner: unknown planner '" + name + "' (available: " + names + ")");
+              "planner: unknown planner '" + QuoteForError(name) + "' (available: " + names + ")");
 }
 
 void PlannerConfig::validate(const std::vector<int64_t>& lengths) const {
@@ -78,6 +80,24 @@ void PlannerConfig::validate(const std::vector<int64_t>& lengths) const {
     total += lengths[s];
     if (total > (int64_t{1} << 40)) fail("the batch holds more than 2^40 tokens");
   }
+  // Fewest candidate block pairs any plan of this batch lists (each sequence
+  // spans at least ceil(L / block_size) pieces, sorted: the i-th attends at
+  // least i + 1 of them under a causal mask, all of them under a full one,
+  // itself under a window): checked here from the sizes, so that a batch
+  // that cannot be planned fails before its blocks are built.
+  if (static_cast<int64_t>(lengths.size()) > kMaxCandidatePairs)
+    fail("the batch has " + std::to_string(lengths.size()) + " sequences, more than 2^27");
+  double fewest_pairs = 0;
+  for (int64_t len : lengths) {
+    const double pieces = std::ceil(static_cast<double>(len) / static_cast<double>(block_size));
+    fewest_pairs += mask.kind == MaskKind::kFull     ? pieces * pieces
+                    : mask.kind == MaskKind::kCausal ? pieces * (pieces + 1) / 2
+                                                     : pieces;
+  }
+  if (fewest_pairs > static_cast<double>(kMaxCandidatePairs))
+    fail("block size " + std::to_string(block_size) + " gives at least " +
+         std::to_string(static_cast<int64_t>(std::min(fewest_pairs, 0x1.0p62))) +
+         " candidate block pairs, more than 2^27 can be listed in memory; use larger blocks");
   const int64_t even_share = (total + workers - 1) / workers;
   if (token_cap != 0 && token_cap < even_share)
     throw Error(ErrorCode::kInfeasible,

@@ -72,10 +72,6 @@ std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,
 
 namespace {
 
-// Beyond this many candidate pairs the lists would take gigabytes (16 bytes
-// a pair here, more in a plan): a clear error instead of running out of memory.
-constexpr int64_t kMaxCandidatePairs = int64_t{1} << 27;
-
 // The pieces of a sequence that overlap `keys`: [first, last).
 std::pair<const SequenceIndex::Piece*, const SequenceIndex::Piece*> KeyPieces(
     std::span<const SequenceIndex::Piece> pieces, TokenRange keys) {
