@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "fcp/cost_model.h"
 #include "fcp/error.h"
+#include "fcp/file_io.h"
 #include "fcp/plan.h"
 #include "fcp/planner.h"
 #include "fcp/simulator.h"
@@ -115,8 +116,7 @@ class Progress {
 };
 
 void WriteCsv(const std::string& path, const CompareOptions& o, const std::vector<Row>& rows) {
-  std::ofstream file(path);
-  if (!file) throw Error(ErrorCode::kIo, "compare: cannot write '" + path + "'");
+  std::ostringstream file;
   file << "dist,seed,workers,tokens_per_worker,block_size,coalesce,mask,planner,reshuffle,profile,"
           "forward_time_s,backward_time_s,total_time_s,mfu,normalized_mfu,batch_normalized_mfu,"
           "reference_efficiency,compute_imbalance,traffic_imbalance,total_traffic_imbalance,"
@@ -135,8 +135,7 @@ void WriteCsv(const std::string& path, const CompareOptions& o, const std::vecto
         s.max_exposed_comm_s, r.plan.token_cap, r.plan.coalesce, r.plan.forward.size(),
         r.blocks, r.plan_s, r.sim_s);
   }
-  file.close();  // a full disk shows only when the buffer is written
-  if (!file) throw Error(ErrorCode::kIo, "compare: cannot write '" + path + "'");
+  WriteFileAtomically(path, file.str(), "compare: csv");
 }
 
 void RunCompare(CompareOptions& o) {

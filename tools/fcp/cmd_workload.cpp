@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "fcp/error.h"
+#include "fcp/file_io.h"
 #include "fcp/workload.h"
 
 namespace fcp::cli {
@@ -71,12 +72,7 @@ void AddWorkloadCommand(CLI::App& app) {
     options->config.dist = ParseLengthDistribution(options->dist);
     const std::vector<int64_t> lengths = GenerateWorkload(options->config);
     const std::string text = FormatLengths(lengths);
-    if (options->out == "-") {
-      std::cout << text << std::flush;
-    } else {
-      std::ofstream file(options->out);
-      if (!(file << text)) throw Error(ErrorCode::kIo, "workload: cannot write '" + options->out + "'");
-    }
+    WriteFileAtomically(options->out, text, "workload");
     if (options->stats) PrintStats(lengths);
   });
 }
