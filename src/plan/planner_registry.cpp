@@ -47,7 +47,7 @@ const PlannerInfo& FindPlanner(const std::string& name) {
               "planner: unknown planner '" + QuoteForError(name) + "' (available: " + names + ")");
 }
 
-void PlannerConfig::validate(const std::vector<int64_t>& lengths) const {
+void PlannerConfig::validate_settings() const {
   const auto fail = [](const std::string& what) {
     throw Error(ErrorCode::kInvalidArgument, "planner: " + what);
   };
@@ -70,6 +70,13 @@ void PlannerConfig::validate(const std::vector<int64_t>& lengths) const {
     fail("local_search_rounds must be >= 0, got " + std::to_string(local_search_rounds));
   mask.validate();
   attention.validate();
+}
+
+void PlannerConfig::validate(const std::vector<int64_t>& lengths) const {
+  const auto fail = [](const std::string& what) {
+    throw Error(ErrorCode::kInvalidArgument, "planner: " + what);
+  };
+  validate_settings();
   if (lengths.empty()) fail("the batch has no sequences");
   int64_t total = 0;
   for (size_t s = 0; s < lengths.size(); ++s) {

@@ -94,7 +94,13 @@ void AddPlanCommands(CLI::App& app) {
     if (c.mask.kind == MaskKind::kSlidingWindow && options->window == 0)
       throw UsageError("plan: --mask sliding_window needs --window W");
     c.self_check = options->check;
+    CheckFlags([&] { c.validate_settings(); });
     const std::vector<int64_t> lengths = ReadLengthsFile(options->lengths_path);
+    const int64_t cap = c.EffectiveTokenCap(lengths);
+    if (c.block_size > cap)
+      std::fprintf(stderr, "fcp plan: note: --block-size %lld is above the token cap %lld; blocks hold at most "
+                   "%lld tokens\n", static_cast<long long>(c.block_size), static_cast<long long>(cap),
+                   static_cast<long long>(cap));
     const auto start = std::chrono::steady_clock::now();
     const Plan result = MakePlan(lengths, c);
     const double seconds = SecondsSince(start);

@@ -70,6 +70,7 @@ void AddWorkloadCommand(CLI::App& app) {
   cmd->add_flag("--stats", options->stats, "Print length, token and FLOP shares to stderr");
   cmd->callback([options] {
     options->config.dist = ParseLengthDistribution(options->dist);
+    CheckFlags([&] { options->config.validate(); });
     const std::vector<int64_t> lengths = GenerateWorkload(options->config);
     const std::string text = FormatLengths(lengths);
     WriteFileAtomically(options->out, text, "workload");
