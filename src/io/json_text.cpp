@@ -72,6 +72,23 @@ void AppendBounded(const nlohmann::json& value, std::string& out, size_t budget)
   }
 }
 
+// Empties `value` leaves first. nlohmann's destructor flattens a value with
+// children onto a heap-allocated stack, and an allocation that fails there
+// (out of memory) is std::terminate, from a noexcept destructor; a value
+// whose arrays and objects are all empty is destroyed without allocating.
+// Recursion is bounded by the parser's depth limit.
+void ClearWithoutAllocating(nlohmann::json& value) {
+  if (value.is_array()) {
+    auto& items = value.get_ref<nlohmann::json::array_t&>();
+    for (auto& e : items) ClearWithoutAllocating(e);
+    items.clear();
+  } else if (value.is_object()) {
+    auto& items = value.get_ref<nlohmann::json::object_t&>();
+    for (auto& [key, e] : items) ClearWithoutAllocating(e);
+    items.clear();
+  }
+}
+
 // nlohmann's message, with the input it quotes ("last read: '...'", which
 // can be a whole unterminated 10 MB string) cut to a short prefix.
 std::string QuoteNlohmannMessage(const std::string& message) {
@@ -159,6 +176,8 @@ class StrictDomBuilder {
   }
 
   const std::optional<std::string>& repeated() const { return repeated_; }
+  // Before unwinding past a failure (bad_alloc mid-element): see ClearWithoutAllocating.
+  void ClearElement() { ClearWithoutAllocating(element_); }
 
  private:
   // A streamed array's element begins at nesting 2 (top object, array).
@@ -171,6 +190,7 @@ class StrictDomBuilder {
   void EndElement() {
     element_dom_.reset();
     (*sink_)(top_key_, next_index_++, std::move(element_));
+    ClearWithoutAllocating(element_);
   }
   template <typename F>
   bool Scalar(F event) {
@@ -216,7 +236,13 @@ nlohmann::json ParseJsonStreaming(const std::string& text, const std::vector<std
     nlohmann::json::sax_parse(text, &builder);
   } catch (const nlohmann::json::exception& e) {
     // parse_error, and also out_of_range for numbers beyond double (1E999).
+    builder.ClearElement();
+    ClearWithoutAllocating(doc);
     throw JsonTextError(QuoteNlohmannMessage(e.what()));
+  } catch (...) {
+    builder.ClearElement();
+    ClearWithoutAllocating(doc);
+    throw;
   }
   if (builder.repeated())
     throw JsonTextError("the key \"" + QuoteForError(*builder.repeated()) +

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <new>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -66,6 +67,11 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const fcp::Error& e) {
     std::fprintf(stderr, "fcp: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    // Readers and planners refuse oversize inputs from their sizes first;
+    // this is what is left when the machine still has too little memory.
+    std::fprintf(stderr, "fcp: out of memory (std::bad_alloc)\n");
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fcp: unexpected error: %s\n", e.what());
