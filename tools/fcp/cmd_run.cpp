@@ -27,7 +27,7 @@
 #include "fcp/plan.h"
 #include "fcp/reference_attention.h"
 #ifdef FCP_WITH_CUDA
-#include "fcp/cuda_attention.h"
+#include "cuda_plugin.h"
 #endif
 
 namespace fcp::cli {
@@ -243,7 +243,7 @@ void RunOnRanks(Communicator& comm, const RunOptions& opt);
 void RequireDevice(const RunOptions& opt) {
   if (opt.device != "cuda") return;
 #ifdef FCP_WITH_CUDA
-  if (CudaDeviceCount() == 0)
+  if (PluginCudaDeviceCount() == 0)
     throw Error(ErrorCode::kBackend, "run: --device cuda: no CUDA device (cudaGetDeviceCount found none)");
 #else
   throw Error(ErrorCode::kBackend, "run: --device cuda: this fcp was built without CUDA (FCP_WITH_CUDA=OFF)");
@@ -259,9 +259,9 @@ std::function<std::unique_ptr<AttentionKernel>(std::function<void()>)> KernelFac
 #ifdef FCP_WITH_CUDA
   return [rank](std::function<void()> progress) {
     CudaKernelOptions ko;
-    ko.device = rank % CudaDeviceCount();
+    ko.device = rank % PluginCudaDeviceCount();
     ko.progress = std::move(progress);
-    return MakeCudaAttentionKernel(ko);
+    return PluginMakeCudaKernel(ko);
   };
 #else
   (void)rank;
