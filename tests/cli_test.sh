@@ -366,6 +366,7 @@ case_exit_codes() {
   expect 2 "simulate --mask-like bad --transfers" -- simulate --plan "$tmp/plan.json" --transfers push
   expect 2 "compare --reshuffle foo" -- compare --workers 2 --planners fcp --reshuffle foo
   expect 2 "workload --min-len 0" -- workload --min-len 0
+  expect 2 "plan --planner nope" -- plan --lengths "$tmp/lengths.txt" --workers 2 --planner nope --out "$tmp/x.json"
   expect 2 "simulate --per-worker without --json" -- simulate --plan "$tmp/plan.json" --per-worker
   if "$fcp" --help | grep -q make-inputs; then
     expect 2 "run --timeout-s -1" -- run --in-process --plan "$tmp/plan.json" --inputs "$tmp" --out "$tmp/o" \

@@ -70,6 +70,7 @@ void PlannerConfig::validate_settings() const {
     fail("local_search_rounds must be >= 0, got " + std::to_string(local_search_rounds));
   mask.validate();
   attention.validate();
+  FindPlanner(planner);  // an unknown name fails before any work
 }
 
 void PlannerConfig::validate(const std::vector<int64_t>& lengths) const {
