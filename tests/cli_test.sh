@@ -268,7 +268,7 @@ case_long_value_quoted() {
 
 # The plan reader holds about the plan, not a DOM of the file: peak memory of
 # `fcp validate` (reader and validator) on a 19 MB plan stays within 6x the
-# file above an idle fcp (it was 13x: the DOM alone took 10.7x; now 4.9x),
+# file above an idle fcp (main's fcp of 2026-12-01: 10.6x; now 4.9x),
 # and running out of memory is one line and exit 1, never an abort.
 case_plan_reader_memory() {
   python3 -c "print('\n'.join(['1']*1000000))" >"$tmp/ones.txt"
