@@ -206,6 +206,23 @@ TEST(CpuAttentionKernel, NanStaysInTheTokensThatAttendIt) {
     if (t != 6) {
       EXPECT_TRUE(std::isfinite(dq[t * 2]) && std::isfinite(dq[t * 2 + 1])) << "dq of query " << t;
     }
+
+  // A NaN value row under a window of 1: delta of query 2 is NaN, and the
+  // masked entry (2, 0) must not reach dK of key 0 (attended by query 0 only).
+  const Mask window{MaskKind::kSlidingWindow, 1};
+  v[2 * 2] = nan;
+  q[6 * 2] = 0.25f;
+  InitForwardOutput(dims, n, o.data(), lse.data());
+  kernel->Forward(dims, window, std::span(&sp, 1), {q.data(), k.data(), v.data(), o.data(), lse.data()});
+  ComputeDelta(dims, n, o.data(), d_o.data(), delta.data());
+  std::fill(dq.begin(), dq.end(), 0.0f);
+  std::fill(dk.begin(), dk.end(), 0.0f);
+  std::fill(dv.begin(), dv.end(), 0.0f);
+  kernel->Backward(dims, window, std::span(&sp, 1),
+                   {q.data(), k.data(), v.data(), d_o.data(), lse.data(), delta.data(), dq.data(), dk.data(),
+                    dv.data()});
+  EXPECT_TRUE(std::isfinite(dk[0]) && std::isfinite(dk[1])) << "dk of key 0 under a window of 1";
+  EXPECT_TRUE(std::isfinite(dq[0]) && std::isfinite(dq[1])) << "dq of query 0 under a window of 1";
 }
 
 // Relative to the reference's norm; absolute (the RMS of got) when the

@@ -132,7 +132,9 @@ class CpuAttentionKernel final : public AttentionKernel {
                         static_cast<int>(hd), k, static_cast<int>(ldk), 0.0f, scores_.data(),
                         static_cast<int>(cols));
             const bool masked = SoftmaxTile(mask, sp.q_pos + q0, sp.k_pos + k0, rows, group, cols, hd);
-            if (masked)  // masked entries must not meet V (0 x NaN): allowed columns only
+            // Masked entries of P are 0; with a non-finite V row, 0 x NaN
+            // would reach rows that do not attend it: allowed columns only.
+            if (masked && !AllFinite(v, cols, ldk, hd))
               for (int64_t r = 0; r < rows; ++r)
                 AddRowTimes(1.0f, scores_.data() + r * cols, ranges_[r], v, ldk, hd, acc_.data() + r * hd);
             else
@@ -185,21 +187,25 @@ class CpuAttentionKernel final : public AttentionKernel {
                         static_cast<int>(cols), static_cast<int>(hd), dims.scale, io.q + q_off,
                         static_cast<int>(ldq), io.k + k_off, static_cast<int>(ldk), 0.0f,
                         scores_.data(), static_cast<int>(cols));
-            bool masked = false;
+            bool partial = false;  // some entry of the tile is masked
             for (int64_t r = 0; r < rows; ++r) {
               const ColumnRange c = AllowedColumns(mask, sp.q_pos + q0 + r, sp.k_pos + k0, cols);
               ranges_[r] = c;
-              masked |= c.lo != 0 || c.hi != cols;
+              partial |= c.lo != 0 || c.hi != cols;
               float* s = scores_.data() + r * cols;
               const float lse = io.lse[lse_off + r * dims.heads_q];
               for (int64_t j = 0; j < c.lo; ++j) s[j] = 0.0f;
               for (int64_t j = c.lo; j < c.hi; ++j) s[j] = ExpNonPositive(std::min(s[j] - lse, 0.0f));
               for (int64_t j = std::max(c.hi, c.lo); j < cols; ++j) s[j] = 0.0f;
             }
-            // In a partly masked tile the three products below run over the
-            // allowed entries only: a masked entry is 0, and 0 x NaN would
-            // carry a NaN of one token into the gradients of tokens it does
-            // not attend. Full tiles (most of them) use sgemm.
+            // Masked entries of P and dS are 0. When a row of dO, Q or K in
+            // this tile is not finite, 0 x NaN would carry it into the
+            // gradients of tokens it does not attend: the three products
+            // below then run over the allowed entries only. Otherwise (full
+            // tiles, finite data: the usual case) sgemm gives the same sums.
+            const bool masked = partial && !(AllFinite(io.d_o + q_off, rows, ldq, hd) &&
+                                             AllFinite(io.q + q_off, rows, ldq, hd) &&
+                                             AllFinite(io.k + k_off, cols, ldk, hd));
             // dV += P^T dO
             if (masked)
               for (int64_t r = 0; r < rows; ++r)
@@ -220,7 +226,8 @@ class CpuAttentionKernel final : public AttentionKernel {
               const float delta = io.delta[lse_off + r * dims.heads_q];
               const float* p = scores_.data() + r * cols;
               float* ds = dscores_.data() + r * cols;
-              const ColumnRange c = masked ? ranges_[r] : ColumnRange{0, cols};
+              // Masked entries are set to 0, not computed: dP - delta may be NaN there.
+              const ColumnRange c = partial ? ranges_[r] : ColumnRange{0, cols};
               for (int64_t j = 0; j < c.lo; ++j) ds[j] = 0.0f;
               for (int64_t j = c.lo; j < c.hi; ++j) ds[j] = p[j] * (ds[j] - delta);
               for (int64_t j = std::max(c.hi, c.lo); j < cols; ++j) ds[j] = 0.0f;
@@ -251,6 +258,14 @@ class CpuAttentionKernel final : public AttentionKernel {
   }
 
  private:
+  // Whether rows [0, n) of width `hd` (stride ld) hold only finite values.
+  static bool AllFinite(const float* m, int64_t n, int64_t ld, int64_t hd) {
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t d = 0; d < hd; ++d)
+        if (!std::isfinite(m[r * ld + d])) return false;
+    return true;
+  }
+
   // out[0, hd) += alpha * sum over j in c of w[j] * m[j * ld + (0, hd)].
   static void AddRowTimes(float alpha, const float* w, ColumnRange c, const float* m, int64_t ld, int64_t hd,
                           float* out) {
