@@ -167,6 +167,64 @@ TEST(CpuAttentionKernel, LargeScoresStayFinite) {
   EXPECT_LT(RelativeError(lse.data(), ref.lse.data(), n), 1e-6);
 }
 
+// Issue 19: a NaN in one token reaches only the outputs and gradients of the
+// tokens that attend it (as in the reference), never others of the same
+// tile through a masked entry (0 x NaN). Causal, 9 tokens, 4 x 4 tiles.
+TEST(CpuAttentionKernel, NanStaysInTheTokensThatAttendIt) {
+  auto kernel = MakeCpuAttentionKernel({4, 4, {}});
+  AttentionDims dims{1, 1, 2, 0.5f};
+  const int64_t n = 9;
+  std::mt19937_64 rng(7);
+  auto q = RandomVector(n * 2, rng, 1.0f), k = RandomVector(n * 2, rng, 1.0f);
+  auto v = RandomVector(n * 2, rng, 1.0f), d_o = RandomVector(n * 2, rng, 1.0f);
+  const float nan = std::nanf("");
+  q[6 * 2] = nan;  // query token 6: its o, and dK/dV of keys 0..6 it attends
+  v[2 * 2] = nan;  // value token 2: o of queries 2..8
+  std::vector<float> o(n * 2), lse(n);
+  InitForwardOutput(dims, n, o.data(), lse.data());
+  const SegmentPair sp{0, 0, 0, 0, n, n};
+  const Mask causal{MaskKind::kCausal, 0};
+  kernel->Forward(dims, causal, std::span(&sp, 1), {q.data(), k.data(), v.data(), o.data(), lse.data()});
+  for (int64_t t = 0; t < 2; ++t) EXPECT_TRUE(std::isfinite(o[t * 2]) && std::isfinite(o[t * 2 + 1])) << t;
+  for (int64_t t = 2; t < n; ++t) EXPECT_TRUE(std::isnan(o[t * 2])) << t;
+
+  // Backward with V finite again, so that only the query NaN is in play.
+  v[2 * 2] = 0.5f;
+  InitForwardOutput(dims, n, o.data(), lse.data());
+  kernel->Forward(dims, causal, std::span(&sp, 1), {q.data(), k.data(), v.data(), o.data(), lse.data()});
+  std::vector<float> delta(n), dq(n * 2, 0.0f), dk(n * 2, 0.0f), dv(n * 2, 0.0f);
+  ComputeDelta(dims, n, o.data(), d_o.data(), delta.data());
+  kernel->Backward(dims, causal, std::span(&sp, 1),
+                   {q.data(), k.data(), v.data(), d_o.data(), lse.data(), delta.data(), dq.data(), dk.data(),
+                    dv.data()});
+  for (int64_t t = 7; t < n; ++t)
+    for (int64_t d = 0; d < 2; ++d) {
+      EXPECT_TRUE(std::isfinite(dk[t * 2 + d])) << "dk of key " << t << ", which query 6 does not attend";
+      EXPECT_TRUE(std::isfinite(dv[t * 2 + d])) << "dv of key " << t;
+    }
+  for (int64_t t = 0; t < n; ++t)
+    if (t != 6) {
+      EXPECT_TRUE(std::isfinite(dq[t * 2]) && std::isfinite(dq[t * 2 + 1])) << "dq of query " << t;
+    }
+
+  // A NaN value row under a window of 1: delta of query 2 is NaN, and the
+  // masked entry (2, 0) must not reach dK of key 0 (attended by query 0 only).
+  const Mask window{MaskKind::kSlidingWindow, 1};
+  v[2 * 2] = nan;
+  q[6 * 2] = 0.25f;
+  InitForwardOutput(dims, n, o.data(), lse.data());
+  kernel->Forward(dims, window, std::span(&sp, 1), {q.data(), k.data(), v.data(), o.data(), lse.data()});
+  ComputeDelta(dims, n, o.data(), d_o.data(), delta.data());
+  std::fill(dq.begin(), dq.end(), 0.0f);
+  std::fill(dk.begin(), dk.end(), 0.0f);
+  std::fill(dv.begin(), dv.end(), 0.0f);
+  kernel->Backward(dims, window, std::span(&sp, 1),
+                   {q.data(), k.data(), v.data(), d_o.data(), lse.data(), delta.data(), dq.data(), dk.data(),
+                    dv.data()});
+  EXPECT_TRUE(std::isfinite(dk[0]) && std::isfinite(dk[1])) << "dk of key 0 under a window of 1";
+  EXPECT_TRUE(std::isfinite(dq[0]) && std::isfinite(dq[1])) << "dq of query 0 under a window of 1";
+}
+
 // Relative to the reference's norm; absolute (the RMS of got) when the
 // reference is all zeros, as the gradients of a query that sees one key
 // are, so float noise there is not an infinite error.

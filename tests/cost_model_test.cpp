@@ -1,11 +1,14 @@
 #include "fcp/cost_model.h"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include <gtest/gtest.h>
 
 #include "fcp/error.h"
+#include "fuzz/text_readers_check.h"
 
 namespace fcp {
 namespace {
@@ -121,6 +124,32 @@ TEST(CostModelTest, JsonRoundTripAndBase) {
   EXPECT_DOUBLE_EQ(mine.peak_flops, 989e12);
   EXPECT_DOUBLE_EQ(KernelEfficiency(mine, 8192), 0.7);
   EXPECT_NEAR(KernelEfficiency(mine, 2048), 0.3 + 0.4 / 3, 1e-12);
+}
+
+// Issue 19: deep nesting is a parse error (it was a segfault), a directory
+// is named as one, and the seeds of the profile fuzzer pass its check.
+TEST(CostModelTest, HostileProfiles) {
+  try {
+    ParseProfileJson("{\"peak_flops\": " + std::string(100000, '[') + std::string(100000, ']') + "}");
+    ADD_FAILURE() << "accepted deep nesting";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kParse);
+    EXPECT_NE(std::string(e.what()).find("nest deeper than 64 levels"), std::string::npos) << e.what();
+  }
+  try {
+    LoadProfileJson(std::filesystem::temp_directory_path().string());
+    ADD_FAILURE() << "read a directory";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is a directory"), std::string::npos) << e.what();
+  }
+  const std::filesystem::path seeds = std::filesystem::path(FCP_TESTS_DIR) / "fuzz/profiles";
+  for (const auto& entry : std::filesystem::directory_iterator(seeds)) {
+    std::ifstream file(entry.path(), std::ios::binary);
+    std::stringstream text;
+    text << file.rdbuf();
+    EXPECT_TRUE(fuzz::CheckProfileText(text.str())) << entry.path();
+  }
+  EXPECT_FALSE(fuzz::CheckProfileText("{\"gpus_per_node\": [[[]]]}"));
 }
 
 TEST(CostModelTest, JsonErrors) {

@@ -334,6 +334,51 @@ TEST(PlanJsonTest, ReadsFilesAndReportsUnreadableOnes) {
   }
 }
 
+// Issue 19: nesting beyond 64 levels is refused while reading (it crashed
+// every reader: nlohmann dumps and destroys recursively); a long value is
+// quoted by a short prefix; a malformed element of a streamed array is
+// reported after the header fields, as a whole-document reader would.
+TEST(PlanJsonTest, DeepNestingIsAParseError) {
+  json j = json::parse(WritePlanJson(testing::ThreeWorkerPlan()));
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  std::string text = j.dump();
+  text.replace(text.find("\"workers\":") + 10, 1, deep);
+  EXPECT_THAT(ParseError(text), HasSubstr("nest deeper than 64 levels"));
+  text = j.dump();
+  const std::string blocks = "\"blocks\":[";
+  text.insert(text.find(blocks) + blocks.size(), std::string(70, '[') + std::string(70, ']') + ",");
+  EXPECT_THAT(ParseError(text), HasSubstr("nest deeper than 64 levels"));
+}
+
+TEST(PlanJsonTest, LongValuesAreQuotedByAShortPrefix) {
+  json j = json::parse(WritePlanJson(testing::ThreeWorkerPlan()));
+  j["workers"] = std::string(10'000'000, 'x');
+  std::string message = ParseError(j.dump());
+  EXPECT_THAT(message, HasSubstr("a string of 10000000 bytes"));
+  EXPECT_LT(message.size(), 300u);
+  j = json::parse(WritePlanJson(testing::ThreeWorkerPlan()));
+  j["blocks"][0]["segments"][0] = json::array();
+  for (int i = 0; i < 100000; ++i) j["blocks"][0]["segments"][0].push_back(i);
+  message = ParseError(j.dump());
+  EXPECT_THAT(message, HasSubstr("must be [seq, start, length], got [0,1,2,"));
+  EXPECT_LT(message.size(), 300u);
+  const std::string unterminated = "{\"format\": \"" + std::string(1'000'000, 'y');
+  EXPECT_LT(ParseError(unterminated).size(), 400u);
+}
+
+TEST(PlanJsonTest, StreamedArrayErrorsComeInFieldOrder) {
+  json j = json::parse(WritePlanJson(testing::ThreeWorkerPlan()));
+  j["blocks"][0]["worker"] = "w";
+  j["version"] = 3;  // a header error is found first, wherever the fields are
+  EXPECT_THAT(ParseError(j.dump()), HasSubstr("field 'version' must be 1"));
+  j["version"] = 1;
+  j["sequences"][0] = "s";  // sequences before blocks, as in the format
+  EXPECT_THAT(ParseError(j.dump()), HasSubstr("field 'sequences[0]' must be an integer"));
+  j = json::parse(WritePlanJson(testing::ThreeWorkerPlan()));
+  j["forward"] = 5;  // not an array: not streamed, the type error
+  EXPECT_THAT(ParseError(j.dump()), HasSubstr("field 'forward' must be an array"));
+}
+
 // The fuzzer's seed corpus (valid plans) and every input it ever found a bug
 // with (tests/fuzz/regressions/), replayed through the fuzzer's check in
 // every build, sanitizers included.

@@ -1,5 +1,8 @@
 // Workload generators and the lengths-file parser.
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <numeric>
 #include <string>
 
@@ -8,6 +11,7 @@
 
 #include "fcp/error.h"
 #include "fcp/workload.h"
+#include "fuzz/text_readers_check.h"
 
 namespace fcp {
 namespace {
@@ -212,7 +216,40 @@ TEST(WorkloadTest, ParseLengthsErrorsNameTheLine) {
   EXPECT_THAT(LengthsError("# only a comment\n\n"), HasSubstr("no sequence lengths found"));
 }
 
+// Issue 19: a BOM is skipped, a long word is quoted by a short prefix, and
+// the seeds of the lengths fuzzer pass its check.
+TEST(WorkloadTest, CarelessLengthsText) {
+  EXPECT_EQ(ParseLengths("\xEF\xBB\xBF" "100\n7\n"), (std::vector<int64_t>{100, 7}));
+  const std::string message = LengthsError("1\n" + std::string(1'000'000, 'z') + "\n");
+  EXPECT_THAT(message, HasSubstr("line 2: 'zzzz"));
+  EXPECT_THAT(message, HasSubstr("(1000000 bytes)"));
+  EXPECT_LT(message.size(), 200u);
+  EXPECT_THAT(LengthsError(std::string("5 \x01\n")), HasSubstr("'?'"));
+  const std::filesystem::path seeds = std::filesystem::path(FCP_TESTS_DIR) / "fuzz/lengths";
+  for (const auto& entry : std::filesystem::directory_iterator(seeds)) {
+    std::ifstream file(entry.path(), std::ios::binary);
+    std::stringstream text;
+    text << file.rdbuf();
+    EXPECT_TRUE(fuzz::CheckLengthsText(text.str())) << entry.path();
+  }
+  EXPECT_FALSE(fuzz::CheckLengthsText("12 abc"));
+}
+
+TEST(WorkloadTest, OversizeBatchesAreRefusedFromTheirSizes) {
+  WorkloadConfig c;
+  c.workers = 1 << 20;
+  c.tokens_per_worker = 1 << 20;
+  c.min_len = c.max_len = 1;
+  EXPECT_THROW(c.validate(), Error);
+}
+
 TEST(WorkloadTest, ReadLengthsFileReportsPathAndIoErrors) {
+  try {
+    ReadLengthsFile(std::filesystem::temp_directory_path().string());
+    ADD_FAILURE() << "read a directory";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("is a directory"));
+  }
   try {
     ReadLengthsFile("/nonexistent/lengths.txt");
     ADD_FAILURE() << "read a missing file";

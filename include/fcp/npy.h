@@ -43,7 +43,8 @@ std::vector<float> ReadNpy(const std::string& path, std::vector<int64_t>* shape)
 // of a float32 C-order array of `shape`, padded to a multiple of 64 bytes.
 std::string NpyHeaderBytes(const std::vector<int64_t>& shape);
 
-// Writes a whole array (data has product(shape) floats). Error(kIo) on failure.
+// Writes a whole array (data has product(shape) floats), atomically (an
+// AtomicFile: on failure no file or the old one). Error(kIo) naming the cause.
 void WriteNpy(const std::string& path, const std::vector<int64_t>& shape, const float* data);
 
 // Creates `path` with the header of `shape` and its full (zero) size, so that

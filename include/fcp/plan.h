@@ -158,9 +158,15 @@ void ValidatePlan(const Plan& plan, const ValidateOptions& options = {});
 // Deterministic: equal plans give identical bytes.
 std::string WritePlanJson(const Plan& plan);
 void WritePlanJsonFile(const Plan& plan, const std::string& path);  // "-" = stdout
+// Written atomically (fcp/file_io.h): on failure no file, or the old one, is left.
 // Parses and checks types/shapes of the fields (not the plan rules:
-// call ValidatePlan). Throws Error(kParse) naming the field.
+// call ValidatePlan). Throws Error(kParse) naming the field and quoting at
+// most a short prefix of the offending value; nesting deeper than 64 levels
+// is a parse error. Memory: the text plus about the size of the Plan (the
+// large arrays are streamed, not held as a DOM; docs/plan-testing.md).
 Plan ReadPlanJson(const std::string& text);
+// Plan files are read whole, up to this size (beyond it: Error(kIo)).
+inline constexpr uint64_t kMaxPlanFileBytes = uint64_t{1} << 32;  // 4 GiB
 Plan ReadPlanJsonFile(const std::string& path);  // "-" = stdin; Error(kIo) if unreadable
 
 }  // namespace fcp

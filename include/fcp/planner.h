@@ -105,8 +105,10 @@ struct PlannerConfig {
   // Run ValidatePlan on the result (the debug self-check); throws kInternal if it fails.
   bool self_check = false;
 
-  // Error(kInvalidArgument) naming the bad field. Needs the lengths for the cap.
+  // Error(kInvalidArgument) naming the bad field. Needs the lengths for the
+  // cap and the size limits; validate_settings checks what needs no lengths.
   void validate(const std::vector<int64_t>& lengths) const;
+  void validate_settings() const;
   // The effective cap: token_cap, or ceil(T / workers) when token_cap == 0.
   int64_t EffectiveTokenCap(const std::vector<int64_t>& lengths) const;
 };

@@ -21,6 +21,13 @@
 
 namespace fcp {
 
+// Beyond this many required block pairs (bounded from above per query row by
+// min(candidates, blocks)) the lists would take gigabytes (16 bytes a pair in
+// RequiredPairs, more in a plan): a clear error instead of running out of
+// memory. Every sequence gives at least one pair, so this also bounds
+// the sequences of a plannable batch (kMaxSequences in fcp/workload.h).
+inline constexpr int64_t kMaxRequiredPairs = int64_t{1} << 27;
+
 struct RequiredPair {
   int32_t q_block = 0;
   int32_t kv_block = 0;

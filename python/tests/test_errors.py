@@ -38,17 +38,17 @@ def test_plan_errors(kwargs, flags, error):
 
 
 def assert_same_error(result, info, flags):
-    """The CLI rejects a name outside a fixed set (--mask, --dist) while
-    parsing, as a usage error (exit 2, naming the flag); every other bad value
-    reaches the library, whose message the CLI prints as is (exit 1)."""
-    if result.returncode == 2:
+    """One exit-code rule (README): a bad flag value is a usage error (exit
+    2); a value the command line takes but the batch cannot meet (an
+    infeasible token cap) exits 1. The CLI rejects a name outside a fixed set
+    (--mask, --dist) while parsing, naming the flag; every other message is
+    the library's, printed as is."""
+    assert result.stderr.count("\n") == 1
+    assert result.returncode == (1 if isinstance(info.value, fcp.InfeasibleError) else 2)
+    if result.stderr != f"fcp: {info.value}\n":
         flag = next(f for f in flags if f in ("--mask", "--dist"))
         bad = str(flags[flags.index(flag) + 1])
         assert bad in result.stderr and bad in str(info.value)
-        assert result.stderr.count("\n") == 1
-    else:
-        assert result.returncode == 1
-        assert result.stderr == f"fcp: {info.value}\n"
 
 
 @pytest.mark.parametrize("kwargs,flags,error", PLAN_ERRORS)
@@ -118,6 +118,29 @@ def test_numpy_integer_arguments_are_accepted(fcp_planner):
 def test_malformed_json(text, error):
     with pytest.raises(error, match="^plan: "):
         fcp.Plan.from_json(text)
+
+
+# ---- issue 19: hostile inputs --------------------------------------------------
+
+def test_deeply_nested_json_raises_instead_of_crashing(hand_text):
+    deep = "[" * 100000 + "]" * 100000
+    with pytest.raises(fcp.ParseError, match="nest deeper than 64 levels"):
+        fcp.Plan.from_json(hand_text.replace('"workers": ', '"workers": ' + deep + ", \"x\": ", 1))
+
+
+def test_a_long_value_is_quoted_by_a_short_prefix(hand_text):
+    long = hand_text.replace('"workers": ', '"workers": "' + "x" * 10**7 + '", "w": ', 1)
+    with pytest.raises(fcp.ParseError, match="a string of 10000000 bytes") as info:
+        fcp.Plan.from_json(long)
+    assert len(str(info.value)) < 300
+
+
+def test_oversize_batches_are_refused_from_their_sizes():
+    import time
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="more than 2\\^27"):
+        fcp.plan([2**31], workers=4, block_size=64)
+    assert time.monotonic() - start < 5
 
 
 def test_from_json_needs_text():

@@ -1,19 +1,22 @@
 #include <charconv>
-#include <fstream>
-#include <iostream>
 #include <sstream>
 #include <string>
+#include <string_view>
 
 #include "fcp/error.h"
+#include "fcp/file_io.h"
 #include "fcp/workload.h"
 
 namespace fcp {
 
 std::vector<int64_t> ParseLengths(const std::string& text) {
   std::vector<int64_t> lengths;
-  std::istringstream lines(text);
+  std::string_view rest(text);
+  // Editors on some systems start a UTF-8 file with a byte order mark.
+  if (rest.substr(0, 3) == "\xEF\xBB\xBF") rest.remove_prefix(3);
+  std::istringstream lines{std::string(rest)};
   std::string line;
-  for (int line_no = 1; std::getline(lines, line); ++line_no) {
+  for (int64_t line_no = 1; std::getline(lines, line); ++line_no) {
     if (auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
     std::istringstream words(line);
     std::string word;
@@ -21,8 +24,11 @@ std::vector<int64_t> ParseLengths(const std::string& text) {
       int64_t value = 0;
       auto [end, ec] = std::from_chars(word.data(), word.data() + word.size(), value);
       if (ec != std::errc() || end != word.data() + word.size() || value < 1)
-        throw Error(ErrorCode::kParse, "lengths: line " + std::to_string(line_no) + ": '" + word +
-                                           "' is not a positive integer");
+        throw Error(ErrorCode::kParse, "lengths: line " + std::to_string(line_no) + ": '" +
+                                           QuoteForError(word) + "' is not a positive integer");
+      if (static_cast<int64_t>(lengths.size()) == kMaxSequences)
+        throw Error(ErrorCode::kParse, "lengths: line " + std::to_string(line_no) +
+                                           ": more than 2^27 sequences (no plan can hold them)");
       lengths.push_back(value);
     }
   }
@@ -31,16 +37,9 @@ std::vector<int64_t> ParseLengths(const std::string& text) {
 }
 
 std::vector<int64_t> ReadLengthsFile(const std::string& path) {
-  std::stringstream buffer;
-  if (path == "-") {
-    buffer << std::cin.rdbuf();
-  } else {
-    std::ifstream file(path);
-    if (!file) throw Error(ErrorCode::kIo, "lengths: cannot open '" + path + "'");
-    buffer << file.rdbuf();
-  }
+  const std::string text = ReadInputFile(path, "lengths", kMaxLengthsFileBytes);
   try {
-    return ParseLengths(buffer.str());
+    return ParseLengths(text);
   } catch (const Error& e) {
     throw Error(e.code(), std::string(e.what()) + " (in '" + path + "')");
   }

@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "fcp/error.h"
+#include "fcp/file_io.h"
 
 namespace fcp {
 namespace {
@@ -220,20 +221,13 @@ std::string NpyHeaderBytes(const std::vector<int64_t>& shape) {
 }
 
 void WriteNpy(const std::string& path, const std::vector<int64_t>& shape, const float* data) {
-  std::FILE* f = OpenOrThrow(path, "wb");
-  FileCloser closer{f};
+  AtomicFile file(path, "npy");
   const std::string header = NpyHeaderBytes(shape);
   NpyHeader h;
   h.shape = shape;
-  const size_t n = static_cast<size_t>(h.elements());
-  if (std::fwrite(header.data(), 1, header.size(), f) != header.size() ||
-      (n > 0 && std::fwrite(data, 4, n, f) != n))
-    throw Error(ErrorCode::kIo, "npy " + path + ": write failed (" + std::strerror(errno) + ")");
-  if (std::fclose(f) != 0) {
-    closer.f = nullptr;
-    throw Error(ErrorCode::kIo, "npy " + path + ": close failed");
-  }
-  closer.f = nullptr;
+  file.Write(header.data(), header.size());
+  file.Write(data, static_cast<size_t>(h.elements()) * 4);
+  file.Commit();
 }
 
 void CreateNpy(const std::string& path, const std::vector<int64_t>& shape) {
@@ -262,13 +256,16 @@ void WriteNpyRows(const std::string& path, const std::vector<int64_t>& shape, in
   std::FILE* f = OpenOrThrow(path, "r+b");
   FileCloser closer{f};
   const size_t n = static_cast<size_t>(rows * row_elems);
-  if (std::fseek(f, static_cast<long>(offset), SEEK_SET) != 0 || std::fwrite(data, 4, n, f) != n)
-    throw Error(ErrorCode::kIo, "npy " + path + ": cannot write rows at " + std::to_string(row_begin));
-  if (std::fclose(f) != 0) {
-    closer.f = nullptr;
-    throw Error(ErrorCode::kIo, "npy " + path + ": close failed");
-  }
+  // A full disk shows at the write, the flush or the close: each names its cause.
+  const auto fail = [&] {
+    throw Error(ErrorCode::kIo, "npy " + path + ": cannot write rows at " + std::to_string(row_begin) +
+                                    ": " + std::strerror(errno));
+  };
+  if (std::fseek(f, static_cast<long>(offset), SEEK_SET) != 0 || std::fwrite(data, 4, n, f) != n ||
+      std::fflush(f) != 0)
+    fail();
   closer.f = nullptr;
+  if (std::fclose(f) != 0) fail();
 }
 
 }  // namespace fcp

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fcp/error.h"
+#include "fcp/file_io.h"
 #include "fcp/plan.h"
 #include "io/json_text.h"
 
@@ -83,16 +84,16 @@ const json& Field(const json& object, const char* name, const std::string& where
 }
 
 int64_t Int(const json& v, const std::string& where) {
-  if (!v.is_number_integer()) ParseFail(where, "must be an integer, got " + v.dump());
+  if (!v.is_number_integer()) ParseFail(where, "must be an integer, got " + detail::QuoteJson(v));
   // nlohmann keeps integers above INT64_MAX as unsigned; get<int64_t> would wrap them.
   if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
-    ParseFail(where, "is out of range: " + v.dump());
+    ParseFail(where, "is out of range: " + detail::QuoteJson(v));
   return v.get<int64_t>();
 }
 
 int32_t Int32(const json& v, const std::string& where) {
   const int64_t x = Int(v, where);
-  if (x < INT32_MIN || x > INT32_MAX) ParseFail(where, "is out of range: " + v.dump());
+  if (x < INT32_MIN || x > INT32_MAX) ParseFail(where, "is out of range: " + detail::QuoteJson(v));
   return static_cast<int32_t>(x);
 }
 
@@ -131,7 +132,7 @@ std::vector<T> ReadInt32Tuples(const json& v, const std::string& where, const ch
     }
     if (!ok) {
       const std::string w = where + "[" + std::to_string(i) + "]";
-      if (!e.is_array() || e.size() != K) ParseFail(w, std::string("must be ") + shape + ", got " + e.dump());
+      if (!e.is_array() || e.size() != K) ParseFail(w, std::string("must be ") + shape + ", got " + detail::QuoteJson(e));
       for (size_t k = 0; k < K; ++k) Int32(e[k], w + "[" + std::to_string(k) + "]");
     }
     out.push_back(std::apply([](auto... fields) { return T{fields...}; }, x));
@@ -234,33 +235,88 @@ std::string WritePlanJson(const Plan& plan) {
 }
 
 void WritePlanJsonFile(const Plan& plan, const std::string& path) {
-  const std::string text = WritePlanJson(plan);
-  if (path == "-") {
-    std::cout << text << std::flush;
-    if (!std::cout) throw Error(ErrorCode::kIo, "plan: cannot write to stdout");
-    return;
-  }
-  std::ofstream file(path, std::ios::binary);
-  if (!file) throw Error(ErrorCode::kIo, "plan: cannot open '" + path + "' for writing");
-  file << text;
-  file.close();
-  if (!file) throw Error(ErrorCode::kIo, "plan: failed writing '" + path + "'");
+  WriteFileAtomically(path, WritePlanJson(plan), "plan");
 }
 
+namespace {
+
+void ReadBlock(const json& v, const std::string& where, Plan& plan) {
+  if (!v.is_object()) ParseFail(where, "must be an object");
+  Block block;
+  block.worker = Int32(Field(v, "worker", where), where + ".worker");
+  const json& segments = Array(Field(v, "segments", where), where + ".segments");
+  block.segments.reserve(segments.size());
+  for (size_t k = 0; k < segments.size(); ++k) {
+    const std::string w = where + ".segments[" + std::to_string(k) + "]";
+    if (!segments[k].is_array() || segments[k].size() != 3)
+      ParseFail(w, "must be [seq, start, length], got " + detail::QuoteJson(segments[k]));
+    block.segments.push_back(
+        {Int32(segments[k][0], w + "[0]"), Int(segments[k][1], w + "[1]"), Int(segments[k][2], w + "[2]")});
+  }
+  plan.blocks.push_back(std::move(block));
+}
+
+void ReadForwardStage(const json& v, const std::string& where, Plan& plan) {
+  if (!v.is_object()) ParseFail(where, "must be an object");
+  ForwardStage stage;
+  stage.send = ReadTransfers(Field(v, "send", where), where + ".send");
+  stage.compute = ReadPairs(Field(v, "compute", where), where + ".compute");
+  plan.forward.push_back(std::move(stage));
+}
+
+void ReadBackwardStage(const json& v, const std::string& where, Plan& plan) {
+  if (!v.is_object()) ParseFail(where, "must be an object");
+  BackwardStage stage;
+  stage.send_kv = ReadTransfers(Field(v, "send_kv", where), where + ".send_kv");
+  stage.send_dkv = ReadTransfers(Field(v, "send_dkv", where), where + ".send_dkv");
+  stage.compute = ReadPairs(Field(v, "compute", where), where + ".compute");
+  plan.backward.push_back(std::move(stage));
+}
+
+// The four arrays that make up almost all of a plan's bytes are read element
+// by element while the text is parsed (detail::ParseJsonStreaming), so the
+// reader never holds their DOM. An element's error is kept and raised where
+// a whole-document reader would raise it (after the header fields, in field
+// order), so messages do not depend on the order of fields in the file.
+struct StreamedArray {
+  const char* name;
+  void (*read)(const json&, const std::string&, Plan&);
+  std::optional<Error> error;  // the first malformed element
+};
+
+}  // namespace
+
 Plan ReadPlanJson(const std::string& text) {
+  Plan plan;
+  std::array<StreamedArray, 4> arrays = {{
+      {"sequences",
+       [](const json& v, const std::string& where, Plan& p) { p.sequences.push_back(Int(v, where)); }, {}},
+      {"blocks", ReadBlock, {}},
+      {"forward", ReadForwardStage, {}},
+      {"backward", ReadBackwardStage, {}},
+  }};
+  const std::vector<std::string> names = {"sequences", "blocks", "forward", "backward"};
   json doc;
   try {
-    doc = detail::ParseJson(text);
+    doc = detail::ParseJsonStreaming(text, names, [&](const std::string& key, size_t i, json&& element) {
+      for (StreamedArray& a : arrays) {
+        if (key != a.name || a.error) continue;
+        try {
+          a.read(element, key + "[" + std::to_string(i) + "]", plan);
+        } catch (const Error& e) {
+          a.error = e;
+        }
+      }
+    });
   } catch (const detail::JsonTextError& e) {
     throw Error(ErrorCode::kParse, std::string("plan: not valid JSON: ") + e.what());
   }
   if (!doc.is_object()) throw Error(ErrorCode::kParse, "plan: top level must be a JSON object");
   const json& format = Field(doc, "format", "");
-  if (format != "fcp-plan") ParseFail("format", "must be \"fcp-plan\", got " + format.dump());
+  if (format != "fcp-plan") ParseFail("format", "must be \"fcp-plan\", got " + detail::QuoteJson(format));
   const int64_t version = Int(Field(doc, "version", ""), "version");
   if (version != 1) ParseFail("version", "must be 1, got " + std::to_string(version));
 
-  Plan plan;
   const json& planner = Field(doc, "planner", "");
   if (!planner.is_string()) ParseFail("planner", "must be a string");
   plan.planner = planner.get<std::string>();
@@ -291,69 +347,22 @@ Plan ReadPlanJson(const std::string& text) {
   if (const auto options = doc.find("planner_options"); options != doc.end()) {
     if (!options->is_object()) ParseFail("planner_options", "must be an object");
     for (const auto& [name, value] : options->items()) {
-      const std::string where = "planner_options." + name;
+      const std::string where = "planner_options." + QuoteForError(name);
       if (!value.is_number() || !std::isfinite(value.get<double>()))
-        ParseFail(where, "must be a finite number, got " + value.dump());
+        ParseFail(where, "must be a finite number, got " + detail::QuoteJson(value));
       plan.planner_options.emplace_back(name, value.get<double>());
     }
   }
-
-  const json& sequences = Array(Field(doc, "sequences", ""), "sequences");
-  plan.sequences.reserve(sequences.size());
-  for (size_t i = 0; i < sequences.size(); ++i)
-    plan.sequences.push_back(Int(sequences[i], "sequences[" + std::to_string(i) + "]"));
-
-  const json& blocks = Array(Field(doc, "blocks", ""), "blocks");
-  plan.blocks.resize(blocks.size());
-  for (size_t b = 0; b < blocks.size(); ++b) {
-    const std::string where = "blocks[" + std::to_string(b) + "]";
-    if (!blocks[b].is_object()) ParseFail(where, "must be an object");
-    plan.blocks[b].worker = Int32(Field(blocks[b], "worker", where), where + ".worker");
-    const json& segments = Array(Field(blocks[b], "segments", where), where + ".segments");
-    for (size_t k = 0; k < segments.size(); ++k) {
-      const std::string w = where + ".segments[" + std::to_string(k) + "]";
-      if (!segments[k].is_array() || segments[k].size() != 3)
-        ParseFail(w, "must be [seq, start, length], got " + segments[k].dump());
-      plan.blocks[b].segments.push_back(
-          {Int32(segments[k][0], w + "[0]"), Int(segments[k][1], w + "[1]"),
-           Int(segments[k][2], w + "[2]")});
-    }
-  }
-
-  const json& forward = Array(Field(doc, "forward", ""), "forward");
-  plan.forward.resize(forward.size());
-  for (size_t t = 0; t < forward.size(); ++t) {
-    const std::string where = "forward[" + std::to_string(t) + "]";
-    if (!forward[t].is_object()) ParseFail(where, "must be an object");
-    plan.forward[t].send = ReadTransfers(Field(forward[t], "send", where), where + ".send");
-    plan.forward[t].compute = ReadPairs(Field(forward[t], "compute", where), where + ".compute");
-  }
-  const json& backward = Array(Field(doc, "backward", ""), "backward");
-  plan.backward.resize(backward.size());
-  for (size_t t = 0; t < backward.size(); ++t) {
-    const std::string where = "backward[" + std::to_string(t) + "]";
-    if (!backward[t].is_object()) ParseFail(where, "must be an object");
-    plan.backward[t].send_kv =
-        ReadTransfers(Field(backward[t], "send_kv", where), where + ".send_kv");
-    plan.backward[t].send_dkv =
-        ReadTransfers(Field(backward[t], "send_dkv", where), where + ".send_dkv");
-    plan.backward[t].compute =
-        ReadPairs(Field(backward[t], "compute", where), where + ".compute");
+  // Present and an array (then streamed, empty here) or the type error.
+  for (const StreamedArray& a : arrays) {
+    Array(Field(doc, a.name, ""), a.name);
+    if (a.error) throw *a.error;
   }
   return plan;
 }
 
 Plan ReadPlanJsonFile(const std::string& path) {
-  std::stringstream buffer;
-  if (path == "-") {
-    buffer << std::cin.rdbuf();
-  } else {
-    std::ifstream file(path, std::ios::binary);
-    if (!file) throw Error(ErrorCode::kIo, "plan: cannot open '" + path + "'");
-    buffer << file.rdbuf();
-    if (file.bad()) throw Error(ErrorCode::kIo, "plan: failed reading '" + path + "'");
-  }
-  return ReadPlanJson(buffer.str());
+  return ReadPlanJson(ReadInputFile(path, "plan", kMaxPlanFileBytes));
 }
 
 }  // namespace fcp

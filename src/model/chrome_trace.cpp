@@ -2,12 +2,14 @@
 #include <cstdio>
 #include <fstream>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "fcp/error.h"
+#include "fcp/file_io.h"
 #include "fcp/simulator.h"
 
 namespace fcp {
@@ -60,10 +62,9 @@ void WriteChromeTrace(const SimResult& result, std::ostream& out) {
 }
 
 void WriteChromeTraceFile(const SimResult& result, const std::string& path) {
-  std::ofstream file(path);
-  if (!file) throw Error(ErrorCode::kIo, "simulate: cannot write trace '" + path + "'");
-  WriteChromeTrace(result, file);
-  if (!file) throw Error(ErrorCode::kIo, "simulate: cannot write trace '" + path + "'");
+  std::ostringstream text;
+  WriteChromeTrace(result, text);
+  WriteFileAtomically(path, text.str(), "simulate: trace");
 }
 
 namespace {

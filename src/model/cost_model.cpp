@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fcp/error.h"
+#include "fcp/file_io.h"
 #include "io/json_text.h"
 
 namespace fcp {
@@ -132,7 +133,7 @@ HardwareProfile BuiltinProfile(const std::string& name) {
   if (name == "gpu-x") return GpuX();
   if (name == "gpu-y") return GpuY();
   throw Error(ErrorCode::kInvalidArgument,
-              "profile: unknown built-in profile '" + name + "' (available: gpu-x, gpu-y)");
+              "profile: unknown built-in profile '" + QuoteForError(name) + "' (available: gpu-x, gpu-y)");
 }
 
 HardwareProfile ParseProfileJson(const std::string& text) {
@@ -177,7 +178,7 @@ HardwareProfile ParseProfileJson(const std::string& text) {
     if (!g.is_number_integer() ||
         (g.is_number_unsigned() ? g.get<uint64_t>() > uint64_t{INT32_MAX}
                                 : g.get<int64_t>() < INT32_MIN || g.get<int64_t>() > INT32_MAX))
-      ParseFail("field 'gpus_per_node' must be an integer in [1, 2^31), got " + g.dump());
+      ParseFail("field 'gpus_per_node' must be an integer in [1, 2^31), got " + detail::QuoteJson(g));
     p.gpus_per_node = g.get<int32_t>();
   }
   if (j.contains("efficiency")) {
@@ -200,11 +201,8 @@ HardwareProfile ParseProfileJson(const std::string& text) {
 }
 
 HardwareProfile LoadProfileJson(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) throw Error(ErrorCode::kIo, "profile: cannot open '" + path + "'");
-  std::stringstream text;
-  text << file.rdbuf();
-  return ParseProfileJson(text.str());
+  // Profiles are a few hundred bytes; 16 MiB bounds a wrong file's read.
+  return ParseProfileJson(ReadInputFile(path, "profile", uint64_t{1} << 24));
 }
 
 std::string WriteProfileJson(const HardwareProfile& p) {

@@ -826,9 +826,16 @@ SimResult Simulate(const Plan& plan, const HardwareProfile& profile, const SimCo
   config.validate();
   if (plan.workers < 1) BadPlan("workers must be >= 1");
   plan.attention.validate();
-  for (size_t b = 0; b < plan.blocks.size(); ++b)
+  for (size_t b = 0; b < plan.blocks.size(); ++b) {
     if (plan.blocks[b].worker < 0 || plan.blocks[b].worker >= plan.workers)
       BadPlan("block " + std::to_string(b) + " has no valid owner");
+    // Memory safety without ValidatePlan (--no-validate): every segment
+    // inside its sequence, compared without overflowing start + length.
+    for (const Segment& s : plan.blocks[b].segments)
+      if (s.seq < 0 || static_cast<size_t>(s.seq) >= plan.sequences.size() || s.start < 0 ||
+          s.length < 0 || s.length > plan.sequences[s.seq] || s.start > plan.sequences[s.seq] - s.length)
+        BadPlan("block " + std::to_string(b) + " has a segment outside its sequence");
+  }
   const int32_t n = plan.workers;
   const AttentionShape& a = plan.attention;
   KernelCoster coster(plan, profile);

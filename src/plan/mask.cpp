@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "fcp/error.h"
+#include "fcp/file_io.h"
 
 namespace fcp {
 namespace {
@@ -54,7 +55,7 @@ MaskKind ParseMaskKind(const std::string& name) {
   if (name == "full") return MaskKind::kFull;
   if (name == "sliding_window") return MaskKind::kSlidingWindow;
   throw Error(ErrorCode::kInvalidArgument,
-              "mask: unknown kind '" + name + "' (expected causal, full or sliding_window)");
+              "mask: unknown kind '" + QuoteForError(name) + "' (expected causal, full or sliding_window)");
 }
 
 int64_t AllowedPairs(const Mask& mask, TokenRange queries, TokenRange keys) {

@@ -6,7 +6,9 @@
 
 #include "fcp/baselines.h"
 #include "fcp/error.h"
+#include "fcp/file_io.h"
 #include "fcp/planner.h"
+#include "fcp/required_pairs.h"
 
 namespace fcp {
 
@@ -42,10 +44,10 @@ const PlannerInfo& FindPlanner(const std::string& name) {
   std::string names;
   for (const PlannerInfo& p : Planners()) names += (names.empty() ? "" : ", ") + p.name;
   throw Error(ErrorCode::kInvalidArgument,
-              "planner: unknown planner '" + name + "' (available: " + names + ")");
+              "planner: unknown planner '" + QuoteForError(name) + "' (available: " + names + ")");
 }
 
-void PlannerConfig::validate(const std::vector<int64_t>& lengths) const {
+void PlannerConfig::validate_settings() const {
   const auto fail = [](const std::string& what) {
     throw Error(ErrorCode::kInvalidArgument, "planner: " + what);
   };
@@ -69,6 +71,14 @@ void PlannerConfig::validate(const std::vector<int64_t>& lengths) const {
     fail("local_search_rounds must be >= 0, got " + std::to_string(local_search_rounds));
   mask.validate();
   attention.validate();
+  FindPlanner(planner);  // an unknown name fails before any work
+}
+
+void PlannerConfig::validate(const std::vector<int64_t>& lengths) const {
+  const auto fail = [](const std::string& what) {
+    throw Error(ErrorCode::kInvalidArgument, "planner: " + what);
+  };
+  validate_settings();
   if (lengths.empty()) fail("the batch has no sequences");
   int64_t total = 0;
   for (size_t s = 0; s < lengths.size(); ++s) {
@@ -79,6 +89,24 @@ void PlannerConfig::validate(const std::vector<int64_t>& lengths) const {
     total += lengths[s];
     if (total > (int64_t{1} << 40)) fail("the batch holds more than 2^40 tokens");
   }
+  // Fewest candidate block pairs any plan of this batch lists (each sequence
+  // spans at least ceil(L / block_size) pieces, sorted: the i-th attends at
+  // least i + 1 of them under a causal mask, all of them under a full one,
+  // itself under a window): checked here from the sizes, so that a batch
+  // that cannot be planned fails before its blocks are built.
+  if (static_cast<int64_t>(lengths.size()) > kMaxRequiredPairs)
+    fail("the batch has " + std::to_string(lengths.size()) + " sequences, more than 2^27");
+  double fewest_pairs = 0;
+  for (int64_t len : lengths) {
+    const double pieces = std::ceil(static_cast<double>(len) / static_cast<double>(block_size));
+    fewest_pairs += mask.kind == MaskKind::kFull     ? pieces * pieces
+                    : mask.kind == MaskKind::kCausal ? pieces * (pieces + 1) / 2
+                                                     : pieces;
+  }
+  if (fewest_pairs > static_cast<double>(kMaxRequiredPairs))
+    fail("block size " + std::to_string(block_size) + " gives at least " +
+         std::to_string(static_cast<int64_t>(std::min(fewest_pairs, 0x1.0p62))) +
+         " candidate block pairs, more than 2^27 can be listed in memory; use larger blocks");
   const int64_t even_share = (total + workers - 1) / workers;
   if (token_cap != 0 && token_cap < even_share)
     throw Error(ErrorCode::kInfeasible,

@@ -72,10 +72,6 @@ std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,
 
 namespace {
 
-// Beyond this many required pairs the lists would take gigabytes (16 bytes
-// a pair here, more in a plan): a clear error instead of running out of memory.
-constexpr int64_t kMaxPairs = int64_t{1} << 27;
-
 // The pieces of a sequence that overlap `keys`: [first, last).
 std::pair<const SequenceIndex::Piece*, const SequenceIndex::Piece*> KeyPieces(
     std::span<const SequenceIndex::Piece> pieces, TokenRange keys) {
@@ -116,7 +112,7 @@ std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,
     candidates += row;
     bound += std::min(row, row_limit);
   }
-  if (bound > kMaxPairs)
+  if (bound > kMaxRequiredPairs)
     throw Error(ErrorCode::kInvalidArgument,
                 "required pairs: these blocks give up to " + std::to_string(bound) +
                     " required block pairs (" + std::to_string(candidates) +
@@ -127,7 +123,7 @@ std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,
   // before it and one unmerged row: reserved for every candidate when that
   // is within the bound (never moved), else for the bound.
   std::vector<RequiredPair> pairs;
-  pairs.reserve(static_cast<size_t>(candidates <= kMaxPairs ? candidates : bound));
+  pairs.reserve(static_cast<size_t>(candidates <= kMaxRequiredPairs ? candidates : bound));
   const PieceRange* next_segment = key_pieces.data();
   // Rows listing many more candidates than there are blocks (ring plans) are
   // summed per K/V block in `dense` instead of listed and sorted: same pairs,

@@ -92,6 +92,12 @@ void WorkloadConfig::validate() const {
     fail("lognormal sigma must be > 0 and mu finite");
   if (static_cast<double>(workers) * static_cast<double>(tokens_per_worker) > 0x1.0p40)
     fail("workers * tokens_per_worker exceeds 2^40 tokens");
+  // At least ceil(T / max_len) sequences: refused before any is sampled.
+  const double fewest = std::ceil(static_cast<double>(workers) * static_cast<double>(tokens_per_worker) /
+                                  static_cast<double>(max_len));
+  if (fewest > static_cast<double>(kMaxSequences))
+    fail("the batch would hold at least " + std::to_string(static_cast<int64_t>(fewest)) +
+         " sequences, more than 2^27 (raise max_len or lower the tokens)");
 }
 
 std::vector<int64_t> GenerateWorkload(const WorkloadConfig& config) {
@@ -101,6 +107,10 @@ std::vector<int64_t> GenerateWorkload(const WorkloadConfig& config) {
   std::vector<int64_t> lengths;
   int64_t filled = 0;
   while (filled < total) {
+    if (static_cast<int64_t>(lengths.size()) == kMaxSequences)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "workload: more than 2^27 sequences sampled before the batch was full (raise "
+                  "min_len or mu, or lower the tokens)");
     const int64_t len = std::min(SampleLength(config, rng), total - filled);
     lengths.push_back(len);
     filled += len;

@@ -143,5 +143,80 @@ case "$CASE" in
     [ "$RC" -eq 1 ] || fail "make-inputs onto a file: exit $RC, expected 1"
     grep -q "^fcp: make-inputs: cannot create the output directory" "$DIR/log" || fail "no clear error"
     echo "ok: bad flags refused up front";;
+  # ---- issue 19: hostile and careless inputs ----
+  deep_plan)
+    # 100000 nested arrays in a typed field: one error on every rank, no segfault.
+    python3 -c "import sys; r=open(sys.argv[1]).read(); D=100000; open(sys.argv[2],'w').write(r.replace('\"workers\": 2,', '\"workers\": '+'['*D+']'*D+',', 1))" \
+      "$DIR/plan2.json" "$DIR/deep.json"
+    grep -q '\[\[\[' "$DIR/deep.json" || fail "deep plan not made"
+    expect_error 2 "nest deeper than 64 levels" run --plan "$DIR/deep.json" "${ARGS[@]}"
+    [ "$RC" -lt 128 ] || fail "killed by a signal ($RC)";;
+  input_data_differs)
+    # Same shapes, other contents on rank 1: refused on both ranks before any compute.
+    "$FCP" make-inputs --plan "$DIR/plan2.json" --out "$DIR/other" --seed 6 >/dev/null || fail "make-inputs"
+    timeout 60 "${MPIRUN[@]}" -np 1 "$FCP" run --plan "$DIR/plan2.json" "${ARGS[@]}" : \
+      -np 1 "$FCP" run --plan "$DIR/plan2.json" --inputs "$DIR/other" --out "$DIR/out" --backward --timeout-s 20 \
+      >"$DIR/log" 2>&1
+    RC=$?
+    [ "$RC" -ne 124 ] || fail "hung"
+    [ "$RC" -ne 0 ] || fail "exit code 0 with different inputs on one rank"
+    [ "$(grep -c 'ranks disagree on the input data' "$DIR/log")" -ge 2 ] || fail "no input-data error on both ranks"
+    [ ! -e "$DIR/out/o.npy" ] || fail "an output was left"
+    echo "ok: different input data detected on both ranks, exit $RC";;
+  full_disk)
+    # Outputs to a 3 MB tmpfs that cannot hold them: exit 1 naming ENOSPC and
+    # no output file left (they are written as hidden partials, renamed at the end).
+    mkdir -p "$DIR/small"
+    if ! mount -t tmpfs -o size=3m tmpfs "$DIR/small" 2>/dev/null; then
+      echo "skipped: cannot mount a tmpfs here (needs root)"; exit 77
+    fi
+    trap 'umount "$DIR/small"; rm -rf "$DIR"' EXIT
+    printf '3000\n2000\n1000\n' >"$DIR/big.txt"
+    "$FCP" plan --lengths "$DIR/big.txt" --workers 2 --block-size 256 --heads-q 8 --heads-kv 8 --head-dim 32 \
+      --out "$DIR/big.json" >/dev/null || fail "fcp plan"
+    "$FCP" make-inputs --plan "$DIR/big.json" --out "$DIR/inbig" >/dev/null || fail "make-inputs"
+    expect_error 2 "No space left on device" run --plan "$DIR/big.json" --inputs "$DIR/inbig" --out "$DIR/small/out" \
+      --backward --timeout-s 20
+    left=$(find "$DIR/small" -type f | wc -l)
+    [ "$left" -eq 0 ] || fail "$left files left on the full disk: $(find "$DIR/small" -type f)"
+    echo "ok: nothing left on the full disk";;
+  stale_outputs)
+    # A forward-only run into the folder of a backward run: no stale dq/dk/dv,
+    # and `fcp check` of the new outputs passes.
+    timeout 60 "$FCP" run --plan "$DIR/plan2.json" "${ARGS[@]}" --in-process >"$DIR/log" 2>&1 || fail "backward run"
+    [ -e "$DIR/out/dq.npy" ] || fail "no dq.npy after the backward run"
+    timeout 60 "$FCP" run --plan "$DIR/plan2.json" --inputs "$DIR/in" --out "$DIR/out" --in-process --check \
+      >"$DIR/log" 2>&1 || fail "forward run"
+    for f in dq dk dv; do [ ! -e "$DIR/out/$f.npy" ] || fail "stale $f.npy kept"; done
+    "$FCP" check --plan "$DIR/plan2.json" --inputs "$DIR/in" --outputs "$DIR/out" >"$DIR/log" 2>&1 \
+      || fail "fcp check of the forward outputs failed"
+    echo "ok: stale gradients removed";;
+  thread_limit)
+    if ldd "$FCP" | grep -q libasan; then
+      echo "skipped: AddressSanitizer reserves more address space than the limit"; exit 77
+    fi
+    # More in-process workers than threads can be made under a 1 GB address
+    # space: one error line, exit 1, no std::terminate.
+    printf '1\n%.0s' $(seq 1 2000) >"$DIR/many.txt"
+    "$FCP" plan --lengths "$DIR/many.txt" --workers 2000 --block-size 1 --heads-q 1 --heads-kv 1 --head-dim 1 \
+      --out "$DIR/many.json" >/dev/null || fail "fcp plan"
+    "$FCP" make-inputs --plan "$DIR/many.json" --out "$DIR/inmany" >/dev/null || fail "make-inputs"
+    (ulimit -v 1500000; timeout 60 "$FCP" run --plan "$DIR/many.json" --inputs "$DIR/inmany" --out "$DIR/outmany" \
+      --in-process --timeout-s 20 >"$DIR/log" 2>&1)
+    RC=$?
+    [ "$RC" -eq 1 ] || fail "exit $RC, expected 1"
+    [ "$(wc -l <"$DIR/log")" -eq 1 ] || fail "not one line"
+    grep -Eq "^fcp: (run --in-process: cannot create worker thread|.*out of memory)" "$DIR/log" || fail "no clear error"
+    echo "ok: $(cat "$DIR/log")";;
+  huge_tiles)
+    # Bounded (exit 2 above 65536) and cut to the block size below that.
+    timeout 60 "$FCP" run --plan "$DIR/plan2.json" "${ARGS[@]}" --in-process --q-tile 2147483647 \
+      --kv-tile 2147483647 >"$DIR/log" 2>&1
+    RC=$?
+    [ "$RC" -eq 2 ] || fail "exit $RC for 2^31-1 tiles, expected 2"
+    timeout 60 "$FCP" run --plan "$DIR/plan2.json" "${ARGS[@]}" --in-process --q-tile 65536 --kv-tile 65536 \
+      --check >"$DIR/log" 2>&1 || fail "65536-row tiles did not run"
+    grep -q "matched the reference" "$DIR/log" || fail "no match line"
+    echo "ok: tiles bounded and cut to the block size";;
   *) echo "unknown case $CASE"; exit 2;;
 esac

@@ -38,7 +38,8 @@ void AddPlanCommands(CLI::App& app) {
                    "File of sequence lengths (whitespace-separated; '-' = stdin)")
       ->required();
   plan->add_option("--workers", config.workers, "Number of workers N")->required();
-  plan->add_option("--block-size", config.block_size, "Tokens per block")->capture_default_str();
+  CLI::Option* block_size_option =
+      plan->add_option("--block-size", config.block_size, "Tokens per block")->capture_default_str();
   plan->add_option("--coalesce", config.coalesce, "Sub-stages coalesced per stage (c)")
       ->capture_default_str();
   // Checked at parse time so a bad name is a usage error (exit 2).
@@ -92,18 +93,24 @@ void AddPlanCommands(CLI::App& app) {
       ->capture_default_str();
   plan->add_option("--out", options->out, "Plan file to write ('-' = stdout)")->required();
   plan->add_flag("--check", options->check, "Validate the plan before writing it (debug self-check)");
-  plan->callback([options] {
+  plan->callback([options, block_size_option] {
     PlannerConfig& c = options->config;
     c.mask.kind = ParseMaskKind(options->mask);
     c.mask.window = options->window;
     if (c.mask.kind == MaskKind::kSlidingWindow && options->window == 0)
       throw UsageError("plan: --mask sliding_window needs --window W");
     c.self_check = options->check;
+    CheckFlags([&] { c.validate_settings(); });
     const std::vector<int64_t> lengths = ReadLengthsFile(options->lengths_path);
     const auto start = std::chrono::steady_clock::now();
     const Plan result = MakePlan(lengths, c);
     const double seconds = SecondsSince(start);
     WritePlanJsonFile(result, options->out);
+    // A block never holds more than the cap: say so when --block-size asked for more.
+    if (block_size_option->count() > 0 && c.block_size > result.token_cap)
+      std::fprintf(stderr, "fcp plan: note: --block-size %lld is above the token cap %lld; blocks hold at most "
+                   "%lld tokens\n", static_cast<long long>(c.block_size), static_cast<long long>(result.token_cap),
+                   static_cast<long long>(result.token_cap));
     if (options->out != "-")
       std::fprintf(stderr, "fcp plan: %zu blocks, %zu forward stages, planned in %.2f ms -> %s\n",
                    result.blocks.size(), result.forward.size(), seconds * 1e3,

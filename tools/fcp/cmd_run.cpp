@@ -10,6 +10,9 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <condition_variable>
+#include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -19,11 +22,12 @@
 #include "fcp/communicator.h"
 #include "fcp/error.h"
 #include "fcp/executor.h"
+#include "fcp/file_io.h"
 #include "fcp/npy.h"
 #include "fcp/plan.h"
 #include "fcp/reference_attention.h"
 #ifdef FCP_WITH_CUDA
-#include "fcp/cuda_attention.h"
+#include "cuda_plugin.h"
 #endif
 
 namespace fcp::cli {
@@ -31,6 +35,22 @@ namespace {
 
 std::string InPath(const std::string& dir, const char* name) {
   return (std::filesystem::path(dir) / (std::string(name) + ".npy")).string();
+}
+
+// Where the ranks of `fcp run` write an output before rank 0 renames it into
+// place: hidden, in the same folder, the same name on every rank.
+std::string PartialPath(const std::string& dir, const char* name) {
+  return (std::filesystem::path(dir) / ("." + std::string(name) + ".npy.partial")).string();
+}
+
+constexpr const char* kRunOutputs[] = {"o", "lse", "dq", "dk", "dv"};
+
+// Removes `path` if it is there; Error(kIo) naming the cause if it cannot.
+void RemoveIfPresent(const std::string& path, const std::string& command) {
+  std::error_code error;
+  std::filesystem::remove(path, error);
+  if (error)
+    throw Error(ErrorCode::kIo, command + ": cannot remove '" + path + "': " + error.message());
 }
 
 // Creates `dir` (and its parents) for a command's outputs.
@@ -69,6 +89,21 @@ NpyHeader CheckedHeader(const std::string& path, int64_t tokens, int32_t heads, 
                             tokens, heads, head_dim));
   }
   return h;
+}
+
+// Rows every rank reads from each input, the same on all ranks, whose hash
+// is compared: ranks whose input files differ (another node's copy, a
+// stale file) disagree on them. Costs kSampledRows small reads per file.
+constexpr int64_t kSampledRows = 16;
+std::string SampledRows(const std::string& path, const NpyHeader& h) {
+  const int64_t rows = h.shape.empty() ? 0 : h.shape[0];
+  std::string bytes;
+  for (int64_t i = 0; i < kSampledRows && rows > 0; ++i) {
+    const int64_t row = i * (rows - 1) / std::max<int64_t>(1, kSampledRows - 1);
+    const std::vector<float> data = ReadNpyRows(path, h, row, row + 1);
+    bytes.append(reinterpret_cast<const char*>(data.data()), data.size() * sizeof(float));
+  }
+  return bytes;
 }
 
 uint64_t Fnv1a(const std::string& text) {
@@ -132,6 +167,8 @@ void PrintCheck(const CheckResult& r, double tolerance) {
 }
 
 // ---- fcp run ---------------------------------------------------------------
+
+constexpr int32_t kMaxTileRows = 1 << 16;
 
 struct RunOptions {
   std::string plan_path, inputs, out, trace_path;
@@ -197,9 +234,7 @@ void WriteTrace(Communicator& comm, const Trace& trace, const std::string& path)
     comm.Wait(comm.Irecv(text.data(), size, r, 91));
     all.push_back(std::move(text));
   }
-  std::ofstream f(path);
-  f << ChromeTraceDocument(all);
-  if (!f) throw Error(ErrorCode::kIo, "run: cannot write trace " + path);
+  WriteFileAtomically(path, ChromeTraceDocument(all), "run: trace");
 }
 
 void RunOnRanks(Communicator& comm, const RunOptions& opt);
@@ -208,7 +243,7 @@ void RunOnRanks(Communicator& comm, const RunOptions& opt);
 void RequireDevice(const RunOptions& opt) {
   if (opt.device != "cuda") return;
 #ifdef FCP_WITH_CUDA
-  if (CudaDeviceCount() == 0)
+  if (PluginCudaDeviceCount() == 0)
     throw Error(ErrorCode::kBackend, "run: --device cuda: no CUDA device (cudaGetDeviceCount found none)");
 #else
   throw Error(ErrorCode::kBackend, "run: --device cuda: this fcp was built without CUDA (FCP_WITH_CUDA=OFF)");
@@ -224,9 +259,9 @@ std::function<std::unique_ptr<AttentionKernel>(std::function<void()>)> KernelFac
 #ifdef FCP_WITH_CUDA
   return [rank](std::function<void()> progress) {
     CudaKernelOptions ko;
-    ko.device = rank % CudaDeviceCount();
+    ko.device = rank % PluginCudaDeviceCount();
     ko.progress = std::move(progress);
-    return MakeCudaAttentionKernel(ko);
+    return PluginMakeCudaKernel(ko);
   };
 #else
   (void)rank;
@@ -241,16 +276,41 @@ void RunInProcess(const RunOptions& opt) {
   const Plan plan = ReadValidPlan(opt.plan_path);
   auto comms = MakeLocalCommunicators(plan.workers, {opt.timeout_s});
   std::vector<std::exception_ptr> errors(comms.size());
+  // The workers start together once all threads exist: if the system cannot
+  // create one (a thread limit, memory), none has begun to wait on a peer
+  // that will never come, and all are told to return.
+  std::mutex mutex;
+  std::condition_variable started;
+  enum class Start { kWaiting, kGo, kCancel } start = Start::kWaiting;
   std::vector<std::thread> threads;
-  for (size_t r = 0; r < comms.size(); ++r)
-    threads.emplace_back([&, r] {
-      try {
-        RunOnRanks(*comms[r], opt);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
+  threads.reserve(comms.size());
+  std::string creation_error;
+  for (size_t r = 0; r < comms.size() && creation_error.empty(); ++r) {
+    try {
+      threads.emplace_back([&, r] {
+        {
+          std::unique_lock lock(mutex);
+          started.wait(lock, [&] { return start != Start::kWaiting; });
+          if (start == Start::kCancel) return;
+        }
+        try {
+          RunOnRanks(*comms[r], opt);
+        } catch (...) {
+          errors[r] = std::current_exception();
+        }
+      });
+    } catch (const std::system_error& e) {
+      creation_error = fmt::format("run --in-process: cannot create worker thread {} of {}: {}", r,
+                                   comms.size(), e.what());
+    }
+  }
+  {
+    std::lock_guard lock(mutex);
+    start = creation_error.empty() ? Start::kGo : Start::kCancel;
+  }
+  started.notify_all();
   for (auto& t : threads) t.join();
+  if (!creation_error.empty()) throw Error(ErrorCode::kBackend, creation_error);
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
 }
@@ -298,12 +358,13 @@ void RunOnRanks(Communicator& comm, const RunOptions& opt) {
   const int32_t hq = plan.attention.heads_q, hkv = plan.attention.heads_kv, hd = plan.attention.head_dim;
   const int64_t row0 = DataloaderBegin(T, plan.workers, me), row1 = DataloaderBegin(T, plan.workers, me + 1);
   RankInputs inputs;
-  std::string shapes;
+  std::string shapes, samples;
   Agreed(comm, [&] {
     auto load = [&](const char* name, int32_t heads) {
       const std::string path = InPath(opt.inputs, name);
       const NpyHeader h = CheckedHeader(path, T, heads, hd);
       shapes += fmt::format("{}:{},{},{};", name, h.shape[0], h.shape[1], h.shape[2]);
+      samples += SampledRows(path, h);
       return ReadNpyRows(path, h, row0, row1);
     };
     inputs.q = load("q", hq);
@@ -311,13 +372,22 @@ void RunOnRanks(Communicator& comm, const RunOptions& opt) {
     inputs.v = load("v", hkv);
     if (opt.backward) inputs.d_o = load("do", hq);
     CreateOutputDirectory(opt.out, "run");
+    // No output of an earlier run survives this one, failed or not: `fcp
+    // check` must never read a stale dq next to a new o.
+    if (me == 0)
+      for (const char* name : kRunOutputs) RemoveIfPresent(InPath(opt.out, name), "run");
   });
   AgreeEqual(comm, Fnv1a(shapes), "the input shapes");
+  AgreeEqual(comm, Fnv1a(samples),
+             "the input data (a hash of " + std::to_string(kSampledRows) +
+                 " rows of each input differs: the ranks read different files)");
 
   ExecutorOptions eo;
   eo.backward = opt.backward;
-  eo.kernel.q_tile_rows = opt.q_tile;
-  eo.kernel.kv_tile_rows = opt.kv_tile;
+  // A tile never needs more rows than a block holds (the kernel's scratch is
+  // sized by the tiles).
+  eo.kernel.q_tile_rows = static_cast<int32_t>(std::min<int64_t>(opt.q_tile, plan.block_size));
+  eo.kernel.kv_tile_rows = static_cast<int32_t>(std::min<int64_t>(opt.kv_tile, plan.block_size));
   eo.debug_exit_rank = opt.debug_exit_rank;
   eo.debug_exit_stage = opt.debug_exit_stage;
   eo.make_kernel = KernelFactory(opt, me);
@@ -349,13 +419,37 @@ void RunOnRanks(Communicator& comm, const RunOptions& opt) {
     outs.push_back({"dk", {T, hkv, hd}, &outputs.dk});
     outs.push_back({"dv", {T, hkv, hd}, &outputs.dv});
   }
-  Agreed(comm, [&] {
+  // The outputs appear complete or not at all: ranks fill hidden partial
+  // files, which rank 0 renames into place once every rank has written its
+  // rows, and removes when any rank failed.
+  try {
+    Agreed(comm, [&] {
+      if (me == 0)
+        for (const Out& o : outs) CreateNpy(PartialPath(opt.out, o.name), o.shape);
+    });
+    Agreed(comm, [&] {
+      for (const Out& o : outs)
+        WriteNpyRows(PartialPath(opt.out, o.name), o.shape, row0, row1 - row0, o.data->data());
+    });
+    Agreed(comm, [&] {
+      if (me != 0) return;
+      for (const Out& o : outs) {
+        std::error_code error;
+        std::filesystem::rename(PartialPath(opt.out, o.name), InPath(opt.out, o.name), error);
+        if (error)
+          throw Error(ErrorCode::kIo, "run: cannot rename the output into '" + InPath(opt.out, o.name) +
+                                          "': " + error.message());
+      }
+    });
+  } catch (...) {
     if (me == 0)
-      for (const Out& o : outs) CreateNpy(InPath(opt.out, o.name), o.shape);
-  });
-  Agreed(comm, [&] {
-    for (const Out& o : outs) WriteNpyRows(InPath(opt.out, o.name), o.shape, row0, row1 - row0, o.data->data());
-  });
+      for (const Out& o : outs) {
+        std::error_code ignored;  // the error being raised says what went wrong
+        std::filesystem::remove(PartialPath(opt.out, o.name), ignored);
+        std::filesystem::remove(InPath(opt.out, o.name), ignored);
+      }
+    throw;
+  }
   if (!opt.trace_path.empty()) Agreed(comm, [&] { WriteTrace(comm, trace, opt.trace_path); });
 
   // Summary over ranks (microseconds summed, peaks maxed).
@@ -396,7 +490,8 @@ void RunOnRanks(Communicator& comm, const RunOptions& opt) {
 // ---- fcp make-inputs ---------------------------------------------------------
 
 void MakeInputs(const std::string& plan_path, const std::string& out, uint64_t seed) {
-  const Plan plan = ReadPlanJsonFile(plan_path);
+  // Validated: the array shapes come from the plan (negative lengths, zero heads).
+  const Plan plan = ReadValidPlan(plan_path);
   const int64_t T = plan.total_tokens();
   const int32_t hq = plan.attention.heads_q, hkv = plan.attention.heads_kv, hd = plan.attention.head_dim;
   CreateOutputDirectory(out, "make-inputs");
@@ -429,12 +524,16 @@ void AddRunCommands(CLI::App& app) {
   run->add_option("--tolerance", opt->tolerance, "Relative error bound of --check")
       ->check(kPositiveFinite)
       ->capture_default_str();
-  run->add_option("--timeout-s", opt->timeout_s, "Give up on a silent peer after this long")->capture_default_str();
-  run->add_option("--q-tile", opt->q_tile, "Query rows per kernel tile")
+  run->add_option("--timeout-s", opt->timeout_s, "Give up on a silent peer after this long")
       ->check(kPositiveFinite)
       ->capture_default_str();
-  run->add_option("--kv-tile", opt->kv_tile, "Key rows per kernel tile")
-      ->check(kPositiveFinite)
+  // Bounded so the kernel's scratch (tile x tile floats) cannot overflow;
+  // above the plan's block size a tile is cut to it.
+  run->add_option("--q-tile", opt->q_tile, "Query rows per kernel tile (at most the block size)")
+      ->check(CLI::Range(1, kMaxTileRows))
+      ->capture_default_str();
+  run->add_option("--kv-tile", opt->kv_tile, "Key rows per kernel tile (at most the block size)")
+      ->check(CLI::Range(1, kMaxTileRows))
       ->capture_default_str();
   run->add_option("--device", opt->device, "Compute on the CPU or on CUDA GPUs (rank r on GPU r mod count)")
       ->check(CLI::IsMember({"cpu", "cuda"}))

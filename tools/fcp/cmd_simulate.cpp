@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "fcp/cost_model.h"
 #include "fcp/error.h"
+#include "fcp/file_io.h"
 #include "fcp/plan.h"
 #include "fcp/planner.h"
 #include "fcp/simulator.h"
@@ -127,8 +128,7 @@ class Progress {
 };
 
 void WriteCsv(const std::string& path, const CompareOptions& o, const std::vector<Row>& rows) {
-  std::ofstream file(path);
-  if (!file) throw Error(ErrorCode::kIo, "compare: cannot write '" + path + "'");
+  std::ostringstream file;
   file << "dist,seed,workers,tokens_per_worker,block_size,coalesce,mask,planner,reshuffle,profile,"
           "forward_time_s,backward_time_s,total_time_s,mfu,normalized_mfu,batch_normalized_mfu,"
           "reference_efficiency,compute_imbalance,traffic_imbalance,total_traffic_imbalance,"
@@ -158,8 +158,7 @@ void WriteCsv(const std::string& path, const CompareOptions& o, const std::vecto
                           b->bound_s, b->binding);
     file << '\n';
   }
-  file.close();  // a full disk shows only when the buffer is written
-  if (!file) throw Error(ErrorCode::kIo, "compare: cannot write '" + path + "'");
+  WriteFileAtomically(path, file.str(), "compare: csv");
 }
 
 void RunCompare(CompareOptions& o) {
@@ -171,9 +170,21 @@ void RunCompare(CompareOptions& o) {
     throw UsageError("compare: --mask sliding_window needs --window W");
   o.workload.dist = ParseLengthDistribution(o.dist);
   if (o.seeds < 1) throw UsageError("compare: --seeds must be >= 1");
-  const ReshuffleMode fcp_reshuffle = ParseReshuffleMode(o.reshuffle);
-  const ReshuffleMode baseline_reshuffle = ParseReshuffleMode(o.baseline_reshuffle);
-  const TransferMode transfers = ParseTransferMode(o.transfers);
+  ReshuffleMode fcp_reshuffle{}, baseline_reshuffle{};
+  TransferMode transfers{};
+  CheckFlags([&] {
+    fcp_reshuffle = ParseReshuffleMode(o.reshuffle);
+    baseline_reshuffle = ParseReshuffleMode(o.baseline_reshuffle);
+    transfers = ParseTransferMode(o.transfers);
+    PlannerConfig settings = o.planner;
+    settings.workers = 1;  // checked per value of --workers below
+    settings.validate_settings();
+    if (o.lengths_path.empty()) {
+      WorkloadConfig w = o.workload;
+      w.workers = 1;
+      w.validate();
+    }
+  });
   std::vector<int32_t> workers;
   for (const std::string& w : SplitList(o.workers)) {
     try {
@@ -185,7 +196,9 @@ void RunCompare(CompareOptions& o) {
   }
   const std::vector<std::string> planners = SplitList(o.planners);
   if (workers.empty() || planners.empty()) throw UsageError("compare: empty --workers or --planners");
-  for (const std::string& p : planners) FindPlanner(p);  // unknown names fail before any work
+  CheckFlags([&] {
+    for (const std::string& p : planners) FindPlanner(p);  // unknown names fail before any work
+  });
   std::vector<int64_t> file_lengths;
   if (!o.lengths_path.empty()) file_lengths = ReadLengthsFile(o.lengths_path);
 
@@ -282,15 +295,19 @@ void AddSimulateCommands(CLI::App& app) {
   sim->add_option("--transfers", so->transfers, kTransfersHelp)->capture_default_str();
   sim->add_option("--dkv-bytes", so->dkv_bytes, "Bytes per element of partial dK/dV transfers (0 = the plan's dtype)")
       ->capture_default_str();
-  sim->add_flag("--json", so->json, "Print the result as JSON");
-  sim->add_flag("--per-worker", so->per_worker, "With --json: include per-worker statistics");
+  CLI::Option* json_flag = sim->add_flag("--json", so->json, "Print the result as JSON");
+  sim->add_flag("--per-worker", so->per_worker, "With --json: include per-worker statistics")
+      ->needs(json_flag);
   sim->add_flag("--no-validate", so->no_validate, "Skip ValidatePlan (large trusted plans)");
   sim->callback([so] {
-    const HardwareProfile profile = ResolveProfile(so->profile);
     SimConfig config;
-    config.reshuffle = ParseReshuffleMode(so->reshuffle);
-    config.transfers = ParseTransferMode(so->transfers);
-    config.dkv_dtype_bytes = so->dkv_bytes;
+    CheckFlags([&] {
+      config.reshuffle = ParseReshuffleMode(so->reshuffle);
+      config.transfers = ParseTransferMode(so->transfers);
+      config.dkv_dtype_bytes = so->dkv_bytes;
+      config.validate();
+    });
+    const HardwareProfile profile = ResolveProfile(so->profile);
     config.record_trace = !so->trace.empty();
     const Plan plan = ReadPlanJsonFile(so->plan);
     if (!so->no_validate) ValidatePlan(plan);

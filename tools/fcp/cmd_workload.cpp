@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "fcp/error.h"
+#include "fcp/file_io.h"
 #include "fcp/workload.h"
 
 namespace fcp::cli {
@@ -69,14 +70,10 @@ void AddWorkloadCommand(CLI::App& app) {
   cmd->add_flag("--stats", options->stats, "Print length, token and FLOP shares to stderr");
   cmd->callback([options] {
     options->config.dist = ParseLengthDistribution(options->dist);
+    CheckFlags([&] { options->config.validate(); });
     const std::vector<int64_t> lengths = GenerateWorkload(options->config);
     const std::string text = FormatLengths(lengths);
-    if (options->out == "-") {
-      std::cout << text << std::flush;
-    } else {
-      std::ofstream file(options->out);
-      if (!(file << text)) throw Error(ErrorCode::kIo, "workload: cannot write '" + options->out + "'");
-    }
+    WriteFileAtomically(options->out, text, "workload");
     if (options->stats) PrintStats(lengths);
   });
 }

@@ -10,6 +10,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "fcp/error.h"
+
 namespace fcp::cli {
 
 void AddWorkloadCommand(CLI::App& app);
@@ -52,5 +54,22 @@ inline const CLI::Validator kPositiveFinite(
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// The exit-code rule (README): 2 when the command line is wrong (an unknown
+// command or flag, a missing or malformed value, a value outside its range,
+// contradicting flags), 1 when the command line is fine and the work fails
+// (a file unreadable, malformed or invalid, an infeasible request, a full
+// disk, a failing rank). Each command checks every flag value through
+// CheckFlags before it reads any file: the library's Error for a value
+// (PlannerConfig::validate_settings, WorkloadConfig::validate, a mode name)
+// becomes a UsageError there.
+template <typename Check>
+void CheckFlags(Check check) {
+  try {
+    check();
+  } catch (const fcp::Error& e) {
+    throw UsageError(e.what());
+  }
+}
 
 }  // namespace fcp::cli

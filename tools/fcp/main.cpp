@@ -2,7 +2,10 @@
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <iostream>
+#include <new>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -37,7 +40,10 @@ void RejectIntegerOverflow(CLI::App& app) {
 
 }  // namespace fcp::cli
 
-int main(int argc, char** argv) {
+namespace {
+
+// The command's result as main's; see main() for why exit is not used.
+int Run(int argc, char** argv) {
   CLI::App app{"fcp: flexible context parallelism for long-context attention"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "fcp 0.1.0");
@@ -67,9 +73,28 @@ int main(int argc, char** argv) {
   } catch (const fcp::Error& e) {
     std::fprintf(stderr, "fcp: %s\n", e.what());
     return 1;
+  } catch (const std::bad_alloc&) {
+    // Readers and planners refuse oversize inputs from their sizes first;
+    // this is what is left when the machine still has too little memory.
+    std::fprintf(stderr, "fcp: out of memory (std::bad_alloc)\n");
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fcp: unexpected error: %s\n", e.what());
     return 1;
   }
   return 0;
+}
+
+}  // namespace
+
+// Ends without the exit handlers of shared libraries: under an address-space
+// limit (ulimit -v) an OpenBLAS worker thread can be stuck retrying its
+// 128 MB buffer forever, and OpenBLAS's handler joins it, so a command that
+// has finished would hang. Everything fcp owns is released inside Run; the
+// output streams are flushed here.
+int main(int argc, char** argv) {
+  const int code = Run(argc, argv);
+  std::cout.flush();
+  std::fflush(nullptr);
+  std::_Exit(code);
 }

@@ -107,6 +107,7 @@ class CpuAttentionKernel final : public AttentionKernel {
     qpack_.resize(static_cast<size_t>(bq * group * hd));
     row_max_.resize(static_cast<size_t>(bq * group));
     row_sum_.resize(static_cast<size_t>(bq * group));
+    ranges_.resize(static_cast<size_t>(bq * group));
     const int64_t ldq = dims.q_row_floats(), ldk = dims.kv_row_floats();
     for (const SegmentPair& sp : pairs) {
       CheckPair(sp);
@@ -130,11 +131,17 @@ class CpuAttentionKernel final : public AttentionKernel {
                         static_cast<int>(cols), static_cast<int>(hd), dims.scale, qpack_.data(),
                         static_cast<int>(hd), k, static_cast<int>(ldk), 0.0f, scores_.data(),
                         static_cast<int>(cols));
-            SoftmaxTile(mask, sp.q_pos + q0, sp.k_pos + k0, rows, group, cols, hd);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
-                        static_cast<int>(hd), static_cast<int>(cols), 1.0f, scores_.data(),
-                        static_cast<int>(cols), v, static_cast<int>(ldk), 1.0f, acc_.data(),
-                        static_cast<int>(hd));
+            const bool masked = SoftmaxTile(mask, sp.q_pos + q0, sp.k_pos + k0, rows, group, cols, hd);
+            // Masked entries of P are 0; with a non-finite V row, 0 x NaN
+            // would reach rows that do not attend it: allowed columns only.
+            if (masked && !AllFinite(v, cols, ldk, hd))
+              for (int64_t r = 0; r < rows; ++r)
+                AddRowTimes(1.0f, scores_.data() + r * cols, ranges_[r], v, ldk, hd, acc_.data() + r * hd);
+            else
+              cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
+                          static_cast<int>(hd), static_cast<int>(cols), 1.0f, scores_.data(),
+                          static_cast<int>(cols), v, static_cast<int>(ldk), 1.0f, acc_.data(),
+                          static_cast<int>(hd));
             if (options_.progress) options_.progress();
           }
           // Normalise and merge this tile's partial into the running output.
@@ -160,6 +167,7 @@ class CpuAttentionKernel final : public AttentionKernel {
     const int64_t bq = options_.q_tile_rows, bk = options_.kv_tile_rows, hd = dims.head_dim;
     scores_.resize(static_cast<size_t>(bq * bk));
     dscores_.resize(static_cast<size_t>(bq * bk));
+    ranges_.resize(static_cast<size_t>(bq));
     const int64_t ldq = dims.q_row_floats(), ldk = dims.kv_row_floats();
     const int32_t group = dims.heads_q / dims.heads_kv;
     for (const SegmentPair& sp : pairs) {
@@ -179,19 +187,35 @@ class CpuAttentionKernel final : public AttentionKernel {
                         static_cast<int>(cols), static_cast<int>(hd), dims.scale, io.q + q_off,
                         static_cast<int>(ldq), io.k + k_off, static_cast<int>(ldk), 0.0f,
                         scores_.data(), static_cast<int>(cols));
+            bool partial = false;  // some entry of the tile is masked
             for (int64_t r = 0; r < rows; ++r) {
               const ColumnRange c = AllowedColumns(mask, sp.q_pos + q0 + r, sp.k_pos + k0, cols);
+              ranges_[r] = c;
+              partial |= c.lo != 0 || c.hi != cols;
               float* s = scores_.data() + r * cols;
               const float lse = io.lse[lse_off + r * dims.heads_q];
               for (int64_t j = 0; j < c.lo; ++j) s[j] = 0.0f;
               for (int64_t j = c.lo; j < c.hi; ++j) s[j] = ExpNonPositive(std::min(s[j] - lse, 0.0f));
               for (int64_t j = std::max(c.hi, c.lo); j < cols; ++j) s[j] = 0.0f;
             }
+            // Masked entries of P and dS are 0. When a row of dO, Q or K in
+            // this tile is not finite, 0 x NaN would carry it into the
+            // gradients of tokens it does not attend: the three products
+            // below then run over the allowed entries only. Otherwise (full
+            // tiles, finite data: the usual case) sgemm gives the same sums.
+            const bool masked = partial && !(AllFinite(io.d_o + q_off, rows, ldq, hd) &&
+                                             AllFinite(io.q + q_off, rows, ldq, hd) &&
+                                             AllFinite(io.k + k_off, cols, ldk, hd));
             // dV += P^T dO
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(cols),
-                        static_cast<int>(hd), static_cast<int>(rows), 1.0f, scores_.data(),
-                        static_cast<int>(cols), io.d_o + q_off, static_cast<int>(ldq), 1.0f,
-                        io.dv + k_off, static_cast<int>(ldk));
+            if (masked)
+              for (int64_t r = 0; r < rows; ++r)
+                AddColumnsTimesRow(1.0f, scores_.data() + r * cols, ranges_[r], io.d_o + q_off + r * ldq, hd,
+                                   io.dv + k_off, ldk);
+            else
+              cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(cols),
+                          static_cast<int>(hd), static_cast<int>(rows), 1.0f, scores_.data(),
+                          static_cast<int>(cols), io.d_o + q_off, static_cast<int>(ldq), 1.0f,
+                          io.dv + k_off, static_cast<int>(ldk));
             // dP = dO V^T
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows),
                         static_cast<int>(cols), static_cast<int>(hd), 1.0f, io.d_o + q_off,
@@ -202,17 +226,30 @@ class CpuAttentionKernel final : public AttentionKernel {
               const float delta = io.delta[lse_off + r * dims.heads_q];
               const float* p = scores_.data() + r * cols;
               float* ds = dscores_.data() + r * cols;
-              for (int64_t j = 0; j < cols; ++j) ds[j] = p[j] * (ds[j] - delta);
+              // Masked entries are set to 0, not computed: dP - delta may be NaN there.
+              const ColumnRange c = partial ? ranges_[r] : ColumnRange{0, cols};
+              for (int64_t j = 0; j < c.lo; ++j) ds[j] = 0.0f;
+              for (int64_t j = c.lo; j < c.hi; ++j) ds[j] = p[j] * (ds[j] - delta);
+              for (int64_t j = std::max(c.hi, c.lo); j < cols; ++j) ds[j] = 0.0f;
             }
             // dQ += scale dS K ; dK += scale dS^T Q
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
-                        static_cast<int>(hd), static_cast<int>(cols), dims.scale, dscores_.data(),
-                        static_cast<int>(cols), io.k + k_off, static_cast<int>(ldk), 1.0f,
-                        io.dq + q_off, static_cast<int>(ldq));
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(cols),
-                        static_cast<int>(hd), static_cast<int>(rows), dims.scale, dscores_.data(),
-                        static_cast<int>(cols), io.q + q_off, static_cast<int>(ldq), 1.0f,
-                        io.dk + k_off, static_cast<int>(ldk));
+            if (masked) {
+              for (int64_t r = 0; r < rows; ++r) {
+                AddRowTimes(dims.scale, dscores_.data() + r * cols, ranges_[r], io.k + k_off, ldk, hd,
+                            io.dq + q_off + r * ldq);
+                AddColumnsTimesRow(dims.scale, dscores_.data() + r * cols, ranges_[r], io.q + q_off + r * ldq,
+                                   hd, io.dk + k_off, ldk);
+              }
+            } else {
+              cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
+                          static_cast<int>(hd), static_cast<int>(cols), dims.scale, dscores_.data(),
+                          static_cast<int>(cols), io.k + k_off, static_cast<int>(ldk), 1.0f,
+                          io.dq + q_off, static_cast<int>(ldq));
+              cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(cols),
+                          static_cast<int>(hd), static_cast<int>(rows), dims.scale, dscores_.data(),
+                          static_cast<int>(cols), io.q + q_off, static_cast<int>(ldq), 1.0f,
+                          io.dk + k_off, static_cast<int>(ldk));
+            }
             if (options_.progress) options_.progress();
           }
         }
@@ -221,6 +258,33 @@ class CpuAttentionKernel final : public AttentionKernel {
   }
 
  private:
+  // Whether rows [0, n) of width `hd` (stride ld) hold only finite values.
+  static bool AllFinite(const float* m, int64_t n, int64_t ld, int64_t hd) {
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t d = 0; d < hd; ++d)
+        if (!std::isfinite(m[r * ld + d])) return false;
+    return true;
+  }
+
+  // out[0, hd) += alpha * sum over j in c of w[j] * m[j * ld + (0, hd)].
+  static void AddRowTimes(float alpha, const float* w, ColumnRange c, const float* m, int64_t ld, int64_t hd,
+                          float* out) {
+    for (int64_t j = c.lo; j < c.hi; ++j) {
+      const float x = alpha * w[j];
+      const float* mj = m + j * ld;
+      for (int64_t d = 0; d < hd; ++d) out[d] += x * mj[d];
+    }
+  }
+  // For j in c: out[j * ld + (0, hd)] += alpha * w[j] * row[0, hd).
+  static void AddColumnsTimesRow(float alpha, const float* w, ColumnRange c, const float* row, int64_t hd,
+                                 float* out, int64_t ld) {
+    for (int64_t j = c.lo; j < c.hi; ++j) {
+      const float x = alpha * w[j];
+      float* oj = out + j * ld;
+      for (int64_t d = 0; d < hd; ++d) oj[d] += x * row[d];
+    }
+  }
+
   static void CheckPair(const SegmentPair& sp) {
     if (sp.q_len < 0 || sp.k_len < 0 || sp.q_row < 0 || sp.k_row < 0 || sp.q_pos < 0 || sp.k_pos < 0)
       throw Error(ErrorCode::kInvalidArgument,
@@ -228,12 +292,16 @@ class CpuAttentionKernel final : public AttentionKernel {
   }
 
   // Online-softmax update of the running (row_max_, row_sum_, acc_) with the
-  // scores of one tile; leaves P (unnormalised) in scores_.
-  // Row r is token r / group of the tile.
-  void SoftmaxTile(const Mask& mask, int64_t q_pos, int64_t k_pos, int64_t rows, int64_t group,
+  // scores of one tile; leaves P (unnormalised) in scores_ and each row's
+  // allowed columns in ranges_. Row r is token r / group of the tile.
+  // Returns whether some entry of the tile is masked.
+  bool SoftmaxTile(const Mask& mask, int64_t q_pos, int64_t k_pos, int64_t rows, int64_t group,
                    int64_t cols, int64_t hd) {
+    bool masked = false;
     for (int64_t r = 0; r < rows; ++r) {
       const ColumnRange c = AllowedColumns(mask, q_pos + r / group, k_pos, cols);
+      ranges_[r] = c.hi <= c.lo ? ColumnRange{0, 0} : c;
+      masked |= c.lo != 0 || c.hi != cols;
       float* s = scores_.data() + r * cols;
       if (c.hi <= c.lo) {
         std::fill_n(s, cols, 0.0f);
@@ -260,10 +328,12 @@ class CpuAttentionKernel final : public AttentionKernel {
       row_max_[r] = new_max;
       row_sum_[r] += sum;
     }
+    return masked;
   }
 
   CpuKernelOptions options_;
   std::vector<float> scores_, dscores_, acc_, qpack_, row_max_, row_sum_;
+  std::vector<ColumnRange> ranges_;  // allowed columns of each row of the current tile
 };
 
 }  // namespace
