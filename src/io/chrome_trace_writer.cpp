@@ -34,6 +34,32 @@ void AppendComplete(const TraceEvent& e, const ChromeTraceLayout& layout, std::o
       << ", \"dur\": " << Micros(e.end_s - e.start_s) << "}";
 }
 
+// The header and the metadata of processes 0..processes-1, each object after
+// the first preceded by ",\n"; returns whether it wrote any object.
+bool WriteHead(const ChromeTraceLayout& layout, int32_t processes, std::ostream& out) {
+  out << "{\"displayTimeUnit\": \"ms\", ";
+  if (!layout.other_data.empty()) {
+    out << "\"otherData\": {";
+    for (size_t i = 0; i < layout.other_data.size(); ++i)
+      out << (i > 0 ? ", " : "") << Quoted(layout.other_data[i].first) << ": "
+          << Quoted(layout.other_data[i].second);
+    out << "},\n";
+  }
+  out << "\"traceEvents\": [\n";
+  const std::string label = Quoted(layout.process_label + " ");  // "worker " with its quotes
+  for (int32_t p = 0; p < processes; ++p) {
+    if (p > 0) out << ",\n";
+    out << "{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": " << p << ", \"args\": {\"name\": "
+        << label.substr(0, label.size() - 1) << p << "\"}},\n";
+    out << "{\"ph\": \"M\", \"name\": \"process_sort_index\", \"pid\": " << p
+        << ", \"args\": {\"sort_index\": " << p << "}}";
+    for (size_t track = 0; track < layout.tracks.size(); ++track)
+      out << ",\n{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": " << p << ", \"tid\": " << track
+          << ", \"args\": {\"name\": " << Quoted(layout.tracks[track]) << "}}";
+  }
+  return processes > 0;
+}
+
 }  // namespace
 
 std::string ChromeCompleteEvents(std::span<const TraceEvent> events, const ChromeTraceLayout& layout) {
@@ -47,45 +73,26 @@ std::string ChromeCompleteEvents(std::span<const TraceEvent> events, const Chrom
 
 void WriteChromeTraceDocument(const ChromeTraceLayout& layout, int32_t processes,
                               const std::vector<std::string>& event_texts, std::ostream& out) {
-  out << "{\"displayTimeUnit\": \"ms\", ";
-  if (!layout.other_data.empty()) {
-    out << "\"otherData\": {";
-    for (size_t i = 0; i < layout.other_data.size(); ++i)
-      out << (i > 0 ? ", " : "") << Quoted(layout.other_data[i].first) << ": "
-          << Quoted(layout.other_data[i].second);
-    out << "},\n";
-  }
-  out << "\"traceEvents\": [\n";
-  bool first = true;
-  const auto sep = [&] {
-    if (!first) out << ",\n";
-    first = false;
-  };
-  const std::string label = Quoted(layout.process_label + " ");  // "worker " with its quotes
-  for (int32_t p = 0; p < processes; ++p) {
-    sep();
-    out << "{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": " << p << ", \"args\": {\"name\": "
-        << label.substr(0, label.size() - 1) << p << "\"}}";
-    sep();
-    out << "{\"ph\": \"M\", \"name\": \"process_sort_index\", \"pid\": " << p
-        << ", \"args\": {\"sort_index\": " << p << "}}";
-    for (size_t track = 0; track < layout.tracks.size(); ++track) {
-      sep();
-      out << "{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": " << p << ", \"tid\": " << track
-          << ", \"args\": {\"name\": " << Quoted(layout.tracks[track]) << "}}";
-    }
-  }
+  bool any = WriteHead(layout, processes, out);
   for (const std::string& text : event_texts) {
     if (text.empty()) continue;
-    sep();
+    if (any) out << ",\n";
     out << text;
+    any = true;
   }
   out << "\n]}\n";
 }
 
 void WriteChromeTrace(const ChromeTraceLayout& layout, int32_t processes, std::span<const TraceEvent> events,
                       std::ostream& out) {
-  WriteChromeTraceDocument(layout, processes, {ChromeCompleteEvents(events, layout)}, out);
+  // Streamed event by event: a 100k-event simulator trace is not held twice.
+  bool any = WriteHead(layout, processes, out);
+  for (const TraceEvent& e : events) {
+    if (any) out << ",\n";
+    AppendComplete(e, layout, out);
+    any = true;
+  }
+  out << "\n]}\n";
 }
 
 }  // namespace fcp
