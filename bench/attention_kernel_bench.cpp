@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "fcp/attention_kernel.h"
+#include "fcp/cost_model.h"  // kBackwardFlopsFactor
 
 namespace fcp {
 namespace {
@@ -92,7 +93,7 @@ void BM_Attention(benchmark::State& state) {
     cpu_s += ThreadCpuSeconds() - t0;
   }
   const double pairs = static_cast<double>(AllowedPairs(mask, {0, len}, {0, len}));
-  const double flops = 4.0 * dims.heads_q * dims.head_dim * pairs * (backward ? 2.5 : 1.0);
+  const double flops = 4.0 * dims.heads_q * dims.head_dim * pairs * (backward ? kBackwardFlopsFactor : 1.0);
   const double gflops = flops * static_cast<double>(state.iterations()) / cpu_s * 1e-9;
   state.counters["GFLOPS"] = gflops;
   state.counters["sgemm_GFLOPS"] = SgemmGflops();

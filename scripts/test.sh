@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: unit, property and multi-rank (mpirun)
 # tests in a Release build, the same again under AddressSanitizer +
-# UndefinedBehaviorSanitizer, the Python module's tests, and a short fuzzing
+# UndefinedBehaviorSanitizer, an LTO link of fcp that fails on any ODR
+# violation, the Python module's tests, and a short fuzzing
 # run of the plan reader.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +12,9 @@ jobs="$(nproc 2>/dev/null || echo 2)"
 echo "== Release build and tests"
 bash scripts/build.sh release
 ctest --test-dir build -j "$jobs" --output-on-failure
+
+echo "== One Definition Rule: fcp linked with -flto -Wodr -Werror=odr"
+bash scripts/odr_check.sh
 
 echo "== ASan + UBSan build and tests"
 bash scripts/build.sh asan

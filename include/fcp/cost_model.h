@@ -30,6 +30,10 @@
 
 namespace fcp {
 
+// Backward attention FLOPs per forward FLOP of the same pairs (dQ, dK, dV:
+// PLAN_FORMAT.md, "Costs"; the paper's 2.5x).
+inline constexpr double kBackwardFlopsFactor = 2.5;
+
 struct EfficiencyPoint {
   double tokens = 0;      // kernel length (causal-equivalent segment length)
   double efficiency = 0;  // fraction of peak_flops reached, in (0, 1]

@@ -23,9 +23,6 @@ enum class ErrorCode {
   kInternal,         // a self-check of an algorithm failed: a bug in fcp
 };
 
-// Name of the code, e.g. "invalid argument".
-const char* ErrorCodeName(ErrorCode code);
-
 class Error : public std::runtime_error {
  public:
   Error(ErrorCode code, const std::string& message)

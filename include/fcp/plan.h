@@ -101,13 +101,8 @@ struct Plan {
 
 // Forward FLOPs of `allowed_token_pairs` pairs: 4 * heads_q * head_dim * pairs.
 double ForwardFlops(const AttentionShape& shape, int64_t allowed_token_pairs);
-// Backward FLOPs: 2.5x the forward.
-double BackwardFlops(const AttentionShape& shape, int64_t allowed_token_pairs);
 // Bytes of one K/V transfer of `tokens` tokens: 2 * heads_kv * head_dim * dtype_bytes * tokens.
 int64_t KvTransferBytes(const AttentionShape& shape, int64_t tokens);
-
-// Allowed token pairs between query block `q` and key block `kv` of `plan`.
-int64_t BlockPairTokenPairs(const Plan& plan, int32_t q_block, int32_t kv_block);
 
 // First global token of each sequence, plus the total at the end (size + 1).
 std::vector<int64_t> SequenceOffsets(const std::vector<int64_t>& sequences);

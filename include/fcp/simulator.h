@@ -49,6 +49,7 @@
 #include <string>
 #include <vector>
 
+#include "fcp/chrome_trace.h"
 #include "fcp/cost_model.h"
 #include "fcp/lower_bounds.h"
 #include "fcp/plan.h"
@@ -104,14 +105,6 @@ struct WorkerSimStats {
   double reshuffle_bytes_received = 0;
 };
 
-struct TraceEvent {
-  int32_t worker = 0;
-  int32_t track = 0;  // 0 compute, 1 send, 2 receive
-  std::string name;
-  double start_s = 0;
-  double end_s = 0;
-};
-
 struct SimResult {
   std::string planner;
   std::string profile;
@@ -146,7 +139,7 @@ struct SimResult {
   double bound_s = 0;
   double bound_ratio = 0;
   std::vector<WorkerSimStats> worker_stats;
-  std::vector<TraceEvent> trace;  // when SimConfig::record_trace
+  std::vector<TraceEvent> trace;  // when SimConfig::record_trace; tracks 0 compute, 1 send, 2 receive
 };
 
 SimResult Simulate(const Plan& plan, const HardwareProfile& profile, const SimConfig& config = {});

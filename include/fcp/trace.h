@@ -3,8 +3,9 @@
 // The executor records intervals (compute of a pair, the flight of a
 // transfer from post to observed completion, time blocked in a wait) against
 // one steady clock; all ranks of a single machine share that clock (Linux
-// CLOCK_MONOTONIC), and the origin is taken just after a barrier. The trace
-// is the Chrome/Perfetto JSON array format: pid = rank, tid = lane.
+// CLOCK_MONOTONIC), and the origin is taken just after a barrier. Events are
+// fcp::TraceEvent (fcp/chrome_trace.h), written by the same writer as the
+// simulator's: pid = rank, tid = lane, "cat" = the lane's name.
 #pragma once
 
 #include <chrono>
@@ -12,16 +13,14 @@
 #include <string>
 #include <vector>
 
+#include "fcp/chrome_trace.h"
+
 namespace fcp {
 
 enum class TraceLane : int32_t { kCompute = 0, kSend = 1, kRecv = 2, kWait = 3, kReshuffle = 4 };
 
-struct TraceEvent {
-  std::string name;
-  TraceLane lane = TraceLane::kCompute;
-  double start_us = 0;
-  double end_us = 0;
-};
+// The runtime's tracks, named by TraceLane.
+ChromeTraceLayout RuntimeTraceLayout();
 
 class Trace {
  public:
@@ -30,19 +29,14 @@ class Trace {
   double NowUs() const {
     return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - origin_).count();
   }
+  // An interval of this rank (its pid is given when written, ChromeEvents).
   void Add(std::string name, TraceLane lane, double start_us, double end_us) {
-    // Filled in place: GCC 12 under ASan reports a sized-delete mismatch when
-    // a braced TraceEvent temporary holding a moved-from name is destroyed.
-    TraceEvent& event = events_.emplace_back();
-    event.name = std::move(name);
-    event.lane = lane;
-    event.start_us = start_us;
-    event.end_us = end_us;
+    events_.push_back({0, static_cast<int32_t>(lane), std::move(name), start_us * 1e-6, end_us * 1e-6});
   }
   const std::vector<TraceEvent>& events() const { return events_; }
 
-  // The events of one rank as Chrome trace JSON objects, comma-separated
-  // (no brackets), so ranks' texts can be concatenated.
+  // The complete events of one rank (pid = rank) as ChromeCompleteEvents
+  // text, so ranks' texts can be joined by ChromeTraceDocument.
   std::string ChromeEvents(int32_t rank) const;
 
  private:
@@ -50,7 +44,7 @@ class Trace {
   std::vector<TraceEvent> events_;
 };
 
-// Wraps comma-separated per-rank event texts into one Chrome trace document.
+// One Chrome trace document of all ranks: rank_events[r] = ChromeEvents(r).
 std::string ChromeTraceDocument(const std::vector<std::string>& rank_events);
 
 }  // namespace fcp

@@ -121,8 +121,10 @@ void BuildPullStages(Plan& plan, const std::vector<RequiredPair>& required,
 
 namespace {
 
-int32_t MaxDegree(const std::vector<Transfer>& transfers, int32_t workers,
-                  std::vector<int32_t>& sends, std::vector<int32_t>& receives) {
+// The most transfers of `transfers` that one worker sends or receives: the
+// coalesce factor the stage needs (`sends`, `receives` are scratch).
+int32_t MostTransfersAtOneWorker(const std::vector<Transfer>& transfers, int32_t workers,
+                                 std::vector<int32_t>& sends, std::vector<int32_t>& receives) {
   sends.assign(workers, 0);
   receives.assign(workers, 0);
   int32_t most = 0;
@@ -148,10 +150,10 @@ void FinishPlan(Plan& plan, int32_t min_coalesce) {
   int32_t coalesce = std::max(1, min_coalesce);
   std::vector<int32_t> sends, receives;
   for (const ForwardStage& s : plan.forward)
-    coalesce = std::max(coalesce, MaxDegree(s.send, plan.workers, sends, receives));
+    coalesce = std::max(coalesce, MostTransfersAtOneWorker(s.send, plan.workers, sends, receives));
   for (const BackwardStage& s : plan.backward) {
-    coalesce = std::max(coalesce, MaxDegree(s.send_kv, plan.workers, sends, receives));
-    coalesce = std::max(coalesce, MaxDegree(s.send_dkv, plan.workers, sends, receives));
+    coalesce = std::max(coalesce, MostTransfersAtOneWorker(s.send_kv, plan.workers, sends, receives));
+    coalesce = std::max(coalesce, MostTransfersAtOneWorker(s.send_dkv, plan.workers, sends, receives));
   }
   plan.coalesce = coalesce;
 }

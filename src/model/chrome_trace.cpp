@@ -1,5 +1,4 @@
 // Simulation results as text: the Chrome trace-event file and the JSON summary.
-#include <cstdio>
 #include <fstream>
 #include <ostream>
 #include <sstream>
@@ -8,57 +7,19 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fcp/chrome_trace.h"
 #include "fcp/error.h"
 #include "fcp/file_io.h"
 #include "fcp/simulator.h"
 
 namespace fcp {
-namespace {
-
-const char* TrackName(int32_t track) {
-  switch (track) {
-    case 0: return "compute";
-    case 1: return "send";
-    default: return "receive";
-  }
-}
-
-}  // namespace
 
 void WriteChromeTrace(const SimResult& result, std::ostream& out) {
-  // Hand-written (not nlohmann) so a 100k-event trace streams without a DOM.
-  out << "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"planner\": "
-      << nlohmann::json(result.planner).dump() << ", \"profile\": "
-      << nlohmann::json(result.profile).dump() << "},\n\"traceEvents\": [\n";
-  bool first = true;
-  const auto sep = [&] {
-    if (!first) out << ",\n";
-    first = false;
-  };
-  for (int32_t w = 0; w < result.workers; ++w) {
-    sep();
-    out << "{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": " << w
-        << ", \"args\": {\"name\": \"worker " << w << "\"}}";
-    sep();
-    out << "{\"ph\": \"M\", \"name\": \"process_sort_index\", \"pid\": " << w
-        << ", \"args\": {\"sort_index\": " << w << "}}";
-    for (int32_t track = 0; track < 3; ++track) {
-      sep();
-      out << "{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": " << w << ", \"tid\": " << track
-          << ", \"args\": {\"name\": \"" << TrackName(track) << "\"}}";
-    }
-  }
-  char buf[64];
-  for (const TraceEvent& e : result.trace) {
-    sep();
-    out << "{\"ph\": \"X\", \"name\": " << nlohmann::json(e.name).dump() << ", \"pid\": " << e.worker
-        << ", \"tid\": " << e.track << ", \"ts\": ";
-    std::snprintf(buf, sizeof(buf), "%.3f", e.start_s * 1e6);
-    out << buf << ", \"dur\": ";
-    std::snprintf(buf, sizeof(buf), "%.3f", (e.end_s - e.start_s) * 1e6);
-    out << buf << "}";
-  }
-  out << "\n]}\n";
+  ChromeTraceLayout layout;
+  layout.other_data = {{"planner", result.planner}, {"profile", result.profile}};
+  layout.process_label = "worker";
+  layout.tracks = {"compute", "send", "receive"};
+  WriteChromeTrace(layout, result.workers, result.trace, out);
 }
 
 void WriteChromeTraceFile(const SimResult& result, const std::string& path) {

@@ -18,6 +18,7 @@
 
 #include "fcp/error.h"
 #include "fcp/mask.h"
+#include "fcp/plan_metrics.h"  // Imbalance
 #include "network.h"
 
 namespace fcp {
@@ -776,16 +777,6 @@ PassBounds PassLowerBounds(const Plan& plan, const HardwareProfile& profile, con
   return ComputePassBounds(profile, busy_s, flows);
 }
 
-double Imbalance(const std::vector<double>& values) {
-  double max = 0, sum = 0;
-  for (double v : values) {
-    max = std::max(max, v);
-    sum += v;
-  }
-  if (values.empty() || max <= 0) return 0;
-  return (max - sum / static_cast<double>(values.size())) / max;
-}
-
 }  // namespace
 
 const char* ReshuffleModeName(ReshuffleMode mode) {
@@ -842,7 +833,7 @@ SimResult Simulate(const Plan& plan, const HardwareProfile& profile, const SimCo
   std::vector<double> block_tokens(plan.blocks.size());
   for (size_t b = 0; b < plan.blocks.size(); ++b) block_tokens[b] = static_cast<double>(plan.blocks[b].tokens());
   const double kv_bytes_per_token = static_cast<double>(KvTransferBytes(a, 1));
-  const double backward_scale = 2.5 / profile.backward_efficiency_ratio;
+  const double backward_scale = kBackwardFlopsFactor / profile.backward_efficiency_ratio;
 
   // Forward pass.
   PassInput fwd;
@@ -913,7 +904,7 @@ SimResult Simulate(const Plan& plan, const HardwareProfile& profile, const SimCo
   const double flops_per_pair = ForwardFlops(a, 1);
   for (const PairTask& p : fwd.pairs) r.worker_stats[p.worker].forward_flops += flops_per_pair * p.token_pairs;
   for (const PairTask& p : bwd.pairs)
-    r.worker_stats[p.worker].backward_flops += 2.5 * flops_per_pair * p.token_pairs;
+    r.worker_stats[p.worker].backward_flops += kBackwardFlopsFactor * flops_per_pair * p.token_pairs;
   for (const StageTransfer& t : fwd.transfers) {
     r.worker_stats[t.src].forward_kv_bytes_sent += t.bytes;
     r.worker_stats[t.dst].forward_kv_bytes_received += t.bytes;
@@ -965,8 +956,8 @@ SimResult Simulate(const Plan& plan, const HardwareProfile& profile, const SimCo
     const double f = ForwardFlops(a, pairs);
     const double kernel_tokens = EquivalentKernelTokens(len, pairs);
     const double rate = profile.peak_flops * KernelEfficiency(profile, kernel_tokens);
-    reference_s += f / rate + 2.5 * f / (rate * profile.backward_efficiency_ratio);
-    reference_flops += 3.5 * f;
+    reference_s += f / rate + kBackwardFlopsFactor * f / (rate * profile.backward_efficiency_ratio);
+    reference_flops += (1 + kBackwardFlopsFactor) * f;
   }
   if (reference_s > 0) r.reference_efficiency = reference_flops / (profile.peak_flops * reference_s);
   if (r.reference_efficiency > 0) r.batch_normalized_mfu = r.mfu / r.reference_efficiency;

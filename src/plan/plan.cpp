@@ -53,22 +53,8 @@ double ForwardFlops(const AttentionShape& shape, int64_t allowed_token_pairs) {
   return 4.0 * shape.heads_q * shape.head_dim * static_cast<double>(allowed_token_pairs);
 }
 
-double BackwardFlops(const AttentionShape& shape, int64_t allowed_token_pairs) {
-  return 2.5 * ForwardFlops(shape, allowed_token_pairs);
-}
-
 int64_t KvTransferBytes(const AttentionShape& shape, int64_t tokens) {
   return int64_t{2} * shape.heads_kv * shape.head_dim * shape.dtype_bytes * tokens;
-}
-
-int64_t BlockPairTokenPairs(const Plan& plan, int32_t q_block, int32_t kv_block) {
-  int64_t total = 0;
-  for (const Segment& q : plan.blocks[q_block].segments)
-    for (const Segment& k : plan.blocks[kv_block].segments)
-      if (q.seq == k.seq)
-        total += AllowedPairs(plan.mask, {q.start, q.start + q.length},
-                              {k.start, k.start + k.length});
-  return total;
 }
 
 std::vector<int64_t> SequenceOffsets(const std::vector<int64_t>& sequences) {

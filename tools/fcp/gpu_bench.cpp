@@ -71,7 +71,7 @@ int Main(const Options& opt) {
     ko.device = opt.device;
     const fcp::CudaAttentionTiming t = fcp::TimeCudaAttention(dims, mask, len, repeats, /*backward=*/true, ko);
     const double pairs = static_cast<double>(fcp::AllowedPairs(mask, {0, len}, {0, len}));
-    const double fwd_flops = 4.0 * dims.heads_q * dims.head_dim * pairs, bwd_flops = 2.5 * fwd_flops;
+    const double fwd_flops = 4.0 * dims.heads_q * dims.head_dim * pairs, bwd_flops = fcp::kBackwardFlopsFactor * fwd_flops;
     const double fwd_rate = fwd_flops / t.forward_s, bwd_rate = bwd_flops / t.backward_s;
     fmt::print("{:>7} {:>12.3f} {:>12.2f} {:>7.1f}% {:>12.3f} {:>12.2f} {:>7.1f}%\n", len, t.forward_s * 1e3,
                fwd_rate * 1e-12, 100 * fwd_rate / peak, t.backward_s * 1e3, bwd_rate * 1e-12, 100 * bwd_rate / peak);
