@@ -7,22 +7,11 @@ and each baseline (`fcp plan`), simulate (`fcp simulate --json`) and report
   - FCP's step with the transparent reshuffle overlapped (the default users get),
   - FCP's step with no reshuffle charged, and their ratio,
   - each baseline's step (no reshuffle, as `fcp compare` charges them),
-  - the share of tokens FCP moves away from their dataloader worker, against a
-    floor computed here (below),
-  - a lower bound on FCP's step and the step's ratio to it.
-
-Lower bound: when `fcp simulate --json` carries lower-bound fields (any
-number whose key ends in `_bound_s`, or the values of a `lower_bounds`
-object, in seconds) their maximum; otherwise the plan's largest per-worker
-busy compute (`worker_stats[].busy_s`), which no schedule of that plan beats.
-The column says which was used.
-
-Floor on the tokens reshuffled: in the dataloader layout (rank r holds global
-tokens [floor(rT/N), floor((r+1)T/N))) a worker whose compute exceeds the mean
-must give away at least its densest query tokens covering the excess (causal:
-token at position p does p + 1 pairs; full mask: a sequence's length); every
-token it sheds lands on a worker that, beyond the free room the cap leaves
-it, must send as many away. floor = shed + max(0, shed - free room).
+  - the share of tokens FCP moves away from their dataloader worker, against
+    the reshuffle floor, both as `fcp inspect` reports them (the floor is
+    ComputeReshuffleFloor, include/fcp/reshuffle_floor.h),
+  - the step's lower bound (`bound_s` of `fcp simulate --json`, with the
+    reshuffle charged: include/fcp/lower_bounds.h) and the step's ratio to it.
 
 Needs only Debian's python3 and the `fcp` binary. Deterministic: the same
 binary gives the same table. Example:
@@ -32,9 +21,9 @@ binary gives the same table. Example:
 """
 
 import argparse
-import bisect
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -63,90 +52,14 @@ def run(cmd):
     return r.stdout
 
 
-def homes(total, workers):
-    """First global token of each dataloader rank, and the end."""
-    return [r * total // workers for r in range(workers + 1)]
-
-
-def reshuffled_tokens(plan, bounds):
-    offsets = [0]
-    for n in plan["sequences"]:
-        offsets.append(offsets[-1] + n)
-    moved = 0
-    for block in plan["blocks"]:
-        w = block["worker"]
-        lo, hi = bounds[w], bounds[w + 1]
-        for seq, start, length in block["segments"]:
-            g0 = offsets[seq] + start
-            g1 = g0 + length
-            kept = max(0, min(g1, hi) - max(g0, lo))
-            moved += length - kept
-    return moved
-
-
-def reshuffle_floor(lengths, workers, mask, cap):
-    """Least tokens any plan must move from their dataloader worker (docstring)."""
-    total = sum(lengths)
-    bounds = homes(total, workers)
-    pieces = [[] for _ in range(workers)]  # per home: (first pos, end pos, seq length)
-    g = 0
-    for n in lengths:
-        a = 0
-        while a < n:
-            r = bisect.bisect_right(bounds, g + a) - 1
-            b = min(n, bounds[r + 1] - g)
-            pieces[r].append((a, b, n))
-            a = b
-        g += n
-
-    def work_at_least(piece, v):
-        """(tokens, pairs) of the piece's tokens whose work is >= v."""
-        a, b, n = piece
-        if mask == "full":
-            return (b - a, (b - a) * n) if n >= v else (0, 0)
-        lo = max(a, v - 1)  # causal: position p does p + 1 pairs
-        if lo >= b:
-            return 0, 0
-        return b - lo, (b * (b + 1) - lo * (lo + 1)) // 2
-
-    def load(ps):
-        return sum(work_at_least(p, 0)[1] for p in ps)
-
-    loads = [load(ps) for ps in pieces]
-    mean = sum(loads) / workers
-    shed = 0
-    for r in range(workers):
-        excess = loads[r] - mean
-        if excess <= 0:
-            continue
-        # The largest v whose tokens of work >= v cover the excess; then only
-        # as many of the tokens at exactly v as needed.
-        lo, hi = 1, max(n for _, _, n in pieces[r]) + 1
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if sum(work_at_least(p, mid)[1] for p in pieces[r]) >= excess:
-                lo = mid
-            else:
-                hi = mid
-        above_t = sum(work_at_least(p, lo + 1)[0] for p in pieces[r])
-        above_w = sum(work_at_least(p, lo + 1)[1] for p in pieces[r])
-        shed += above_t + -(-(excess - above_w) // lo) if excess > above_w else above_t
-    room = sum(max(0, cap - (bounds[r + 1] - bounds[r])) for r in range(workers) if loads[r] <= mean)
-    return shed + max(0, shed - room)
-
-
-def sim_bound(sim):
-    """(lower bound in seconds, where it came from)."""
-    found = []
-    for key, value in sim.items():
-        if isinstance(value, (int, float)) and key.endswith("_bound_s"):
-            found.append(value)
-    lb = sim.get("lower_bounds")
-    if isinstance(lb, dict):
-        found += [v for v in lb.values() if isinstance(v, (int, float))]
-    if found:
-        return max(found), "simulate"
-    return max(w["busy_s"] for w in sim["worker_stats"]), "max busy"
+def inspect_reshuffle(fcp, plan_path):
+    """(tokens reshuffled, floor tokens) as `fcp inspect` prints them."""
+    text = run([fcp, "inspect", "--plan", plan_path])
+    moved = re.search(r"reshuffle: (\d+) tokens", text)
+    floor = re.search(r"floor (\d+) tokens", text)
+    if not moved or not floor:
+        sys.exit("step_bench: 'fcp inspect' printed no reshuffle or floor line for " + plan_path)
+    return int(moved.group(1)), int(floor.group(1))
 
 
 def measure(fcp, tmp, batch, workers, profiles, baselines):
@@ -161,10 +74,8 @@ def measure(fcp, tmp, batch, workers, profiles, baselines):
         run([fcp, "plan", "--lengths", lengths_path, "--workers", str(workers), "--planner", planner,
              "--out", path])
         plans[planner] = path
-    plan = json.load(open(plans["fcp"]))
     total = sum(lengths)
-    moved = reshuffled_tokens(plan, homes(total, workers))
-    floor = int(reshuffle_floor(lengths, workers, plan["mask"]["kind"], plan["token_cap"]))
+    moved, floor = inspect_reshuffle(fcp, plans["fcp"])
     rows = []
     for profile in profiles:
         def simulate(path, reshuffle):
@@ -172,12 +83,12 @@ def measure(fcp, tmp, batch, workers, profiles, baselines):
                                    "--per-worker", "--no-validate", "--reshuffle", reshuffle]))
         overlap = simulate(plans["fcp"], "overlap")
         none = simulate(plans["fcp"], "none")
-        bound, source = sim_bound(overlap)
+        bound = overlap["bound_s"]
         row = {
             "batch": batch, "workers": workers, "profile": profile,
             "fcp_overlap_ms": overlap["total_time_s"] * 1e3,
             "fcp_none_ms": none["total_time_s"] * 1e3,
-            "bound_ms": bound * 1e3, "bound_source": source,
+            "bound_ms": bound * 1e3,
             "reshuffled": moved / total, "floor": floor / total,
             "compute_imbalance": none["compute_imbalance"],
         }
@@ -202,7 +113,7 @@ def markdown(rows, baselines):
         cells += ["%.2f" % (r["fcp_overlap_ms"] / best), "%.1f%%" % (100 * r["reshuffled"]),
                   "%.1f%%" % (100 * r["floor"]),
                   "-" if ratio_floor == float("inf") else "%.1f" % ratio_floor,
-                  "%.1f (%s)" % (r["bound_ms"], r["bound_source"]),
+                  "%.1f" % r["bound_ms"],
                   "%.2f" % (r["fcp_overlap_ms"] / r["bound_ms"])]
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
