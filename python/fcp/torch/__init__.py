@@ -420,3 +420,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Plan, lay
     _agree(plan.group, _check_qkv(plan, q, k, v, layout), "fcp.torch.attention")
     s = float(scale) if scale is not None else 1.0 / math.sqrt(plan.head_dim)
     return _Attention.apply(q, k, v, plan, layout, s)
+
+
+def __getattr__(name):
+    # fcp.torch.hf needs transformers: imported on first use only.
+    if name == "hf":
+        import importlib
+        return importlib.import_module(".hf", __name__)
+    raise AttributeError(f"module 'fcp.torch' has no attribute {name!r}")
