@@ -6,7 +6,6 @@ against one process running each sequence on its own.
 
 from __future__ import annotations
 
-import math
 
 import torch
 import torch.distributed as dist

@@ -27,7 +27,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from typing import Any, List, Optional, Sequence, Tuple
+import time
+from typing import List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -36,9 +37,57 @@ import torch.distributed as dist
 import fcp
 from fcp import _fcp
 
-__all__ = ["Plan", "plan", "attention", "dispatch", "undispatch"]
+__all__ = ["Plan", "plan", "attention", "dispatch", "undispatch", "stats", "reset_stats"]
 
 _KINDS = 4  # message kinds per (stage, block): K, V, dK, dV -- part of the tag
+
+# Counters of this process's attention calls (seconds unless named otherwise):
+# calls; total_s (inside forward and backward of attention); kernel_s (inside
+# the C++ kernel); wait_s (blocked on stage transfers after the kernel
+# returned: the exposed part of the transfers); reshuffle_s (the all_to_all's,
+# including waits); post_s (posting the stage's P2P ops); stages_with_transfers.
+_STATS_KEYS = ("calls", "total_s", "kernel_s", "wait_s", "reshuffle_s", "post_s", "stages_with_transfers")
+_stats = dict.fromkeys(_STATS_KEYS, 0)
+
+
+def stats() -> dict:
+    """A copy of the counters (see _STATS_KEYS above); python_s = total - kernel - wait - reshuffle."""
+    out = dict(_stats)
+    out["python_s"] = out["total_s"] - out["kernel_s"] - out["wait_s"] - out["reshuffle_s"]
+    return out
+
+
+def reset_stats() -> None:
+    for key in _STATS_KEYS:
+        _stats[key] = 0
+
+
+# Measurement only (bench/torch_attention_overhead.py --serialize): wait for a
+# stage's transfers before its compute, so wait_s is the bare transfer time.
+_serialize_stages = False
+
+
+def _run_stage(works_ops: list, compute) -> None:
+    """Posts a stage's transfers, runs its compute, waits; counts where the time went."""
+    t0 = time.perf_counter()
+    works = dist.batch_isend_irecv(works_ops) if works_ops else []
+    t1 = time.perf_counter()
+    _stats["post_s"] += t1 - t0
+    _stats["stages_with_transfers"] += int(bool(works))
+    if _serialize_stages:
+        for w in works:
+            w.wait()
+        works = []  # a gloo P2P work must not be waited on twice (it blocks)
+        now = time.perf_counter()
+        _stats["wait_s"] += now - t1
+        t1 = now
+    compute()
+    t2 = time.perf_counter()
+    for w in works:
+        w.wait()
+    t3 = time.perf_counter()
+    _stats["kernel_s"] += t2 - t1
+    _stats["wait_s"] += t3 - t2
 
 
 def _group_size_rank(group) -> Tuple[int, int]:
@@ -181,19 +230,23 @@ def plan(lengths, group=None, **kw) -> Plan:
 # ---- layouts -------------------------------------------------------------------
 
 
-def _to_plan_layout(plan: Plan, x: torch.Tensor) -> torch.Tensor:
+def _to_plan_layout(plan: Plan, x: torch.Tensor, count: bool = False) -> torch.Tensor:
     """Dataloader rows -> plan rows (one all_to_all_single with uneven splits)."""
+    start = time.perf_counter()
     send = x.index_select(0, plan._in_send_rows)
     recv = x.new_empty((plan.local_rows,) + tuple(x.shape[1:]))
     dist.all_to_all_single(recv, send, output_split_sizes=plan._in_recv_counts,
                            input_split_sizes=plan._in_send_counts, group=plan.group)
     out = x.new_empty(recv.shape)
     out.index_copy_(0, plan._in_recv_rows, recv)
+    if count:
+        _stats["reshuffle_s"] += time.perf_counter() - start
     return out
 
 
-def _to_dataloader_layout(plan: Plan, x: torch.Tensor) -> torch.Tensor:
+def _to_dataloader_layout(plan: Plan, x: torch.Tensor, count: bool = False) -> torch.Tensor:
     """Plan rows -> dataloader rows: the reshuffle's tables reversed."""
+    start = time.perf_counter()
     send = x.index_select(0, plan._in_recv_rows)
     rows = plan.rows("dataloader")
     recv = x.new_empty((rows,) + tuple(x.shape[1:]))
@@ -201,6 +254,8 @@ def _to_dataloader_layout(plan: Plan, x: torch.Tensor) -> torch.Tensor:
                            input_split_sizes=plan._in_recv_counts, group=plan.group)
     out = x.new_empty(recv.shape)
     out.index_copy_(0, plan._in_send_rows, recv)
+    if count:
+        _stats["reshuffle_s"] += time.perf_counter() - start
     return out
 
 
@@ -265,10 +320,6 @@ def _check_qkv(plan: Plan, q, k, v, layout: str) -> Optional[str]:
     return None
 
 
-def _post(plan: Plan, ops: list) -> list:
-    return dist.batch_isend_irecv(ops) if ops else []
-
-
 def _forward_pass(plan: Plan, q, k, v, scale, finish_reshuffle=None):
     """The lowered forward on plan-layout float32 q, k, v; returns (o, lse)."""
     prog = plan.program
@@ -279,9 +330,13 @@ def _forward_pass(plan: Plan, q, k, v, scale, finish_reshuffle=None):
     lse = torch.full((plan.local_rows, plan.heads_q), -math.inf, dtype=torch.float32)
     if finish_reshuffle is not None:
         # While the reshuffle flies: stage-0 calls on this rank's own tokens.
+        t0 = time.perf_counter()
         if plan.num_forward_stages:
             prog.forward_stage(0, scale, 1, q, k, v, k_pool, v_pool, o, lse)
+        t1 = time.perf_counter()
         finish_reshuffle()
+        _stats["kernel_s"] += t1 - t0
+        _stats["reshuffle_s"] += time.perf_counter() - t1
     for t in range(plan.num_forward_stages):
         ops = []
         for _, block, src, row, rows in plan.stage_ops("forward", "kv_recv", t):
@@ -291,11 +346,8 @@ def _forward_pass(plan: Plan, q, k, v, scale, finish_reshuffle=None):
             kb, vb = (k_pool, v_pool) if from_pool else (k, v)
             ops.append(dist.P2POp(dist.isend, kb[row:row + rows], plan._peer[dst], plan.group, plan.tag(t, block, 0)))
             ops.append(dist.P2POp(dist.isend, vb[row:row + rows], plan._peer[dst], plan.group, plan.tag(t, block, 1)))
-        works = _post(plan, ops)
-        prog.forward_stage(t, scale, 2 if (t == 0 and finish_reshuffle is not None) else 0,
-                           q, k, v, k_pool, v_pool, o, lse)
-        for w in works:
-            w.wait()
+        early = 2 if (t == 0 and finish_reshuffle is not None) else 0
+        _run_stage(ops, lambda: prog.forward_stage(t, scale, early, q, k, v, k_pool, v_pool, o, lse))
     return o, lse
 
 
@@ -330,10 +382,8 @@ def _backward_pass(plan: Plan, q, k, v, o, lse, d_o, scale):
                                   plan.tag(t, block, 2)))
             ops.append(dist.P2POp(dist.isend, dv_partial[row:row + rows], plan._peer[dst], plan.group,
                                   plan.tag(t, block, 3)))
-        works = _post(plan, ops)
-        prog.backward_stage(t, scale, q, k, v, k_pool, v_pool, d_o, lse, delta, dq, dk, dv, dk_partial, dv_partial)
-        for w in works:
-            w.wait()
+        _run_stage(ops, lambda: prog.backward_stage(t, scale, q, k, v, k_pool, v_pool, d_o, lse, delta, dq, dk, dv,
+                                                    dk_partial, dv_partial))
         # Sent partials are zeroed before received ones are added (a slot may be reused).
         for _, _, _, row, rows in sent:
             dk_partial[row:row + rows].zero_()
@@ -348,6 +398,7 @@ def _backward_pass(plan: Plan, q, k, v, o, lse, d_o, scale):
 class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, plan, layout, scale):
+        start = time.perf_counter()
         dtype = q.dtype
         q32, k32, v32 = (x.detach().to(torch.float32).contiguous() for x in (q, k, v))
         if layout == "dataloader":
@@ -376,33 +427,39 @@ class _Attention(torch.autograd.Function):
 
             q32, k32, v32 = qkv
             o, lse = _forward_pass(plan, q32, k32, v32, scale, finish_reshuffle=finish)
-            out = _to_dataloader_layout(plan, o)
+            out = _to_dataloader_layout(plan, o, count=True)
         else:
             o, lse = _forward_pass(plan, q32, k32, v32, scale)
             out = o
         ctx.save_for_backward(q32, k32, v32, o, lse)
         ctx.plan, ctx.layout, ctx.scale, ctx.dtype = plan, layout, scale, dtype
-        return out.to(dtype)
+        out = out.to(dtype)
+        _stats["calls"] += 1
+        _stats["total_s"] += time.perf_counter() - start
+        return out
 
     @staticmethod
     def backward(ctx, g):
+        start = time.perf_counter()
         plan, layout = ctx.plan, ctx.layout
         q, k, v, o, lse = ctx.saved_tensors
         d_o = g.detach().to(torch.float32).contiguous()
         if layout == "dataloader":
-            d_o = _to_plan_layout(plan, d_o)
+            d_o = _to_plan_layout(plan, d_o, count=True)
         dq, dk, dv = _backward_pass(plan, q, k, v, o, lse, d_o, ctx.scale)
         if layout == "dataloader":
             hq = plan.heads_q * plan.head_dim
             hkv = plan.heads_kv * plan.head_dim
             rows = plan.local_rows
             packed = torch.cat([dq.reshape(rows, hq), dk.reshape(rows, hkv), dv.reshape(rows, hkv)], dim=1)
-            back = _to_dataloader_layout(plan, packed)
+            back = _to_dataloader_layout(plan, packed, count=True)
             dq = back[:, :hq].reshape(-1, plan.heads_q, plan.head_dim)
             dk = back[:, hq:hq + hkv].reshape(-1, plan.heads_kv, plan.head_dim)
             dv = back[:, hq + hkv:].reshape(-1, plan.heads_kv, plan.head_dim)
         t = ctx.dtype
-        return dq.to(t), dk.to(t), dv.to(t), None, None, None
+        grads = dq.to(t), dk.to(t), dv.to(t)
+        _stats["total_s"] += time.perf_counter() - start
+        return grads + (None, None, None)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Plan, layout: str = "dataloader",
