@@ -2,7 +2,8 @@
 # The whole test suite, as CI runs it: unit, property and multi-rank (mpirun)
 # tests in a Release build, the same again under AddressSanitizer +
 # UndefinedBehaviorSanitizer, an LTO link of fcp that fails on any ODR
-# violation, the Python module's tests, and a short fuzzing
+# violation, the Python module's tests, the fcp.torch tests
+# (scripts/torch_test.sh: a reused venv with torch), and a short fuzzing
 # run of the plan reader.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +24,10 @@ ctest --test-dir build-asan -j "$jobs" --output-on-failure
 if [ -f scripts/python_test.sh ]; then
   echo "== Python module"
   bash scripts/python_test.sh
+fi
+if [ -f scripts/torch_test.sh ]; then
+  echo "== fcp.torch (torch and transformers extras, 4 gloo ranks)"
+  bash scripts/torch_test.sh
 fi
 if [ -f scripts/fuzz.sh ]; then
   echo "== Fuzzing the plan reader"

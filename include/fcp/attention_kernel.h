@@ -55,6 +55,7 @@ struct SegmentPair {
   int64_t k_pos = 0;  // token position of k_row inside the same sequence
   int64_t q_len = 0;
   int64_t k_len = 0;
+  bool operator==(const SegmentPair&) const = default;
 };
 
 struct ForwardBuffers {

@@ -3,7 +3,8 @@
 // holds in the dataloader layout as one device computing the whole batch
 // would (up to float32 rounding order).
 //
-// Steps on each rank r (N ranks, T tokens):
+// Each rank runs its program (fcp/lowering.h, LowerPlan), which resolves the
+// plan's stage rules into buffer rows. Steps on each rank r (N ranks, T tokens):
 //  1. reshuffle in: rows of the dataloader share [DataloaderBegin(r),
 //     DataloaderBegin(r+1)) go to the owners of their tokens in the plan (one
 //     all-to-all-v of q|k|v|do rows). While it is in flight, stage-0 pairs
@@ -11,9 +12,9 @@
 //  2. forward stages: receive buffers of stage t are posted, sends of stage t
 //     start, the stage's pairs are computed (the kernel drives MPI progress
 //     between tiles), then the stage's transfers are awaited. A received
-//     block is freed after its last use on this rank (compute or relay), so a
-//     plan that uses each received block in the next stage holds at most
-//     2 * coalesce received blocks (the peak is reported in the stats).
+//     block's pool slot is reused after its last use on this rank (compute
+//     or relay), so a plan that uses each received block in the next stage
+//     holds at most 2 * coalesce received blocks (the peak is in the stats).
 //  3. outputs go home block by block: once a block's (o, lse) is final (after
 //     the last forward stage that computes it), its rows are sent to the
 //     dataloader ranks that hold its tokens; receivers post all receives up
@@ -35,6 +36,7 @@
 
 #include "fcp/attention_kernel.h"
 #include "fcp/communicator.h"
+#include "fcp/lowering.h"  // the per-rank program it runs; BlockPairSegments
 #include "fcp/plan.h"
 #include "fcp/trace.h"
 
@@ -79,9 +81,5 @@ struct ExecutorStats {
 
 RankOutputs ExecutePlan(const Plan& plan, Communicator& comm, const RankInputs& inputs,
                         const ExecutorOptions& options, Trace* trace, ExecutorStats* stats);
-
-// The kernel's segment pairs of plan pair (q_block, kv_block), rows relative
-// to the first row of each block (rows of a block follow its segment order).
-std::vector<SegmentPair> BlockPairSegments(const Plan& plan, int32_t q_block, int32_t kv_block);
 
 }  // namespace fcp

@@ -41,6 +41,7 @@
 #include "fcp/simulator.h"
 #include "fcp/token_permutation.h"
 #include "fcp/workload.h"
+#include "program_ext.h"
 
 namespace nb = nanobind;
 
@@ -600,6 +601,12 @@ NB_MODULE(_fcp, m) {
       nb::arg("plan"), nb::arg("profile"), nb::arg("reshuffle"), nb::arg("transfers"),
       nb::arg("dkv_bytes"),
       nb::arg("trace").none());
+
+  RegisterProgramBindings(m, [](nb::handle h) -> const Plan& {
+    PlanHandle& handle = nb::cast<PlanHandle&>(h);
+    handle.EnsureValid();
+    return handle.plan();
+  });
 
   m.def("planners", [] {
     nb::list out;

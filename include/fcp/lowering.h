@@ -1,0 +1,151 @@
+// fcp/lowering.h — one rank's program for a plan: the operations an executor
+// issues, in order, with every buffer row resolved. Both executors (MPI,
+// src/runtime/executor.cpp, and torch.distributed, python/fcp/torch) run this
+// program, so the stage rules of PLAN_FORMAT.md are applied here only.
+//
+// Buffers on rank r (rows are tokens; a K/V row is heads_kv * head_dim values):
+//  - local rows: the Q, K, V (and O, dQ, dK, dV) rows of the blocks r owns, in
+//    the plan layout (fcp/token_permutation.h: blocks by id, segments in block
+//    order). `block_row[b]` is block b's first local row.
+//  - the receive pool (per pass): `pool_rows` rows of K and of V. Every K/V
+//    receipt gets a slot of block-many rows, live from the stage it is
+//    received in to the last stage that reads it (compute or relay send);
+//    slots whose lives overlap never overlap in rows (first-fit), so the pool
+//    is the peak of what r holds, not the sum of what it receives.
+//  - the partial pool (backward): `partial_rows` rows of dK and of dV, for the
+//    partial gradients of blocks r computes with (or relays) but does not own.
+//    A partial lives from its first write to the stage that sends it; the pool
+//    starts zeroed and an executor zeroes a partial's rows once its send is
+//    complete, so a reused slot starts at zero.
+//
+// A stage, forward or backward, runs as: post kv_recv and dkv_recv, post
+// kv_send and dkv_send, run `compute` in order, wait for all of them, zero
+// the sent partials, add each received dK/dV into its target rows. A received
+// K/V slot is first read in a later stage (double buffering).
+//
+// Compute calls: query rows [q_row, q_row + tokens(q_block)) against K/V rows
+// at kv_row (local rows or the pool), backward accumulating dK/dV at dkv_row
+// (local rows when r owns kv_block, else the partial pool); the kernel's
+// segment pairs are segments[segment_begin, segment_end), rows relative to
+// q_row and kv_row. Merge order of the forward is the order of the calls.
+//
+// Reshuffle: dataloader rows in_send_rows (grouped by destination, counts
+// in_send_counts) arrive at local rows in_recv_rows (grouped by source,
+// counts in_recv_counts). The way back is the same tables reversed.
+//
+// Invariants (checked by lowering_test): every plan pair of r's query blocks
+// is one call, in the plan's stage and list order; a call reads only slots
+// received in an earlier stage and not yet freed; live slots never share
+// rows. Cost: O(blocks + segments + transfers + pairs + local rows), slot
+// allocation O(live slots) per receipt. Pure: same plan and rank, same program.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "fcp/attention_kernel.h"
+#include "fcp/plan.h"
+
+namespace fcp {
+
+struct KvRecv {
+  int32_t block = 0;
+  int32_t src = 0;
+  int64_t pool_row = 0;  // first row of its slot in the receive pool
+  int64_t rows = 0;
+  bool operator==(const KvRecv&) const = default;
+};
+
+struct KvSend {
+  int32_t block = 0;
+  int32_t dst = 0;
+  bool from_pool = false;  // false: local rows (r owns the block); true: a relay from the pool
+  int64_t row = 0;
+  int64_t rows = 0;
+  bool operator==(const KvSend&) const = default;
+};
+
+struct DkvRecv {
+  int32_t block = 0;
+  int32_t src = 0;
+  bool into_partial = false;  // false: add into local rows (r owns it); true: into a partial (relay)
+  int64_t row = 0;
+  int64_t rows = 0;
+  bool operator==(const DkvRecv&) const = default;
+};
+
+struct DkvSend {
+  int32_t block = 0;
+  int32_t dst = 0;
+  int64_t partial_row = 0;  // rows [partial_row, +rows) of the partial pool, zeroed after the send
+  int64_t rows = 0;
+  bool operator==(const DkvSend&) const = default;
+};
+
+struct ComputeCall {
+  int32_t q_block = 0;
+  int32_t kv_block = 0;
+  int64_t q_row = 0;  // local rows
+  int64_t q_rows = 0;
+  bool kv_in_pool = false;
+  int64_t kv_row = 0;
+  int64_t kv_rows = 0;
+  bool dkv_in_partial = false;  // backward only
+  int64_t dkv_row = 0;          // backward only
+  int64_t segment_begin = 0, segment_end = 0;
+  // Forward stage 0 only: both blocks hold only tokens of r's own dataloader
+  // share, so the call can run before the reshuffle in has arrived.
+  bool early = false;
+  bool operator==(const ComputeCall&) const = default;
+};
+
+struct StageProgram {
+  std::vector<KvRecv> kv_recv;    // in the plan's transfer order
+  std::vector<KvSend> kv_send;
+  std::vector<DkvRecv> dkv_recv;  // backward only
+  std::vector<DkvSend> dkv_send;  // backward only
+  std::vector<ComputeCall> compute;
+  bool operator==(const StageProgram&) const = default;
+};
+
+struct PassProgram {
+  int64_t pool_rows = 0;
+  int64_t partial_rows = 0;  // backward only
+  int64_t peak_slots = 0;    // most K/V receipts live in one stage
+  std::vector<StageProgram> stages;
+  bool operator==(const PassProgram&) const = default;
+};
+
+struct RankProgram {
+  int32_t rank = 0;
+  int32_t workers = 1;
+  int64_t total_tokens = 0;
+  int64_t dataloader_begin = 0, dataloader_end = 0;  // r's dataloader share
+  int64_t local_rows = 0;
+  std::vector<int32_t> owned_blocks;   // ascending
+  std::vector<int64_t> block_row;      // per plan block; -1: not owned
+  std::vector<int64_t> local_token;    // per local row: its global token
+  std::vector<int64_t> local_position; // per local row: its position in its sequence (RoPE)
+  std::vector<int64_t> in_send_rows;   // dataloader rows (0-based in the share), by destination
+  std::vector<int64_t> in_send_counts; // per rank
+  std::vector<int64_t> in_recv_rows;   // local rows, by source rank (and global token)
+  std::vector<int64_t> in_recv_counts; // per rank
+  std::vector<SegmentPair> segments;   // of all calls, both passes
+  PassProgram forward, backward;
+  // Per plan block (any owner): the stage after which its (o, lse), resp. its
+  // dq, dk, dv at the owner, are final (-1: before the first stage).
+  std::vector<int32_t> forward_final_stage, backward_final_stage;
+  bool operator==(const RankProgram&) const = default;
+};
+
+// The program of `rank`. Preconditions: ValidatePlan(plan) passed (the
+// lowering re-checks what it relies on and throws Error(kInvalidPlan) naming
+// the stage and block otherwise); Error(kInvalidArgument) for a rank outside
+// [0, workers).
+RankProgram LowerPlan(const Plan& plan, int32_t rank);
+
+// The kernel's segment pairs of plan pair (q_block, kv_block), rows relative
+// to the first row of each block (rows of a block follow its segment order).
+std::vector<SegmentPair> BlockPairSegments(const Plan& plan, int32_t q_block, int32_t kv_block);
+
+}  // namespace fcp

@@ -1,0 +1,487 @@
+"""fcp.torch: FCP context-parallel attention as a differentiable PyTorch call.
+
+Every call is collective over a process group (default: the default group);
+every rank passes identical arguments. On CPU, communication runs on gloo and
+compute on fcp's own C++ kernel, called on the tensors' memory::
+
+    import fcp.torch as ft
+    plan = ft.plan(lengths, heads_q=8, heads_kv=2, head_dim=64, block_size=512)
+    lo, hi = plan.local_range                  # this rank's dataloader shard
+    o = ft.attention(q, k, v, plan)            # q [hi-lo, 8, 64], k, v [hi-lo, 2, 64]
+
+or, with the dataloader permuting once per step (no reshuffle inside)::
+
+    x_p = ft.dispatch(x, plan)                 # any trailing shape, differentiable
+    o_p = ft.attention(q_p, k_p, v_p, plan, layout="plan")
+    x = ft.undispatch(o_p, plan)
+    pos = plan.position_ids()                  # positions in their sequences, for RoPE
+
+The per-rank program (which K/V rows go to whom, pool slots, kernel segment
+tables, the reshuffle's counts and permutations) is computed once per plan by
+the C++ library (fcp/lowering.h), the same program the MPI executor runs;
+this module only issues its operations. See docs/torch.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from typing import List, Optional, Tuple
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+import fcp
+from fcp import _fcp
+
+__all__ = ["Plan", "plan", "attention", "dispatch", "undispatch", "stats", "reset_stats"]
+
+_KINDS = 4  # message kinds per (stage, block): K, V, dK, dV -- part of the tag
+
+# Counters of this process's attention calls (seconds unless named otherwise):
+# calls; total_s (inside forward and backward of attention); kernel_s (inside
+# the C++ kernel); wait_s (blocked on stage transfers after the kernel
+# returned: the exposed part of the transfers); reshuffle_s (the all_to_all's,
+# including waits); post_s (posting the stage's P2P ops); stages_with_transfers.
+_STATS_KEYS = ("calls", "total_s", "kernel_s", "wait_s", "reshuffle_s", "post_s", "stages_with_transfers")
+_stats = dict.fromkeys(_STATS_KEYS, 0)
+
+
+def stats() -> dict:
+    """A copy of the counters (see _STATS_KEYS above); python_s = total - kernel - wait - reshuffle."""
+    out = dict(_stats)
+    out["python_s"] = out["total_s"] - out["kernel_s"] - out["wait_s"] - out["reshuffle_s"]
+    return out
+
+
+def reset_stats() -> None:
+    for key in _STATS_KEYS:
+        _stats[key] = 0
+
+
+# Measurement only (bench/torch_attention_overhead.py --serialize): wait for a
+# stage's transfers before its compute, so wait_s is the bare transfer time.
+_serialize_stages = False
+
+
+def _run_stage(works_ops: list, compute) -> None:
+    """Posts a stage's transfers, runs its compute, waits; counts where the time went."""
+    t0 = time.perf_counter()
+    works = dist.batch_isend_irecv(works_ops) if works_ops else []
+    t1 = time.perf_counter()
+    _stats["post_s"] += t1 - t0
+    _stats["stages_with_transfers"] += int(bool(works))
+    if _serialize_stages:
+        for w in works:
+            w.wait()
+        works = []  # a gloo P2P work must not be waited on twice (it blocks)
+        now = time.perf_counter()
+        _stats["wait_s"] += now - t1
+        t1 = now
+    compute()
+    t2 = time.perf_counter()
+    for w in works:
+        w.wait()
+    t3 = time.perf_counter()
+    _stats["kernel_s"] += t2 - t1
+    _stats["wait_s"] += t3 - t2
+
+
+def _group_size_rank(group) -> Tuple[int, int]:
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError("fcp.torch: torch.distributed is not initialised (call init_process_group first)")
+    return dist.get_world_size(group), dist.get_rank(group)
+
+
+def _agree(group, error: Optional[str], operation: str) -> None:
+    """Raises the same ValueError on every rank when any rank has an error.
+
+    One all_reduce when every rank is fine; the messages travel only on failure.
+    """
+    flag = torch.tensor([0 if error is None else 1], dtype=torch.int64)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
+    if int(flag.item()) == 0:
+        return
+    world, _ = _group_size_rank(group)
+    messages: List[Optional[str]] = [None] * world
+    dist.all_gather_object(messages, error, group=group)
+    detail = "; ".join(f"rank {r}: {m}" for r, m in enumerate(messages) if m is not None)
+    raise ValueError(f"{operation}: {detail}")
+
+
+class Plan:
+    """A plan of the packed global batch, lowered for this rank of `group`.
+
+    Attributes: ``plan`` (the :class:`fcp.Plan`), ``group``, ``rank``,
+    ``workers``, ``local_range`` (the dataloader shard ``(floor(r*T/N),
+    floor((r+1)*T/N))``), ``local_rows`` (rows in the plan layout),
+    ``heads_q``, ``heads_kv``, ``head_dim``.
+    """
+
+    def __init__(self, plan: fcp.Plan, group=None):
+        world, rank = _group_size_rank(group)
+        self.plan = plan
+        self.group = group
+        self.rank = rank
+        self.workers = world
+        self.program = _fcp.Program(plan._h, rank)
+        p = self.program
+        self.local_range = (p.dataloader_begin, p.dataloader_end)
+        self.local_rows = p.local_rows
+        shape = plan.attention
+        self.heads_q, self.heads_kv, self.head_dim = shape["heads_q"], shape["heads_kv"], shape["head_dim"]
+        self.num_blocks = plan.num_blocks
+
+        def vec(name):
+            return torch.from_numpy(np.array(p.vector(name)))
+
+        self._in_send_rows = vec("in_send_rows")
+        self._in_recv_rows = vec("in_recv_rows")
+        self._in_send_counts = [int(x) for x in p.vector("in_send_counts")]
+        self._in_recv_counts = [int(x) for x in p.vector("in_recv_counts")]
+        self._positions = vec("local_position")
+        self._peer = [dist.get_global_rank(group, r) if group is not None else r for r in range(world)]
+        self._tables = {}
+        for pass_ in ("forward", "backward"):
+            for name in ("kv_recv", "kv_send", "dkv_recv", "dkv_send"):
+                rows, offsets = p.table(pass_, name)
+                self._tables[pass_, name] = (np.array(rows).tolist(), np.array(offsets).tolist())
+        self.num_forward_stages = p.num_stages("forward")
+        self.num_backward_stages = p.num_stages("backward")
+
+    def position_ids(self, layout: str = "plan") -> torch.Tensor:
+        """Each local token's position inside its sequence (int64), for RoPE."""
+        if layout == "plan":
+            return self._positions.clone()
+        if layout == "dataloader":
+            starts = np.cumsum([0] + list(self.plan.sequences))
+            lo, hi = self.local_range
+            tokens = np.arange(lo, hi)
+            seq = np.searchsorted(starts, tokens, side="right") - 1
+            return torch.from_numpy(tokens - starts[seq])
+        raise ValueError(f"position_ids: layout must be 'plan' or 'dataloader', got {layout!r}")
+
+    def rows(self, layout: str) -> int:
+        if layout == "plan":
+            return self.local_rows
+        if layout == "dataloader":
+            return self.local_range[1] - self.local_range[0]
+        raise ValueError(f"fcp.torch: layout must be 'dataloader' or 'plan', got {layout!r}")
+
+    def stage_ops(self, pass_: str, name: str, stage: int):
+        rows, offsets = self._tables[pass_, name]
+        return rows[offsets[stage]:offsets[stage + 1]]
+
+    def tag(self, stage: int, block: int, kind: int) -> int:
+        return (stage * self.num_blocks + block) * _KINDS + kind
+
+    def __repr__(self) -> str:
+        return (f"fcp.torch.Plan(rank {self.rank}/{self.workers}, {self.plan.total_tokens} tokens, "
+                f"local_range {self.local_range}, {self.local_rows} plan rows, "
+                f"{self.num_forward_stages} forward stages)")
+
+
+def _canonical_lengths(lengths) -> List[int]:
+    if isinstance(lengths, torch.Tensor):
+        lengths = lengths.detach().cpu().tolist()
+    elif isinstance(lengths, np.ndarray):
+        lengths = lengths.tolist()
+    return [int(x) for x in lengths]
+
+
+def plan(lengths, group=None, **kw) -> Plan:
+    """Plans the packed global batch `lengths` (list, numpy or torch) for the ranks of `group`.
+
+    Collective: every rank must pass identical lengths and keywords (a hash is
+    compared across ranks; disagreement raises the same ValueError on every
+    rank). `lengths` may also be an :class:`fcp.Plan` made elsewhere. `kw` are
+    :func:`fcp.plan`'s keywords; ``workers`` defaults to the group's size and
+    must equal it.
+    """
+    world, rank = _group_size_rank(group)
+    if isinstance(lengths, fcp.Plan):
+        made, text = lengths, lengths.to_json()
+        if kw:
+            raise TypeError("fcp.torch.plan: keywords are not allowed with an fcp.Plan")
+    else:
+        made, text = None, json.dumps([_canonical_lengths(lengths), sorted(kw.items())], default=str)
+    digest = hashlib.sha256(text.encode()).digest()
+    mine = torch.tensor([int.from_bytes(digest[i:i + 8], "little", signed=True) for i in (0, 8)], dtype=torch.int64)
+    gathered = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(gathered, mine, group=group)
+    differ = [r for r in range(world) if not torch.equal(gathered[r], gathered[0])]
+    if differ:
+        raise ValueError("fcp.torch.plan: ranks disagree on the lengths or keywords (rank 0 differs from ranks "
+                         f"{differ}); every rank must pass the same batch")
+    if made is None:
+        workers = kw.pop("workers", world)
+        if workers != world:
+            raise ValueError(f"fcp.torch.plan: workers={workers} but the process group has {world} ranks")
+        made = fcp.plan(_canonical_lengths(lengths), workers=world, **kw)
+    elif made.workers != world:
+        raise ValueError(f"fcp.torch.plan: the plan is for {made.workers} workers but the process group has "
+                         f"{world} ranks")
+    return Plan(made, group)
+
+
+# ---- layouts -------------------------------------------------------------------
+
+
+def _to_plan_layout(plan: Plan, x: torch.Tensor, count: bool = False) -> torch.Tensor:
+    """Dataloader rows -> plan rows (one all_to_all_single with uneven splits)."""
+    start = time.perf_counter()
+    send = x.index_select(0, plan._in_send_rows)
+    recv = x.new_empty((plan.local_rows,) + tuple(x.shape[1:]))
+    dist.all_to_all_single(recv, send, output_split_sizes=plan._in_recv_counts,
+                           input_split_sizes=plan._in_send_counts, group=plan.group)
+    out = x.new_empty(recv.shape)
+    out.index_copy_(0, plan._in_recv_rows, recv)
+    if count:
+        _stats["reshuffle_s"] += time.perf_counter() - start
+    return out
+
+
+def _to_dataloader_layout(plan: Plan, x: torch.Tensor, count: bool = False) -> torch.Tensor:
+    """Plan rows -> dataloader rows: the reshuffle's tables reversed."""
+    start = time.perf_counter()
+    send = x.index_select(0, plan._in_recv_rows)
+    rows = plan.rows("dataloader")
+    recv = x.new_empty((rows,) + tuple(x.shape[1:]))
+    dist.all_to_all_single(recv, send, output_split_sizes=plan._in_send_counts,
+                           input_split_sizes=plan._in_recv_counts, group=plan.group)
+    out = x.new_empty(recv.shape)
+    out.index_copy_(0, plan._in_send_rows, recv)
+    if count:
+        _stats["reshuffle_s"] += time.perf_counter() - start
+    return out
+
+
+def _check_rows(plan: Plan, x: torch.Tensor, rows: int, what: str) -> Optional[str]:
+    if not isinstance(x, torch.Tensor):
+        return f"{what} must be a torch.Tensor, got {type(x).__name__}"
+    if x.dim() < 1 or x.shape[0] != rows:
+        return f"{what} has shape {tuple(x.shape)}, expected {rows} rows first"
+    return None
+
+
+class _Dispatch(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, plan, to_plan):
+        ctx.plan, ctx.to_plan = plan, to_plan
+        x = x.detach().contiguous()
+        return _to_plan_layout(plan, x) if to_plan else _to_dataloader_layout(plan, x)
+
+    @staticmethod
+    def backward(ctx, g):
+        g = g.contiguous()
+        return (_to_dataloader_layout(ctx.plan, g) if ctx.to_plan else _to_plan_layout(ctx.plan, g)), None, None
+
+
+def dispatch(x: torch.Tensor, plan: Plan) -> torch.Tensor:
+    """This rank's dataloader rows [hi-lo, ...] -> its plan rows [plan.local_rows, ...]. Differentiable."""
+    _agree(plan.group, _check_rows(plan, x, plan.rows("dataloader"), "dispatch: x"), "fcp.torch.dispatch")
+    return _Dispatch.apply(x, plan, True)
+
+
+def undispatch(x: torch.Tensor, plan: Plan) -> torch.Tensor:
+    """The inverse of :func:`dispatch`. Differentiable."""
+    _agree(plan.group, _check_rows(plan, x, plan.rows("plan"), "undispatch: x"), "fcp.torch.undispatch")
+    return _Dispatch.apply(x, plan, False)
+
+
+# ---- attention -----------------------------------------------------------------
+
+_DTYPES = (torch.float32, torch.bfloat16)
+
+
+def _check_qkv(plan: Plan, q, k, v, layout: str) -> Optional[str]:
+    try:
+        rows = plan.rows(layout)
+    except ValueError as e:
+        return str(e)
+    want = {"q": (rows, plan.heads_q, plan.head_dim), "k": (rows, plan.heads_kv, plan.head_dim),
+            "v": (rows, plan.heads_kv, plan.head_dim)}
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor):
+            return f"{name} must be a torch.Tensor, got {type(x).__name__}"
+        if tuple(x.shape) != want[name]:
+            return f"{name} has shape {tuple(x.shape)}, the plan needs {want[name]} ({layout} layout)"
+        if x.dtype not in _DTYPES:
+            return f"{name} has dtype {x.dtype}, expected torch.float32 or torch.bfloat16"
+        if x.dtype != q.dtype:
+            return f"{name} has dtype {x.dtype} but q has {q.dtype}"
+        if not x.is_contiguous():
+            return f"{name} is not contiguous (call .contiguous())"
+        if x.device.type != "cpu":
+            return f"{name} is on {x.device}; this build runs attention on CPU tensors only"
+    return None
+
+
+def _forward_pass(plan: Plan, q, k, v, scale, finish_reshuffle=None):
+    """The lowered forward on plan-layout float32 q, k, v; returns (o, lse)."""
+    prog = plan.program
+    pool = prog.pool_rows("forward")
+    k_pool = k.new_zeros((pool, plan.heads_kv, plan.head_dim))
+    v_pool = torch.zeros_like(k_pool)
+    o = torch.zeros_like(q)
+    lse = torch.full((plan.local_rows, plan.heads_q), -math.inf, dtype=torch.float32)
+    if finish_reshuffle is not None:
+        # While the reshuffle flies: stage-0 calls on this rank's own tokens.
+        t0 = time.perf_counter()
+        if plan.num_forward_stages:
+            prog.forward_stage(0, scale, 1, q, k, v, k_pool, v_pool, o, lse)
+        t1 = time.perf_counter()
+        finish_reshuffle()
+        _stats["kernel_s"] += t1 - t0
+        _stats["reshuffle_s"] += time.perf_counter() - t1
+    for t in range(plan.num_forward_stages):
+        ops = []
+        for _, block, src, row, rows in plan.stage_ops("forward", "kv_recv", t):
+            ops.append(dist.P2POp(dist.irecv, k_pool[row:row + rows], plan._peer[src], plan.group, plan.tag(t, block, 0)))
+            ops.append(dist.P2POp(dist.irecv, v_pool[row:row + rows], plan._peer[src], plan.group, plan.tag(t, block, 1)))
+        for _, block, dst, from_pool, row, rows in plan.stage_ops("forward", "kv_send", t):
+            kb, vb = (k_pool, v_pool) if from_pool else (k, v)
+            ops.append(dist.P2POp(dist.isend, kb[row:row + rows], plan._peer[dst], plan.group, plan.tag(t, block, 0)))
+            ops.append(dist.P2POp(dist.isend, vb[row:row + rows], plan._peer[dst], plan.group, plan.tag(t, block, 1)))
+        early = 2 if (t == 0 and finish_reshuffle is not None) else 0
+        _run_stage(ops, lambda: prog.forward_stage(t, scale, early, q, k, v, k_pool, v_pool, o, lse))
+    return o, lse
+
+
+def _backward_pass(plan: Plan, q, k, v, o, lse, d_o, scale):
+    """The lowered backward on plan-layout float32 tensors; returns (dq, dk, dv)."""
+    prog = plan.program
+    pool, partial = prog.pool_rows("backward"), prog.partial_rows
+    shape_kv = (plan.heads_kv, plan.head_dim)
+    k_pool = k.new_zeros((pool,) + shape_kv)
+    v_pool = torch.zeros_like(k_pool)
+    dk_partial = k.new_zeros((partial,) + shape_kv)
+    dv_partial = torch.zeros_like(dk_partial)
+    delta = (o * d_o).sum(-1).contiguous()
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    for t in range(plan.num_backward_stages):
+        ops, incoming = [], []
+        for _, block, src, row, rows in plan.stage_ops("backward", "kv_recv", t):
+            ops.append(dist.P2POp(dist.irecv, k_pool[row:row + rows], plan._peer[src], plan.group, plan.tag(t, block, 0)))
+            ops.append(dist.P2POp(dist.irecv, v_pool[row:row + rows], plan._peer[src], plan.group, plan.tag(t, block, 1)))
+        for _, block, src, into_partial, row, rows in plan.stage_ops("backward", "dkv_recv", t):
+            bk, bv = k.new_empty((rows,) + shape_kv), k.new_empty((rows,) + shape_kv)
+            incoming.append((into_partial, row, rows, bk, bv))
+            ops.append(dist.P2POp(dist.irecv, bk, plan._peer[src], plan.group, plan.tag(t, block, 2)))
+            ops.append(dist.P2POp(dist.irecv, bv, plan._peer[src], plan.group, plan.tag(t, block, 3)))
+        for _, block, dst, from_pool, row, rows in plan.stage_ops("backward", "kv_send", t):
+            kb, vb = (k_pool, v_pool) if from_pool else (k, v)
+            ops.append(dist.P2POp(dist.isend, kb[row:row + rows], plan._peer[dst], plan.group, plan.tag(t, block, 0)))
+            ops.append(dist.P2POp(dist.isend, vb[row:row + rows], plan._peer[dst], plan.group, plan.tag(t, block, 1)))
+        sent = plan.stage_ops("backward", "dkv_send", t)
+        for _, block, dst, row, rows in sent:
+            ops.append(dist.P2POp(dist.isend, dk_partial[row:row + rows], plan._peer[dst], plan.group,
+                                  plan.tag(t, block, 2)))
+            ops.append(dist.P2POp(dist.isend, dv_partial[row:row + rows], plan._peer[dst], plan.group,
+                                  plan.tag(t, block, 3)))
+        _run_stage(ops, lambda: prog.backward_stage(t, scale, q, k, v, k_pool, v_pool, d_o, lse, delta, dq, dk, dv,
+                                                    dk_partial, dv_partial))
+        # Sent partials are zeroed before received ones are added (a slot may be reused).
+        for _, _, _, row, rows in sent:
+            dk_partial[row:row + rows].zero_()
+            dv_partial[row:row + rows].zero_()
+        for into_partial, row, rows, bk, bv in incoming:
+            tk, tv = (dk_partial, dv_partial) if into_partial else (dk, dv)
+            tk[row:row + rows] += bk
+            tv[row:row + rows] += bv
+    return dq, dk, dv
+
+
+class _Attention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, plan, layout, scale):
+        start = time.perf_counter()
+        dtype = q.dtype
+        q32, k32, v32 = (x.detach().to(torch.float32).contiguous() for x in (q, k, v))
+        if layout == "dataloader":
+            # One all_to_all of q|k|v rows; this rank's own rows are placed
+            # (and stage 0's calls on them run) while the others travel.
+            widths = [plan.heads_q * plan.head_dim] + [plan.heads_kv * plan.head_dim] * 2
+            rows = q32.shape[0]
+            packed = torch.cat([x.reshape(rows, -1) for x in (q32, k32, v32)], dim=1)
+            send = packed.index_select(0, plan._in_send_rows)
+            recv = packed.new_empty((plan.local_rows, packed.shape[1]))
+            work = dist.all_to_all_single(recv, send, output_split_sizes=plan._in_recv_counts,
+                                          input_split_sizes=plan._in_send_counts, group=plan.group, async_op=True)
+            qkv = [q32.new_zeros((plan.local_rows,) + tuple(x.shape[1:])) for x in (q32, k32, v32)]
+
+            def place(rows_at, data):
+                for x, part in zip(qkv, data.split(widths, dim=1)):
+                    x.index_copy_(0, rows_at, part.reshape((-1,) + tuple(x.shape[1:])))
+
+            s_lo, r_lo = sum(plan._in_send_counts[:plan.rank]), sum(plan._in_recv_counts[:plan.rank])
+            n_self = plan._in_send_counts[plan.rank]
+            place(plan._in_recv_rows[r_lo:r_lo + n_self], send[s_lo:s_lo + n_self])
+
+            def finish():
+                work.wait()
+                place(plan._in_recv_rows, recv)
+
+            q32, k32, v32 = qkv
+            o, lse = _forward_pass(plan, q32, k32, v32, scale, finish_reshuffle=finish)
+            out = _to_dataloader_layout(plan, o, count=True)
+        else:
+            o, lse = _forward_pass(plan, q32, k32, v32, scale)
+            out = o
+        ctx.save_for_backward(q32, k32, v32, o, lse)
+        ctx.plan, ctx.layout, ctx.scale, ctx.dtype = plan, layout, scale, dtype
+        out = out.to(dtype)
+        _stats["calls"] += 1
+        _stats["total_s"] += time.perf_counter() - start
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        start = time.perf_counter()
+        plan, layout = ctx.plan, ctx.layout
+        q, k, v, o, lse = ctx.saved_tensors
+        d_o = g.detach().to(torch.float32).contiguous()
+        if layout == "dataloader":
+            d_o = _to_plan_layout(plan, d_o, count=True)
+        dq, dk, dv = _backward_pass(plan, q, k, v, o, lse, d_o, ctx.scale)
+        if layout == "dataloader":
+            hq = plan.heads_q * plan.head_dim
+            hkv = plan.heads_kv * plan.head_dim
+            rows = plan.local_rows
+            packed = torch.cat([dq.reshape(rows, hq), dk.reshape(rows, hkv), dv.reshape(rows, hkv)], dim=1)
+            back = _to_dataloader_layout(plan, packed, count=True)
+            dq = back[:, :hq].reshape(-1, plan.heads_q, plan.head_dim)
+            dk = back[:, hq:hq + hkv].reshape(-1, plan.heads_kv, plan.head_dim)
+            dv = back[:, hq + hkv:].reshape(-1, plan.heads_kv, plan.head_dim)
+        t = ctx.dtype
+        grads = dq.to(t), dk.to(t), dv.to(t)
+        _stats["total_s"] += time.perf_counter() - start
+        return grads + (None, None, None)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Plan, layout: str = "dataloader",
+              scale: Optional[float] = None) -> torch.Tensor:
+    """Context-parallel attention of the packed batch of `plan`; differentiable in q, k, v.
+
+    q [rows, heads_q, head_dim], k, v [rows, heads_kv, head_dim], rows = the
+    rank's dataloader shard (layout="dataloader") or plan.local_rows
+    (layout="plan"); float32 or bfloat16 (computed in float32), contiguous, CPU.
+    Returns o like q, in the same layout. Softmax scale 1/sqrt(head_dim) unless
+    given. Bad input raises the same ValueError on every rank.
+    """
+    if not isinstance(plan, Plan):
+        raise TypeError(f"fcp.torch.attention: plan must be an fcp.torch.Plan, got {type(plan).__name__}")
+    _agree(plan.group, _check_qkv(plan, q, k, v, layout), "fcp.torch.attention")
+    s = float(scale) if scale is not None else 1.0 / math.sqrt(plan.head_dim)
+    return _Attention.apply(q, k, v, plan, layout, s)
+
+
+def __getattr__(name):
+    # fcp.torch.hf needs transformers: imported on first use only.
+    if name == "hf":
+        import importlib
+        return importlib.import_module(".hf", __name__)
+    raise AttributeError(f"module 'fcp.torch' has no attribute {name!r}")

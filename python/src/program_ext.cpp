@@ -1,0 +1,265 @@
+// fcp._fcp.Program: one rank's lowered program (fcp/lowering.h) as numpy
+// tables, and the CPU attention kernel run over a stage of it on caller
+// memory (torch tensors or numpy arrays, through DLPack, never copied).
+//
+// Tables (int64, one row per operation, `stage` first so one table holds a
+// whole pass; `<table>_offsets[t]` is the first row of stage t, size
+// stages + 1):
+//   kv_recv   stage, block, src, pool_row, rows
+//   kv_send   stage, block, dst, from_pool, row, rows
+//   dkv_recv  stage, block, src, into_partial, row, rows          (backward)
+//   dkv_send  stage, block, dst, partial_row, rows                (backward)
+//   compute   stage, q_block, kv_block, q_row, q_rows, kv_in_pool, kv_row,
+//             kv_rows, dkv_in_partial, dkv_row, segment_begin, segment_end, early
+//   segments  q_row, k_row, q_pos, k_pos, q_len, k_len (rows relative to the call's q_row / kv_row)
+// Built once per Program, owned by it; views keep it alive.
+//
+// forward_stage / backward_stage run the stage's compute calls in order with
+// the GIL released (communication threads keep running). Buffers are float32,
+// C-contiguous, on the CPU: q, o [local_rows, heads_q, head_dim]; k, v
+// [local_rows, heads_kv, head_dim]; the pools [pool_rows or partial_rows,
+// heads_kv, head_dim]; lse, delta [local_rows, heads_q]. Sizes are checked
+// against the program; Error(kInvalidArgument) (ValueError) names the buffer.
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+
+#include "fcp/attention_kernel.h"
+#include "fcp/error.h"
+#include "fcp/lowering.h"
+#include "program_ext.h"
+
+namespace nb = nanobind;
+
+namespace fcp::python {
+namespace {
+
+using Table = nb::ndarray<nb::numpy, const int64_t, nb::ndim<2>>;
+using Vector = nb::ndarray<nb::numpy, const int64_t, nb::ndim<1>>;
+using Buffer = nb::ndarray<float, nb::c_contig, nb::device::cpu>;
+
+// A table of `cols` int64 columns per row, with per-stage row offsets.
+struct StageTable {
+  std::vector<int64_t> values;
+  std::vector<int64_t> offsets{0};
+  int64_t cols = 0;
+  void Add(std::initializer_list<int64_t> row) { values.insert(values.end(), row); }
+  void EndStage() { offsets.push_back(static_cast<int64_t>(values.size()) / cols); }
+};
+
+struct PassTables {
+  StageTable kv_recv{{}, {0}, 5}, kv_send{{}, {0}, 6}, dkv_recv{{}, {0}, 6}, dkv_send{{}, {0}, 5},
+      compute{{}, {0}, 13};
+};
+
+PassTables Tabulate(const PassProgram& pass) {
+  PassTables t;
+  for (size_t s = 0; s < pass.stages.size(); ++s) {
+    const StageProgram& sp = pass.stages[s];
+    const auto st = static_cast<int64_t>(s);
+    for (const KvRecv& r : sp.kv_recv) t.kv_recv.Add({st, r.block, r.src, r.pool_row, r.rows});
+    for (const KvSend& x : sp.kv_send) t.kv_send.Add({st, x.block, x.dst, x.from_pool, x.row, x.rows});
+    for (const DkvRecv& r : sp.dkv_recv) t.dkv_recv.Add({st, r.block, r.src, r.into_partial, r.row, r.rows});
+    for (const DkvSend& x : sp.dkv_send) t.dkv_send.Add({st, x.block, x.dst, x.partial_row, x.rows});
+    for (const ComputeCall& c : sp.compute)
+      t.compute.Add({st, c.q_block, c.kv_block, c.q_row, c.q_rows, c.kv_in_pool, c.kv_row, c.kv_rows,
+                     c.dkv_in_partial, c.dkv_row, c.segment_begin, c.segment_end, c.early});
+    for (StageTable* x : {&t.kv_recv, &t.kv_send, &t.dkv_recv, &t.dkv_send, &t.compute}) x->EndStage();
+  }
+  return t;
+}
+
+class ProgramHandle {
+ public:
+  ProgramHandle(const Plan& plan, int32_t rank)
+      : program_(LowerPlan(plan, rank)),
+        mask_(plan.mask),
+        dims_{plan.attention.heads_q, plan.attention.heads_kv, plan.attention.head_dim, 1.0f},
+        forward_(Tabulate(program_.forward)),
+        backward_(Tabulate(program_.backward)),
+        kernel_(MakeCpuAttentionKernel()) {
+    for (const SegmentPair& s : program_.segments)
+      segments_.insert(segments_.end(), {s.q_row, s.k_row, s.q_pos, s.k_pos, s.q_len, s.k_len});
+  }
+
+  const RankProgram& program() const { return program_; }
+  const PassTables& pass(const std::string& name) const {
+    if (name == "forward") return forward_;
+    if (name == "backward") return backward_;
+    throw Error(ErrorCode::kInvalidArgument, "program: pass must be 'forward' or 'backward', got '" + name + "'");
+  }
+  const std::vector<int64_t>& segments() const { return segments_; }
+
+  // early: 0 every call, 1 only the early ones, 2 all but the early ones.
+  void Forward(int64_t stage, float scale, int early, Buffer q, Buffer k, Buffer v, Buffer k_pool, Buffer v_pool,
+               Buffer o, Buffer lse) {
+    const StageProgram& sp = Stage(program_.forward, stage, "forward_stage");
+    const AttentionDims dims = Dims(scale);
+    const int64_t local = program_.local_rows, pool = program_.forward.pool_rows;
+    Check("q", q, local, dims.q_row_floats());
+    Check("o", o, local, dims.q_row_floats());
+    Check("lse", lse, local, dims.heads_q);
+    Check("k", k, local, dims.kv_row_floats());
+    Check("v", v, local, dims.kv_row_floats());
+    Check("k_pool", k_pool, pool, dims.kv_row_floats());
+    Check("v_pool", v_pool, pool, dims.kv_row_floats());
+    nb::gil_scoped_release release;
+    for (const ComputeCall& c : sp.compute) {
+      if ((early == 1 && !c.early) || (early == 2 && c.early)) continue;
+      const float* kb = c.kv_in_pool ? k_pool.data() : k.data();
+      const float* vb = c.kv_in_pool ? v_pool.data() : v.data();
+      kernel_->Forward(dims, mask_, Segments(c),
+                       {q.data() + c.q_row * dims.q_row_floats(), kb + c.kv_row * dims.kv_row_floats(),
+                        vb + c.kv_row * dims.kv_row_floats(), o.data() + c.q_row * dims.q_row_floats(),
+                        lse.data() + c.q_row * dims.heads_q});
+    }
+  }
+
+  void Backward(int64_t stage, float scale, Buffer q, Buffer k, Buffer v, Buffer k_pool, Buffer v_pool, Buffer d_o,
+                Buffer lse, Buffer delta, Buffer dq, Buffer dk, Buffer dv, Buffer dk_partial, Buffer dv_partial) {
+    const StageProgram& sp = Stage(program_.backward, stage, "backward_stage");
+    const AttentionDims dims = Dims(scale);
+    const int64_t local = program_.local_rows, pool = program_.backward.pool_rows;
+    const int64_t partial = program_.backward.partial_rows;
+    for (auto [name, b] : {std::pair{"q", &q}, {"do", &d_o}, {"dq", &dq}}) Check(name, *b, local, dims.q_row_floats());
+    for (auto [name, b] : {std::pair{"lse", &lse}, {"delta", &delta}}) Check(name, *b, local, dims.heads_q);
+    for (auto [name, b] : {std::pair{"k", &k}, {"v", &v}, {"dk", &dk}, {"dv", &dv}})
+      Check(name, *b, local, dims.kv_row_floats());
+    Check("k_pool", k_pool, pool, dims.kv_row_floats());
+    Check("v_pool", v_pool, pool, dims.kv_row_floats());
+    Check("dk_partial", dk_partial, partial, dims.kv_row_floats());
+    Check("dv_partial", dv_partial, partial, dims.kv_row_floats());
+    nb::gil_scoped_release release;
+    const int64_t qr = dims.q_row_floats(), kr = dims.kv_row_floats();
+    for (const ComputeCall& c : sp.compute) {
+      const float* kb = c.kv_in_pool ? k_pool.data() : k.data();
+      const float* vb = c.kv_in_pool ? v_pool.data() : v.data();
+      float* dkb = c.dkv_in_partial ? dk_partial.data() : dk.data();
+      float* dvb = c.dkv_in_partial ? dv_partial.data() : dv.data();
+      kernel_->Backward(dims, mask_, Segments(c),
+                        {q.data() + c.q_row * qr, kb + c.kv_row * kr, vb + c.kv_row * kr, d_o.data() + c.q_row * qr,
+                         lse.data() + c.q_row * dims.heads_q, delta.data() + c.q_row * dims.heads_q,
+                         dq.data() + c.q_row * qr, dkb + c.dkv_row * kr, dvb + c.dkv_row * kr});
+    }
+  }
+
+ private:
+  AttentionDims Dims(float scale) const {
+    AttentionDims d = dims_;
+    d.scale = scale;
+    return d;
+  }
+  static const StageProgram& Stage(const PassProgram& pass, int64_t stage, const char* op) {
+    if (stage < 0 || stage >= static_cast<int64_t>(pass.stages.size()))
+      throw Error(ErrorCode::kInvalidArgument, std::string("program.") + op + ": stage " + std::to_string(stage) +
+                                                   " is not in [0, " + std::to_string(pass.stages.size()) + ")");
+    return pass.stages[stage];
+  }
+  static void Check(const char* name, const Buffer& b, int64_t rows, int64_t row_floats) {
+    const int64_t want = rows * row_floats;
+    const int64_t have = static_cast<int64_t>(b.size());
+    if (have != want || (b.ndim() > 0 && rows > 0 && b.shape(0) != static_cast<size_t>(rows)))
+      throw Error(ErrorCode::kInvalidArgument, std::string("program: buffer ") + name + " has " +
+                                                   std::to_string(have) + " floats (first dimension " +
+                                                   std::to_string(b.ndim() ? b.shape(0) : 0) + "), expected " +
+                                                   std::to_string(rows) + " rows of " + std::to_string(row_floats));
+  }
+  std::span<const SegmentPair> Segments(const ComputeCall& c) const {
+    return {program_.segments.data() + c.segment_begin, static_cast<size_t>(c.segment_end - c.segment_begin)};
+  }
+
+  const RankProgram program_;
+  const Mask mask_;
+  const AttentionDims dims_;
+  const PassTables forward_, backward_;
+  std::vector<int64_t> segments_;
+  std::unique_ptr<AttentionKernel> kernel_;  // one thread at a time: calls hold the handle
+};
+
+Table TableView(const StageTable& t, nb::handle owner) {
+  static const int64_t kEmpty = 0;
+  const size_t shape[2] = {t.values.size() / static_cast<size_t>(t.cols), static_cast<size_t>(t.cols)};
+  return Table(t.values.empty() ? &kEmpty : t.values.data(), 2, shape, owner);
+}
+
+Vector VecView(const std::vector<int64_t>& v, nb::handle owner) {
+  static const int64_t kEmpty = 0;
+  const size_t shape[1] = {v.size()};
+  return Vector(v.empty() ? &kEmpty : v.data(), 1, shape, owner);
+}
+
+}  // namespace
+
+void RegisterProgramBindings(nb::module_& m, PlanOf plan_of) {
+  nb::class_<ProgramHandle>(m, "Program", "One rank's lowered program of a plan (fcp/lowering.h).")
+      .def("__init__",
+           [plan_of](ProgramHandle* self, nb::handle plan, int64_t rank) {
+             const Plan& p = plan_of(plan);
+             if (rank < 0 || rank >= p.workers)
+               throw Error(ErrorCode::kInvalidArgument, "program: rank " + std::to_string(rank) +
+                                                            " is not in [0, " + std::to_string(p.workers) + ")");
+             nb::gil_scoped_release release;
+             new (self) ProgramHandle(p, static_cast<int32_t>(rank));
+           },
+           nb::arg("plan"), nb::arg("rank"))
+      .def_prop_ro("rank", [](ProgramHandle& h) { return h.program().rank; })
+      .def_prop_ro("workers", [](ProgramHandle& h) { return h.program().workers; })
+      .def_prop_ro("total_tokens", [](ProgramHandle& h) { return h.program().total_tokens; })
+      .def_prop_ro("dataloader_begin", [](ProgramHandle& h) { return h.program().dataloader_begin; })
+      .def_prop_ro("dataloader_end", [](ProgramHandle& h) { return h.program().dataloader_end; })
+      .def_prop_ro("local_rows", [](ProgramHandle& h) { return h.program().local_rows; })
+      .def("pool_rows", [](ProgramHandle& h, const std::string& pass) {
+        return pass == "backward" ? h.program().backward.pool_rows
+                                  : (h.pass(pass), h.program().forward.pool_rows);
+      })
+      .def_prop_ro("partial_rows", [](ProgramHandle& h) { return h.program().backward.partial_rows; })
+      .def("num_stages", [](ProgramHandle& h, const std::string& pass) {
+        return pass == "backward" ? h.program().backward.stages.size()
+                                  : (h.pass(pass), h.program().forward.stages.size());
+      })
+      .def("vector",
+           [](ProgramHandle& h, const std::string& name) {
+             const RankProgram& p = h.program();
+             const std::pair<const char*, const std::vector<int64_t>*> vectors[] = {
+                 {"block_row", &p.block_row},           {"local_token", &p.local_token},
+                 {"local_position", &p.local_position}, {"in_send_rows", &p.in_send_rows},
+                 {"in_send_counts", &p.in_send_counts}, {"in_recv_rows", &p.in_recv_rows},
+                 {"in_recv_counts", &p.in_recv_counts}};
+             for (const auto& [n, v] : vectors)
+               if (name == n) return VecView(*v, nb::find(&h));
+             throw Error(ErrorCode::kInvalidArgument, "program.vector: no vector '" + name + "'");
+           })
+      .def("segments",
+           [](ProgramHandle& h) {
+             static const int64_t kEmpty = 0;
+             const size_t shape[2] = {h.segments().size() / 6, 6};
+             return Table(h.segments().empty() ? &kEmpty : h.segments().data(), 2, shape, nb::find(&h));
+           })
+      .def("table",
+           [](ProgramHandle& h, const std::string& pass, const std::string& name) {
+             const PassTables& t = h.pass(pass);
+             const std::pair<const char*, const StageTable*> tables[] = {
+                 {"kv_recv", &t.kv_recv}, {"kv_send", &t.kv_send}, {"dkv_recv", &t.dkv_recv},
+                 {"dkv_send", &t.dkv_send}, {"compute", &t.compute}};
+             for (const auto& [n, tab] : tables)
+               if (name == n) return nb::make_tuple(TableView(*tab, nb::find(&h)), VecView(tab->offsets, nb::find(&h)));
+             throw Error(ErrorCode::kInvalidArgument, "program.table: no table '" + name + "'");
+           },
+           nb::arg("pass"), nb::arg("name"), "(rows, per-stage offsets) of one table of a pass.")
+      .def("forward_stage", &ProgramHandle::Forward, nb::arg("stage"), nb::arg("scale"), nb::arg("early"),
+           nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("k_pool"), nb::arg("v_pool"), nb::arg("o"),
+           nb::arg("lse"))
+      .def("backward_stage", &ProgramHandle::Backward, nb::arg("stage"), nb::arg("scale"), nb::arg("q"),
+           nb::arg("k"), nb::arg("v"), nb::arg("k_pool"), nb::arg("v_pool"), nb::arg("do"), nb::arg("lse"),
+           nb::arg("delta"), nb::arg("dq"), nb::arg("dk"), nb::arg("dv"), nb::arg("dk_partial"),
+           nb::arg("dv_partial"));
+}
+
+}  // namespace fcp::python

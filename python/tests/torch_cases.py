@@ -1,0 +1,201 @@
+"""Multi-rank cases of the fcp.torch tests, run under torch.multiprocessing.spawn
+with gloo on CPU (this module is imported by the spawned ranks, so it holds
+no tests itself). Every case runs on every rank; results are reduced across
+ranks so rank 0 reports one number per case.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import traceback
+
+import torch
+import torch.distributed as dist
+
+
+def reference_attention(lengths, q, k, v, mask, window, scale):
+    """Dense float64 attention of each sequence on its own (GQA by repeating K/V heads)."""
+    outs, off = [], 0
+    group = q.shape[1] // k.shape[1]
+    for n in lengths:
+        qs, ks, vs = q[off:off + n], k[off:off + n], v[off:off + n]
+        ks, vs = ks.repeat_interleave(group, dim=1), vs.repeat_interleave(group, dim=1)
+        s = torch.einsum("qhd,khd->hqk", qs, ks) * scale
+        i = torch.arange(n).unsqueeze(1)
+        j = torch.arange(n).unsqueeze(0)
+        if mask == "full":
+            allowed = torch.ones(n, n, dtype=torch.bool)
+        elif mask == "causal":
+            allowed = j <= i
+        else:
+            allowed = (j <= i) & (i - j < window)
+        s = s.masked_fill(~allowed, -math.inf)
+        outs.append(torch.einsum("hqk,khd->qhd", torch.softmax(s, dim=-1), vs))
+        off += n
+    return torch.cat(outs)
+
+
+def init(rank, world, port):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+
+
+def global_rel_err(x, ref):
+    """||x - ref|| / ||ref|| over all ranks' shards."""
+    acc = torch.tensor([((x.double() - ref) ** 2).sum().item(), (ref ** 2).sum().item()], dtype=torch.float64)
+    dist.all_reduce(acc)
+    return math.sqrt(acc[0].item() / max(acc[1].item(), 1e-300))
+
+
+ATTENTION_CASES = []
+for planner in ("fcp", "ring"):
+    for mask in ("causal", "full", "sliding_window"):
+        for coalesce in (1, 16):
+            ATTENTION_CASES.append((planner, mask, coalesce, "float32"))
+ATTENTION_CASES += [("fcp", "causal", 16, "bfloat16"), ("ring", "sliding_window", 1, "bfloat16")]
+LENGTHS = [1, 64, 200, 37, 128, 3, 400, 2]  # 835 tokens: 1, exact multiples of 64, one spanning all shards
+
+
+def run_attention_case(case, rank):
+    import fcp.torch as ft
+    planner, mask, coalesce, dtype_name = case
+    dtype = getattr(torch, dtype_name)
+    hq, hkv, d, window = 4, 2, 16, 50
+    kw = dict(block_size=64, coalesce=coalesce, mask=mask, heads_q=hq, heads_kv=hkv, head_dim=d, planner=planner)
+    if mask == "sliding_window":
+        kw["window"] = window
+    plan = ft.plan(LENGTHS, **kw)
+    total = sum(LENGTHS)
+    g = torch.Generator().manual_seed(ATTENTION_CASES.index(case))  # same on every rank
+    q = torch.randn(total, hq, d, generator=g).to(dtype)
+    k = torch.randn(total, hkv, d, generator=g).to(dtype)
+    v = torch.randn(total, hkv, d, generator=g).to(dtype)
+    do = torch.randn(total, hq, d, generator=g).to(dtype)
+    scale = 1 / math.sqrt(d)
+    ref = [x.double().requires_grad_() for x in (q, k, v)]
+    o_ref = reference_attention(LENGTHS, *ref, mask, window, scale)
+    o_ref.backward(do.double())
+    lo, hi = plan.local_range
+    results = {}
+    outputs = {}
+    for layout in ("dataloader", "plan"):
+        mine = [x[lo:hi].clone().requires_grad_() for x in (q, k, v)]
+        if layout == "dataloader":
+            o = ft.attention(*mine, plan)
+        else:
+            qp, kp, vp = (ft.dispatch(x, plan) for x in mine)
+            o = ft.undispatch(ft.attention(qp, kp, vp, plan, layout="plan"), plan)
+        o.backward(do[lo:hi])
+        outputs[layout] = o.detach()
+        results[layout] = {
+            "o": global_rel_err(o.detach(), o_ref.detach()[lo:hi]),
+            "dq": global_rel_err(mine[0].grad, ref[0].grad[lo:hi]),
+            "dk": global_rel_err(mine[1].grad, ref[1].grad[lo:hi]),
+            "dv": global_rel_err(mine[2].grad, ref[2].grad[lo:hi]),
+        }
+    diff = torch.tensor([(outputs["dataloader"].float() - outputs["plan"].float()).abs().max().item()])
+    dist.all_reduce(diff, op=dist.ReduceOp.MAX)
+    results["layouts_max_abs_diff"] = diff.item()
+    return results
+
+
+def bad_input_cases(rank):
+    """Each case's error message on this rank (None: no error)."""
+    import fcp.torch as ft
+    out = {}
+    kw = dict(block_size=64, coalesce=2, heads_q=4, heads_kv=2, head_dim=16)
+
+    def attempt(name, fn):
+        try:
+            fn()
+            out[name] = None
+        except (ValueError, TypeError) as e:
+            out[name] = f"{type(e).__name__}: {e}"
+
+    plan = ft.plan(LENGTHS, **kw)
+    lo, hi = plan.local_range
+    n = hi - lo
+
+    def tensors(dtype=torch.float32):
+        return (torch.randn(n, 4, 16, dtype=dtype), torch.randn(n, 2, 16, dtype=dtype),
+                torch.randn(n, 2, 16, dtype=dtype))
+
+    def wrong_shape():
+        q, k, v = tensors()
+        if rank == 1:
+            q = torch.randn(n + 1, 4, 16)
+        ft.attention(q, k, v, plan)
+    attempt("wrong_shape_on_rank_1", wrong_shape)
+
+    def wrong_heads():
+        q, k, v = tensors()
+        ft.attention(torch.randn(n, 8, 16), k, v, plan)
+    attempt("wrong_heads", wrong_heads)
+    attempt("workers_not_world", lambda: ft.plan(LENGTHS, workers=3, **kw))
+    attempt("lengths_disagree", lambda: ft.plan(LENGTHS if rank != 2 else LENGTHS[:-1] + [3], **kw))
+
+    def non_contiguous():
+        q, k, v = tensors()
+        if rank == 3:
+            k = torch.randn(2, n, 16).transpose(0, 1)
+        ft.attention(q, k, v, plan)
+    attempt("non_contiguous_on_rank_3", non_contiguous)
+
+    def wrong_dtype():
+        q, k, v = tensors(torch.float64)
+        ft.attention(q, k, v, plan)
+    attempt("wrong_dtype", wrong_dtype)
+
+    def wrong_layout_rows():
+        q, k, v = tensors()
+        ft.attention(q, k, v, plan, layout="plan")
+    # Collective on every rank: ranks whose shard happens to equal their plan rows
+    # get the other ranks' error (this plan has ranks where they differ).
+    attempt("dataloader_rows_in_plan_layout", wrong_layout_rows)
+    attempt("dispatch_wrong_rows", lambda: ft.dispatch(torch.randn(n + 2, 3), plan))
+    # After every failure above, the group still works: one good call.
+    q, k, v = tensors()
+    o = ft.attention(q, k, v, plan)
+    out["good_call_after_errors"] = None if o.shape == q.shape else "bad shape"
+    return out
+
+
+def worker(rank, world, port, what, result_path):
+    init(rank, world, port)
+    try:
+        if what == "attention":
+            result = {case: run_attention_case(case, rank) for case in ATTENTION_CASES}
+        elif what == "bad_input":
+            result = bad_input_cases(rank)
+        else:
+            import torch_hf_cases
+            result = torch_hf_cases.run(what, rank)
+        payload = {"ok": result}
+    except Exception:  # reported to the test, which fails with it
+        payload = {"error": traceback.format_exc()}
+    torch.save(payload, f"{result_path}.{rank}")
+    dist.destroy_process_group()
+
+
+def spawn(what, world=4, timeout_s=300):
+    """Runs `what` on `world` ranks; returns each rank's payload. Fails on a hang."""
+    import socket
+    import tempfile
+    import torch.multiprocessing as mp
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    tmp = tempfile.mkdtemp(prefix="fcp-torch-")
+    path = os.path.join(tmp, "result")
+    ctx = mp.start_processes(worker, args=(world, port, what, path), nprocs=world, join=False, start_method="spawn")
+    import time
+    deadline = time.time() + timeout_s
+    while not ctx.join(timeout=1):
+        if time.time() > deadline:
+            for p in ctx.processes:
+                p.kill()
+            raise TimeoutError(f"{what}: ranks still running after {timeout_s} s (a hang)")
+    return [torch.load(f"{path}.{r}") for r in range(world)]

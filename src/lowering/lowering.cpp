@@ -1,0 +1,342 @@
+#include "fcp/lowering.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "fcp/error.h"
+
+namespace fcp {
+namespace {
+
+[[noreturn]] void Broken(const std::string& what) {
+  throw Error(ErrorCode::kInvalidPlan, "lowering: " + what);
+}
+
+// First-fit placement of row intervals that live over a range of stages.
+// Requests must come in non-decreasing order of their first stage.
+class SlotAllocator {
+ public:
+  int64_t Allocate(int64_t rows, int64_t first_stage, int64_t last_stage) {
+    std::erase_if(live_, [&](const Live& l) { return l.last_stage < first_stage; });
+    std::sort(live_.begin(), live_.end(), [](const Live& a, const Live& b) { return a.row < b.row; });
+    int64_t row = 0;
+    for (const Live& l : live_) {
+      if (l.row - row >= rows) break;
+      row = std::max(row, l.row + l.rows);
+    }
+    live_.push_back({row, rows, last_stage});
+    peak_rows_ = std::max(peak_rows_, row + rows);
+    return row;
+  }
+  int64_t peak_rows() const { return peak_rows_; }
+
+ private:
+  struct Live {
+    int64_t row, rows, last_stage;
+  };
+  std::vector<Live> live_;
+  int64_t peak_rows_ = 0;
+};
+
+// A K/V receipt of one rank in one pass: where its rows go and how long it lives.
+struct Receipt {
+  int32_t block;
+  int64_t stage;
+  int64_t last_use;
+  int64_t pool_row = 0;
+};
+
+// The transfers of a stage that move K/V (forward send, backward send_kv).
+const std::vector<Transfer>& KvSends(const ForwardStage& s) { return s.send; }
+const std::vector<Transfer>& KvSends(const BackwardStage& s) { return s.send_kv; }
+
+template <typename Stage>
+class PassLowering {
+ public:
+  PassLowering(const Plan& plan, const std::vector<Stage>& stages, RankProgram& program, const char* pass)
+      : plan_(plan), stages_(stages), p_(program), me_(program.rank), pass_(pass) {}
+
+  // Receipts of K/V, their last uses, and their pool slots; fills kv_recv,
+  // kv_send and the compute calls' K/V rows of `out`.
+  void LowerKv(PassProgram& out) {
+    out.stages.resize(stages_.size());
+    std::map<int32_t, std::vector<size_t>> receipts_of;  // block -> receipt ids, by stage
+    for (size_t t = 0; t < stages_.size(); ++t)
+      for (const Transfer& tr : KvSends(stages_[t]))
+        if (tr.dst == me_) {
+          if (Owned(tr.block)) Broken(Where(t) + ": rank " + std::to_string(me_) + " receives its own block " +
+                                      std::to_string(tr.block));
+          receipts_of[tr.block].push_back(receipts_.size());
+          receipts_.push_back({tr.block, static_cast<int64_t>(t), static_cast<int64_t>(t)});
+        }
+    // The receipt a use of `block` at stage t reads: the latest one before t.
+    auto holding = [&](int32_t block, size_t t) -> Receipt& {
+      auto it = receipts_of.find(block);
+      const Receipt* found = nullptr;
+      size_t id = 0;
+      if (it != receipts_of.end())
+        for (size_t r : it->second)
+          if (receipts_[r].stage < static_cast<int64_t>(t)) {
+            found = &receipts_[r];
+            id = r;
+          }
+      if (!found)
+        Broken(Where(t) + ": rank " + std::to_string(me_) + " uses K/V of block " + std::to_string(block) +
+               " it does not hold");
+      return receipts_[id];
+    };
+    for (size_t t = 0; t < stages_.size(); ++t) {
+      for (const BlockPair& pr : stages_[t].compute)
+        if (Owner(pr.q_block) == me_ && !Owned(pr.kv_block)) {
+          Receipt& r = holding(pr.kv_block, t);
+          r.last_use = std::max(r.last_use, static_cast<int64_t>(t));
+        }
+      for (const Transfer& tr : KvSends(stages_[t]))
+        if (tr.src == me_ && !Owned(tr.block)) {
+          Receipt& r = holding(tr.block, t);
+          r.last_use = std::max(r.last_use, static_cast<int64_t>(t));
+        }
+    }
+    SlotAllocator pool;
+    for (Receipt& r : receipts_) r.pool_row = pool.Allocate(Tokens(r.block), r.stage, r.last_use);
+    out.pool_rows = pool.peak_rows();
+    for (size_t t = 0; t < stages_.size(); ++t) {
+      int64_t live = 0;
+      for (const Receipt& r : receipts_) live += r.stage <= static_cast<int64_t>(t) && static_cast<int64_t>(t) <= r.last_use;
+      out.peak_slots = std::max(out.peak_slots, live);
+    }
+    size_t next_receipt = 0;
+    for (size_t t = 0; t < stages_.size(); ++t) {
+      StageProgram& sp = out.stages[t];
+      for (const Transfer& tr : KvSends(stages_[t])) {
+        if (tr.dst == me_) {
+          const Receipt& r = receipts_[next_receipt++];
+          sp.kv_recv.push_back({tr.block, tr.src, r.pool_row, Tokens(tr.block)});
+        }
+        if (tr.src == me_) {
+          if (tr.dst == me_) Broken(Where(t) + ": block " + std::to_string(tr.block) + " sent to itself");
+          if (Owned(tr.block)) sp.kv_send.push_back({tr.block, tr.dst, false, p_.block_row[tr.block], Tokens(tr.block)});
+          else sp.kv_send.push_back({tr.block, tr.dst, true, holding(tr.block, t).pool_row, Tokens(tr.block)});
+        }
+      }
+      for (const BlockPair& pr : stages_[t].compute) {
+        if (Owner(pr.q_block) != me_) continue;
+        ComputeCall c;
+        c.q_block = pr.q_block;
+        c.kv_block = pr.kv_block;
+        c.q_row = p_.block_row[pr.q_block];
+        c.q_rows = Tokens(pr.q_block);
+        c.kv_rows = Tokens(pr.kv_block);
+        c.kv_in_pool = !Owned(pr.kv_block);
+        c.kv_row = c.kv_in_pool ? holding(pr.kv_block, t).pool_row : p_.block_row[pr.kv_block];
+        c.dkv_row = c.kv_row;  // the backward's partial pass overrides this for remote blocks
+        const std::vector<SegmentPair> segs = BlockPairSegments(plan_, pr.q_block, pr.kv_block);
+        c.segment_begin = static_cast<int64_t>(p_.segments.size());
+        p_.segments.insert(p_.segments.end(), segs.begin(), segs.end());
+        c.segment_end = static_cast<int64_t>(p_.segments.size());
+        sp.compute.push_back(c);
+      }
+    }
+  }
+
+ protected:
+  bool Owned(int32_t block) const { return Owner(block) == me_; }
+  int32_t Owner(int32_t block) const { return plan_.blocks.at(block).worker; }
+  int64_t Tokens(int32_t block) const { return plan_.blocks.at(block).tokens(); }
+  std::string Where(size_t t) const { return std::string(pass_) + " stage " + std::to_string(t); }
+
+  const Plan& plan_;
+  const std::vector<Stage>& stages_;
+  RankProgram& p_;
+  const int32_t me_;
+  const char* pass_;
+  std::vector<Receipt> receipts_;
+};
+
+// The backward's dK/dV partials: one generation per (block, first write ..
+// send), placed in the partial pool.
+void LowerPartials(const Plan& plan, RankProgram& p) {
+  const int32_t me = p.rank;
+  struct Generation {
+    int32_t block;
+    int64_t first, last = -1;
+    int64_t row = 0;
+  };
+  std::vector<Generation> gens;
+  std::map<int32_t, size_t> open;  // block -> generation id
+  // (stage, call index) -> generation; (stage, send index) -> generation; recvs likewise.
+  std::vector<std::vector<int64_t>> call_gen(plan.backward.size()), send_gen(plan.backward.size()),
+      recv_gen(plan.backward.size());
+  auto open_gen = [&](int32_t block, size_t t) {
+    auto it = open.find(block);
+    if (it != open.end()) return it->second;
+    gens.push_back({block, static_cast<int64_t>(t)});
+    open[block] = gens.size() - 1;
+    return gens.size() - 1;
+  };
+  const auto where = [](size_t t) { return "backward stage " + std::to_string(t); };
+  for (size_t t = 0; t < plan.backward.size(); ++t) {
+    const BackwardStage& s = plan.backward[t];
+    for (const ComputeCall& c : p.backward.stages[t].compute)
+      call_gen[t].push_back(c.kv_in_pool ? static_cast<int64_t>(open_gen(c.kv_block, t)) : -1);
+    for (const Transfer& tr : s.send_dkv) {
+      if (tr.src != me) continue;
+      if (plan.blocks.at(tr.block).worker == me)
+        Broken(where(t) + ": owner " + std::to_string(me) + " sends its own dK/dV of block " +
+               std::to_string(tr.block));
+      auto it = open.find(tr.block);
+      if (it == open.end())
+        Broken(where(t) + ": rank " + std::to_string(me) + " sends dK/dV of block " + std::to_string(tr.block) +
+               " with no partial");
+      gens[it->second].last = static_cast<int64_t>(t);
+      send_gen[t].push_back(static_cast<int64_t>(it->second));
+      open.erase(it);
+    }
+    for (const Transfer& tr : s.send_dkv) {
+      if (tr.dst != me) continue;
+      recv_gen[t].push_back(plan.blocks.at(tr.block).worker == me ? -1 : static_cast<int64_t>(open_gen(tr.block, t)));
+    }
+  }
+  if (!open.empty())
+    Broken("rank " + std::to_string(me) + " never returns its partial dK/dV of block " +
+           std::to_string(open.begin()->first) + " to the owner");
+  std::vector<size_t> order(gens.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return gens[a].first < gens[b].first; });
+  SlotAllocator pool;
+  for (size_t i : order) gens[i].row = pool.Allocate(plan.blocks[gens[i].block].tokens(), gens[i].first, gens[i].last);
+  p.backward.partial_rows = pool.peak_rows();
+  for (size_t t = 0; t < plan.backward.size(); ++t) {
+    StageProgram& sp = p.backward.stages[t];
+    for (size_t i = 0; i < sp.compute.size(); ++i)
+      if (call_gen[t][i] >= 0) {
+        sp.compute[i].dkv_in_partial = true;
+        sp.compute[i].dkv_row = gens[call_gen[t][i]].row;
+      }
+    size_t si = 0, ri = 0;
+    for (const Transfer& tr : plan.backward[t].send_dkv) {
+      const int64_t rows = plan.blocks[tr.block].tokens();
+      if (tr.src == me) sp.dkv_send.push_back({tr.block, tr.dst, gens[send_gen[t][si++]].row, rows});
+      if (tr.dst == me) {
+        const int64_t g = recv_gen[t][ri++];
+        sp.dkv_recv.push_back({tr.block, tr.src, g >= 0, g >= 0 ? gens[g].row : p.block_row[tr.block], rows});
+      }
+    }
+  }
+}
+
+void LowerLayout(const Plan& plan, RankProgram& p) {
+  const int32_t me = p.rank;
+  const std::vector<int64_t> seq_offset = SequenceOffsets(plan.sequences);
+  p.block_row.assign(plan.blocks.size(), -1);
+  std::vector<std::pair<int64_t, int64_t>> owned_tokens;  // (global token, local row)
+  std::vector<int32_t> dl_owner(static_cast<size_t>(p.dataloader_end - p.dataloader_begin), -1);
+  for (size_t b = 0; b < plan.blocks.size(); ++b) {
+    const Block& block = plan.blocks[b];
+    if (block.worker < 0 || block.worker >= p.workers)
+      Broken("block " + std::to_string(b) + " has owner " + std::to_string(block.worker));
+    const bool mine = block.worker == me;
+    if (mine) {
+      p.owned_blocks.push_back(static_cast<int32_t>(b));
+      p.block_row[b] = p.local_rows;
+    }
+    for (const Segment& s : block.segments) {
+      const int64_t g0 = seq_offset.at(s.seq) + s.start;
+      const int64_t lo = std::max(g0, p.dataloader_begin), hi = std::min(g0 + s.length, p.dataloader_end);
+      for (int64_t g = lo; g < hi; ++g) dl_owner[g - p.dataloader_begin] = block.worker;
+      if (!mine) continue;
+      for (int64_t t = 0; t < s.length; ++t) {
+        owned_tokens.push_back({g0 + t, p.local_rows});
+        p.local_token.push_back(g0 + t);
+        p.local_position.push_back(s.start + t);
+        ++p.local_rows;
+      }
+    }
+  }
+  std::sort(owned_tokens.begin(), owned_tokens.end());
+  p.in_recv_counts.assign(p.workers, 0);
+  for (const auto& [g, row] : owned_tokens) {
+    p.in_recv_rows.push_back(row);
+    ++p.in_recv_counts[DataloaderWorker(p.total_tokens, p.workers, g)];
+  }
+  p.in_send_counts.assign(p.workers, 0);
+  for (int32_t w : dl_owner) {
+    if (w < 0) Broken("a token of rank " + std::to_string(me) + "'s dataloader share is in no block");
+    ++p.in_send_counts[w];
+  }
+  std::vector<int64_t> next(p.workers, 0);
+  for (int32_t w = 1; w < p.workers; ++w) next[w] = next[w - 1] + p.in_send_counts[w - 1];
+  p.in_send_rows.resize(dl_owner.size());
+  for (size_t r = 0; r < dl_owner.size(); ++r) p.in_send_rows[next[dl_owner[r]]++] = static_cast<int64_t>(r);
+}
+
+}  // namespace
+
+std::vector<SegmentPair> BlockPairSegments(const Plan& plan, int32_t q_block, int32_t kv_block) {
+  std::vector<SegmentPair> out;
+  const Block& qb = plan.blocks.at(q_block);
+  const Block& kb = plan.blocks.at(kv_block);
+  int64_t q_row = 0;
+  for (const Segment& qs : qb.segments) {
+    int64_t k_row = 0;
+    for (const Segment& ks : kb.segments) {
+      if (ks.seq == qs.seq &&
+          AllowedPairs(plan.mask, {qs.start, qs.start + qs.length}, {ks.start, ks.start + ks.length}) > 0)
+        out.push_back({q_row, k_row, qs.start, ks.start, qs.length, ks.length});
+      k_row += ks.length;
+    }
+    q_row += qs.length;
+  }
+  return out;
+}
+
+RankProgram LowerPlan(const Plan& plan, int32_t rank) {
+  if (rank < 0 || rank >= plan.workers)
+    throw Error(ErrorCode::kInvalidArgument, "lowering: rank " + std::to_string(rank) + " is not in [0, " +
+                                                 std::to_string(plan.workers) + ")");
+  RankProgram p;
+  p.rank = rank;
+  p.workers = plan.workers;
+  p.total_tokens = plan.total_tokens();
+  p.dataloader_begin = DataloaderBegin(p.total_tokens, p.workers, rank);
+  p.dataloader_end = DataloaderBegin(p.total_tokens, p.workers, rank + 1);
+  LowerLayout(plan, p);
+
+  PassLowering<ForwardStage>(plan, plan.forward, p, "forward").LowerKv(p.forward);
+  PassLowering<BackwardStage>(plan, plan.backward, p, "backward").LowerKv(p.backward);
+  LowerPartials(plan, p);
+
+  // Forward stage 0 calls on tokens r already has (no reshuffle needed).
+  const std::vector<int64_t> seq_offset = SequenceOffsets(plan.sequences);
+  auto self_sourced = [&](int32_t b) {
+    if (plan.blocks[b].worker != rank) return false;
+    for (const Segment& s : plan.blocks[b].segments) {
+      const int64_t g0 = seq_offset[s.seq] + s.start;
+      if (g0 < p.dataloader_begin || g0 + s.length > p.dataloader_end) return false;
+    }
+    return true;
+  };
+  if (!p.forward.stages.empty())
+    for (ComputeCall& c : p.forward.stages[0].compute) c.early = self_sourced(c.q_block) && self_sourced(c.kv_block);
+
+  // Final stages, for every block (receivers order their returns by them).
+  p.forward_final_stage.assign(plan.blocks.size(), -1);
+  for (size_t t = 0; t < plan.forward.size(); ++t)
+    for (const BlockPair& pr : plan.forward[t].compute) p.forward_final_stage.at(pr.q_block) = static_cast<int32_t>(t);
+  p.backward_final_stage.assign(plan.blocks.size(), -1);
+  auto& last = p.backward_final_stage;
+  for (size_t t = 0; t < plan.backward.size(); ++t) {
+    const int32_t st = static_cast<int32_t>(t);
+    for (const BlockPair& pr : plan.backward[t].compute) {
+      last.at(pr.q_block) = std::max(last[pr.q_block], st);
+      if (plan.blocks[pr.q_block].worker == plan.blocks.at(pr.kv_block).worker)
+        last[pr.kv_block] = std::max(last[pr.kv_block], st);
+    }
+    for (const Transfer& tr : plan.backward[t].send_dkv)
+      if (tr.dst == plan.blocks.at(tr.block).worker) last[tr.block] = std::max(last[tr.block], st);
+  }
+  return p;
+}
+
+}  // namespace fcp
