@@ -1,0 +1,147 @@
+"""The device-independent parts of fcp.torch's CUDA path (fcp/torch/_varlen.py),
+on CPU: the flash pieces of a segment pair (exact values, and against our
+mask on random segments), the log-sum-exp merge, and a whole lowered program
+run through the launch tables with the dense stand-in of the flash kernel
+(float64 kernel, float32 accumulators as on CUDA), against the dense
+per-sequence reference.
+"""
+
+import math
+import random
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import fcp  # noqa: E402
+from fcp import _fcp  # noqa: E402
+from fcp.torch import _varlen as V  # noqa: E402
+
+import torch_cases  # noqa: E402
+
+P = V.Piece
+
+
+@pytest.mark.parametrize("mask, window, seg, expected", [
+    # keys [0, 64) entirely before queries [100, 164): causal sees all of them
+    ("causal", 0, (100, 0, 64, 64), [P(0, 64, 0, 64, -1, -1)]),
+    # the diagonal block: aligned causal
+    ("causal", 0, (0, 0, 64, 64), [P(0, 64, 0, 64, -1, 0)]),
+    # queries [10, 74), keys [20, 84): queries before 20 see nothing, keys after 73 are never seen
+    ("causal", 0, (10, 20, 64, 64), [P(10, 54, 0, 54, -1, 0)]),
+    # queries [0, 64), keys [0, 32): 32 aligned rows, then 32 rows that see every key
+    ("causal", 0, (0, 0, 64, 32), [P(0, 32, 0, 32, -1, 0), P(32, 32, 0, 32, -1, -1)]),
+    # keys after every query: nothing
+    ("causal", 0, (0, 64, 64, 64), []),
+    # window 50, queries [100, 164), keys [0, 64): keys [51, 64) for queries [100, 113)
+    ("sliding_window", 50, (100, 0, 64, 64), [P(0, 13, 51, 13, 0, -1)]),
+    ("sliding_window", 50, (0, 0, 64, 64), [P(0, 64, 0, 64, 49, 0)]),
+    # window 50, queries [0, 64), keys [0, 32): aligned 32 rows, then rows 32..63 with d = 32
+    ("sliding_window", 50, (0, 0, 64, 32), [P(0, 32, 0, 32, 49, 0), P(32, 32, 0, 32, 17, -1)]),
+    ("full", 0, (100, 0, 5, 7), [P(0, 5, 0, 7, -1, -1)]),
+])
+def test_kernel_pieces_exact(mask, window, seg, expected):
+    q_pos, k_pos, q_len, k_len = seg
+    assert V.kernel_pieces(mask, window, 0, 0, q_pos, k_pos, q_len, k_len) == expected
+
+
+def our_mask(mask, window, q_pos, k_pos, q_len, k_len):
+    q = torch.arange(q_pos, q_pos + q_len).unsqueeze(1)
+    k = torch.arange(k_pos, k_pos + k_len).unsqueeze(0)
+    if mask == "full":
+        return torch.ones(q_len, k_len, dtype=torch.bool)
+    ok = k <= q
+    return ok & (q - window < k) if mask == "sliding_window" else ok
+
+
+@pytest.mark.parametrize("mask", ["causal", "sliding_window", "full"])
+def test_kernel_pieces_cover_our_mask_exactly(mask):
+    rng = random.Random(18)
+    for _ in range(400):
+        q_len, k_len = rng.randint(1, 40), rng.randint(1, 40)
+        q_pos, k_pos, window = rng.randint(0, 90), rng.randint(0, 90), rng.randint(1, 60)
+        q_row, k_row = rng.randint(0, 5), rng.randint(0, 5)
+        got = torch.zeros(q_len, k_len, dtype=torch.int32)
+        for p in V.kernel_pieces(mask, window, q_row, k_row, q_pos, k_pos, q_len, k_len):
+            allowed = V.flash_allowed(p.q_len, p.k_len, p.left, p.right)
+            assert allowed.any(dim=1).all(), f"{p}: a query row sees no key (flash reports lse +inf)"
+            got[p.q_row - q_row:p.q_row - q_row + p.q_len, p.k_row - k_row:p.k_row - k_row + p.k_len] += allowed
+        want = our_mask(mask, window, q_pos, k_pos, q_len, k_len)
+        assert got.max() <= 1, "pieces overlap"
+        assert torch.equal(got.bool(), want), (mask, window, q_pos, k_pos, q_len, k_len)
+
+
+def test_launches_group_by_window_and_tabulate():
+    items = [(P(0, 3, 10, 2, -1, 0), 100), (P(5, 2, 20, 4, -1, -1), 200), (P(1, 2, 30, 1, -1, 0), 300)]
+    got = V.launches(items)
+    assert [(x.left, x.right) for x in got] == [(-1, 0), (-1, -1)]
+    a, b = got
+    assert a.q_index.tolist() == [0, 1, 2, 1, 2]
+    assert a.k_index.tolist() == [10, 11, 30]
+    assert a.dkv_index.tolist() == [100, 101, 300]
+    assert a.cu_q.tolist() == [0, 3, 5] and a.cu_k.tolist() == [0, 2, 3]
+    assert (a.max_q, a.max_k) == (3, 2) and a.cu_q.dtype == torch.int32
+    assert a.q_unique.tolist() == [0, 1, 2] and a.q_inverse.tolist() == [0, 1, 2, 1, 2]
+    assert b.q_index.tolist() == [5, 6] and b.k_index.tolist() == [20, 21, 22, 23]
+
+
+def test_merge_partials_is_the_log_sum_exp_rule():
+    # Row 0 has (o=1, lse=log 1) and takes partials (o=3, lse=log 3) twice: weights 1:3:3.
+    # Row 1 has nothing yet (lse -inf) and takes (o=5, lse=2). Row 2 is untouched.
+    o = torch.tensor([[[1.0]], [[0.0]], [[7.0]]])
+    lse = torch.tensor([[0.0], [-math.inf], [1.0]])
+    launch = V.launches([(P(0, 1, 0, 1, -1, -1), 0), (P(0, 2, 0, 1, -1, -1), 0)])[0]
+    assert launch.q_index.tolist() == [0, 0, 1]
+    o_part = torch.tensor([[[3.0]], [[3.0]], [[5.0]]])
+    lse_part = torch.tensor([[math.log(3)], [math.log(3)], [2.0]])
+    V.merge_partials(o, lse, launch, o_part, lse_part)
+    assert o[0, 0, 0].item() == pytest.approx((1 * 1 + 3 * 3 + 3 * 3) / 7, rel=1e-6)
+    assert lse[0, 0].item() == pytest.approx(math.log(7), rel=1e-6)
+    assert (o[1, 0, 0].item(), lse[1, 0].item()) == (5.0, 2.0)
+    assert (o[2, 0, 0].item(), lse[2, 0].item()) == (7.0, 1.0)
+
+
+def test_merge_partials_keeps_rows_without_keys_empty():
+    o, lse = torch.zeros(1, 1, 2), torch.full((1, 1), -math.inf)
+    launch = V.launches([(P(0, 1, 0, 1, -1, -1), 0)])[0]
+    V.merge_partials(o, lse, launch, torch.zeros(1, 1, 2), torch.full((1, 1), -math.inf))
+    assert torch.equal(o, torch.zeros(1, 1, 2)) and lse.item() == -math.inf
+
+
+def run_program_one_worker(mask, device, forward, backward, dtype):
+    """fcp.torch's device stages on a 1-worker plan of torch_cases.LENGTHS; relative errors vs float64."""
+    hq, hkv, d, window = 4, 2, 16, 50
+    kw = dict(block_size=64, coalesce=16, mask=mask, heads_q=hq, heads_kv=hkv, head_dim=d)
+    if mask == "sliding_window":
+        kw["window"] = window
+    plan = fcp.plan(torch_cases.LENGTHS, workers=1, **kw)
+    prog = _fcp.Program(plan._h, 0)
+    dev = V.DeviceProgram(prog, mask, window, device, forward, backward)
+    total = sum(torch_cases.LENGTHS)
+    g = torch.Generator().manual_seed(7)
+    q, k, v, do = (torch.randn(total, h, d, generator=g) for h in (hq, hkv, hkv, hq))
+    scale = 1 / math.sqrt(d)
+    ref = [x.double().requires_grad_() for x in (q, k, v)]
+    o_ref = torch_cases.reference_attention(torch_cases.LENGTHS, *ref, mask, window, scale)
+    o_ref.backward(do.double())
+    perm = torch.from_numpy(prog.vector("local_token").copy())  # plan rows -> global tokens
+    qp, kp, vp, dop = (x[perm].to(device, dtype) for x in (q, k, v, do))
+    o = torch.zeros(total, hq, d, device=device)
+    lse = torch.full((total, hq), -math.inf, device=device)
+    for t in range(prog.num_stages("forward")):
+        dev.forward_stage(t, scale, 0, qp, kp, vp, o, lse)
+    dq, dk, dv = (torch.zeros(total, h, d, device=device) for h in (hq, hkv, hkv))
+    for t in range(prog.num_stages("backward")):
+        dev.backward_stage(t, scale, qp, kp, vp, dop, o.to(dtype), lse, dq, dk, dv)
+
+    def err(x, want):
+        want = want.detach()[perm]
+        return ((x.double().cpu() - want).norm() / want.norm()).item()
+    return {"o": err(o, o_ref), "dq": err(dq, ref[0].grad), "dk": err(dk, ref[1].grad), "dv": err(dv, ref[2].grad)}
+
+
+@pytest.mark.parametrize("mask", ["causal", "sliding_window", "full"])
+def test_device_stages_with_the_dense_stand_in_match_float64(mask):
+    errs = run_program_one_worker(mask, "cpu", V.reference_forward, V.reference_backward, torch.float64)
+    for name, e in errs.items():
+        assert e < 1e-6, f"{mask}: {name} relative error {e:.3g}"
