@@ -108,15 +108,16 @@ def test_merge_partials_keeps_rows_without_keys_empty():
     assert torch.equal(o, torch.zeros(1, 1, 2)) and lse.item() == -math.inf
 
 
-def run_program_one_worker(mask, device, forward, backward, dtype):
-    """fcp.torch's device stages on a 1-worker plan of torch_cases.LENGTHS; relative errors vs float64."""
+def run_program_emulated(workers, mask, device, forward, backward, dtype, coalesce=16):
+    """Every rank of a lowered plan of torch_cases.LENGTHS in this one process, through DeviceProgram's
+    stages, the transfers done as copies in the program's stage order; relative errors vs float64."""
     hq, hkv, d, window = 4, 2, 16, 50
-    kw = dict(block_size=64, coalesce=16, mask=mask, heads_q=hq, heads_kv=hkv, head_dim=d)
+    kw = dict(block_size=64, coalesce=coalesce, mask=mask, heads_q=hq, heads_kv=hkv, head_dim=d)
     if mask == "sliding_window":
         kw["window"] = window
-    plan = fcp.plan(torch_cases.LENGTHS, workers=1, **kw)
-    prog = _fcp.Program(plan._h, 0)
-    dev = V.DeviceProgram(prog, mask, window, device, forward, backward)
+    plan = fcp.plan(torch_cases.LENGTHS, workers=workers, **kw)
+    progs = [_fcp.Program(plan._h, r) for r in range(workers)]
+    devs = [V.DeviceProgram(p, mask, window, device, forward, backward) for p in progs]
     total = sum(torch_cases.LENGTHS)
     g = torch.Generator().manual_seed(7)
     q, k, v, do = (torch.randn(total, h, d, generator=g) for h in (hq, hkv, hkv, hq))
@@ -124,24 +125,75 @@ def run_program_one_worker(mask, device, forward, backward, dtype):
     ref = [x.double().requires_grad_() for x in (q, k, v)]
     o_ref = torch_cases.reference_attention(torch_cases.LENGTHS, *ref, mask, window, scale)
     o_ref.backward(do.double())
-    perm = torch.from_numpy(prog.vector("local_token").copy())  # plan rows -> global tokens
-    qp, kp, vp, dop = (x[perm].to(device, dtype) for x in (q, k, v, do))
-    o = torch.zeros(total, hq, d, device=device)
-    lse = torch.full((total, hq), -math.inf, device=device)
-    for t in range(prog.num_stages("forward")):
-        dev.forward_stage(t, scale, 0, qp, kp, vp, o, lse)
-    dq, dk, dv = (torch.zeros(total, h, d, device=device) for h in (hq, hkv, hkv))
-    for t in range(prog.num_stages("backward")):
-        dev.backward_stage(t, scale, qp, kp, vp, dop, o.to(dtype), lse, dq, dk, dv)
+    perms = [torch.from_numpy(p.vector("local_token").copy()) for p in progs]  # plan rows -> global tokens
 
-    def err(x, want):
-        want = want.detach()[perm]
-        return ((x.double().cpu() - want).norm() / want.norm()).item()
-    return {"o": err(o, o_ref), "dq": err(dq, ref[0].grad), "dk": err(dk, ref[1].grad), "dv": err(dv, ref[2].grad)}
+    def zeros(rows, heads):
+        return torch.zeros(rows, heads, d, device=device)
+
+    def table(r, pass_, name, t):
+        rows, offsets = progs[r].table(pass_, name)
+        return rows[offsets[t]:offsets[t + 1]].tolist()
+
+    def move(pass_, t, src_all, kinds, dst_all, add):
+        """The stage's sends of `kinds` into the matching receipts (block, peer) of the other ranks."""
+        send_name, recv_name = kinds
+        for r in range(workers):
+            for row in table(r, pass_, send_name, t):
+                block, dst = row[1], row[2]
+                at = [x for x in table(dst, pass_, recv_name, t) if x[1] == block and x[2] == r]
+                assert len(at) == 1, (pass_, t, block, r, dst)
+                if send_name == "dkv_send":
+                    src_row, rows = progs[r].local_rows + row[3], row[4]
+                    into, dst_row = at[0][3], at[0][4]
+                    dst_row += progs[dst].local_rows if into else 0
+                else:
+                    src_row = row[4] + (progs[r].local_rows if row[3] else 0)
+                    rows, dst_row = row[5], progs[dst].local_rows + at[0][3]
+                for s_buf, d_buf in zip(src_all[r], dst_all[dst]):
+                    if add:
+                        d_buf[dst_row:dst_row + rows] += s_buf[src_row:src_row + rows]
+                    else:
+                        d_buf[dst_row:dst_row + rows] = s_buf[src_row:src_row + rows]
+        if add:  # sent partials are zeroed after the stage
+            for r in range(workers):
+                for row in table(r, pass_, "dkv_send", t):
+                    for buf in src_all[r]:
+                        buf[progs[r].local_rows + row[3]:progs[r].local_rows + row[3] + row[4]] = 0
+
+    qs, dos = ([x[p].to(device, dtype) for p in perms] for x in (q, do))
+    kv = {}
+    for pass_ in ("forward", "backward"):
+        kv[pass_] = [[torch.cat([x[p].to(device, dtype), zeros(progs[r].pool_rows(pass_), hkv).to(dtype)])
+                      for x in (k, v)] for r, p in enumerate(perms)]
+    os_ = [zeros(len(p), hq) for p in perms]
+    lses = [torch.full((len(p), hq), -math.inf, device=device) for p in perms]
+    for t in range(progs[0].num_stages("forward")):
+        for r in range(workers):
+            devs[r].forward_stage(t, scale, 0, qs[r], *kv["forward"][r], os_[r], lses[r])
+        move("forward", t, kv["forward"], ("kv_send", "kv_recv"), kv["forward"], add=False)
+    dqs = [zeros(len(p), hq) for p in perms]
+    dkv = [[zeros(len(p) + progs[r].partial_rows, hkv) for _ in range(2)] for r, p in enumerate(perms)]
+    for t in range(progs[0].num_stages("backward")):
+        for r in range(workers):
+            devs[r].backward_stage(t, scale, qs[r], *kv["backward"][r], dos[r], os_[r].to(dtype), lses[r], dqs[r],
+                                   *dkv[r])
+        move("backward", t, kv["backward"], ("kv_send", "kv_recv"), kv["backward"], add=False)
+        move("backward", t, dkv, ("dkv_send", "dkv_recv"), dkv, add=True)
+
+    def err(xs, want):
+        got = torch.zeros(want.shape, dtype=torch.float64)
+        for x, p in zip(xs, perms):
+            got[p] = x[:len(p)].double().cpu()
+        want = want.detach()
+        return ((got - want).norm() / want.norm()).item()
+    return {"o": err(os_, o_ref), "dq": err(dqs, ref[0].grad), "dk": err([x[0] for x in dkv], ref[1].grad),
+            "dv": err([x[1] for x in dkv], ref[2].grad)}
 
 
 @pytest.mark.parametrize("mask", ["causal", "sliding_window", "full"])
-def test_device_stages_with_the_dense_stand_in_match_float64(mask):
-    errs = run_program_one_worker(mask, "cpu", V.reference_forward, V.reference_backward, torch.float64)
+@pytest.mark.parametrize("workers, coalesce", [(1, 16), (4, 1), (4, 16)])
+def test_device_stages_with_the_dense_stand_in_match_float64(mask, workers, coalesce):
+    errs = run_program_emulated(workers, mask, "cpu", V.reference_forward, V.reference_backward, torch.float64,
+                                coalesce)
     for name, e in errs.items():
-        assert e < 1e-6, f"{mask}: {name} relative error {e:.3g}"
+        assert e < 1e-6, f"{mask}, {workers} workers, coalesce {coalesce}: {name} relative error {e:.3g}"
