@@ -19,7 +19,10 @@ or, with the dataloader permuting once per step (no reshuffle inside)::
 The per-rank program (which K/V rows go to whom, pool slots, kernel segment
 tables, the reshuffle's counts and permutations) is computed once per plan by
 the C++ library (fcp/lowering.h), the same program the MPI executor runs;
-this module only issues its operations. See docs/torch.md.
+this module only issues its operations. On CUDA tensors (bfloat16 or
+float16; never run on a GPU yet) the kernel calls become flash varlen
+launches merged on device (_varlen.py) and stage transfers go on a side
+stream over NCCL; use a cpu:gloo,cuda:nccl group. See docs/torch.md.
 """
 
 from __future__ import annotations
