@@ -197,3 +197,30 @@ def test_device_stages_with_the_dense_stand_in_match_float64(mask, workers, coal
                                 coalesce)
     for name, e in errs.items():
         assert e < 1e-6, f"{mask}, {workers} workers, coalesce {coalesce}: {name} relative error {e:.3g}"
+
+
+@pytest.mark.parametrize("mask", ["causal", "sliding_window", "full"])
+def test_flash_calls_are_well_formed_on_meta_tensors(mask):
+    """The real flash ops' argument lists and result shapes, through the stage loop, without a GPU
+    (PyTorch's meta kernels of _flash_attention_forward / _backward check shapes and dtypes)."""
+    hq, hkv, d = 4, 2, 16
+    kw = dict(block_size=64, coalesce=1, mask=mask, heads_q=hq, heads_kv=hkv, head_dim=d)
+    if mask == "sliding_window":
+        kw["window"] = 50
+    plan = fcp.plan(torch_cases.LENGTHS, workers=4, **kw)
+    prog = _fcp.Program(plan._h, 1)
+    dev = V.DeviceProgram(prog, mask, 50, "meta")
+    local = prog.local_rows
+
+    def empty(rows, heads, dtype=torch.bfloat16):
+        return torch.empty(rows, heads, d, device="meta", dtype=dtype)
+    q, o = empty(local, hq), empty(local, hq, torch.float32)
+    lse = torch.empty(local, hq, device="meta")
+    kv = [empty(local + prog.pool_rows("forward"), hkv) for _ in range(2)]
+    for t in range(prog.num_stages("forward")):
+        dev.forward_stage(t, 0.25, 0, q, *kv, o, lse)
+    kv = [empty(local + prog.pool_rows("backward"), hkv) for _ in range(2)]
+    dq, dkv = empty(local, hq, torch.float32), [empty(local + prog.partial_rows, hkv, torch.float32) for _ in range(2)]
+    for t in range(prog.num_stages("backward")):
+        dev.backward_stage(t, 0.25, q, *kv, q, q, lse, dq, *dkv)
+    assert sum(len(dev.launches("forward", t)) for t in range(prog.num_stages("forward"))) > 0
