@@ -18,7 +18,8 @@
 # Usage: scripts/torch_gpu_check.sh
 # Environment: FCP_TORCH_VENV (default ~/.cache/fcp/torch-venv; a venv with a
 # CUDA build of torch, pytest and the build tools), FCP_GPU_BENCH_TOKENS
-# (default 32768).
+# (default 32768), FCP_GPU_SKIP_INSTALL=1 (use the fcp already in the venv, which
+# must be this checkout's).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -35,9 +36,15 @@ fail() { echo "torch_gpu_check.sh: FAILED: $*" >&2; exit 1; }
   || fail "torch in $venv does not see a CUDA device: $(tail -1 "$work/probe.log")"
 device=$("$py" -c "import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name())")
 
-echo "== install this checkout into $venv"
-"$py" -m pip install --quiet --no-deps --no-build-isolation --force-reinstall "$repo" >"$work/pip.log" 2>&1 \
-  || fail "pip install of $repo (last line: $(tail -1 "$work/pip.log"))"
+if [ "${FCP_GPU_SKIP_INSTALL:-0}" = 1 ]; then
+  echo "== using the fcp already installed in $venv (FCP_GPU_SKIP_INSTALL=1)"
+else
+  echo "== install this checkout into $venv"
+  CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "$py" -m pip install --quiet --no-deps --no-build-isolation \
+    --force-reinstall "$repo" >"$work/pip.log" 2>&1 || fail "pip install of $repo (last line: $(tail -1 "$work/pip.log"))"
+fi
+"$py" -c "import fcp.torch._varlen" >"$work/import.log" 2>&1 \
+  || fail "import fcp.torch._varlen in $venv: $(tail -1 "$work/import.log")"
 
 echo "== gpu tests (bfloat16)"
 # From python/tests so that `import fcp` is the installed package.
