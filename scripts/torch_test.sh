@@ -2,7 +2,8 @@
 # Installs fcp with its torch and Hugging Face extras (pip install '.[torch,hf]')
 # into one reused virtual environment and runs the fcp.torch tests: attention
 # on 4 gloo ranks against float64, bad input, and a Hugging Face Llama/Mistral
-# against per-sequence runs. scripts/test.sh calls it after the Python module.
+# against per-sequence runs; the CUDA path's device-independent parts (test_torch_varlen.py);
+# test_torch_cuda.py, which skips without a GPU. scripts/test.sh calls it after the Python module.
 #
 # Usage: scripts/torch_test.sh [pytest arguments...]
 # Environment:
@@ -32,4 +33,5 @@ fi
 
 # Run from outside the checkout so `import fcp` is the installed package.
 cd "$repo/python/tests"
-exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@" test_program.py test_torch_attention.py test_torch_hf.py
+exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@" test_program.py test_torch_attention.py test_torch_hf.py \
+  test_torch_varlen.py test_torch_cuda.py

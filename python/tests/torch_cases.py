@@ -36,16 +36,19 @@ def reference_attention(lengths, q, k, v, mask, window, scale):
     return torch.cat(outs)
 
 
-def init(rank, world, port):
+def init(rank, world, port, backend="gloo"):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    if "nccl" in backend:
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend, rank=rank, world_size=world)
 
 
 def global_rel_err(x, ref):
     """||x - ref|| / ||ref|| over all ranks' shards."""
-    acc = torch.tensor([((x.double() - ref) ** 2).sum().item(), (ref ** 2).sum().item()], dtype=torch.float64)
+    x, ref = x.double().cpu(), ref.double().cpu()
+    acc = torch.tensor([((x - ref) ** 2).sum().item(), (ref ** 2).sum().item()], dtype=torch.float64)
     dist.all_reduce(acc)
     return math.sqrt(acc[0].item() / max(acc[1].item(), 1e-300))
 
@@ -56,10 +59,13 @@ for planner in ("fcp", "ring"):
         for coalesce in (1, 16):
             ATTENTION_CASES.append((planner, mask, coalesce, "float32"))
 ATTENTION_CASES += [("fcp", "causal", 16, "bfloat16"), ("ring", "sliding_window", 1, "bfloat16")]
+# On CUDA: flash attention takes 16-bit inputs only (one rank: NCCL cannot pair ranks on one GPU).
+CUDA_ATTENTION_CASES = [(planner, mask, coalesce, "bfloat16") for planner in ("fcp", "ring")
+                        for mask in ("causal", "full", "sliding_window") for coalesce in (1, 16)]
 LENGTHS = [1, 64, 200, 37, 128, 3, 400, 2]  # 835 tokens: 1, exact multiples of 64, one spanning all shards
 
 
-def run_attention_case(case, rank):
+def run_attention_case(case, rank, device="cpu"):
     import fcp.torch as ft
     planner, mask, coalesce, dtype_name = case
     dtype = getattr(torch, dtype_name)
@@ -69,7 +75,8 @@ def run_attention_case(case, rank):
         kw["window"] = window
     plan = ft.plan(LENGTHS, **kw)
     total = sum(LENGTHS)
-    g = torch.Generator().manual_seed(ATTENTION_CASES.index(case))  # same on every rank
+    cases = ATTENTION_CASES + CUDA_ATTENTION_CASES
+    g = torch.Generator().manual_seed(cases.index(case))  # same on every rank
     q = torch.randn(total, hq, d, generator=g).to(dtype)
     k = torch.randn(total, hkv, d, generator=g).to(dtype)
     v = torch.randn(total, hkv, d, generator=g).to(dtype)
@@ -82,13 +89,13 @@ def run_attention_case(case, rank):
     results = {}
     outputs = {}
     for layout in ("dataloader", "plan"):
-        mine = [x[lo:hi].clone().requires_grad_() for x in (q, k, v)]
+        mine = [x[lo:hi].to(device).clone().requires_grad_() for x in (q, k, v)]
         if layout == "dataloader":
             o = ft.attention(*mine, plan)
         else:
             qp, kp, vp = (ft.dispatch(x, plan) for x in mine)
             o = ft.undispatch(ft.attention(qp, kp, vp, plan, layout="plan"), plan)
-        o.backward(do[lo:hi])
+        o.backward(do[lo:hi].to(device))
         outputs[layout] = o.detach()
         results[layout] = {
             "o": global_rel_err(o.detach(), o_ref.detach()[lo:hi]),
@@ -97,6 +104,7 @@ def run_attention_case(case, rank):
             "dv": global_rel_err(mine[2].grad, ref[2].grad[lo:hi]),
         }
     diff = torch.tensor([(outputs["dataloader"].float() - outputs["plan"].float()).abs().max().item()])
+    # (a CPU tensor: the CUDA cases' group is cpu:gloo,cuda:nccl)
     dist.all_reduce(diff, op=dist.ReduceOp.MAX)
     results["layouts_max_abs_diff"] = diff.item()
     return results
@@ -163,11 +171,27 @@ def bad_input_cases(rank):
     return out
 
 
+def float32_on_cuda_error():
+    """The error of float32 CUDA tensors (flash attention takes 16-bit inputs)."""
+    import fcp.torch as ft
+    plan = ft.plan(LENGTHS, block_size=64, heads_q=4, heads_kv=2, head_dim=16)
+    n = plan.rows("dataloader")
+    try:
+        ft.attention(*(torch.randn(n, h, 16, device="cuda") for h in (4, 2, 2)), plan)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def worker(rank, world, port, what, result_path):
-    init(rank, world, port)
+    init(rank, world, port, "cpu:gloo,cuda:nccl" if what.endswith("_cuda") else "gloo")
     try:
         if what == "attention":
             result = {case: run_attention_case(case, rank) for case in ATTENTION_CASES}
+        elif what == "attention_cuda":
+            result = {case: run_attention_case(case, rank, "cuda") for case in CUDA_ATTENTION_CASES}
+        elif what == "float32_cuda":
+            result = float32_on_cuda_error()
         elif what == "bad_input":
             result = bad_input_cases(rank)
         else:

@@ -19,7 +19,10 @@ or, with the dataloader permuting once per step (no reshuffle inside)::
 The per-rank program (which K/V rows go to whom, pool slots, kernel segment
 tables, the reshuffle's counts and permutations) is computed once per plan by
 the C++ library (fcp/lowering.h), the same program the MPI executor runs;
-this module only issues its operations. See docs/torch.md.
+this module only issues its operations. On CUDA tensors (bfloat16 or
+float16; never run on a GPU yet) the kernel calls become flash varlen
+launches merged on device (_varlen.py) and stage transfers go on a side
+stream over NCCL; use a cpu:gloo,cuda:nccl group. See docs/torch.md.
 """
 
 from __future__ import annotations
@@ -67,10 +70,27 @@ def reset_stats() -> None:
 _serialize_stages = False
 
 
-def _run_stage(works_ops: list, compute) -> None:
-    """Posts a stage's transfers, runs its compute, waits; counts where the time went."""
+def _post(works_ops: list, comm_stream) -> list:
+    if not works_ops:
+        return []
+    if comm_stream is None:
+        return dist.batch_isend_irecv(works_ops)
+    # CUDA: the transfers go on the communication stream once the compute
+    # stream has produced what they send (and finished reading what they
+    # overwrite); the compute stream waits on them in w.wait() below (NCCL's
+    # wait is a stream dependency, not a host block).
+    comm_stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(comm_stream):
+        return dist.batch_isend_irecv(works_ops)
+
+
+def _run_stage(works_ops: list, compute, comm_stream=None) -> None:
+    """Posts a stage's transfers, runs its compute, waits; counts where the time went.
+
+    On CUDA (comm_stream given) the times are of the host issuing the work, not of the device.
+    """
     t0 = time.perf_counter()
-    works = dist.batch_isend_irecv(works_ops) if works_ops else []
+    works = _post(works_ops, comm_stream)
     t1 = time.perf_counter()
     _stats["post_s"] += t1 - t0
     _stats["stages_with_transfers"] += int(bool(works))
@@ -151,6 +171,27 @@ class Plan:
                 self._tables[pass_, name] = (np.array(rows).tolist(), np.array(offsets).tolist())
         self.num_forward_stages = p.num_stages("forward")
         self.num_backward_stages = p.num_stages("backward")
+        self._on_device = {}  # (what, device) -> index tensors / DeviceProgram / stream, made on first use
+
+    def _rows(self, name: str, device) -> torch.Tensor:
+        """One of the reshuffle's row tables on `device`."""
+        key = (name, str(device))
+        if key not in self._on_device:
+            self._on_device[key] = getattr(self, name).to(device)
+        return self._on_device[key]
+
+    def _device_program(self, device):
+        key = ("program", str(device))
+        if key not in self._on_device:
+            from . import _varlen
+            self._on_device[key] = _varlen.DeviceProgram(self.program, self.plan.mask, self.plan.window, device)
+        return self._on_device[key]
+
+    def _comm_stream(self, device):
+        key = ("stream", str(device))
+        if key not in self._on_device:
+            self._on_device[key] = torch.cuda.Stream(device=device)
+        return self._on_device[key]
 
     def position_ids(self, layout: str = "plan") -> torch.Tensor:
         """Each local token's position inside its sequence (int64), for RoPE."""
@@ -233,12 +274,12 @@ def plan(lengths, group=None, **kw) -> Plan:
 def _to_plan_layout(plan: Plan, x: torch.Tensor, count: bool = False) -> torch.Tensor:
     """Dataloader rows -> plan rows (one all_to_all_single with uneven splits)."""
     start = time.perf_counter()
-    send = x.index_select(0, plan._in_send_rows)
+    send = x.index_select(0, plan._rows("_in_send_rows", x.device))
     recv = x.new_empty((plan.local_rows,) + tuple(x.shape[1:]))
     dist.all_to_all_single(recv, send, output_split_sizes=plan._in_recv_counts,
                            input_split_sizes=plan._in_send_counts, group=plan.group)
     out = x.new_empty(recv.shape)
-    out.index_copy_(0, plan._in_recv_rows, recv)
+    out.index_copy_(0, plan._rows("_in_recv_rows", x.device), recv)
     if count:
         _stats["reshuffle_s"] += time.perf_counter() - start
     return out
@@ -247,13 +288,13 @@ def _to_plan_layout(plan: Plan, x: torch.Tensor, count: bool = False) -> torch.T
 def _to_dataloader_layout(plan: Plan, x: torch.Tensor, count: bool = False) -> torch.Tensor:
     """Plan rows -> dataloader rows: the reshuffle's tables reversed."""
     start = time.perf_counter()
-    send = x.index_select(0, plan._in_recv_rows)
+    send = x.index_select(0, plan._rows("_in_recv_rows", x.device))
     rows = plan.rows("dataloader")
     recv = x.new_empty((rows,) + tuple(x.shape[1:]))
     dist.all_to_all_single(recv, send, output_split_sizes=plan._in_send_counts,
                            input_split_sizes=plan._in_recv_counts, group=plan.group)
     out = x.new_empty(recv.shape)
-    out.index_copy_(0, plan._in_send_rows, recv)
+    out.index_copy_(0, plan._rows("_in_send_rows", x.device), recv)
     if count:
         _stats["reshuffle_s"] += time.perf_counter() - start
     return out
@@ -294,7 +335,9 @@ def undispatch(x: torch.Tensor, plan: Plan) -> torch.Tensor:
 
 # ---- attention -----------------------------------------------------------------
 
-_DTYPES = (torch.float32, torch.bfloat16)
+# CPU: fcp's kernel, float32 compute. CUDA: flash attention, which takes only
+# 16-bit inputs; float32 is refused rather than silently cast (see docs/torch.md).
+_DTYPES = {"cpu": (torch.float32, torch.bfloat16), "cuda": (torch.bfloat16, torch.float16)}
 
 
 def _check_qkv(plan: Plan, q, k, v, layout: str) -> Optional[str]:
@@ -309,30 +352,56 @@ def _check_qkv(plan: Plan, q, k, v, layout: str) -> Optional[str]:
             return f"{name} must be a torch.Tensor, got {type(x).__name__}"
         if tuple(x.shape) != want[name]:
             return f"{name} has shape {tuple(x.shape)}, the plan needs {want[name]} ({layout} layout)"
-        if x.dtype not in _DTYPES:
-            return f"{name} has dtype {x.dtype}, expected torch.float32 or torch.bfloat16"
+        if x.device != q.device:
+            return f"{name} is on {x.device} but q is on {q.device}"
+        if x.device.type not in _DTYPES:
+            return f"{name} is on {x.device}; fcp.torch runs attention on CPU or CUDA tensors"
+        allowed = _DTYPES[x.device.type]
+        if x.dtype not in allowed:
+            return (f"{name} has dtype {x.dtype}, expected {' or '.join(map(str, allowed))} on {x.device.type}"
+                    + (" (flash attention takes 16-bit inputs: cast with .to(torch.bfloat16))"
+                       if x.device.type == "cuda" else ""))
         if x.dtype != q.dtype:
             return f"{name} has dtype {x.dtype} but q has {q.dtype}"
         if not x.is_contiguous():
             return f"{name} is not contiguous (call .contiguous())"
-        if x.device.type != "cpu":
-            return f"{name} is on {x.device}; this build runs attention on CPU tensors only"
     return None
 
 
+def _with_pool(x: torch.Tensor, rows: int) -> torch.Tensor:
+    """CUDA: local rows and a zeroed pool in one buffer, so one gather index reads either."""
+    return torch.cat([x, x.new_zeros((rows,) + tuple(x.shape[1:]))])
+
+
 def _forward_pass(plan: Plan, q, k, v, scale, finish_reshuffle=None):
-    """The lowered forward on plan-layout float32 q, k, v; returns (o, lse)."""
+    """The lowered forward on plan-layout q, k, v (float32 on CPU, 16-bit on CUDA); returns float32 (o, lse)."""
     prog = plan.program
-    pool = prog.pool_rows("forward")
-    k_pool = k.new_zeros((pool, plan.heads_kv, plan.head_dim))
-    v_pool = torch.zeros_like(k_pool)
-    o = torch.zeros_like(q)
-    lse = torch.full((plan.local_rows, plan.heads_q), -math.inf, dtype=torch.float32)
+    pool, local = prog.pool_rows("forward"), plan.local_rows
+    lse = torch.full((local, plan.heads_q), -math.inf, dtype=torch.float32, device=q.device)
+    comm = None
+    if q.is_cuda:
+        if finish_reshuffle is not None:  # the device orders the reshuffle before the kernels
+            finish_reshuffle()
+            finish_reshuffle = None
+        k_all, v_all = _with_pool(k, pool), _with_pool(v, pool)
+        k, v, k_pool, v_pool = k_all[:local], v_all[:local], k_all[local:], v_all[local:]
+        o = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+        device, comm = plan._device_program(q.device), plan._comm_stream(q.device)
+
+        def compute(t, early):
+            device.forward_stage(t, scale, early, q, k_all, v_all, o, lse)
+    else:
+        k_pool = k.new_zeros((pool, plan.heads_kv, plan.head_dim))
+        v_pool = torch.zeros_like(k_pool)
+        o = torch.zeros_like(q)
+
+        def compute(t, early):
+            prog.forward_stage(t, scale, early, q, k, v, k_pool, v_pool, o, lse)
     if finish_reshuffle is not None:
         # While the reshuffle flies: stage-0 calls on this rank's own tokens.
         t0 = time.perf_counter()
         if plan.num_forward_stages:
-            prog.forward_stage(0, scale, 1, q, k, v, k_pool, v_pool, o, lse)
+            compute(0, 1)
         t1 = time.perf_counter()
         finish_reshuffle()
         _stats["kernel_s"] += t1 - t0
@@ -347,28 +416,48 @@ def _forward_pass(plan: Plan, q, k, v, scale, finish_reshuffle=None):
             ops.append(dist.P2POp(dist.isend, kb[row:row + rows], plan._peer[dst], plan.group, plan.tag(t, block, 0)))
             ops.append(dist.P2POp(dist.isend, vb[row:row + rows], plan._peer[dst], plan.group, plan.tag(t, block, 1)))
         early = 2 if (t == 0 and finish_reshuffle is not None) else 0
-        _run_stage(ops, lambda: prog.forward_stage(t, scale, early, q, k, v, k_pool, v_pool, o, lse))
+        _run_stage(ops, lambda: compute(t, early), comm)
     return o, lse
 
 
 def _backward_pass(plan: Plan, q, k, v, o, lse, d_o, scale):
-    """The lowered backward on plan-layout float32 tensors; returns (dq, dk, dv)."""
+    """The lowered backward on plan-layout tensors (q, k, v, d_o float32 on CPU, 16-bit on CUDA; o, lse
+    float32); returns float32 (dq, dk, dv)."""
     prog = plan.program
-    pool, partial = prog.pool_rows("backward"), prog.partial_rows
+    pool, partial, local = prog.pool_rows("backward"), prog.partial_rows, plan.local_rows
     shape_kv = (plan.heads_kv, plan.head_dim)
-    k_pool = k.new_zeros((pool,) + shape_kv)
-    v_pool = torch.zeros_like(k_pool)
-    dk_partial = k.new_zeros((partial,) + shape_kv)
-    dv_partial = torch.zeros_like(dk_partial)
-    delta = (o * d_o).sum(-1).contiguous()
-    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    comm = None
+    if q.is_cuda:
+        k_all, v_all = _with_pool(k, pool), _with_pool(v, pool)
+        k, v, k_pool, v_pool = k_all[:local], v_all[:local], k_all[local:], v_all[local:]
+        f32 = dict(dtype=torch.float32, device=q.device)
+        dk_all = torch.zeros((local + partial,) + shape_kv, **f32)  # dK rows: local, then the partials
+        dv_all = torch.zeros_like(dk_all)
+        dk, dv, dk_partial, dv_partial = dk_all[:local], dv_all[:local], dk_all[local:], dv_all[local:]
+        dq = torch.zeros(q.shape, **f32)
+        o_in = o.to(q.dtype)  # flash's backward takes o in the inputs' dtype
+        device, comm = plan._device_program(q.device), plan._comm_stream(q.device)
+
+        def compute(t):
+            device.backward_stage(t, scale, q, k_all, v_all, d_o, o_in, lse, dq, dk_all, dv_all)
+    else:
+        k_pool = k.new_zeros((pool,) + shape_kv)
+        v_pool = torch.zeros_like(k_pool)
+        dk_partial = k.new_zeros((partial,) + shape_kv)
+        dv_partial = torch.zeros_like(dk_partial)
+        delta = (o * d_o).sum(-1).contiguous()
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+
+        def compute(t):
+            prog.backward_stage(t, scale, q, k, v, k_pool, v_pool, d_o, lse, delta, dq, dk, dv, dk_partial,
+                                dv_partial)
     for t in range(plan.num_backward_stages):
         ops, incoming = [], []
         for _, block, src, row, rows in plan.stage_ops("backward", "kv_recv", t):
             ops.append(dist.P2POp(dist.irecv, k_pool[row:row + rows], plan._peer[src], plan.group, plan.tag(t, block, 0)))
             ops.append(dist.P2POp(dist.irecv, v_pool[row:row + rows], plan._peer[src], plan.group, plan.tag(t, block, 1)))
         for _, block, src, into_partial, row, rows in plan.stage_ops("backward", "dkv_recv", t):
-            bk, bv = k.new_empty((rows,) + shape_kv), k.new_empty((rows,) + shape_kv)
+            bk, bv = dk_partial.new_empty((rows,) + shape_kv), dk_partial.new_empty((rows,) + shape_kv)
             incoming.append((into_partial, row, rows, bk, bv))
             ops.append(dist.P2POp(dist.irecv, bk, plan._peer[src], plan.group, plan.tag(t, block, 2)))
             ops.append(dist.P2POp(dist.irecv, bv, plan._peer[src], plan.group, plan.tag(t, block, 3)))
@@ -382,8 +471,7 @@ def _backward_pass(plan: Plan, q, k, v, o, lse, d_o, scale):
                                   plan.tag(t, block, 2)))
             ops.append(dist.P2POp(dist.isend, dv_partial[row:row + rows], plan._peer[dst], plan.group,
                                   plan.tag(t, block, 3)))
-        _run_stage(ops, lambda: prog.backward_stage(t, scale, q, k, v, k_pool, v_pool, d_o, lse, delta, dq, dk, dv,
-                                                    dk_partial, dv_partial))
+        _run_stage(ops, lambda: compute(t), comm)
         # Sent partials are zeroed before received ones are added (a slot may be reused).
         for _, _, _, row, rows in sent:
             dk_partial[row:row + rows].zero_()
@@ -400,14 +488,15 @@ class _Attention(torch.autograd.Function):
     def forward(ctx, q, k, v, plan, layout, scale):
         start = time.perf_counter()
         dtype = q.dtype
-        q32, k32, v32 = (x.detach().to(torch.float32).contiguous() for x in (q, k, v))
+        kernel_dtype = torch.float32 if q.device.type == "cpu" else dtype
+        q32, k32, v32 = (x.detach().to(kernel_dtype).contiguous() for x in (q, k, v))
         if layout == "dataloader":
             # One all_to_all of q|k|v rows; this rank's own rows are placed
             # (and stage 0's calls on them run) while the others travel.
             widths = [plan.heads_q * plan.head_dim] + [plan.heads_kv * plan.head_dim] * 2
             rows = q32.shape[0]
             packed = torch.cat([x.reshape(rows, -1) for x in (q32, k32, v32)], dim=1)
-            send = packed.index_select(0, plan._in_send_rows)
+            send = packed.index_select(0, plan._rows("_in_send_rows", packed.device))
             recv = packed.new_empty((plan.local_rows, packed.shape[1]))
             work = dist.all_to_all_single(recv, send, output_split_sizes=plan._in_recv_counts,
                                           input_split_sizes=plan._in_send_counts, group=plan.group, async_op=True)
@@ -419,11 +508,12 @@ class _Attention(torch.autograd.Function):
 
             s_lo, r_lo = sum(plan._in_send_counts[:plan.rank]), sum(plan._in_recv_counts[:plan.rank])
             n_self = plan._in_send_counts[plan.rank]
-            place(plan._in_recv_rows[r_lo:r_lo + n_self], send[s_lo:s_lo + n_self])
+            recv_rows = plan._rows("_in_recv_rows", packed.device)
+            place(recv_rows[r_lo:r_lo + n_self], send[s_lo:s_lo + n_self])
 
             def finish():
                 work.wait()
-                place(plan._in_recv_rows, recv)
+                place(recv_rows, recv)
 
             q32, k32, v32 = qkv
             o, lse = _forward_pass(plan, q32, k32, v32, scale, finish_reshuffle=finish)
@@ -432,7 +522,7 @@ class _Attention(torch.autograd.Function):
             o, lse = _forward_pass(plan, q32, k32, v32, scale)
             out = o
         ctx.save_for_backward(q32, k32, v32, o, lse)
-        ctx.plan, ctx.layout, ctx.scale, ctx.dtype = plan, layout, scale, dtype
+        ctx.plan, ctx.layout, ctx.scale, ctx.dtype, ctx.kernel_dtype = plan, layout, scale, dtype, kernel_dtype
         out = out.to(dtype)
         _stats["calls"] += 1
         _stats["total_s"] += time.perf_counter() - start
@@ -443,7 +533,7 @@ class _Attention(torch.autograd.Function):
         start = time.perf_counter()
         plan, layout = ctx.plan, ctx.layout
         q, k, v, o, lse = ctx.saved_tensors
-        d_o = g.detach().to(torch.float32).contiguous()
+        d_o = g.detach().to(ctx.kernel_dtype).contiguous()
         if layout == "dataloader":
             d_o = _to_plan_layout(plan, d_o, count=True)
         dq, dk, dv = _backward_pass(plan, q, k, v, o, lse, d_o, ctx.scale)
@@ -468,7 +558,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Plan, lay
 
     q [rows, heads_q, head_dim], k, v [rows, heads_kv, head_dim], rows = the
     rank's dataloader shard (layout="dataloader") or plan.local_rows
-    (layout="plan"); float32 or bfloat16 (computed in float32), contiguous, CPU.
+    (layout="plan"); contiguous; on CPU float32 or bfloat16 (computed in
+    float32 by fcp's kernel), on CUDA bfloat16 or float16 (flash attention,
+    float32 merge; see docs/torch.md "CUDA").
     Returns o like q, in the same layout. Softmax scale 1/sqrt(head_dim) unless
     given. Bad input raises the same ValueError on every rank.
     """

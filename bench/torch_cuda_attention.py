@@ -1,0 +1,97 @@
+"""fcp.torch.attention on one GPU (a 1-worker plan, one rank of a
+cpu:gloo,cuda:nccl group) against the single-GPU kernel on the same packed
+batch: torch.nn.attention.varlen.varlen_attn over the batch's cu_seqlens
+(flash varlen, one launch), forward + backward, bfloat16.
+
+    python bench/torch_cuda_attention.py [--tokens 32768] [--steps 10] [--block-size 2048]
+
+Prints a markdown table, one row per mask: milliseconds per step (median of
+--steps after 3 warm-up steps, CUDA events), and fcp's time over the kernel's.
+The difference is fcp's per-stage gathers, the lse merge, the reshuffle
+(a no-op all_to_all with one rank) and the Python stage loop.
+"""
+
+import argparse
+import os
+import socket
+import statistics
+
+import torch
+import torch.distributed as dist
+
+
+def lengths_for(tokens):
+    """A long-tailed packed batch: halving lengths from tokens/2, the rest in 256-token sequences."""
+    out, n = [], tokens // 2
+    while n >= 256 and sum(out) + n <= tokens:
+        out.append(n)
+        n //= 2
+    while sum(out) + 256 <= tokens:
+        out.append(256)
+    if sum(out) < tokens:
+        out.append(tokens - sum(out))
+    return out
+
+
+def timed(fn, steps):
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(steps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokens", type=int, default=32768)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--block-size", type=int, default=2048)
+    ap.add_argument("--window", type=int, default=4096)
+    args = ap.parse_args()
+    import fcp.torch as ft
+    from torch.nn.attention.varlen import varlen_attn
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(s.getsockname()[1]))
+    torch.cuda.set_device(0)
+    dist.init_process_group("cpu:gloo,cuda:nccl", rank=0, world_size=1)
+    hq, hkv, d = 32, 8, 128
+    lengths = lengths_for(args.tokens)
+    total = sum(lengths)
+    cu = torch.tensor([0] + lengths).cumsum(0).to(torch.int32).cuda()
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v, do = (torch.randn(total, h, d, device="cuda", generator=g, dtype=torch.bfloat16)
+                   for h in (hq, hkv, hkv, hq))
+    print(f"{total} tokens in {len(lengths)} sequences (longest {max(lengths)}), heads {hq}/{hkv}, dim {d}, "
+          f"bf16, block {args.block_size}, {torch.cuda.get_device_name()}")
+    print("| mask | fcp.torch ms/step | varlen_attn ms/step | ratio |")
+    print("|---|---|---|---|")
+    for mask in ("causal", "full", "sliding_window"):
+        kw = dict(block_size=args.block_size, mask=mask, heads_q=hq, heads_kv=hkv, head_dim=d)
+        window = (-1, 0) if mask == "causal" else (-1, -1)
+        if mask == "sliding_window":
+            kw["window"] = args.window
+            window = (args.window - 1, 0)
+        plan = ft.plan(lengths, **kw)
+        leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+
+        def fcp_step():
+            ft.attention(*leaves, plan).backward(do)
+
+        def kernel_step():
+            varlen_attn(*leaves, cu, cu, max(lengths), max(lengths), window_size=window,
+                        enable_gqa=True).backward(do)
+        ms_fcp, ms_kernel = timed(fcp_step, args.steps), timed(kernel_step, args.steps)
+        print(f"| {mask} | {ms_fcp:.2f} | {ms_kernel:.2f} | {ms_fcp / ms_kernel:.2f} |")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
