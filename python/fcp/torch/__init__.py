@@ -271,33 +271,36 @@ def plan(lengths, group=None, **kw) -> Plan:
 # ---- layouts -------------------------------------------------------------------
 
 
-def _to_plan_layout(plan: Plan, x: torch.Tensor, count: bool = False) -> torch.Tensor:
-    """Dataloader rows -> plan rows (one all_to_all_single with uneven splits)."""
+def _reshuffle(plan: Plan, x: torch.Tensor, to_plan: bool, count: bool) -> torch.Tensor:
+    """One all_to_all_single with uneven splits between the two layouts.
+
+    The lowering's tables describe dataloader -> plan (rows sent from this
+    rank's shard, per-peer counts, and where received rows land); the way back
+    is the same tables with send and receive swapped."""
     start = time.perf_counter()
-    send = x.index_select(0, plan._rows("_in_send_rows", x.device))
-    recv = x.new_empty((plan.local_rows,) + tuple(x.shape[1:]))
-    dist.all_to_all_single(recv, send, output_split_sizes=plan._in_recv_counts,
-                           input_split_sizes=plan._in_send_counts, group=plan.group)
+    send_rows, recv_rows = ("_in_send_rows", "_in_recv_rows") if to_plan else ("_in_recv_rows", "_in_send_rows")
+    send_counts, recv_counts = ((plan._in_send_counts, plan._in_recv_counts) if to_plan
+                                else (plan._in_recv_counts, plan._in_send_counts))
+    out_rows = plan.local_rows if to_plan else plan.rows("dataloader")
+    send = x.index_select(0, plan._rows(send_rows, x.device))
+    recv = x.new_empty((out_rows,) + tuple(x.shape[1:]))
+    dist.all_to_all_single(recv, send, output_split_sizes=recv_counts,
+                           input_split_sizes=send_counts, group=plan.group)
     out = x.new_empty(recv.shape)
-    out.index_copy_(0, plan._rows("_in_recv_rows", x.device), recv)
+    out.index_copy_(0, plan._rows(recv_rows, x.device), recv)
     if count:
         _stats["reshuffle_s"] += time.perf_counter() - start
     return out
+
+
+def _to_plan_layout(plan: Plan, x: torch.Tensor, count: bool = False) -> torch.Tensor:
+    """Dataloader rows -> plan rows."""
+    return _reshuffle(plan, x, True, count)
 
 
 def _to_dataloader_layout(plan: Plan, x: torch.Tensor, count: bool = False) -> torch.Tensor:
-    """Plan rows -> dataloader rows: the reshuffle's tables reversed."""
-    start = time.perf_counter()
-    send = x.index_select(0, plan._rows("_in_recv_rows", x.device))
-    rows = plan.rows("dataloader")
-    recv = x.new_empty((rows,) + tuple(x.shape[1:]))
-    dist.all_to_all_single(recv, send, output_split_sizes=plan._in_send_counts,
-                           input_split_sizes=plan._in_recv_counts, group=plan.group)
-    out = x.new_empty(recv.shape)
-    out.index_copy_(0, plan._rows("_in_send_rows", x.device), recv)
-    if count:
-        _stats["reshuffle_s"] += time.perf_counter() - start
-    return out
+    """Plan rows -> dataloader rows."""
+    return _reshuffle(plan, x, False, count)
 
 
 def _check_rows(plan: Plan, x: torch.Tensor, rows: int, what: str) -> Optional[str]:
