@@ -13,10 +13,7 @@ import torch_cases  # noqa: E402  (after the skip)
 
 @pytest.fixture(scope="module")
 def attention_results():
-    payloads = torch_cases.spawn("attention")
-    for r, p in enumerate(payloads):
-        assert "ok" in p, f"rank {r} failed:\n{p.get('error')}"
-    return payloads[0]["ok"]
+    return torch_cases.spawn_ok("attention")[0]
 
 
 @pytest.mark.parametrize("case", torch_cases.ATTENTION_CASES, ids=lambda c: "-".join(map(str, c)))
@@ -32,10 +29,7 @@ def test_attention_matches_float64_reference(attention_results, case):
 
 @pytest.fixture(scope="module")
 def bad_input_results():
-    payloads = torch_cases.spawn("bad_input", timeout_s=120)
-    for r, p in enumerate(payloads):
-        assert "ok" in p, f"rank {r} failed:\n{p.get('error')}"
-    return [p["ok"] for p in payloads]
+    return torch_cases.spawn_ok("bad_input", timeout_s=120)
 
 
 @pytest.mark.parametrize("case, expected", [

@@ -60,9 +60,7 @@ def test_flash_launch_matches_the_dense_stand_in(left, right):
 
 @pytest.fixture(scope="module")
 def attention_results():
-    payloads = torch_cases.spawn("attention_cuda", world=1)
-    assert "ok" in payloads[0], f"rank 0 failed:\n{payloads[0].get('error')}"
-    return payloads[0]["ok"]
+    return torch_cases.spawn_ok("attention_cuda", world=1)[0]
 
 
 @pytest.mark.parametrize("case", torch_cases.CUDA_ATTENTION_CASES, ids=lambda c: "-".join(map(str, c)))
@@ -75,6 +73,5 @@ def test_attention_on_cuda_matches_float64(attention_results, case):
 
 
 def test_float32_on_cuda_is_refused_with_a_clear_error():
-    payloads = torch_cases.spawn("float32_cuda", world=1, timeout_s=120)
-    assert "ok" in payloads[0], payloads[0].get("error")
-    assert "expected torch.bfloat16 or torch.float16 on cuda" in payloads[0]["ok"]
+    message = torch_cases.spawn_ok("float32_cuda", world=1, timeout_s=120)[0]
+    assert "expected torch.bfloat16 or torch.float16 on cuda" in message

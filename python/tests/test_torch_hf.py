@@ -17,10 +17,7 @@ import torch_hf_cases  # noqa: E402
 
 @pytest.fixture(scope="module")
 def hf_results():
-    payloads = torch_cases.spawn("hf", timeout_s=300)
-    for r, p in enumerate(payloads):
-        assert "ok" in p, f"rank {r} failed:\n{p.get('error')}"
-    return [p["ok"] for p in payloads]
+    return torch_cases.spawn_ok("hf", timeout_s=300)
 
 
 @pytest.mark.parametrize("case", torch_hf_cases.CASES, ids=lambda c: "-".join(c))

@@ -223,3 +223,11 @@ def spawn(what, world=4, timeout_s=300):
                 p.kill()
             raise TimeoutError(f"{what}: ranks still running after {timeout_s} s (a hang)")
     return [torch.load(f"{path}.{r}") for r in range(world)]
+
+
+def spawn_ok(what, world=4, timeout_s=300):
+    """spawn(), then fails naming the first rank that raised; returns each rank's result."""
+    payloads = spawn(what, world=world, timeout_s=timeout_s)
+    for r, p in enumerate(payloads):
+        assert "ok" in p, f"rank {r} failed:\n{p.get('error')}"
+    return [p["ok"] for p in payloads]
