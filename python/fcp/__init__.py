@@ -20,9 +20,9 @@ command line prints; ``TypeError`` for arguments of the wrong type.
 
 from __future__ import annotations
 
-import difflib
+import difflib as _difflib
 import importlib.metadata as _metadata
-import inspect
+import inspect as _inspect
 import json
 import operator
 import os
@@ -399,7 +399,7 @@ def _planner_options(options: dict) -> dict:
         if name not in _OPTIONS or name in _EXPLICIT:
             known = sorted([k for k in _OPTIONS if k not in _EXPLICIT] +
                            ["mask", "window", "token_cap", "planner", "check"])
-            close = difflib.get_close_matches(name, known, n=3)
+            close = _difflib.get_close_matches(name, known, n=3)
             hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
             raise TypeError(f"plan: unknown keyword {name!r} ({hint}keywords: {', '.join(known)})")
         if value is not None:
@@ -436,15 +436,18 @@ def plan(lengths: Iterable[int], workers: int, *, mask: str = "causal",
 
 def _document_plan_options():
     """Appends the table's keywords to fcp.plan's docstring and signature, so
-    that help(fcp.plan) lists every one with its default."""
+    that help(fcp.plan) lists every one with its default (passing None also
+    means the default)."""
     rows = [f"    {keyword} ({kind}, default {default!r}): {text}"
             for keyword, (_field, kind, default, text) in _OPTIONS.items()
             if keyword not in _EXPLICIT]
-    plan.__doc__ += "\n    Planner settings:\n\n" + "\n".join(rows) + "\n"
-    signature = inspect.signature(plan)
+    if plan.__doc__ is not None:  # None under python -OO
+        plan.__doc__ += "\n    Planner settings:\n\n" + "\n".join(rows) + "\n"
+    signature = _inspect.signature(plan)
     parameters = [p for p in signature.parameters.values() if p.kind != p.VAR_KEYWORD]
-    parameters += [inspect.Parameter(keyword, inspect.Parameter.KEYWORD_ONLY, default=None)
-                   for keyword in _OPTIONS if keyword not in _EXPLICIT]
+    parameters += [_inspect.Parameter(keyword, _inspect.Parameter.KEYWORD_ONLY, default=default)
+                   for keyword, (_field, _kind, default, _text) in _OPTIONS.items()
+                   if keyword not in _EXPLICIT]
     plan.__signature__ = signature.replace(parameters=parameters)
 
 
