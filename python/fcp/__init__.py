@@ -397,8 +397,9 @@ def _planner_options(options: dict) -> dict:
     converted = {}
     for name, value in options.items():
         if name not in _OPTIONS or name in _EXPLICIT:
-            known = sorted([k for k in _OPTIONS if k not in _EXPLICIT] +
-                           ["mask", "window", "token_cap", "planner", "check"])
+            # Every keyword fcp.plan takes: its signature (with the table's rows).
+            known = sorted(k for k, p in _inspect.signature(plan).parameters.items()
+                           if k != "lengths" and p.kind != p.VAR_KEYWORD)
             close = _difflib.get_close_matches(name, known, n=3)
             hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
             raise TypeError(f"plan: unknown keyword {name!r} ({hint}keywords: {', '.join(known)})")

@@ -103,12 +103,13 @@ def test_bad_arguments(kwargs, error, message):
 
 @pytest.mark.parametrize("keyword,close", [
     ("heavy_fracton", "'heavy_fraction'"), ("blocksize", "'block_size'"), ("zzz", None),
-    ("local_search_rounds", "'local_search'"),
+    ("local_search_rounds", "'local_search'"), ("workerz", "'workers'"),
 ])
 def test_an_unknown_keyword_is_named_with_the_closest_ones(keyword, close):
     with pytest.raises(TypeError, match=f"plan: unknown keyword '{keyword}'") as info:
         fcp.plan(LENGTHS, workers=2, **{keyword: 1})
     assert "keywords: block_size, check," in str(info.value)
+    assert str(info.value).endswith(", window, workers)")
     if close:
         assert f"did you mean {close}" in str(info.value)
     else:
