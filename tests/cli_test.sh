@@ -114,6 +114,10 @@ case_happy_paths() {
   [[ $(awk -F, '{print NF}' "$tmp/compare.csv" | sort -u | wc -l) -eq 1 ]] || fail "compare: ragged CSV rows"
   expect 0 "compare in balance mode" -- compare --workers 4 --tokens-per-worker 2048 \
     --max-len 8192 --block-size 256 --planners fcp --network-flops-per-byte 0
+  # compare takes the planner's flags from the same table as plan.
+  expect 0 "compare with more planner flags" -- compare --workers 4 --tokens-per-worker 2048 \
+    --max-len 8192 --block-size 256 --planners fcp --node-workers 2 --local-search 0 --heads-q 8 \
+    --heads-kv 2
   expect 0 "plan in balance mode" -- plan --lengths "$tmp/lengths.txt" --workers 4 \
     --block-size 256 --network-flops-per-byte 0 --out "$tmp/balanced.json"
   contains "plan records its options" "$tmp/balanced.json" '"network_flops_per_byte": 0.0'
@@ -227,6 +231,10 @@ case_other_errors() {
   contains "negative rescue limit" "$tmp/stderr" "rescue_max_split must be >= 0"
   expect 2 "compare: negative network ratio" -- compare --workers 2 --planners fcp \
     --network-flops-per-byte -1
+  expect 2 "compare: a bad planner flag" -- compare --workers 2 --planners fcp --node-workers 0
+  contains "compare: a bad planner flag" "$tmp/stderr" "node_workers must be >= 1, got 0"
+  expect 2 "compare: a worker count < 1 in the list" -- compare --workers 2,0 --planners fcp
+  contains "compare: --workers 2,0" "$tmp/stderr" "--workers: Value 0 not in range 1 to"
   [[ -e "$tmp/x.json" ]] && fail "a failed plan command left $tmp/x.json behind"
 }
 

@@ -45,6 +45,9 @@
 
 namespace fcp {
 
+// Every scalar field has a row in the table of fcp/planner_options.h, which
+// makes its CLI flag, Python keyword, range check and recorded option: a new
+// knob is a field here and a row there.
 struct PlannerConfig {
   int32_t workers = 8;
   int64_t block_size = 4096;  // tokens per block (>= 1)
@@ -134,7 +137,8 @@ Plan PlanHeader(const std::vector<int64_t>& lengths, const PlannerConfig& config
                 const std::string& planner);
 
 // The settings MakeFcpPlan records in plan.planner_options beyond the header
-// fields, (name, value) sorted by name; PlannerConfigOf reads them back.
+// fields (the table's recorded rows, fcp/planner_options.h), (name, value)
+// sorted by name; PlannerConfigOf reads them back. Both in planner_options.cpp.
 std::vector<std::pair<std::string, double>> RecordedPlannerOptions(const PlannerConfig& config);
 
 // The config that re-makes `plan`: the inverse of PlanHeader, plus the

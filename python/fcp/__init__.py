@@ -20,7 +20,9 @@ command line prints; ``TypeError`` for arguments of the wrong type.
 
 from __future__ import annotations
 
+import difflib as _difflib
 import importlib.metadata as _metadata
+import inspect as _inspect
 import json
 import operator
 import os
@@ -379,56 +381,78 @@ class Plan:
         return worker
 
 
-def plan(lengths: Iterable[int], workers: int, block_size: int = 4096, coalesce: int = 16,
-         mask: str = "causal", window: Optional[int] = None, heads_q: int = 64, heads_kv: int = 8,
-         head_dim: int = 128, dtype_bytes: int = 2, token_cap: Optional[int] = None,
-         planner: str = "fcp", check: bool = False, heavy_fraction: Optional[float] = None,
-         max_split: Optional[int] = None, local_search: Optional[int] = None,
-         network_flops_per_byte: Optional[float] = None,
-         max_imbalance: Optional[float] = None,
-         reshuffle_locality: Optional[bool] = None,
-         rescue_max_split: Optional[int] = None,
-         traffic_leveling: Optional[bool] = None) -> Plan:
+# The planner's settings, one row each, from the library's table
+# (include/fcp/planner_options.h): keyword -> (field, type, default, help).
+# fcp.plan takes every one as a keyword; the CLI's flags come from the same rows.
+_OPTIONS = {keyword: (field, kind, default, text)
+            for keyword, field, kind, default, text, _recorded in _fcp.planner_options()}
+_CONVERT = {"int": _int, "float": _float, "bool": _bool}
+# Keywords fcp.plan spells out itself, for their Python meaning.
+_EXPLICIT = ("workers", "token_cap")
+
+
+def _planner_options(options: dict) -> dict:
+    """The table's keywords converted to their types; None keeps the default.
+    An unknown keyword is a TypeError naming it and the closest known ones."""
+    converted = {}
+    for name, value in options.items():
+        if name not in _OPTIONS or name in _EXPLICIT:
+            # Every keyword fcp.plan takes: its signature (with the table's rows).
+            known = sorted(k for k, p in _inspect.signature(plan).parameters.items()
+                           if k != "lengths" and p.kind != p.VAR_KEYWORD)
+            close = _difflib.get_close_matches(name, known, n=3)
+            hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
+            raise TypeError(f"plan: unknown keyword {name!r} ({hint}keywords: {', '.join(known)})")
+        if value is not None:
+            converted[name] = _CONVERT[_OPTIONS[name][1]](name, value)
+    return converted
+
+
+def plan(lengths: Iterable[int], workers: int, *, mask: str = "causal",
+         window: Optional[int] = None, token_cap: Optional[int] = None, planner: str = "fcp",
+         check: bool = False, **options) -> Plan:
     """Plans one batch: the same as ``fcp plan`` with the same arguments.
 
     lengths: one positive int per sequence, in dataloader order (list or numpy array).
-    workers: N. block_size: tokens per block. coalesce: colours per stage (c).
-    mask: 'causal', 'full' or 'sliding_window' (needs ``window``).
-    heads_q, heads_kv, head_dim, dtype_bytes: the attention layer's shape.
+    workers: N. mask: 'causal', 'full' or 'sliding_window' (needs ``window``).
     token_cap: most tokens per worker (None: ceil(T/N)).
     planner: see :func:`planners`. check: validate the result (debug self-check).
-    heavy_fraction, max_split, local_search, network_flops_per_byte,
-    max_imbalance, reshuffle_locality, rescue_max_split, traffic_leveling:
-    the FCP planner's tuning knobs (``--heavy-fraction``, ``--max-split``, ``--local-search``,
-    ``--network-flops-per-byte`` (0: balance mode), ``--max-imbalance``
-    (>= 1: time mode), ``--reshuffle-locality`` (False when the training loop
-    feeds tokens in the plan's layout), ``--rescue-max-split`` (0: no
-    re-planning of plans outside the bound), ``--traffic-leveling``;
-    docs/planner.md); None keeps
-    the library's default.
-    The GIL is released while the planner runs.
+    options: the planner's settings below, each the ``fcp plan`` flag of the
+    same name (``block_size`` is ``--block-size``); None keeps the default
+    (docs/planner.md, "Knobs"). The GIL is released while the planner runs.
     """
     mask = _str("mask", mask)
     if mask == "sliding_window" and window is None:
         raise ValueError("plan: mask='sliding_window' needs window=W")
+    options = _planner_options(options)
+    options["workers"] = _int("workers", workers)
+    if token_cap is not None:
+        options["token_cap"] = _token_cap(token_cap)
     # Lists and tuples are read in C++ directly; anything else via numpy.
     if type(lengths) not in (list, tuple):
         lengths = _lengths(lengths)
-    return Plan(_fcp.plan(
-        lengths, _int("workers", workers), _int("block_size", block_size),
-        _int("coalesce", coalesce), mask, 0 if window is None else _int("window", window),
-        _int("heads_q", heads_q), _int("heads_kv", heads_kv), _int("head_dim", head_dim),
-        _int("dtype_bytes", dtype_bytes), 0 if token_cap is None else _token_cap(token_cap),
-        _str("planner", planner), _bool("check", check),
-        None if heavy_fraction is None else _float("heavy_fraction", heavy_fraction),
-        None if max_split is None else _int("max_split", max_split),
-        None if local_search is None else _int("local_search", local_search),
-        None if network_flops_per_byte is None else _float("network_flops_per_byte",
-                                                           network_flops_per_byte),
-        None if max_imbalance is None else _float("max_imbalance", max_imbalance),
-        None if reshuffle_locality is None else _bool("reshuffle_locality", reshuffle_locality),
-        None if rescue_max_split is None else _int("rescue_max_split", rescue_max_split),
-        None if traffic_leveling is None else _bool("traffic_leveling", traffic_leveling)))
+    return Plan(_fcp.plan(lengths, mask, 0 if window is None else _int("window", window),
+                          _str("planner", planner), _bool("check", check), options))
+
+
+def _document_plan_options():
+    """Appends the table's keywords to fcp.plan's docstring and signature, so
+    that help(fcp.plan) lists every one with its default (passing None also
+    means the default)."""
+    rows = [f"    {keyword} ({kind}, default {default!r}): {text}"
+            for keyword, (_field, kind, default, text) in _OPTIONS.items()
+            if keyword not in _EXPLICIT]
+    if plan.__doc__ is not None:  # None under python -OO
+        plan.__doc__ += "\n    Planner settings:\n\n" + "\n".join(rows) + "\n"
+    signature = _inspect.signature(plan)
+    parameters = [p for p in signature.parameters.values() if p.kind != p.VAR_KEYWORD]
+    parameters += [_inspect.Parameter(keyword, _inspect.Parameter.KEYWORD_ONLY, default=default)
+                   for keyword, (_field, _kind, default, _text) in _OPTIONS.items()
+                   if keyword not in _EXPLICIT]
+    plan.__signature__ = signature.replace(parameters=parameters)
+
+
+_document_plan_options()
 
 
 def simulate(plan: Plan, profile: str = "gpu-x", reshuffle: str = "overlap",

@@ -26,6 +26,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include <nanobind/nanobind.h>
@@ -38,6 +39,7 @@
 #include "fcp/plan.h"
 #include "fcp/plan_metrics.h"
 #include "fcp/planner.h"
+#include "fcp/planner_options.h"
 #include "fcp/simulator.h"
 #include "fcp/token_permutation.h"
 #include "fcp/workload.h"
@@ -267,42 +269,36 @@ std::vector<int64_t> LengthsFrom(nb::handle lengths) {
   return std::vector<int64_t>(array.data(), array.data() + array.shape(0));
 }
 
-std::unique_ptr<PlanHandle> MakePlanHandle(nb::handle lengths, int64_t workers, int64_t block_size,
-                                           int64_t coalesce, const std::string& mask,
-                                           int64_t window, int64_t heads_q, int64_t heads_kv,
-                                           int64_t head_dim, int64_t dtype_bytes,
-                                           int64_t token_cap, const std::string& planner,
-                                           bool check, std::optional<double> heavy_fraction,
-                                           std::optional<int64_t> max_split,
-                                           std::optional<int64_t> local_search,
-                                           std::optional<double> network_flops_per_byte,
-                                           std::optional<double> max_imbalance,
-                                           std::optional<bool> reshuffle_locality,
-                                           std::optional<int64_t> rescue_max_split,
-                                           std::optional<bool> traffic_leveling) {
+// fcp.plan's keywords from the planner's table (fcp/planner_options.h), each
+// already converted by fcp.plan to the row's Python type (int, float, bool),
+// set on `config`; a 32-bit field is checked rather than truncated.
+void SetPlannerOptions(PlannerConfig& config, const nb::dict& options) {
+  for (const auto& [key, value] : options) {
+    const std::string keyword = nb::cast<std::string>(key);
+    const PlannerOption* option = FindPlannerOption(keyword);
+    if (option == nullptr || PythonKeyword(*option) != keyword)
+      throw nb::type_error(("plan: unknown keyword '" + keyword + "'").c_str());
+    std::visit(
+        [&](auto field) {
+          using T = std::remove_reference_t<decltype(field(config))>;
+          if constexpr (std::is_same_v<T, int32_t>)
+            field(config) = ToInt32("plan", keyword.c_str(), nb::cast<int64_t>(value));
+          else
+            field(config) = nb::cast<T>(value);
+        },
+        option->ref);
+  }
+}
+
+std::unique_ptr<PlanHandle> MakePlanHandle(nb::handle lengths, const std::string& mask,
+                                           int64_t window, const std::string& planner, bool check,
+                                           const nb::dict& options) {
   PlannerConfig config;
-  config.workers = ToInt32("plan", "workers", workers);
-  config.block_size = block_size;
-  config.coalesce = ToInt32("plan", "coalesce", coalesce);
   config.mask.kind = ParseMaskKind(mask);
   config.mask.window = window;
-  config.attention.heads_q = ToInt32("plan", "heads_q", heads_q);
-  config.attention.heads_kv = ToInt32("plan", "heads_kv", heads_kv);
-  config.attention.head_dim = ToInt32("plan", "head_dim", head_dim);
-  config.attention.dtype_bytes = ToInt32("plan", "dtype_bytes", dtype_bytes);
-  config.token_cap = token_cap;
   config.planner = planner;
   config.self_check = check;
-  // FCP tuning knobs: unset keeps the library's default.
-  if (heavy_fraction) config.heavy_fraction = *heavy_fraction;
-  if (max_split) config.max_split = ToInt32("plan", "max_split", *max_split);
-  if (local_search) config.local_search_rounds = ToInt32("plan", "local_search", *local_search);
-  if (network_flops_per_byte) config.network_flops_per_byte = *network_flops_per_byte;
-  if (max_imbalance) config.max_imbalance = *max_imbalance;
-  if (reshuffle_locality) config.reshuffle_locality = *reshuffle_locality;
-  if (rescue_max_split)
-    config.rescue_max_split = ToInt32("plan", "rescue_max_split", *rescue_max_split);
-  if (traffic_leveling) config.traffic_leveling = *traffic_leveling;
+  SetPlannerOptions(config, options);  // unset keywords keep the library's defaults
   const std::vector<int64_t> values = LengthsFrom(lengths);
   return WithoutGil([&] {
     const auto start = std::chrono::steady_clock::now();
@@ -311,6 +307,19 @@ std::unique_ptr<PlanHandle> MakePlanHandle(nb::handle lengths, int64_t workers, 
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return std::make_unique<PlanHandle>(std::move(plan), /*known_valid=*/true, seconds);
   });
+}
+
+// The table's rows for fcp.plan: (keyword, field, type, default, help, recorded).
+nb::list PlannerOptionRows() {
+  nb::list rows;
+  PlannerConfig defaults;
+  for (const PlannerOption& o : PlannerOptions()) {
+    const nb::object value =
+        std::visit([&](auto field) { return nb::cast(field(defaults)); }, o.ref);
+    rows.append(nb::make_tuple(PythonKeyword(o), o.field, OptionTypeName(o), value, o.help,
+                               o.recorded));
+  }
+  return rows;
 }
 
 nb::dict MetricsDict(const PlanMetrics& m) {
@@ -384,15 +393,15 @@ PyObject* PythonTypeFor(const ExceptionTypes& types, ErrorCode code) {
   return PyExc_RuntimeError;
 }
 
-}  // namespace
-}  // namespace fcp::python
-
-NB_MODULE(_fcp, m) {
-  using namespace fcp;
-  using namespace fcp::python;
-  m.doc() = "Native core of the fcp Python module (use the 'fcp' package).";
-
+// Exception types of the module, created at import; the translator maps each
+// fcp::Error code to one (PythonTypeFor).
+ExceptionTypes& Exceptions() {
   static ExceptionTypes types;
+  return types;
+}
+
+void RegisterExceptions(nb::module_& m) {
+  ExceptionTypes& types = Exceptions();
   const auto new_type = [&m](const char* name, const char* doc) {
     PyObject* type = PyErr_NewExceptionWithDoc((std::string("fcp.") + name).c_str(), doc,
                                                PyExc_ValueError, nullptr);
@@ -400,19 +409,26 @@ NB_MODULE(_fcp, m) {
     m.attr(name) = nb::handle(type);  // the module keeps the reference for good
     return type;
   };
-  types.invalid_plan = new_type("InvalidPlanError", "A plan that breaks a rule of the plan format.");
-  types.infeasible = new_type("InfeasibleError", "Valid inputs that admit no plan (e.g. token_cap too small).");
+  types.invalid_plan =
+      new_type("InvalidPlanError", "A plan that breaks a rule of the plan format.");
+  types.infeasible =
+      new_type("InfeasibleError", "Valid inputs that admit no plan (e.g. token_cap too small).");
   types.parse = new_type("ParseError", "Malformed plan JSON.");
   nb::register_exception_translator(
       [](const std::exception_ptr& p, void*) {
         try {
           std::rethrow_exception(p);
         } catch (const Error& e) {
-          PyErr_SetString(PythonTypeFor(types, e.code()), e.what());
+          PyErr_SetString(PythonTypeFor(Exceptions(), e.code()), e.what());
         }
       });
+}
 
-  nb::class_<PlanHandle>(m, "PlanHandle", "One plan, owned by C++; use fcp.Plan.")
+using PlanClass = nb::class_<PlanHandle>;
+
+// The header fields, counts, validation and serialisation of a plan.
+void BindPlanHeader(PlanClass& cls) {
+  cls
       .def_prop_ro("planner", [](PlanHandle& h) { return h.plan().planner; })
       .def_prop_ro("workers", [](PlanHandle& h) { return h.plan().workers; })
       .def_prop_ro("mask", [](PlanHandle& h) { return std::string(MaskKindName(h.plan().mask.kind)); })
@@ -455,7 +471,12 @@ NB_MODULE(_fcp, m) {
                h.Validate({.forbid_redundant_transfers = forbid_redundant_transfers});
                return 0;
              });
-           })
+           });
+}
+
+// Blocks, segments and stages: read-only views into the plan.
+void BindPlanArrays(PlanClass& cls) {
+  cls
       .def("sequences",
            [](PlanHandle& h) { return VectorView(h.plan().sequences, nb::find(&h)); })
       .def("block_owner",
@@ -502,7 +523,12 @@ NB_MODULE(_fcp, m) {
            [](PlanHandle& h, int64_t stage) {
              const auto& c = StageAt(h.plan().backward, stage, "backward").compute;
              return View(reinterpret_cast<const int32_t*>(c.data()), c.size(), 2, nb::find(&h));
-           })
+           });
+}
+
+// Plan-wide and per-worker metrics, and the text of `fcp inspect`.
+void BindPlanMetrics(PlanClass& cls) {
+  cls
       .def("metrics",
            [](PlanHandle& h) {
              const PlanMetrics& m = WithoutGil([&]() -> const PlanMetrics& { return h.metrics(); });
@@ -531,7 +557,12 @@ NB_MODULE(_fcp, m) {
              return WithoutGil([&] {
                return FormatPlanSummary(h.plan(), h.metrics(), h.planning_seconds());
              });
-           })
+           });
+}
+
+// Where every token lives: the plan's token permutation and its inverse.
+void BindTokenLayout(PlanClass& cls) {
+  cls
       .def("token_order",
            [](PlanHandle& h) {
              return VectorView(WithoutGil([&]() -> const auto& { return h.order(); }), nb::find(&h));
@@ -562,15 +593,12 @@ NB_MODULE(_fcp, m) {
         TokenLayout::Placement p = WithoutGil([&] { return h.layout().Place(begin, end); });
         return nb::make_tuple(OwnedArray(std::move(p.owner)), OwnedArray(std::move(p.index)));
       });
+}
 
-  m.def("plan", &MakePlanHandle, nb::arg("lengths"), nb::arg("workers"), nb::arg("block_size"),
-        nb::arg("coalesce"), nb::arg("mask"), nb::arg("window"), nb::arg("heads_q"),
-        nb::arg("heads_kv"), nb::arg("head_dim"), nb::arg("dtype_bytes"), nb::arg("token_cap"),
-        nb::arg("planner"), nb::arg("check"), nb::arg("heavy_fraction").none(),
-        nb::arg("max_split").none(), nb::arg("local_search").none(),
-        nb::arg("network_flops_per_byte").none(), nb::arg("max_imbalance").none(),
-        nb::arg("reshuffle_locality").none(), nb::arg("rescue_max_split").none(),
-        nb::arg("traffic_leveling").none());
+// Making plans: the planner, parsing, and the tables fcp.plan is built from.
+void BindPlanning(nb::module_& m) {
+  m.def("plan", &MakePlanHandle, nb::arg("lengths"), nb::arg("mask"), nb::arg("window"),
+        nb::arg("planner"), nb::arg("check"), nb::arg("options"));
 
   m.def("from_json", [](const std::string& text) {
     return WithoutGil([&] {
@@ -579,6 +607,16 @@ NB_MODULE(_fcp, m) {
     });
   });
 
+  m.def("planners", [] {
+    nb::list out;
+    for (const PlannerInfo& p : Planners()) out.append(nb::make_tuple(p.name, p.description));
+    return out;
+  });
+
+  m.def("planner_options", &PlannerOptionRows);
+}
+
+void BindSimulate(nb::module_& m) {
   // The result crosses as SimResultJson's text, the exact JSON of
   // `fcp simulate --json --per-worker`, so both stay one definition.
   m.def(
@@ -601,19 +639,9 @@ NB_MODULE(_fcp, m) {
       nb::arg("plan"), nb::arg("profile"), nb::arg("reshuffle"), nb::arg("transfers"),
       nb::arg("dkv_bytes"),
       nb::arg("trace").none());
+}
 
-  RegisterProgramBindings(m, [](nb::handle h) -> const Plan& {
-    PlanHandle& handle = nb::cast<PlanHandle&>(h);
-    handle.EnsureValid();
-    return handle.plan();
-  });
-
-  m.def("planners", [] {
-    nb::list out;
-    for (const PlannerInfo& p : Planners()) out.append(nb::make_tuple(p.name, p.description));
-    return out;
-  });
-
+void BindWorkload(nb::module_& m) {
   m.def("workload",
         [](const std::string& dist, int64_t workers, int64_t tokens_per_worker, int64_t max_len,
            int64_t min_len, double mu, double sigma, uint64_t seed) {
@@ -630,4 +658,27 @@ NB_MODULE(_fcp, m) {
         },
         nb::arg("dist"), nb::arg("workers"), nb::arg("tokens_per_worker"), nb::arg("max_len"),
         nb::arg("min_len"), nb::arg("mu"), nb::arg("sigma"), nb::arg("seed"));
+}
+
+}  // namespace
+}  // namespace fcp::python
+
+NB_MODULE(_fcp, m) {
+  using namespace fcp;
+  using namespace fcp::python;
+  m.doc() = "Native core of the fcp Python module (use the 'fcp' package).";
+  RegisterExceptions(m);
+  PlanClass plan_class(m, "PlanHandle", "One plan, owned by C++; use fcp.Plan.");
+  BindPlanHeader(plan_class);
+  BindPlanArrays(plan_class);
+  BindPlanMetrics(plan_class);
+  BindTokenLayout(plan_class);
+  BindPlanning(m);
+  BindSimulate(m);
+  RegisterProgramBindings(m, [](nb::handle h) -> const Plan& {
+    PlanHandle& handle = nb::cast<PlanHandle&>(h);
+    handle.EnsureValid();
+    return handle.plan();
+  });
+  BindWorkload(m);
 }

@@ -38,6 +38,7 @@ CONFIGS = [
     ({"workers": 9, "rescue_max_split": 0}, ["--rescue-max-split", 0]),
     ({"workers": 9, "reshuffle_locality": False}, ["--reshuffle-locality", "false"]),
     ({"workers": 9, "traffic_leveling": False}, ["--traffic-leveling", "false"]),
+    ({"workers": 9, "node_workers": 2}, ["--node-workers", 2]),
     *[({"workers": 8, "planner": name}, ["--planner", name])
       for name in ["ring", "bytescale", "wlb", "magi", "fcp-nocoalesce"]],
 ]
@@ -60,6 +61,21 @@ def test_plan_json_is_byte_identical_to_cli(fcp_planner, cli, tmp_path, kwargs, 
     assert fcp.plan(list(map(int, lengths)), **kwargs) == plan
     assert plan.planning_seconds is not None and plan.planning_seconds >= 0
     plan.validate()
+
+
+def test_every_planner_setting_is_a_keyword_and_a_flag(cli):
+    """One table (include/fcp/planner_options.h) makes both: each row is a
+    keyword of fcp.plan and the flag of the same name, and its default is the
+    plan's when the keyword is left out."""
+    help_text = run_cli(cli, "plan", "--help").stdout
+    lengths = [5000, 300, 20000, 7]
+    default = fcp.plan(lengths, workers=4)
+    for keyword, _field, _kind, value, text, _recorded in fcp._fcp.planner_options():
+        assert f"--{keyword.replace('_', '-')} " in help_text and text in help_text, keyword
+        if keyword in ("workers", "token_cap"):  # spelled out by fcp.plan (token_cap: None)
+            continue
+        assert fcp.plan(lengths, workers=4, **{keyword: value}) == default, keyword
+        assert f"    {keyword} (" in fcp.plan.__doc__, keyword
 
 
 def _without_timing(text):

@@ -101,6 +101,26 @@ def test_bad_arguments(kwargs, error, message):
         fcp.plan(LENGTHS, **kwargs)
 
 
+@pytest.mark.parametrize("keyword,close", [
+    ("heavy_fracton", "'heavy_fraction'"), ("blocksize", "'block_size'"), ("zzz", None),
+    ("local_search_rounds", "'local_search'"), ("workerz", "'workers'"),
+])
+def test_an_unknown_keyword_is_named_with_the_closest_ones(keyword, close):
+    with pytest.raises(TypeError, match=f"plan: unknown keyword '{keyword}'") as info:
+        fcp.plan(LENGTHS, workers=2, **{keyword: 1})
+    assert "keywords: block_size, check," in str(info.value)
+    assert str(info.value).endswith(", window, workers)")
+    if close:
+        assert f"did you mean {close}" in str(info.value)
+    else:
+        assert "did you mean" not in str(info.value)
+
+
+def test_settings_are_keyword_only():
+    with pytest.raises(TypeError):
+        fcp.plan(LENGTHS, 2, 1024)
+
+
 def test_numpy_integer_arguments_are_accepted(fcp_planner):
     plan = fcp.plan(np.array([4096, 100], dtype=np.int32), workers=np.int64(2), block_size=np.int16(512))
     assert plan.workers == 2 and plan.block_size == 512

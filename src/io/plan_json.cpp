@@ -284,21 +284,16 @@ struct StreamedArray {
   std::optional<Error> error;  // the first malformed element
 };
 
-}  // namespace
+using StreamedArrays = std::array<StreamedArray, 4>;
 
-Plan ReadPlanJson(const std::string& text) {
-  Plan plan;
-  std::array<StreamedArray, 4> arrays = {{
-      {"sequences",
-       [](const json& v, const std::string& where, Plan& p) { p.sequences.push_back(Int(v, where)); }, {}},
-      {"blocks", ReadBlock, {}},
-      {"forward", ReadForwardStage, {}},
-      {"backward", ReadBackwardStage, {}},
-  }};
-  const std::vector<std::string> names = {"sequences", "blocks", "forward", "backward"};
+// Parses `text`, reading the streamed arrays' elements into `plan` as they
+// come; returns the rest of the document.
+json ParsePlanDocument(const std::string& text, StreamedArrays& arrays, Plan& plan) {
+  std::vector<std::string> names;
+  for (const StreamedArray& a : arrays) names.push_back(a.name);
   json doc;
   try {
-    doc = detail::ParseJsonStreaming(text, names, [&](const std::string& key, size_t i, json&& element) {
+    const auto read = [&](const std::string& key, size_t i, json&& element) {
       for (StreamedArray& a : arrays) {
         if (key != a.name || a.error) continue;
         try {
@@ -307,52 +302,93 @@ Plan ReadPlanJson(const std::string& text) {
           a.error = e;
         }
       }
-    });
+    };
+    doc = detail::ParseJsonStreaming(text, names, read);
   } catch (const detail::JsonTextError& e) {
     throw Error(ErrorCode::kParse, std::string("plan: not valid JSON: ") + e.what());
   }
   if (!doc.is_object()) throw Error(ErrorCode::kParse, "plan: top level must be a JSON object");
+  return doc;
+}
+
+void ReadFormat(const json& doc) {
   const json& format = Field(doc, "format", "");
-  if (format != "fcp-plan") ParseFail("format", "must be \"fcp-plan\", got " + detail::QuoteJson(format));
+  if (format != "fcp-plan")
+    ParseFail("format", "must be \"fcp-plan\", got " + detail::QuoteJson(format));
   const int64_t version = Int(Field(doc, "version", ""), "version");
   if (version != 1) ParseFail("version", "must be 1, got " + std::to_string(version));
+}
 
-  const json& planner = Field(doc, "planner", "");
-  if (!planner.is_string()) ParseFail("planner", "must be a string");
-  plan.planner = planner.get<std::string>();
-  plan.workers = Int32(Field(doc, "workers", ""), "workers");
-
+Mask ReadMask(const json& doc) {
   const json& mask = Field(doc, "mask", "");
   if (!mask.is_object()) ParseFail("mask", "must be an object");
   const json& kind = Field(mask, "kind", "mask");
   if (!kind.is_string()) ParseFail("mask.kind", "must be a string");
+  Mask result;
   try {
-    plan.mask.kind = ParseMaskKind(kind.get<std::string>());
+    result.kind = ParseMaskKind(kind.get<std::string>());
   } catch (const Error& e) {
     ParseFail("mask.kind", std::string("is invalid: ") + e.what());
   }
-  if (plan.mask.kind == MaskKind::kSlidingWindow)
-    plan.mask.window = Int(Field(mask, "window", "mask"), "mask.window");
+  if (result.kind == MaskKind::kSlidingWindow)
+    result.window = Int(Field(mask, "window", "mask"), "mask.window");
+  return result;
+}
 
+AttentionShape ReadAttention(const json& doc) {
   const json& attention = Field(doc, "attention", "");
   if (!attention.is_object()) ParseFail("attention", "must be an object");
-  plan.attention.heads_q = Int32(Field(attention, "heads_q", "attention"), "attention.heads_q");
-  plan.attention.heads_kv = Int32(Field(attention, "heads_kv", "attention"), "attention.heads_kv");
-  plan.attention.head_dim = Int32(Field(attention, "head_dim", "attention"), "attention.head_dim");
-  plan.attention.dtype_bytes =
-      Int32(Field(attention, "dtype_bytes", "attention"), "attention.dtype_bytes");
+  AttentionShape shape;
+  shape.heads_q = Int32(Field(attention, "heads_q", "attention"), "attention.heads_q");
+  shape.heads_kv = Int32(Field(attention, "heads_kv", "attention"), "attention.heads_kv");
+  shape.head_dim = Int32(Field(attention, "head_dim", "attention"), "attention.head_dim");
+  shape.dtype_bytes = Int32(Field(attention, "dtype_bytes", "attention"), "attention.dtype_bytes");
+  return shape;
+}
+
+// The optional extra field: any names, each a finite number.
+std::vector<std::pair<std::string, double>> ReadPlannerOptions(const json& doc) {
+  std::vector<std::pair<std::string, double>> result;
+  const auto options = doc.find("planner_options");
+  if (options == doc.end()) return result;
+  if (!options->is_object()) ParseFail("planner_options", "must be an object");
+  for (const auto& [name, value] : options->items()) {
+    const std::string where = "planner_options." + QuoteForError(name);
+    if (!value.is_number() || !std::isfinite(value.get<double>()))
+      ParseFail(where, "must be a finite number, got " + detail::QuoteJson(value));
+    result.emplace_back(name, value.get<double>());
+  }
+  return result;
+}
+
+}  // namespace
+
+// The header fields in the order of the format, each checked as it is read,
+// then the streamed arrays' first error, if any.
+Plan ReadPlanJson(const std::string& text) {
+  Plan plan;
+  StreamedArrays arrays = {{
+      {"sequences",
+       [](const json& v, const std::string& where, Plan& p) {
+         p.sequences.push_back(Int(v, where));
+       },
+       {}},
+      {"blocks", ReadBlock, {}},
+      {"forward", ReadForwardStage, {}},
+      {"backward", ReadBackwardStage, {}},
+  }};
+  const json doc = ParsePlanDocument(text, arrays, plan);
+  ReadFormat(doc);
+  const json& planner = Field(doc, "planner", "");
+  if (!planner.is_string()) ParseFail("planner", "must be a string");
+  plan.planner = planner.get<std::string>();
+  plan.workers = Int32(Field(doc, "workers", ""), "workers");
+  plan.mask = ReadMask(doc);
+  plan.attention = ReadAttention(doc);
   plan.block_size = Int(Field(doc, "block_size", ""), "block_size");
   plan.coalesce = Int32(Field(doc, "coalesce", ""), "coalesce");
   plan.token_cap = Int(Field(doc, "token_cap", ""), "token_cap");
-  if (const auto options = doc.find("planner_options"); options != doc.end()) {
-    if (!options->is_object()) ParseFail("planner_options", "must be an object");
-    for (const auto& [name, value] : options->items()) {
-      const std::string where = "planner_options." + QuoteForError(name);
-      if (!value.is_number() || !std::isfinite(value.get<double>()))
-        ParseFail(where, "must be a finite number, got " + detail::QuoteJson(value));
-      plan.planner_options.emplace_back(name, value.get<double>());
-    }
-  }
+  plan.planner_options = ReadPlannerOptions(doc);
   // Present and an array (then streamed, empty here) or the type error.
   for (const StreamedArray& a : arrays) {
     Array(Field(doc, a.name, ""), a.name);

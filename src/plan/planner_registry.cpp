@@ -2,12 +2,11 @@
 #include <cmath>
 #include <string>
 
-#include <fmt/format.h>
-
 #include "fcp/baselines.h"
 #include "fcp/error.h"
 #include "fcp/file_io.h"
 #include "fcp/planner.h"
+#include "fcp/planner_options.h"
 #include "fcp/required_pairs.h"
 
 namespace fcp {
@@ -48,27 +47,7 @@ const PlannerInfo& FindPlanner(const std::string& name) {
 }
 
 void PlannerConfig::validate_settings() const {
-  const auto fail = [](const std::string& what) {
-    throw Error(ErrorCode::kInvalidArgument, "planner: " + what);
-  };
-  if (workers < 1) fail("workers must be >= 1, got " + std::to_string(workers));
-  if (workers > (1 << 20)) fail("workers must be <= 2^20, got " + std::to_string(workers));
-  if (block_size < 1) fail("block_size must be >= 1, got " + std::to_string(block_size));
-  if (coalesce < 1) fail("coalesce must be >= 1, got " + std::to_string(coalesce));
-  if (token_cap < 0) fail("token_cap must be >= 0 (0 = ceil(T/N)), got " + std::to_string(token_cap));
-  if (!(heavy_fraction >= 0) || !std::isfinite(heavy_fraction))
-    fail("heavy_fraction must be >= 0 (0 = no splitting), got " + std::to_string(heavy_fraction));
-  if (max_split < 1) fail("max_split must be >= 1, got " + std::to_string(max_split));
-  if (!(max_imbalance >= 0) || !std::isfinite(max_imbalance))
-    fail("max_imbalance must be >= 0 (>= 1: no bound), got " + std::to_string(max_imbalance));
-  if (!(network_flops_per_byte >= 0) || !std::isfinite(network_flops_per_byte))
-    fail("network_flops_per_byte must be >= 0 (0 = no split search), got " +
-         std::to_string(network_flops_per_byte));
-  if (rescue_max_split < 0)
-    fail("rescue_max_split must be >= 0 (0 = no rescue), got " + std::to_string(rescue_max_split));
-  if (node_workers < 1) fail("node_workers must be >= 1, got " + std::to_string(node_workers));
-  if (local_search_rounds < 0)
-    fail("local_search_rounds must be >= 0, got " + std::to_string(local_search_rounds));
+  CheckPlannerOptionRanges(*this);  // every scalar field, by its row of the table
   mask.validate();
   attention.validate();
   FindPlanner(planner);  // an unknown name fails before any work
@@ -134,64 +113,6 @@ Plan PlanHeader(const std::vector<int64_t>& lengths, const PlannerConfig& config
   plan.token_cap = config.EffectiveTokenCap(lengths);
   plan.sequences = lengths;
   return plan;
-}
-
-namespace {
-
-// A recorded integer option read back: a double cast to int32_t out of
-// range is undefined behaviour, so anything but an int32_t value fails.
-int32_t IntOption(const char* name, double value) {
-  if (!(value >= INT32_MIN && value <= INT32_MAX) || value != std::trunc(value))
-    throw Error(ErrorCode::kInvalidArgument, std::string("planner_options: ") + name +
-                                                 " must be a 32-bit integer, got " +
-                                                 fmt::format("{}", value));
-  return static_cast<int32_t>(value);
-}
-
-// The settings FCP records in plan.planner_options, by name (sorted), read
-// and written through one table so the two directions cannot drift apart.
-struct RecordedOption {
-  const char* name;
-  double (*get)(const PlannerConfig&);
-  void (*set)(PlannerConfig&, double);
-};
-constexpr RecordedOption kRecordedOptions[] = {
-    {"heavy_fraction", [](const PlannerConfig& c) { return c.heavy_fraction; },
-     [](PlannerConfig& c, double v) { c.heavy_fraction = v; }},
-    {"local_search_rounds", [](const PlannerConfig& c) { return double(c.local_search_rounds); },
-     [](PlannerConfig& c, double v) { c.local_search_rounds = IntOption("local_search_rounds", v); }},
-    {"max_imbalance", [](const PlannerConfig& c) { return c.max_imbalance; },
-     [](PlannerConfig& c, double v) { c.max_imbalance = v; }},
-    {"max_split", [](const PlannerConfig& c) { return double(c.max_split); },
-     [](PlannerConfig& c, double v) { c.max_split = IntOption("max_split", v); }},
-    {"network_flops_per_byte", [](const PlannerConfig& c) { return c.network_flops_per_byte; },
-     [](PlannerConfig& c, double v) { c.network_flops_per_byte = v; }},
-    {"node_workers", [](const PlannerConfig& c) { return double(c.node_workers); },
-     [](PlannerConfig& c, double v) { c.node_workers = IntOption("node_workers", v); }},
-    {"rescue_max_split", [](const PlannerConfig& c) { return double(c.rescue_max_split); },
-     [](PlannerConfig& c, double v) { c.rescue_max_split = IntOption("rescue_max_split", v); }},
-    {"reshuffle_locality", [](const PlannerConfig& c) { return c.reshuffle_locality ? 1.0 : 0.0; },
-     [](PlannerConfig& c, double v) { c.reshuffle_locality = v != 0; }},
-    {"traffic_leveling", [](const PlannerConfig& c) { return c.traffic_leveling ? 1.0 : 0.0; },
-     [](PlannerConfig& c, double v) { c.traffic_leveling = v != 0; }},
-};
-
-}  // namespace
-
-std::vector<std::pair<std::string, double>> RecordedPlannerOptions(const PlannerConfig& config) {
-  std::vector<std::pair<std::string, double>> options;
-  for (const RecordedOption& o : kRecordedOptions) options.emplace_back(o.name, o.get(config));
-  return options;
-}
-
-PlannerConfig PlannerConfigOf(const Plan& plan) {
-  PlannerConfig c{.workers = plan.workers, .block_size = plan.block_size,
-                  .coalesce = plan.coalesce, .mask = plan.mask, .attention = plan.attention,
-                  .token_cap = plan.token_cap, .planner = plan.planner};
-  for (const auto& [name, value] : plan.planner_options)
-    for (const RecordedOption& o : kRecordedOptions)
-      if (name == o.name) o.set(c, value);
-  return c;
 }
 
 Plan MakePlan(const std::vector<int64_t>& lengths, const PlannerConfig& config) {

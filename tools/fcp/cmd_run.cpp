@@ -340,10 +340,8 @@ void Run(const RunOptions& opt) {
   }
 }
 
-void RunOnRanks(Communicator& comm, const RunOptions& opt) {
-  SetBlasThreads(1);  // one rank per core
-  const int32_t me = comm.rank();
-
+// The plan every rank read, the same on all and for as many workers as ranks.
+Plan ReadAgreedPlan(Communicator& comm, const RunOptions& opt) {
   Plan plan;
   Agreed(comm, [&] { plan = ReadValidPlan(opt.plan_path); });
   AgreeEqual(comm, Fnv1a(WritePlanJson(plan)), "the plan (hash of its canonical JSON differs)");
@@ -353,16 +351,22 @@ void RunOnRanks(Communicator& comm, const RunOptions& opt) {
                   fmt::format("plan {} is for {} workers but mpirun started {} ranks", opt.plan_path,
                               plan.workers, comm.size()));
   });
+  return plan;
+}
 
+// The dataloader rows [row0, row1) of this rank's inputs, checked to have the
+// same shapes and (sampled) data on every rank; the output folder made and
+// emptied of an earlier run's outputs.
+RankInputs ReadAgreedInputs(Communicator& comm, const RunOptions& opt, const Plan& plan,
+                            int64_t row0, int64_t row1) {
   const int64_t T = plan.total_tokens();
-  const int32_t hq = plan.attention.heads_q, hkv = plan.attention.heads_kv, hd = plan.attention.head_dim;
-  const int64_t row0 = DataloaderBegin(T, plan.workers, me), row1 = DataloaderBegin(T, plan.workers, me + 1);
+  const int32_t hq = plan.attention.heads_q, hkv = plan.attention.heads_kv;
   RankInputs inputs;
   std::string shapes, samples;
   Agreed(comm, [&] {
     auto load = [&](const char* name, int32_t heads) {
       const std::string path = InPath(opt.inputs, name);
-      const NpyHeader h = CheckedHeader(path, T, heads, hd);
+      const NpyHeader h = CheckedHeader(path, T, heads, plan.attention.head_dim);
       shapes += fmt::format("{}:{},{},{};", name, h.shape[0], h.shape[1], h.shape[2]);
       samples += SampledRows(path, h);
       return ReadNpyRows(path, h, row0, row1);
@@ -374,14 +378,17 @@ void RunOnRanks(Communicator& comm, const RunOptions& opt) {
     CreateOutputDirectory(opt.out, "run");
     // No output of an earlier run survives this one, failed or not: `fcp
     // check` must never read a stale dq next to a new o.
-    if (me == 0)
+    if (comm.rank() == 0)
       for (const char* name : kRunOutputs) RemoveIfPresent(InPath(opt.out, name), "run");
   });
   AgreeEqual(comm, Fnv1a(shapes), "the input shapes");
   AgreeEqual(comm, Fnv1a(samples),
              "the input data (a hash of " + std::to_string(kSampledRows) +
                  " rows of each input differs: the ranks read different files)");
+  return inputs;
+}
 
+ExecutorOptions ExecutorOptionsFor(const RunOptions& opt, const Plan& plan, int32_t rank) {
   ExecutorOptions eo;
   eo.backward = opt.backward;
   // A tile never needs more rows than a block holds (the kernel's scratch is
@@ -390,24 +397,20 @@ void RunOnRanks(Communicator& comm, const RunOptions& opt) {
   eo.kernel.kv_tile_rows = static_cast<int32_t>(std::min<int64_t>(opt.kv_tile, plan.block_size));
   eo.debug_exit_rank = opt.debug_exit_rank;
   eo.debug_exit_stage = opt.debug_exit_stage;
-  eo.make_kernel = KernelFactory(opt, me);
-  Trace trace;
-  ExecutorStats stats;
-  RankOutputs outputs;
-  comm.Barrier();
-  trace.ResetOrigin();
-  try {
-    outputs = ExecutePlan(plan, comm, inputs, eo, &trace, &stats);
-  } catch (const std::exception& e) {
-    // Peers may be blocked in a transfer with this rank: no agreement is
-    // possible any more, so take the whole job down.
-    std::fprintf(stderr, "fcp: run: rank %d: %s\n", me, e.what());
-    std::fflush(stderr);
-    comm.Abort(1);
-  }
-  const double total_s = trace.NowUs() * 1e-6;
+  eo.make_kernel = KernelFactory(opt, rank);
+  return eo;
+}
 
-  // Outputs: rank 0 sizes each file, then every rank writes its own rows.
+// Writes this rank's rows [row0, row1) of every output. The outputs appear
+// complete or not at all: rank 0 sizes hidden partial files, every rank
+// fills its rows, and rank 0 renames them into place once every rank has
+// written, or removes them when any rank failed.
+void WriteAgreedOutputs(Communicator& comm, const RunOptions& opt, const Plan& plan,
+                        const RankOutputs& outputs, int64_t row0, int64_t row1) {
+  const int64_t T = plan.total_tokens();
+  const int32_t hq = plan.attention.heads_q, hkv = plan.attention.heads_kv;
+  const int32_t hd = plan.attention.head_dim;
+  const int32_t me = comm.rank();
   struct Out {
     const char* name;
     std::vector<int64_t> shape;
@@ -419,9 +422,6 @@ void RunOnRanks(Communicator& comm, const RunOptions& opt) {
     outs.push_back({"dk", {T, hkv, hd}, &outputs.dk});
     outs.push_back({"dv", {T, hkv, hd}, &outputs.dv});
   }
-  // The outputs appear complete or not at all: ranks fill hidden partial
-  // files, which rank 0 renames into place once every rank has written its
-  // rows, and removes when any rank failed.
   try {
     Agreed(comm, [&] {
       if (me == 0)
@@ -437,8 +437,8 @@ void RunOnRanks(Communicator& comm, const RunOptions& opt) {
         std::error_code error;
         std::filesystem::rename(PartialPath(opt.out, o.name), InPath(opt.out, o.name), error);
         if (error)
-          throw Error(ErrorCode::kIo, "run: cannot rename the output into '" + InPath(opt.out, o.name) +
-                                          "': " + error.message());
+          throw Error(ErrorCode::kIo, "run: cannot rename the output into '" +
+                                          InPath(opt.out, o.name) + "': " + error.message());
       }
     });
   } catch (...) {
@@ -450,32 +450,66 @@ void RunOnRanks(Communicator& comm, const RunOptions& opt) {
       }
     throw;
   }
-  if (!opt.trace_path.empty()) Agreed(comm, [&] { WriteTrace(comm, trace, opt.trace_path); });
+}
 
-  // Summary over ranks (microseconds summed, peaks maxed).
-  std::vector<int64_t> sums = {static_cast<int64_t>(stats.compute_s * 1e6), static_cast<int64_t>(stats.transfer_s * 1e6),
-                               static_cast<int64_t>(stats.exposed_wait_s * 1e6), static_cast<int64_t>(stats.reshuffle_s * 1e6),
-                               static_cast<int64_t>(stats.reshuffle_wait_s * 1e6), stats.bytes_sent};
-  std::vector<int64_t> maxes = {static_cast<int64_t>(total_s * 1e6), static_cast<int64_t>(stats.forward_s * 1e6),
-                                static_cast<int64_t>(stats.backward_s * 1e6), stats.peak_received_blocks};
+// Rank 0 prints the run's times over all ranks (microseconds summed, peaks maxed).
+void PrintRunSummary(Communicator& comm, const RunOptions& opt, const Plan& plan,
+                     const ExecutorStats& stats, double total_s) {
+  const auto us = [](double s) { return static_cast<int64_t>(s * 1e6); };
+  std::vector<int64_t> sums = {us(stats.compute_s),     us(stats.transfer_s),
+                               us(stats.exposed_wait_s), us(stats.reshuffle_s),
+                               us(stats.reshuffle_wait_s), stats.bytes_sent};
+  std::vector<int64_t> maxes = {us(total_s), us(stats.forward_s), us(stats.backward_s),
+                                stats.peak_received_blocks};
   comm.AllreduceMax(maxes);
   comm.AllreduceSum(sums);
-  if (me == 0) {
-    const double transfer = sums[1] * 1e-6, exposed = sums[2] * 1e-6;
-    fmt::print("run: {} ranks{} on {}, {} tokens, {} blocks, mask {}, {}: {:.3f} s (forward {:.3f} s{})\n",
-               comm.size(), opt.in_process ? " (in-process)" : "", opt.device, T,
-               plan.blocks.size(), MaskKindName(plan.mask.kind), opt.backward ? "forward+backward" : "forward",
-               maxes[0] * 1e-6, maxes[1] * 1e-6,
-               opt.backward ? fmt::format(", backward {:.3f} s", maxes[2] * 1e-6) : std::string());
-    fmt::print("  compute {:.3f} s, stage transfers {:.3f} s of which exposed {:.3f} s: {:.1f}% hidden behind compute "
-               "(summed over ranks); {:.1f} MiB sent\n",
-               sums[0] * 1e-6, transfer, exposed, transfer > 0 ? 100.0 * (1 - exposed / transfer) : 100.0,
-               sums[5] / 1048576.0);
-    fmt::print("  reshuffles {:.3f} s of which exposed {:.3f} s; peak received K/V blocks held {} (coalesce {})\n",
-               sums[3] * 1e-6, sums[4] * 1e-6, maxes[3], plan.coalesce);
-    fmt::print("  outputs written to {}\n", opt.out);
-    std::fflush(stdout);
+  if (comm.rank() != 0) return;
+  const double transfer = sums[1] * 1e-6, exposed = sums[2] * 1e-6;
+  fmt::print("run: {} ranks{} on {}, {} tokens, {} blocks, mask {}, {}: {:.3f} s (forward {:.3f} s{})\n",
+             comm.size(), opt.in_process ? " (in-process)" : "", opt.device, plan.total_tokens(),
+             plan.blocks.size(), MaskKindName(plan.mask.kind),
+             opt.backward ? "forward+backward" : "forward", maxes[0] * 1e-6, maxes[1] * 1e-6,
+             opt.backward ? fmt::format(", backward {:.3f} s", maxes[2] * 1e-6) : std::string());
+  fmt::print("  compute {:.3f} s, stage transfers {:.3f} s of which exposed {:.3f} s: {:.1f}% hidden "
+             "behind compute (summed over ranks); {:.1f} MiB sent\n",
+             sums[0] * 1e-6, transfer, exposed,
+             transfer > 0 ? 100.0 * (1 - exposed / transfer) : 100.0, sums[5] / 1048576.0);
+  fmt::print("  reshuffles {:.3f} s of which exposed {:.3f} s; peak received K/V blocks held {} "
+             "(coalesce {})\n",
+             sums[3] * 1e-6, sums[4] * 1e-6, maxes[3], plan.coalesce);
+  fmt::print("  outputs written to {}\n", opt.out);
+  std::fflush(stdout);
+}
+
+// One rank of `fcp run`: agree on the plan and inputs, execute, write the
+// outputs (and trace), print the summary, check on rank 0.
+void RunOnRanks(Communicator& comm, const RunOptions& opt) {
+  SetBlasThreads(1);  // one rank per core
+  const int32_t me = comm.rank();
+  const Plan plan = ReadAgreedPlan(comm, opt);
+  const int64_t T = plan.total_tokens();
+  const int64_t row0 = DataloaderBegin(T, plan.workers, me);
+  const int64_t row1 = DataloaderBegin(T, plan.workers, me + 1);
+  const RankInputs inputs = ReadAgreedInputs(comm, opt, plan, row0, row1);
+  const ExecutorOptions eo = ExecutorOptionsFor(opt, plan, me);
+  Trace trace;
+  ExecutorStats stats;
+  RankOutputs outputs;
+  comm.Barrier();
+  trace.ResetOrigin();
+  try {
+    outputs = ExecutePlan(plan, comm, inputs, eo, &trace, &stats);
+  } catch (const std::exception& e) {
+    // Peers may be blocked in a transfer with this rank: no agreement is
+    // possible any more, so take the whole job down.
+    std::fprintf(stderr, "fcp: run: rank %d: %s\n", me, e.what());
+    std::fflush(stderr);
+    comm.Abort(1);
   }
+  const double total_s = trace.NowUs() * 1e-6;
+  WriteAgreedOutputs(comm, opt, plan, outputs, row0, row1);
+  if (!opt.trace_path.empty()) Agreed(comm, [&] { WriteTrace(comm, trace, opt.trace_path); });
+  PrintRunSummary(comm, opt, plan, stats, total_s);
   // Only rank 0 checks (the float64 reference takes a while on big batches,
   // longer than peers should wait in a bounded call); its exit code carries
   // the verdict, and mpirun returns non-zero when any rank does.

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <sstream>
 
@@ -68,19 +69,10 @@ void PrintSimSummary(const Plan& plan, const SimResult& r) {
   }
 }
 
-std::vector<std::string> SplitList(const std::string& text) {
-  std::vector<std::string> items;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ','))
-    if (!item.empty()) items.push_back(item);
-  return items;
-}
-
 struct CompareOptions {
   std::string dist = "lognormal";
-  std::string workers = "16,32,64,128,256";
-  std::string planners = "fcp,ring,bytescale,wlb,magi";
+  std::vector<int32_t> workers = {16, 32, 64, 128, 256};
+  std::vector<std::string> planners = {"fcp", "ring", "bytescale", "wlb", "magi"};
   std::string profile = "gpu-x";
   std::string csv;
   std::string lengths_path;
@@ -185,16 +177,8 @@ void RunCompare(CompareOptions& o) {
       w.validate();
     }
   });
-  std::vector<int32_t> workers;
-  for (const std::string& w : SplitList(o.workers)) {
-    try {
-      workers.push_back(std::stoi(w));
-    } catch (const std::exception&) {
-      throw UsageError("compare: --workers takes a comma-separated list of integers, got '" + w + "'");
-    }
-    if (workers.back() < 1) throw UsageError("compare: --workers values must be >= 1");
-  }
-  const std::vector<std::string> planners = SplitList(o.planners);
+  const std::vector<int32_t>& workers = o.workers;
+  const std::vector<std::string>& planners = o.planners;
   if (workers.empty() || planners.empty()) throw UsageError("compare: empty --workers or --planners");
   CheckFlags([&] {
     for (const std::string& p : planners) FindPlanner(p);  // unknown names fail before any work
@@ -327,8 +311,13 @@ void AddSimulateCommands(CLI::App& app) {
   CLI::App* cmp = app.add_subcommand("compare", "Plan and simulate one batch per N with several planners");
   cmp->add_option("--dist", co->dist, "lognormal | uniform | fixed | bimodal")->capture_default_str();
   cmp->add_option("--lengths", co->lengths_path, "Use this lengths file instead of --dist");
-  cmp->add_option("--workers", co->workers, "Comma-separated worker counts")->capture_default_str();
-  cmp->add_option("--planners", co->planners, "Comma-separated planner names")->capture_default_str();
+  cmp->add_option("--workers", co->workers, "Comma-separated worker counts")
+      ->delimiter(',')
+      ->check(CLI::Range(1, std::numeric_limits<int32_t>::max()))
+      ->capture_default_str();
+  cmp->add_option("--planners", co->planners, "Comma-separated planner names")
+      ->delimiter(',')
+      ->capture_default_str();
   cmp->add_option("--profile", co->profile, "gpu-x, gpu-y or a JSON profile")->capture_default_str();
   cmp->add_option("--csv", co->csv, "Also write one CSV row per (N, seed, planner)");
   cmp->add_option("--tokens-per-worker", co->workload.tokens_per_worker, "Tokens per worker")
@@ -338,15 +327,16 @@ void AddSimulateCommands(CLI::App& app) {
   cmp->add_option("--mu", co->workload.lognormal_mu, "lognormal: mean of ln(length)")->capture_default_str();
   cmp->add_option("--sigma", co->workload.lognormal_sigma, "lognormal: std dev of ln(length)")
       ->capture_default_str();
-  cmp->add_option("--seed", co->workload.seed, "First workload seed")->check(kNotNegative)->capture_default_str();
+  cmp->add_option("--seed", co->workload.seed, "First workload seed")
+      ->check(kNotNegative)
+      ->capture_default_str();
   cmp->add_option("--seeds", co->seeds, "Batches per N (seeds seed..seed+k-1)")->capture_default_str();
-  cmp->add_option("--block-size", co->planner.block_size, "Tokens per block")->capture_default_str();
-  cmp->add_option("--coalesce", co->planner.coalesce, "Coalesce degree")->capture_default_str();
+  // The planner's flags as `fcp plan` has them, but N (--workers is a list
+  // here), the network ratio (the profile's unless given) and the reshuffle
+  // locality (set from --reshuffle per planner).
+  AddPlannerFlags(*cmp, co->planner, {"workers", "network_flops_per_byte", "reshuffle_locality"});
   cmp->add_option("--network-flops-per-byte", co->network_flops_per_byte,
                   "fcp: the planner's network ratio (default: the profile's; 0 = balance only)");
-  cmp->add_option("--max-imbalance", co->planner.max_imbalance,
-                  "fcp: the cheapest plan within this compute and traffic imbalance (>= 1: no bound)")
-      ->capture_default_str();
   cmp->add_option("--mask", co->mask, "causal | full | sliding_window")->capture_default_str();
   cmp->add_option("--window", co->window, "Window for --mask sliding_window");
   cmp->add_option("--reshuffle", co->reshuffle, "Reshuffle of fcp* planners: overlap | blocking | none")

@@ -6,11 +6,14 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
+#include <string_view>
 
 #include <CLI/CLI.hpp>
 
 #include "fcp/error.h"
+#include "fcp/planner.h"
 
 namespace fcp::cli {
 
@@ -21,13 +24,21 @@ void AddSimulateCommands(CLI::App& app);  // simulate, compare
 void AddRunCommands(CLI::App& app);  // run, make-inputs, check (cmd_run.cpp)
 #endif
 
+// One flag per row of the planner's table (fcp/planner_options.h) but those
+// whose field is in `skip`, bound to its field of `config`, whose value (the
+// default) the help shows: `fcp plan` and `fcp compare` share them.
+void AddPlannerFlags(CLI::App& command, PlannerConfig& config,
+                     std::initializer_list<std::string_view> skip = {});
+
 // An error already reported on stderr by the command: main() only exits
 // with `exit_code` (used by `fcp run`, whose ranks must print before exiting).
 struct ReportedError {
   int exit_code;
 };
 
-// For unsigned options: CLI11 would wrap "-1" around to the largest value.
+// For unsigned options: CLI11 2.1 would wrap "-1" around to the largest
+// value. (Its NonNegativeNumber is a double range whose message prints
+// DBL_MAX in 309 digits, and CLI::Range over uint64_t wraps "-1" first.)
 inline const CLI::Validator kNotNegative(
     [](std::string& value) {
       return value.rfind('-', 0) == 0 ? "must be >= 0, got " + value : std::string();

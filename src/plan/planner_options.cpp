@@ -1,0 +1,211 @@
+#include "fcp/planner_options.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "fcp/error.h"
+
+namespace fcp {
+namespace {
+
+template <typename T>
+constexpr PlannerFieldRef Ref(PlannerField<T> field) {
+  return field;
+}
+// The row's accessor of config.member (a captureless lambda as a function pointer).
+#define FCP_FIELD(member) Ref(+[](PlannerConfig& c) -> auto& { return c.member; })
+
+}  // namespace
+
+// The order of the CLI help and of the checks; the meaning of each field is
+// documented at PlannerConfig (include/fcp/planner.h). Built on first use, so
+// that static initialisers elsewhere may use it.
+const std::vector<PlannerOption>& PlannerOptions() {
+  static const std::vector<PlannerOption> options = {
+      {.field = "workers", .flag = "workers", .help = "Number of workers N",
+       .ref = FCP_FIELD(workers), .checked = true, .min = 1, .max = 1 << 20, .max_text = "2^20"},
+      {.field = "block_size", .flag = "block-size", .help = "Tokens per block",
+       .ref = FCP_FIELD(block_size), .checked = true, .min = 1},
+      {.field = "coalesce", .flag = "coalesce", .help = "Sub-stages coalesced per stage (c)",
+       .ref = FCP_FIELD(coalesce), .checked = true, .min = 1},
+      {.field = "heads_q", .flag = "heads-q", .help = "Query heads",
+       .ref = FCP_FIELD(attention.heads_q)},
+      {.field = "heads_kv", .flag = "heads-kv", .help = "Key/value heads",
+       .ref = FCP_FIELD(attention.heads_kv)},
+      {.field = "head_dim", .flag = "head-dim", .help = "Head dimension",
+       .ref = FCP_FIELD(attention.head_dim)},
+      {.field = "dtype_bytes", .flag = "dtype-bytes", .help = "Bytes per element",
+       .ref = FCP_FIELD(attention.dtype_bytes)},
+      {.field = "token_cap", .flag = "token-cap",
+       .help = "Max tokens per worker (default ceil(T/N))",
+       .ref = FCP_FIELD(token_cap), .checked = true, .min = 0, .min_note = " (0 = ceil(T/N))",
+       .show_default = false},
+      {.field = "heavy_fraction", .flag = "heavy-fraction",
+       .help = "fcp: split query blocks heavier than this fraction of a worker's mean work "
+               "(0 = never)",
+       .ref = FCP_FIELD(heavy_fraction), .checked = true, .min = 0,
+       .min_note = " (0 = no splitting)",
+       .recorded = true},
+      {.field = "max_split", .flag = "max-split",
+       .help = "fcp: most pieces a heavy block is split into (but see --rescue-max-split)",
+       .ref = FCP_FIELD(max_split), .checked = true, .min = 1, .recorded = true},
+      {.field = "network_flops_per_byte", .flag = "network-flops-per-byte",
+       .help = "fcp: attention FLOPs per network byte of the cluster; picks the heavy-block "
+               "split by the worst worker's FLOPs + bytes x this (0 = as configured)",
+       .ref = FCP_FIELD(network_flops_per_byte), .checked = true, .min = 0,
+       .min_note = " (0 = no split search)", .recorded = true},
+      {.field = "max_imbalance", .flag = "max-imbalance",
+       .help = "fcp: with a network ratio, the cheapest plan whose compute and traffic "
+               "imbalance are within this (>= 1: no bound)",
+       .ref = FCP_FIELD(max_imbalance), .checked = true, .min = 0, .min_note = " (>= 1: no bound)",
+       .recorded = true},
+      {.field = "rescue_max_split", .flag = "rescue-max-split",
+       .help = "fcp: a plan outside --max-imbalance is planned again with heavy blocks in 3, "
+               "5, 6, 8 pieces (not above this) until one is within it (0 = never)",
+       .ref = FCP_FIELD(rescue_max_split), .checked = true, .min = 0,
+       .min_note = " (0 = no rescue)",
+       .recorded = true},
+      {.field = "traffic_leveling", .flag = "traffic-leveling",
+       .help = "fcp: a plan with balanced compute and unbalanced traffic gets exchanges that level "
+               "the traffic without raising the largest cost",
+       .ref = FCP_FIELD(traffic_leveling), .recorded = true},
+      {.field = "local_search_rounds", .flag = "local-search",
+       .help = "fcp: local-search effort after the greedy assignment (0 = off)",
+       .ref = FCP_FIELD(local_search_rounds), .checked = true, .min = 0, .recorded = true},
+      {.field = "reshuffle_locality", .flag = "reshuffle-locality",
+       .help = "fcp: exchanges that keep blocks on their dataloader worker (fewer tokens "
+               "reshuffled; false when the training loop feeds the plan's layout)",
+       .ref = FCP_FIELD(reshuffle_locality), .recorded = true},
+      {.field = "node_workers", .flag = "node-workers",
+       .help = "fcp: workers per node (consecutive ids); reshuffle flows inside a node are not "
+               "charged when the home layout is weighed",
+       .ref = FCP_FIELD(node_workers), .checked = true, .min = 1, .recorded = true},
+  };
+  return options;
+}
+#undef FCP_FIELD
+
+namespace {
+
+// The recorded rows, sorted by field: the order plan.planner_options is written in.
+const std::vector<const PlannerOption*>& RecordedRows() {
+  static const std::vector<const PlannerOption*> rows = [] {
+    std::vector<const PlannerOption*> r;
+    for (const PlannerOption& o : PlannerOptions())
+      if (o.recorded) r.push_back(&o);
+    std::sort(r.begin(), r.end(), [](const PlannerOption* a, const PlannerOption* b) {
+      return std::string_view(a->field) < std::string_view(b->field);
+    });
+    return r;
+  }();
+  return rows;
+}
+
+// A recorded option read back into the row's field. A double cast to an
+// integer out of range is undefined behaviour, so an integer field takes
+// only an integral value in its type's range; a bool is nonzero.
+void SetRecorded(const PlannerOption& option, PlannerConfig& config, double value) {
+  std::visit(
+      [&](auto field) {
+        using T = std::remove_reference_t<decltype(field(config))>;
+        if constexpr (std::is_same_v<T, bool>) {
+          field(config) = value != 0;
+        } else if constexpr (std::is_integral_v<T>) {
+          // 2^63 is exact as a double and the first value above int64's range.
+          const double hi = std::is_same_v<T, int32_t> ? INT32_MAX : 0x1.0p63;
+          if (!(value >= static_cast<double>(std::numeric_limits<T>::min()) &&
+                (std::is_same_v<T, int32_t> ? value <= hi : value < hi)) ||
+              value != std::trunc(value))
+            throw Error(ErrorCode::kInvalidArgument,
+                        fmt::format("planner_options: {} must be a {}-bit integer, got {}",
+                                    option.field, 8 * sizeof(T), value));
+          field(config) = static_cast<T>(value);
+        } else {
+          field(config) = value;
+        }
+      },
+      option.ref);
+}
+
+}  // namespace
+
+const PlannerOption* FindPlannerOption(std::string_view name) {
+  for (const PlannerOption& o : PlannerOptions())
+    if (name == o.field || name == o.flag || name == PythonKeyword(o)) return &o;
+  return nullptr;
+}
+
+std::string PythonKeyword(const PlannerOption& option) {
+  std::string keyword = option.flag;
+  std::replace(keyword.begin(), keyword.end(), '-', '_');
+  return keyword;
+}
+
+const char* OptionTypeName(const PlannerOption& option) {
+  return std::visit(
+      [](auto field) {
+        using T = std::remove_reference_t<decltype(field(std::declval<PlannerConfig&>()))>;
+        return std::is_same_v<T, bool> ? "bool" : std::is_integral_v<T> ? "int" : "float";
+      },
+      option.ref);
+}
+
+double OptionValue(const PlannerOption& option, const PlannerConfig& config) {
+  // The accessors take a mutable config so that one table serves reading and
+  // writing; this only reads.
+  PlannerConfig& c = const_cast<PlannerConfig&>(config);
+  return std::visit([&](auto field) { return static_cast<double>(field(c)); }, option.ref);
+}
+
+std::string OptionDefaultText(const PlannerOption& option) {
+  const PlannerConfig defaults;
+  if (std::string_view(OptionTypeName(option)) == "bool")
+    return OptionValue(option, defaults) != 0 ? "true" : "false";
+  return fmt::format("{}", OptionValue(option, defaults));
+}
+
+void CheckPlannerOptionRanges(const PlannerConfig& config) {
+  PlannerConfig& c = const_cast<PlannerConfig&>(config);  // read only, as in OptionValue
+  for (const PlannerOption& o : PlannerOptions()) {
+    if (!o.checked) continue;
+    std::visit(
+        [&](auto field) {
+          const auto value = field(c);
+          // Integers print as integers, doubles as std::to_string does ("-1.000000").
+          const std::string text = std::to_string(value);
+          const auto fail = [&](const std::string& what) {
+            throw Error(ErrorCode::kInvalidArgument,
+                        std::string("planner: ") + o.field + " must be " + what + ", got " + text);
+          };
+          const double x = static_cast<double>(value);
+          if (!(x >= o.min) || !std::isfinite(x))
+            fail(fmt::format(">= {}{}", o.min, o.min_note));
+          if (x > o.max) fail(std::string("<= ") + o.max_text);
+        },
+        o.ref);
+  }
+}
+
+std::vector<std::pair<std::string, double>> RecordedPlannerOptions(const PlannerConfig& config) {
+  std::vector<std::pair<std::string, double>> options;
+  for (const PlannerOption* o : RecordedRows())
+    options.emplace_back(o->field, OptionValue(*o, config));
+  return options;
+}
+
+PlannerConfig PlannerConfigOf(const Plan& plan) {
+  PlannerConfig c{.workers = plan.workers, .block_size = plan.block_size,
+                  .coalesce = plan.coalesce, .mask = plan.mask, .attention = plan.attention,
+                  .token_cap = plan.token_cap, .planner = plan.planner};
+  for (const auto& [name, value] : plan.planner_options)
+    for (const PlannerOption* o : RecordedRows())
+      if (name == o->field) SetRecorded(*o, c, value);
+  return c;
+}
+
+}  // namespace fcp

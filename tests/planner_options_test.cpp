@@ -1,0 +1,211 @@
+// The planner's table of settings (fcp/planner_options.h): each row reaches
+// its own field, the recorded options keep their on-disk names and order,
+// the range checks say what they always said, and docs/planner.md's table of
+// knobs lists exactly the table's rows.
+#include "fcp/planner_options.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <initializer_list>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <utility>
+
+#include "fcp/error.h"
+#include "fcp/planner.h"
+
+namespace fcp {
+namespace {
+
+std::string CheckMessage(const PlannerConfig& config) {
+  try {
+    CheckPlannerOptionRanges(config);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    return e.what();
+  }
+  return "";
+}
+
+// Sets the row's field to `value` (a bool: value != 0).
+void Set(const PlannerOption& o, PlannerConfig& c, double value) {
+  std::visit(
+      [&](auto field) {
+        using T = std::remove_reference_t<decltype(field(c))>;
+        field(c) = static_cast<T>(value);
+      },
+      o.ref);
+}
+
+// A default config with the named fields set through the table.
+PlannerConfig With(std::initializer_list<std::pair<const char*, double>> values) {
+  PlannerConfig c;
+  for (const auto& [field, value] : values) Set(*FindPlannerOption(field), c, value);
+  return c;
+}
+
+TEST(PlannerOptions, NamesAreUniqueAndKeywordsAreFlagsWithUnderscores) {
+  std::set<std::string> fields, flags;
+  for (const PlannerOption& o : PlannerOptions()) {
+    EXPECT_TRUE(fields.insert(o.field).second) << o.field;
+    EXPECT_TRUE(flags.insert(o.flag).second) << o.flag;
+    EXPECT_EQ(FindPlannerOption(o.field), &o);
+    EXPECT_EQ(FindPlannerOption(o.flag), &o);
+    EXPECT_EQ(FindPlannerOption(PythonKeyword(o)), &o);
+    EXPECT_THAT(PythonKeyword(o), ::testing::Not(::testing::HasSubstr("-")));
+  }
+  EXPECT_EQ(PythonKeyword(*FindPlannerOption("local_search_rounds")), "local_search");
+  EXPECT_EQ(FindPlannerOption("no_such_knob"), nullptr);
+}
+
+// No two rows alias one field, and each row reaches the field it names:
+// changing one row's value leaves every other row's value as it was.
+TEST(PlannerOptions, EachRowReachesItsOwnField) {
+  for (const PlannerOption& o : PlannerOptions()) {
+    const PlannerConfig defaults;
+    PlannerConfig changed = defaults;
+    const double before = OptionValue(o, defaults);
+    Set(o, changed, before == 0 ? 1 : before == 1 ? 0 : before + 3);
+    EXPECT_NE(OptionValue(o, changed), before) << o.field;
+    for (const PlannerOption& other : PlannerOptions())
+      if (&other != &o) {
+        EXPECT_EQ(OptionValue(other, changed), OptionValue(other, defaults)) << o.field;
+      }
+  }
+  PlannerConfig c;
+  Set(*FindPlannerOption("heads_kv"), c, 2);
+  Set(*FindPlannerOption("local_search_rounds"), c, 7);
+  Set(*FindPlannerOption("traffic_leveling"), c, 0);
+  EXPECT_EQ(c.attention.heads_kv, 2);
+  EXPECT_EQ(c.local_search_rounds, 7);
+  EXPECT_FALSE(c.traffic_leveling);
+}
+
+TEST(PlannerOptions, TypesAndDefaultsComeFromTheConfig) {
+  EXPECT_STREQ(OptionTypeName(*FindPlannerOption("workers")), "int");
+  EXPECT_STREQ(OptionTypeName(*FindPlannerOption("token_cap")), "int");
+  EXPECT_STREQ(OptionTypeName(*FindPlannerOption("heavy_fraction")), "float");
+  EXPECT_STREQ(OptionTypeName(*FindPlannerOption("reshuffle_locality")), "bool");
+  EXPECT_EQ(OptionDefaultText(*FindPlannerOption("block_size")), "4096");
+  EXPECT_EQ(OptionDefaultText(*FindPlannerOption("heavy_fraction")), "0.1");
+  EXPECT_EQ(OptionDefaultText(*FindPlannerOption("network_flops_per_byte")), "12000");
+  EXPECT_EQ(OptionDefaultText(*FindPlannerOption("traffic_leveling")), "true");
+}
+
+// The names and order plan files have always had (the on-disk contract).
+TEST(PlannerOptions, RecordedOptionsKeepTheirNamesAndOrder) {
+  std::vector<std::string> names;
+  for (const auto& [name, value] : RecordedPlannerOptions(PlannerConfig{})) names.push_back(name);
+  EXPECT_THAT(names, ::testing::ElementsAre("heavy_fraction", "local_search_rounds",
+                                            "max_imbalance", "max_split", "network_flops_per_byte",
+                                            "node_workers", "rescue_max_split",
+                                            "reshuffle_locality", "traffic_leveling"));
+  const auto values =
+      RecordedPlannerOptions(With({{"max_split", 3}, {"traffic_leveling", 0}}));
+  EXPECT_EQ(values[3].second, 3);
+  EXPECT_EQ(values[8].second, 0);
+}
+
+// Random settings survive the way through plan.planner_options and back.
+TEST(PlannerOptions, RecordedOptionsReadBackToTheSameConfig) {
+  std::mt19937_64 rng(20);
+  for (int trial = 0; trial < 200; ++trial) {
+    PlannerConfig c;
+    for (const PlannerOption& o : PlannerOptions()) {
+      if (!o.recorded) continue;
+      const std::string type = OptionTypeName(o);
+      Set(o, c, type == "bool"  ? double(rng() % 2)
+                : type == "int" ? double(rng() % 1000)
+                                : std::ldexp(double(rng() % 100000), -int(rng() % 12)));
+    }
+    Plan plan = PlanHeader({100, 200}, c, "fcp");
+    plan.planner_options = RecordedPlannerOptions(c);
+    EXPECT_EQ(RecordedPlannerOptions(PlannerConfigOf(plan)), plan.planner_options);
+  }
+}
+
+TEST(PlannerOptions, ReadingBackRefusesANonIntegerForAnIntegerField) {
+  Plan plan = PlanHeader({100}, PlannerConfig{}, "fcp");
+  for (double bad : {2.5, 1e10, -1e10, std::nan("")}) {
+    plan.planner_options = {{"max_split", bad}};
+    EXPECT_THROW(
+        {
+          try {
+            PlannerConfigOf(plan);
+          } catch (const Error& e) {
+            EXPECT_THAT(e.what(), ::testing::StartsWith(
+                                      "planner_options: max_split must be a 32-bit integer, got "));
+            throw;
+          }
+        },
+        Error);
+  }
+  plan.planner_options = {{"unknown_knob", 5}, {"node_workers", 2}};
+  EXPECT_EQ(PlannerConfigOf(plan).node_workers, 2);  // unknown names are ignored
+}
+
+TEST(PlannerOptions, RangeMessagesNameTheFieldAndTheValue) {
+  EXPECT_EQ(CheckMessage(PlannerConfig{}), "");
+  EXPECT_EQ(CheckMessage(With({{"workers", 0}})), "planner: workers must be >= 1, got 0");
+  EXPECT_EQ(CheckMessage(With({{"workers", (1 << 20) + 1}})),
+            "planner: workers must be <= 2^20, got 1048577");
+  EXPECT_EQ(CheckMessage(With({{"token_cap", -1}})),
+            "planner: token_cap must be >= 0 (0 = ceil(T/N)), got -1");
+  EXPECT_EQ(CheckMessage(With({{"heavy_fraction", -1}})),
+            "planner: heavy_fraction must be >= 0 (0 = no splitting), got -1.000000");
+  EXPECT_EQ(CheckMessage(With({{"max_imbalance", std::nan("")}})),
+            "planner: max_imbalance must be >= 0 (>= 1: no bound), got nan");
+  EXPECT_EQ(CheckMessage(With({{"network_flops_per_byte", INFINITY}})),
+            "planner: network_flops_per_byte must be >= 0 (0 = no split search), got inf");
+  EXPECT_EQ(CheckMessage(With({{"local_search_rounds", -3}})),
+            "planner: local_search_rounds must be >= 0, got -3");
+  EXPECT_EQ(CheckMessage(With({{"node_workers", 0}})),
+            "planner: node_workers must be >= 1, got 0");
+  // validate_settings runs the same checks.
+  EXPECT_THROW(With({{"max_split", 0}}).validate_settings(), Error);
+}
+
+// docs/planner.md's "Knobs" table: one row `| `field` | `--flag` | default |
+// meaning |` per row of the table (and self_check, `--check`, not in it).
+TEST(PlannerOptions, DocsListExactlyTheTablesKnobs) {
+  std::ifstream in(std::filesystem::path(FCP_SOURCE_DIR) / "docs/planner.md");
+  ASSERT_TRUE(in) << "docs/planner.md";
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string doc = text.str();
+  const size_t start = doc.find("## Knobs");
+  ASSERT_NE(start, std::string::npos);
+  const std::string section = doc.substr(start, doc.find("\n## ", start + 1) - start);
+  const std::regex row(R"(\| `([a-z_]+)` \| `--([a-z-]+)` \| ([^|]*) \|)");
+  // field -> (flag, default)
+  std::map<std::string, std::pair<std::string, std::string>> documented;
+  for (auto it = std::sregex_iterator(section.begin(), section.end(), row);
+       it != std::sregex_iterator(); ++it) {
+    std::string def = (*it)[3].str();
+    def.erase(def.find_last_not_of(' ') + 1);
+    documented[(*it)[1].str()] = {(*it)[2].str(), def};
+  }
+  ASSERT_EQ(documented.count("self_check"), 1u);
+  documented.erase("self_check");
+  for (const PlannerOption& o : PlannerOptions()) {
+    ASSERT_EQ(documented.count(o.field), 1u) << "docs/planner.md lacks " << o.field;
+    EXPECT_EQ(documented[o.field].first, o.flag) << o.field;
+    if (o.show_default) {
+      EXPECT_EQ(documented[o.field].second, OptionDefaultText(o)) << o.field;
+    }
+    documented.erase(o.field);
+  }
+  for (const auto& [field, flag_default] : documented)
+    ADD_FAILURE() << "docs/planner.md documents " << field << ", which the table lacks";
+}
+
+}  // namespace
+}  // namespace fcp
