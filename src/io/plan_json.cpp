@@ -17,6 +17,7 @@
 #include "fcp/error.h"
 #include "fcp/file_io.h"
 #include "fcp/plan.h"
+#include "fcp/plan_json.h"
 #include "io/json_text.h"
 
 namespace fcp {

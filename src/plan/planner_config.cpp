@@ -4,48 +4,11 @@
 
 #include <fmt/format.h>
 
-#include "fcp/baselines.h"
 #include "fcp/error.h"
-#include "fcp/file_io.h"
 #include "fcp/planner.h"
 #include "fcp/required_pairs.h"
 
 namespace fcp {
-
-const std::vector<PlannerInfo>& Planners() {
-  static const std::vector<PlannerInfo> planners = [] {
-    std::vector<PlannerInfo> all = {
-        {"fcp", "FCP: fixed-size blocks, balanced assignment, congestion-free coalesced stages",
-         &MakeFcpPlan},
-        {"ring", "Ring attention, zig-zag: 2N chunks per sequence, K/V relayed around the ring",
-         &MakeRingPlan},
-        {"bytescale", "ByteScale-like: short sequences whole, long ones on a length-sized ring group",
-         &MakeByteScalePlan},
-        {"wlb", "WLB-LLM-like: ring or bytescale, whichever the cost model predicts faster",
-         &MakeWlbPlan},
-        {"magi", "MagiAttention-like: ceil(T/8N) chunks, compute-only LPT, one uncontrolled fetch stage",
-         &MakeMagiPlan},
-        {"fcp-nopipe", "FCP ablation: FCP's assignment, all transfers then all compute",
-         &MakeFcpNoPipelinePlan},
-        {"fcp-random-order", "FCP ablation: random pull order instead of congestion-free colouring",
-         &MakeFcpRandomOrderPlan},
-        {"fcp-nocoalesce", "FCP ablation: coalesce degree 1", &MakeFcpNoCoalescePlan},
-    };
-    std::sort(all.begin(), all.end(),
-              [](const PlannerInfo& a, const PlannerInfo& b) { return a.name < b.name; });
-    return all;
-  }();
-  return planners;
-}
-
-const PlannerInfo& FindPlanner(const std::string& name) {
-  for (const PlannerInfo& p : Planners())
-    if (p.name == name) return p;
-  std::string names;
-  for (const PlannerInfo& p : Planners()) names += (names.empty() ? "" : ", ") + p.name;
-  throw Error(ErrorCode::kInvalidArgument,
-              "planner: unknown planner '" + QuoteForError(name) + "' (available: " + names + ")");
-}
 
 void PlannerConfig::validate_settings() const {
   const auto fail = [](const std::string& what) {
@@ -71,7 +34,6 @@ void PlannerConfig::validate_settings() const {
     fail("local_search_rounds must be >= 0, got " + std::to_string(local_search_rounds));
   mask.validate();
   attention.validate();
-  FindPlanner(planner);  // an unknown name fails before any work
 }
 
 void PlannerConfig::validate(const std::vector<int64_t>& lengths) const {
@@ -192,20 +154,6 @@ PlannerConfig PlannerConfigOf(const Plan& plan) {
     for (const RecordedOption& o : kRecordedOptions)
       if (name == o.name) o.set(c, value);
   return c;
-}
-
-Plan MakePlan(const std::vector<int64_t>& lengths, const PlannerConfig& config) {
-  config.validate(lengths);
-  Plan plan = FindPlanner(config.planner).make(lengths, config);
-  if (config.self_check) {
-    try {
-      ValidatePlan(plan);
-    } catch (const Error& e) {
-      throw Error(ErrorCode::kInternal, "planner '" + config.planner +
-                                            "' produced an invalid plan: " + e.what());
-    }
-  }
-  return plan;
 }
 
 }  // namespace fcp

@@ -25,6 +25,7 @@
 #include "fcp/file_io.h"
 #include "fcp/npy.h"
 #include "fcp/plan.h"
+#include "fcp/plan_json.h"
 #include "fcp/reference_attention.h"
 #ifdef FCP_WITH_CUDA
 #include "cuda_plugin.h"
@@ -234,7 +235,7 @@ void WriteTrace(Communicator& comm, const Trace& trace, const std::string& path)
     comm.Wait(comm.Irecv(text.data(), size, r, 91));
     all.push_back(std::move(text));
   }
-  WriteFileAtomically(path, ChromeTraceDocument(all), "run: trace");
+  WriteOutput(path, ChromeTraceDocument(all), "run: trace");
 }
 
 void RunOnRanks(Communicator& comm, const RunOptions& opt);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include <CLI/CLI.hpp>
 
@@ -63,6 +64,11 @@ struct UsageError : std::runtime_error {
 // CheckFlags before it reads any file: the library's Error for a value
 // (PlannerConfig::validate_settings, WorkloadConfig::validate, a mode name)
 // becomes a UsageError there.
+// `text` to standard output for "-", else into the file `path` through
+// fcp::WriteFileAtomically (complete or not at all). Error(kIo) naming `what`
+// if standard output fails. The CLI, not the library, owns standard output.
+void WriteOutput(const std::string& path, std::string_view text, const std::string& what);
+
 template <typename Check>
 void CheckFlags(Check check) {
   try {
