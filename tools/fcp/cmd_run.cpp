@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -389,8 +390,13 @@ void RunOnRanks(Communicator& comm, const RunOptions& opt) {
   // sized by the tiles).
   eo.kernel.q_tile_rows = static_cast<int32_t>(std::min<int64_t>(opt.q_tile, plan.block_size));
   eo.kernel.kv_tile_rows = static_cast<int32_t>(std::min<int64_t>(opt.kv_tile, plan.block_size));
-  eo.debug_exit_rank = opt.debug_exit_rank;
-  eo.debug_exit_stage = opt.debug_exit_stage;
+  if (opt.debug_exit_rank == me) {
+    // Fault injection for the liveness tests: die without a word (no
+    // MPI_Finalize, no flush), as a crashed process would.
+    eo.before_forward_stage = [stage = opt.debug_exit_stage](int32_t t) {
+      if (t == stage) std::_Exit(3);
+    };
+  }
   eo.make_kernel = KernelFactory(opt, me);
   Trace trace;
   ExecutorStats stats;
