@@ -12,6 +12,7 @@
 #include "fcp/plan.h"
 #include "fcp/plan_metrics.h"
 #include "fcp/planner.h"
+#include "fcp/planner_registry.h"
 #include "fcp/workload.h"
 
 namespace fcp {

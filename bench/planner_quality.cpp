@@ -11,6 +11,7 @@
 
 #include "fcp/plan_metrics.h"
 #include "fcp/planner.h"
+#include "fcp/planner_registry.h"
 #include "fcp/workload.h"
 
 namespace {

@@ -8,6 +8,7 @@
 #include "fcp/error.h"
 #include "fcp/plan_metrics.h"
 #include "fcp/planner.h"
+#include "fcp/planner_registry.h"
 #include "fcp/required_pairs.h"
 #include "fcp/workload.h"
 

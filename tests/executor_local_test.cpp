@@ -4,6 +4,7 @@
 // float64 reference; plus the communicator's own matching rules. Runs in
 // the plain unit suite, so sanitizer builds check the executor's memory
 // use with leak checks on.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,6 +18,7 @@
 #include "fcp/error.h"
 #include "fcp/executor.h"
 #include "fcp/planner.h"
+#include "fcp/planner_registry.h"
 #include "fcp/reference_attention.h"
 #include "test_plans.h"
 #include "thread_runner.h"
@@ -114,6 +116,26 @@ TEST(LocalCommunicator, WaitGivesUp) {
   auto comms = MakeLocalCommunicators(2, {0.05});
   int32_t x = 0;
   EXPECT_THROW(comms[0]->Wait(comms[0]->Irecv(&x, 4, 1, 3)), Error);
+}
+
+// Handles and ranks a caller gets wrong are fcp::Errors naming the value
+// (never std::out_of_range from inside the library).
+TEST(LocalCommunicator, UnknownRequestAndRootAreErrors) {
+  auto comms = MakeLocalCommunicators(1, {1.0});
+  try {
+    comms[0]->Test(42);
+    ADD_FAILURE() << "Test(42) did not throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("unknown request 42"));
+  }
+  int32_t x = 0;
+  try {
+    comms[0]->Broadcast(&x, 4, 3);
+    ADD_FAILURE() << "Broadcast from root 3 of 1 rank did not throw";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("root 3 is not a rank (0..0)"));
+  }
 }
 
 }  // namespace

@@ -96,6 +96,16 @@ TEST_F(FileIoTest, ASymlinkKeepsPointingAtTheNewFile) {
   EXPECT_EQ(Slurp(Path("target.txt")), "new");
 }
 
+// The library never prints: "-" is the caller's standard output, not a file
+// the library writes (the command line's WriteOutput handles it).
+TEST_F(FileIoTest, DashIsRefusedNotPrinted) {
+  testing::internal::CaptureStdout();
+  EXPECT_THAT(ErrorOf([] { WriteFileAtomically("-", "text", "plan"); }),
+              HasSubstr("plan: '-' (standard output) is not a file"));
+  EXPECT_EQ(testing::internal::GetCapturedStdout(), "");
+  EXPECT_FALSE(fs::exists("-"));
+}
+
 TEST_F(FileIoTest, MissingFolderIsAClearError) {
   EXPECT_THAT(ErrorOf([&] { WriteFileAtomically(Path("no/such/dir/x"), "x", "plan"); }),
               HasSubstr("No such file or directory"));

@@ -15,6 +15,7 @@
 #include "fcp/error.h"
 #include "fcp/lowering.h"
 #include "fcp/planner.h"
+#include "fcp/planner_registry.h"
 #include "hand_plans.h"
 #include "test_plans.h"
 

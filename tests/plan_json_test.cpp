@@ -12,6 +12,7 @@
 
 #include "fcp/error.h"
 #include "fcp/plan.h"
+#include "fcp/plan_json.h"
 #include "fuzz/plan_reader_check.h"
 #include "hand_plans.h"
 

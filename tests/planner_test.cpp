@@ -13,8 +13,10 @@
 #include <gtest/gtest.h>
 
 #include "fcp/error.h"
+#include "fcp/plan_json.h"
 #include "fcp/plan_metrics.h"
 #include "fcp/planner.h"
+#include "fcp/planner_registry.h"
 #include "fcp/workload.h"
 
 namespace fcp {

@@ -1,3 +1,4 @@
+#include "fcp/planner_registry.h"
 #include "fcp/simulator.h"
 
 #include <nlohmann/json.hpp>

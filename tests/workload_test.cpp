@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "fcp/error.h"
+#include "fcp/lengths_file.h"
 #include "fcp/workload.h"
 #include "fuzz/text_readers_check.h"
 

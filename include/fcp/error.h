@@ -6,10 +6,15 @@
 // Library functions throw; the command line and the Python module catch at
 // their boundary and turn the error into an exit code / a Python exception.
 // Nothing in the library calls exit() or prints.
+// QuoteForError: what every message that quotes input shows of it (a short,
+// printable prefix), so a 10 MB field never becomes a 10 MB line on stderr.
+// Complexity: O(kQuotedInputBytes).
 #pragma once
 
+#include <cstddef>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace fcp {
 
@@ -32,6 +37,19 @@ class Error : public std::runtime_error {
  private:
   ErrorCode code_;
 };
+
+// At most this many bytes of an offending value are quoted in a message.
+inline constexpr size_t kQuotedInputBytes = 64;
+
+// `text` with bytes outside printable ASCII as '?', cut to kQuotedInputBytes
+// with "... (N bytes)" appended when longer. No quotes are added.
+inline std::string QuoteForError(std::string_view text) {
+  std::string out(text.substr(0, kQuotedInputBytes));
+  for (char& c : out)
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) c = '?';
+  if (text.size() > kQuotedInputBytes) out += "... (" + std::to_string(text.size()) + " bytes)";
+  return out;
+}
 
 }  // namespace fcp
 

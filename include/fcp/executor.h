@@ -60,11 +60,11 @@ struct ExecutorOptions {
   // fcp/cuda_attention.h), given the progress hook the kernel should call
   // while it computes. Empty: the CPU kernel with `kernel`'s tile sizes.
   std::function<std::unique_ptr<AttentionKernel>(std::function<void()> progress)> make_kernel;
-  // Fault injection for the liveness tests: rank `debug_exit_rank` exits
-  // abruptly (no MPI_Finalize) at the start of forward stage
-  // `debug_exit_stage`. -1 = never.
-  int32_t debug_exit_rank = -1;
-  int32_t debug_exit_stage = 0;
+  // Called on this rank at the start of each forward stage, with the
+  // stage's index, before any of its transfers is posted. Empty: nothing.
+  // The library itself never exits; `fcp run --debug-exit-rank` (the
+  // liveness tests' fault injection) sets a hook that does.
+  std::function<void(int32_t stage)> before_forward_stage;
 };
 
 struct ExecutorStats {

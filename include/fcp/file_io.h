@@ -12,8 +12,7 @@
 // /dev/full) is written in place, never replaced; a symbolic link's target
 // is replaced, not the link. Errors
 // name the operation, the path and the cause (strerror: "No space left on device").
-// QuoteForError: what every message that quotes input shows of it (a short,
-// printable prefix), so a 10 MB field never becomes a 10 MB line on stderr.
+// QuoteForError (quoting input in a message) is in fcp/error.h, included here.
 // Complexity: O(bytes moved).
 #pragma once
 
@@ -22,14 +21,9 @@
 #include <string>
 #include <string_view>
 
+#include "fcp/error.h"
+
 namespace fcp {
-
-// At most this many bytes of an offending value are quoted in a message.
-inline constexpr size_t kQuotedInputBytes = 64;
-
-// `text` with bytes outside printable ASCII as '?', cut to kQuotedInputBytes
-// with "... (N bytes)" appended when longer. No quotes are added.
-std::string QuoteForError(std::string_view text);
 
 // The whole of `path` ("-" = stdin). `what` opens every message ("plan",
 // "lengths"). Error(kIo) if it is a directory, cannot be opened or read (with
@@ -39,7 +33,7 @@ std::string ReadInputFile(const std::string& path, const std::string& what, uint
 
 // A file written under a temporary name next to `path` and renamed to `path`
 // by Commit(). Destroyed before Commit (an exception, an early return), it
-// removes the temporary. Not for "-" (stdout).
+// removes the temporary. Not for "-": Error(kInvalidArgument).
 class AtomicFile {
  public:
   AtomicFile(const std::string& path, const std::string& what);  // Error(kIo) if it cannot be created
@@ -59,7 +53,9 @@ class AtomicFile {
   std::FILE* file_ = nullptr;
 };
 
-// `text` into `path` through an AtomicFile; "-" writes to stdout instead.
+// `text` into `path` through an AtomicFile. The library never prints:
+// Error(kInvalidArgument) for "-" (standard output is the caller's to write;
+// the command line's WriteOutput does).
 void WriteFileAtomically(const std::string& path, std::string_view text, const std::string& what);
 
 }  // namespace fcp

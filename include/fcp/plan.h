@@ -5,7 +5,8 @@
 // Planners (FCP and the baselines) produce a Plan; the simulator and the
 // runtime consume one. A Plan is a plain value: no invariants are enforced by
 // construction. ValidatePlan() checks every rule of the format and reports the
-// first one broken; WritePlanJson/ReadPlanJson round-trip byte-identically.
+// first one broken. Its JSON text (WritePlanJson/ReadPlanJson, which
+// round-trip byte-identically) is one layer up, in fcp/plan_json.h.
 #pragma once
 
 #include <algorithm>
@@ -146,22 +147,5 @@ struct ValidateOptions {
 // first broken rule. Cost: O(blocks + segments + transfers + pairs) plus the
 // required-pair enumeration.
 void ValidatePlan(const Plan& plan, const ValidateOptions& options = {});
-
-// ---- JSON ------------------------------------------------------------------
-
-// Canonical text: one top-level field per line, one block / stage per line.
-// Deterministic: equal plans give identical bytes.
-std::string WritePlanJson(const Plan& plan);
-void WritePlanJsonFile(const Plan& plan, const std::string& path);  // "-" = stdout
-// Written atomically (fcp/file_io.h): on failure no file, or the old one, is left.
-// Parses and checks types/shapes of the fields (not the plan rules:
-// call ValidatePlan). Throws Error(kParse) naming the field and quoting at
-// most a short prefix of the offending value; nesting deeper than 64 levels
-// is a parse error. Memory: the text plus about the size of the Plan (the
-// large arrays are streamed, not held as a DOM; docs/plan-testing.md).
-Plan ReadPlanJson(const std::string& text);
-// Plan files are read whole, up to this size (beyond it: Error(kIo)).
-inline constexpr uint64_t kMaxPlanFileBytes = uint64_t{1} << 32;  // 4 GiB
-Plan ReadPlanJsonFile(const std::string& path);  // "-" = stdin; Error(kIo) if unreadable
 
 }  // namespace fcp

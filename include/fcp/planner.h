@@ -1,7 +1,9 @@
-// fcp/planner.h — making a plan for a batch: the FCP planner and the registry
-// of all planners (the baselines register here too).
+// fcp/planner.h — making a plan for a batch: the planner's settings
+// (PlannerConfig, its validation and what a plan records of it) and the FCP
+// planner. The registry of all planners, FCP and the baselines by name, is
+// one layer up (fcp/planner_registry.h, target fcp_registry).
 //
-// MakePlan is pure and deterministic: all inputs are the lengths and the
+// MakeFcpPlan is pure and deterministic: all inputs are the lengths and the
 // PlannerConfig; the same inputs give a byte-identical plan on every machine
 // (ties broken by id, stable sorts, no hash-map order reaches the output).
 //
@@ -110,25 +112,13 @@ struct PlannerConfig {
 
   // Error(kInvalidArgument) naming the bad field. Needs the lengths for the
   // cap and the size limits; validate_settings checks what needs no lengths.
+  // Neither checks that `planner` names a planner: the registry does
+  // (FindPlanner, MakePlan in fcp/planner_registry.h).
   void validate(const std::vector<int64_t>& lengths) const;
   void validate_settings() const;
   // The effective cap: token_cap, or ceil(T / workers) when token_cap == 0.
   int64_t EffectiveTokenCap(const std::vector<int64_t>& lengths) const;
 };
-
-// A planner: a pure function from lengths and config to a plan.
-using PlannerFn = Plan (*)(const std::vector<int64_t>& lengths, const PlannerConfig& config);
-
-struct PlannerInfo {
-  std::string name;         // what --planner takes and plan.planner records
-  std::string description;  // one line
-  PlannerFn make;
-};
-
-// Every planner, sorted by name (the table is in src/plan/planner_registry.cpp).
-const std::vector<PlannerInfo>& Planners();
-// Error(kInvalidArgument) listing the names if `name` is unknown.
-const PlannerInfo& FindPlanner(const std::string& name);
 
 // A plan with the header fields set from `config` (workers, mask, attention,
 // block size, coalesce, effective token cap) and the sequences, no blocks or
@@ -145,9 +135,6 @@ std::vector<std::pair<std::string, double>> RecordedPlannerOptions(const Planner
 // settings the planner recorded in plan.planner_options (names this version
 // does not know are ignored; MakePlan then tells by a different plan).
 PlannerConfig PlannerConfigOf(const Plan& plan);
-
-// Validates, then runs the planner named by config.planner.
-Plan MakePlan(const std::vector<int64_t>& lengths, const PlannerConfig& config);
 
 // The FCP planner itself.
 Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& config);

@@ -1,4 +1,5 @@
-// fcp/workload.h — batches of sequence lengths: read from files or generated.
+// fcp/workload.h — batches of sequence lengths, generated (lengths files are
+// read and written by fcp/lengths_file.h, one layer up).
 //
 // A workload is the list of sequence lengths of one batch, in dataloader
 // order. Generators are pure functions of their config (seed included) and
@@ -47,8 +48,6 @@ struct WorkloadConfig {
 // block pair, and no plan can list more than 2^27 (kMaxRequiredPairs), so
 // a longer batch is refused when generated or read, before it is allocated.
 inline constexpr int64_t kMaxSequences = int64_t{1} << 27;
-// Lengths files are read whole, up to this size (2^27 one-digit lengths).
-inline constexpr uint64_t kMaxLengthsFileBytes = uint64_t{1} << 28;
 
 // Lengths summing to exactly workers * tokens_per_worker, each in
 // [1, max_len]. Sampling stops when the next length would overflow the total;
@@ -56,14 +55,5 @@ inline constexpr uint64_t kMaxLengthsFileBytes = uint64_t{1} << 28;
 // batch would hold more than kMaxSequences sequences (checked from the sizes
 // first, then while sampling).
 std::vector<int64_t> GenerateWorkload(const WorkloadConfig& config);
-
-// Whitespace-separated positive integers ('#' starts a comment to end of line;
-// a UTF-8 byte order mark at the start is skipped). Error(kParse) names the
-// line and quotes a short prefix of the token, and is raised past
-// kMaxSequences lengths; Error(kIo) if unreadable, a directory or larger than
-// kMaxLengthsFileBytes.
-std::vector<int64_t> ParseLengths(const std::string& text);
-std::vector<int64_t> ReadLengthsFile(const std::string& path);  // "-" = stdin
-std::string FormatLengths(const std::vector<int64_t>& lengths);  // one per line
 
 }  // namespace fcp

@@ -37,9 +37,11 @@
 
 #include "fcp/error.h"
 #include "fcp/plan.h"
+#include "fcp/plan_json.h"
 #include "fcp/plan_metrics.h"
 #include "fcp/planner.h"
 #include "fcp/planner_options.h"
+#include "fcp/planner_registry.h"
 #include "fcp/simulator.h"
 #include "fcp/token_permutation.h"
 #include "fcp/workload.h"

@@ -7,19 +7,10 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <iostream>
 
 #include "fcp/error.h"
 
 namespace fcp {
-
-std::string QuoteForError(std::string_view text) {
-  std::string out(text.substr(0, kQuotedInputBytes));
-  for (char& c : out)
-    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) c = '?';
-  if (text.size() > kQuotedInputBytes) out += "... (" + std::to_string(text.size()) + " bytes)";
-  return out;
-}
 
 std::string ReadInputFile(const std::string& path, const std::string& what, uint64_t max_bytes) {
   const bool is_stdin = path == "-";
@@ -60,6 +51,9 @@ std::string ReadInputFile(const std::string& path, const std::string& what, uint
 }
 
 AtomicFile::AtomicFile(const std::string& path, const std::string& what) : path_(path), what_(what) {
+  if (path == "-")
+    throw Error(ErrorCode::kInvalidArgument,
+                what + ": '-' (standard output) is not a file; the caller writes standard output");
   std::filesystem::path p(path);
   std::error_code error;
   const std::filesystem::file_status status = std::filesystem::status(p, error);
@@ -120,12 +114,6 @@ void AtomicFile::Commit() {
 }
 
 void WriteFileAtomically(const std::string& path, std::string_view text, const std::string& what) {
-  if (path == "-") {
-    std::cout.write(text.data(), static_cast<std::streamsize>(text.size()));
-    std::cout.flush();
-    if (!std::cout) throw Error(ErrorCode::kIo, what + ": cannot write to stdout");
-    return;
-  }
   AtomicFile file(path, what);
   file.Write(text.data(), text.size());
   file.Commit();

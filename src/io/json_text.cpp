@@ -105,8 +105,9 @@ std::string QuoteNlohmannMessage(const std::string& message) {
 }
 
 // nlohmann's own DOM builder (nlohmann::detail::json_sax_dom_parser, what
-// json::parse uses), with the keys of each open object checked on the way. (A parser callback does the same at 40% more time on large plans:
-// it is called for every value, and plans are mostly numbers.) KeySets are
+// json::parse uses), with the keys of each open object checked on the way,
+// not a parser callback, which is called for every value (plans are mostly
+// numbers; docs/plan-testing.md, "Reader cost"). KeySets are
 // kept across objects of the same depth, so their storage is reused.
 //
 // Streaming: while an element of a streamed top-level array is open, events

@@ -5,6 +5,7 @@
 
 #include "fcp/error.h"
 #include "fcp/file_io.h"
+#include "fcp/lengths_file.h"
 #include "fcp/workload.h"
 
 namespace fcp {

@@ -17,6 +17,7 @@
 #include "fcp/error.h"
 #include "fcp/file_io.h"
 #include "fcp/plan.h"
+#include "fcp/plan_json.h"
 #include "io/json_text.h"
 
 namespace fcp {
@@ -116,7 +117,8 @@ std::optional<int32_t> AsInt32(const json& v) {
 
 // An array of K-tuples of int32s (`shape` names them for messages), each
 // made into a T. The path of an element is spelled out only when it is
-// malformed: per element it was most of a large plan's read time.
+// malformed: built for every element, it would dominate a large plan's read
+// time (docs/plan-testing.md, "Reader cost").
 template <typename T, size_t K>
 std::vector<T> ReadInt32Tuples(const json& v, const std::string& where, const char* shape) {
   std::vector<T> out;

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "fcp/error.h"
-#include "fcp/file_io.h"
 
 namespace fcp {
 namespace {

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -404,8 +403,7 @@ RankOutputs Runner::Run(const RankInputs& in) {
   pool_.assign(static_cast<size_t>(kv_rows_.Floats(P.forward.pool_rows)), 0.0f);
   stats_->peak_received_blocks = P.forward.peak_slots;
   for (size_t t = 0; t < P.forward.stages.size(); ++t) {
-    if (options_.debug_exit_rank == P.rank && options_.debug_exit_stage == static_cast<int32_t>(t))
-      std::_Exit(3);  // fault injection: die without a word, as a crashed process would
+    if (options_.before_forward_stage) options_.before_forward_stage(static_cast<int32_t>(t));
     const StageProgram& sp = P.forward.stages[t];
     const std::string label = "fwd s" + std::to_string(t);
     const double stage_start = trace_->NowUs();

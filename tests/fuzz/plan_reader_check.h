@@ -11,6 +11,7 @@
 
 #include "fcp/error.h"
 #include "fcp/plan.h"
+#include "fcp/plan_json.h"
 #include "fcp/plan_metrics.h"
 
 namespace fcp::fuzz {

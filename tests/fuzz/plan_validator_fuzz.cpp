@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <string>
 
+#include "fcp/plan_json.h"
 #include "fcp/required_pairs.h"
 #include "plan_reader_check.h"
 

@@ -12,6 +12,7 @@
 
 #include "fcp/cost_model.h"
 #include "fcp/error.h"
+#include "fcp/lengths_file.h"
 #include "fcp/workload.h"
 
 namespace fcp::fuzz {

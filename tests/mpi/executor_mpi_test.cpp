@@ -16,6 +16,7 @@
 #include "fcp/error.h"
 #include "fcp/executor.h"
 #include "fcp/planner.h"
+#include "fcp/planner_registry.h"
 #include "fcp/reference_attention.h"
 #include "test_plans.h"
 

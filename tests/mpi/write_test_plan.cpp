@@ -6,6 +6,7 @@
 #include <string>
 
 #include "fcp/plan.h"
+#include "fcp/plan_json.h"
 #include "test_plans.h"
 
 int main(int argc, char** argv) {

@@ -10,10 +10,13 @@
 #include "commands.h"
 #include "fcp/cost_model.h"
 #include "fcp/error.h"
+#include "fcp/lengths_file.h"
 #include "fcp/plan.h"
+#include "fcp/plan_json.h"
 #include "fcp/plan_metrics.h"
 #include "fcp/planner.h"
 #include "fcp/planner_options.h"
+#include "fcp/planner_registry.h"
 #include "fcp/workload.h"
 
 namespace fcp::cli {
@@ -40,12 +43,15 @@ void RunPlan(PlanOptions& options, bool block_size_given) {
   if (c.mask.kind == MaskKind::kSlidingWindow && options.window == 0)
     throw UsageError("plan: --mask sliding_window needs --window W");
   c.self_check = options.check;
-  CheckFlags([&] { c.validate_settings(); });
+  CheckFlags([&] {
+    c.validate_settings();
+    FindPlanner(c.planner);
+  });
   const std::vector<int64_t> lengths = ReadLengthsFile(options.lengths_path);
   const auto start = std::chrono::steady_clock::now();
   const Plan result = MakePlan(lengths, c);
   const double seconds = SecondsSince(start);
-  WritePlanJsonFile(result, options.out);
+  WriteOutput(options.out, WritePlanJson(result), "plan");
   // A block never holds more than the cap: say so when --block-size asked for more.
   if (block_size_given && c.block_size > result.token_cap)
     std::fprintf(stderr,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -25,6 +26,7 @@
 #include "fcp/file_io.h"
 #include "fcp/npy.h"
 #include "fcp/plan.h"
+#include "fcp/plan_json.h"
 #include "fcp/reference_attention.h"
 #ifdef FCP_WITH_CUDA
 #include "cuda_plugin.h"
@@ -234,7 +236,7 @@ void WriteTrace(Communicator& comm, const Trace& trace, const std::string& path)
     comm.Wait(comm.Irecv(text.data(), size, r, 91));
     all.push_back(std::move(text));
   }
-  WriteFileAtomically(path, ChromeTraceDocument(all), "run: trace");
+  WriteOutput(path, ChromeTraceDocument(all), "run: trace");
 }
 
 void RunOnRanks(Communicator& comm, const RunOptions& opt);
@@ -395,8 +397,13 @@ ExecutorOptions ExecutorOptionsFor(const RunOptions& opt, const Plan& plan, int3
   // sized by the tiles).
   eo.kernel.q_tile_rows = static_cast<int32_t>(std::min<int64_t>(opt.q_tile, plan.block_size));
   eo.kernel.kv_tile_rows = static_cast<int32_t>(std::min<int64_t>(opt.kv_tile, plan.block_size));
-  eo.debug_exit_rank = opt.debug_exit_rank;
-  eo.debug_exit_stage = opt.debug_exit_stage;
+  if (opt.debug_exit_rank == rank) {
+    // Fault injection for the liveness tests: die without a word (no
+    // MPI_Finalize, no flush), as a crashed process would.
+    eo.before_forward_stage = [stage = opt.debug_exit_stage](int32_t t) {
+      if (t == stage) std::_Exit(3);
+    };
+  }
   eo.make_kernel = KernelFactory(opt, rank);
   return eo;
 }

@@ -14,8 +14,11 @@
 #include "fcp/cost_model.h"
 #include "fcp/error.h"
 #include "fcp/file_io.h"
+#include "fcp/lengths_file.h"
 #include "fcp/plan.h"
+#include "fcp/plan_json.h"
 #include "fcp/planner.h"
+#include "fcp/planner_registry.h"
 #include "fcp/simulator.h"
 #include "fcp/workload.h"
 
@@ -150,7 +153,7 @@ void WriteCsv(const std::string& path, const CompareOptions& o, const std::vecto
                           b->bound_s, b->binding);
     file << '\n';
   }
-  WriteFileAtomically(path, file.str(), "compare: csv");
+  WriteOutput(path, file.str(), "compare: csv");
 }
 
 void RunCompare(CompareOptions& o) {
@@ -298,7 +301,11 @@ void AddSimulateCommands(CLI::App& app) {
     const auto start = std::chrono::steady_clock::now();
     const SimResult result = Simulate(plan, profile, config);
     const double seconds = SecondsSince(start);
-    if (!so->trace.empty()) WriteChromeTraceFile(result, so->trace);
+    if (!so->trace.empty()) {
+      std::ostringstream trace;
+      WriteChromeTrace(result, trace);
+      WriteOutput(so->trace, trace.str(), "simulate: trace");
+    }
     if (so->json)
       fmt::print("{}", SimResultJson(result, so->per_worker));
     else

@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "fcp/error.h"
 #include "fcp/file_io.h"
+#include "fcp/lengths_file.h"
 #include "fcp/workload.h"
 
 namespace fcp::cli {
@@ -73,7 +74,7 @@ void AddWorkloadCommand(CLI::App& app) {
     CheckFlags([&] { options->config.validate(); });
     const std::vector<int64_t> lengths = GenerateWorkload(options->config);
     const std::string text = FormatLengths(lengths);
-    WriteFileAtomically(options->out, text, "workload");
+    WriteOutput(options->out, text, "workload");
     if (options->stats) PrintStats(lengths);
   });
 }

@@ -74,6 +74,11 @@ struct UsageError : std::runtime_error {
 // CheckFlags before it reads any file: the library's Error for a value
 // (PlannerConfig::validate_settings, WorkloadConfig::validate, a mode name)
 // becomes a UsageError there.
+// `text` to standard output for "-", else into the file `path` through
+// fcp::WriteFileAtomically (complete or not at all). Error(kIo) naming `what`
+// if standard output fails. The CLI, not the library, owns standard output.
+void WriteOutput(const std::string& path, std::string_view text, const std::string& what);
+
 template <typename Check>
 void CheckFlags(Check check) {
   try {

@@ -12,6 +12,7 @@
 
 #include "commands.h"
 #include "fcp/error.h"
+#include "fcp/file_io.h"
 
 namespace fcp::cli {
 
@@ -36,6 +37,13 @@ void RejectIntegerOverflow(CLI::App& app) {
     if (type == "UINT") option->check(fits(uint64_t{}));
   }
   for (CLI::App* sub : app.get_subcommands({})) RejectIntegerOverflow(*sub);
+}
+
+void WriteOutput(const std::string& path, std::string_view text, const std::string& what) {
+  if (path != "-") return WriteFileAtomically(path, text, what);
+  std::cout.write(text.data(), static_cast<std::streamsize>(text.size()));
+  std::cout.flush();
+  if (!std::cout) throw Error(ErrorCode::kIo, what + ": cannot write to stdout");
 }
 
 }  // namespace fcp::cli

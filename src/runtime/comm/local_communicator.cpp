@@ -107,7 +107,10 @@ class LocalCommunicator final : public Communicator {
   void Broadcast(void* data, int64_t bytes, int32_t root) override {
     std::vector<char> mine(static_cast<const char*>(data), static_cast<const char*>(data) + bytes);
     const std::vector<std::vector<char>> all = Gather(std::move(mine));
-    std::memcpy(data, all.at(root).data(), static_cast<size_t>(bytes));
+    if (root < 0 || root >= static_cast<int32_t>(all.size()))
+      throw Error(ErrorCode::kInvalidArgument, "local: Broadcast root " + std::to_string(root) +
+                                                   " is not a rank (0.." + std::to_string(all.size() - 1) + ")");
+    std::memcpy(data, all[static_cast<size_t>(root)].data(), static_cast<size_t>(bytes));
   }
 
   void Barrier() override { Gather({}); }
@@ -179,7 +182,11 @@ class LocalCommunicator final : public Communicator {
   }
 
   bool TestLocked(Request request) {
-    Req& req = reqs_.at(static_cast<size_t>(request));
+    if (request < 0 || request >= static_cast<Request>(reqs_.size()))
+      throw Error(ErrorCode::kInvalidArgument,
+                  "local: Test of unknown request " + std::to_string(request) + " (" +
+                      std::to_string(reqs_.size()) + " issued)");
+    Req& req = reqs_[static_cast<size_t>(request)];
     FCP_CHECK(req.busy, "communicator: request " + std::to_string(request) + " already completed");
     MatchLocked();
     if (req.unmatched > 0) return false;

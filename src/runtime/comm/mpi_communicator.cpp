@@ -100,7 +100,11 @@ class MpiCommunicator final : public Communicator {
   }
 
   bool Test(Request request) override {
-    Slot& s = slots_.at(static_cast<size_t>(request));
+    if (request < 0 || request >= static_cast<Request>(slots_.size()))
+      throw Error(ErrorCode::kInvalidArgument,
+                  "mpi: Test of unknown request " + std::to_string(request) + " (" +
+                      std::to_string(slots_.size()) + " issued)");
+    Slot& s = slots_[static_cast<size_t>(request)];
     FCP_CHECK(s.busy, "communicator: request " + std::to_string(request) + " already completed");
     int done = 0;
     Check(MPI_Test(&s.req, &done, MPI_STATUS_IGNORE), "MPI_Test");

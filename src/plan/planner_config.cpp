@@ -2,55 +2,17 @@
 #include <cmath>
 #include <string>
 
-#include "fcp/baselines.h"
 #include "fcp/error.h"
-#include "fcp/file_io.h"
 #include "fcp/planner.h"
 #include "fcp/planner_options.h"
 #include "fcp/required_pairs.h"
 
 namespace fcp {
 
-const std::vector<PlannerInfo>& Planners() {
-  static const std::vector<PlannerInfo> planners = [] {
-    std::vector<PlannerInfo> all = {
-        {"fcp", "FCP: fixed-size blocks, balanced assignment, congestion-free coalesced stages",
-         &MakeFcpPlan},
-        {"ring", "Ring attention, zig-zag: 2N chunks per sequence, K/V relayed around the ring",
-         &MakeRingPlan},
-        {"bytescale", "ByteScale-like: short sequences whole, long ones on a length-sized ring group",
-         &MakeByteScalePlan},
-        {"wlb", "WLB-LLM-like: ring or bytescale, whichever the cost model predicts faster",
-         &MakeWlbPlan},
-        {"magi", "MagiAttention-like: ceil(T/8N) chunks, compute-only LPT, one uncontrolled fetch stage",
-         &MakeMagiPlan},
-        {"fcp-nopipe", "FCP ablation: FCP's assignment, all transfers then all compute",
-         &MakeFcpNoPipelinePlan},
-        {"fcp-random-order", "FCP ablation: random pull order instead of congestion-free colouring",
-         &MakeFcpRandomOrderPlan},
-        {"fcp-nocoalesce", "FCP ablation: coalesce degree 1", &MakeFcpNoCoalescePlan},
-    };
-    std::sort(all.begin(), all.end(),
-              [](const PlannerInfo& a, const PlannerInfo& b) { return a.name < b.name; });
-    return all;
-  }();
-  return planners;
-}
-
-const PlannerInfo& FindPlanner(const std::string& name) {
-  for (const PlannerInfo& p : Planners())
-    if (p.name == name) return p;
-  std::string names;
-  for (const PlannerInfo& p : Planners()) names += (names.empty() ? "" : ", ") + p.name;
-  throw Error(ErrorCode::kInvalidArgument,
-              "planner: unknown planner '" + QuoteForError(name) + "' (available: " + names + ")");
-}
-
 void PlannerConfig::validate_settings() const {
   CheckPlannerOptionRanges(*this);  // every scalar field, by its row of the table
   mask.validate();
   attention.validate();
-  FindPlanner(planner);  // an unknown name fails before any work
 }
 
 void PlannerConfig::validate(const std::vector<int64_t>& lengths) const {
@@ -112,20 +74,6 @@ Plan PlanHeader(const std::vector<int64_t>& lengths, const PlannerConfig& config
   plan.coalesce = config.coalesce;
   plan.token_cap = config.EffectiveTokenCap(lengths);
   plan.sequences = lengths;
-  return plan;
-}
-
-Plan MakePlan(const std::vector<int64_t>& lengths, const PlannerConfig& config) {
-  config.validate(lengths);
-  Plan plan = FindPlanner(config.planner).make(lengths, config);
-  if (config.self_check) {
-    try {
-      ValidatePlan(plan);
-    } catch (const Error& e) {
-      throw Error(ErrorCode::kInternal, "planner '" + config.planner +
-                                            "' produced an invalid plan: " + e.what());
-    }
-  }
   return plan;
 }
 
