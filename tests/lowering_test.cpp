@@ -74,7 +74,11 @@ TEST(Lowering, ThreeWorkerPlanRankTwo) {
   EXPECT_EQ(b[3].dkv_send, (std::vector<DkvSend>{{0, 0, 4, 4}}));
   EXPECT_FALSE(b[0].compute[0].dkv_in_partial);  // its own block
   EXPECT_EQ(p.forward_final_stage, (std::vector<int32_t>{0, 1, 2}));
-  EXPECT_EQ(p.backward_final_stage, (std::vector<int32_t>{3, 2, 2}));
+  // dq: each block's last query compute (B2's is (2,0) in stage 2); dk, dv:
+  // B0 waits for the partials of stages 2 and 3, B1 for w2's in stage 2, B2
+  // has only its diagonal (stage 0).
+  EXPECT_EQ(p.backward_dq_final_stage, (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_EQ(p.backward_dkv_final_stage, (std::vector<int32_t>{3, 2, 0}));
 }
 
 // Rank 1 of the same plan: sends its own B1, receives B0, gets B1's partial back.

@@ -166,8 +166,11 @@ TEST(SimulatorTest, OneTransferPerStageIsSlowerHere) {
 //     delivered 9, block 2 [9,17] delivered 18; w1 computes [10,26], w2 [18,34]   => 34
 //   pull: w2 pulls block 2 at once; the two flows share w0's out-port [0,16],
 //     delivered 17; w1 and w2 compute [17,33]                                     => 33
-//   backward (both): w1 and w2 compute their remote pairs [25,65]; w0 takes
-//     the dK/dV partials one group at a time: [65,73] -> 74, [74,82] -> 83        => 83
+//   backward: w1 and w2 compute their remote pairs [25,65], so both dK/dV
+//     partials to w0 are ready at 65.
+//     pull: w0 takes them one group at a time: [65,73] -> 74, [74,82] -> 83     => 83
+//     grouped: w0 posted both groups on entering stages 2 and 3 (at 50, after
+//       its two diagonals); the partials share its in-port [65,81] -> 82        => 82
 Plan OneSenderTwoStagesPlan() {
   Plan plan = UnitPlan(3, {8, 8});
   plan.blocks = {{0, {{0, 0, 4}}}, {1, {{0, 4, 4}}}, {0, {{1, 0, 4}}}, {2, {{1, 4, 4}}}};
@@ -193,7 +196,7 @@ std::pair<SimResult, SimResult> PulledAndGrouped(const Plan& plan) {
 TEST(SimulatorTest, PulledTransfersDoNotWaitForTheSendersPreviousStage) {
   const auto [pull, grouped] = PulledAndGrouped(OneSenderTwoStagesPlan());
   ExpectTimes(pull, 33, 83);
-  ExpectTimes(grouped, 34, 83);
+  ExpectTimes(grouped, 34, 82);
 }
 
 // Three workers, two causal sequences of 8 tokens; w0 gets a dK/dV partial
@@ -206,8 +209,10 @@ TEST(SimulatorTest, PulledTransfersDoNotWaitForTheSendersPreviousStage) {
 //   backward: w1 computes (1,0) [25,65] and returns the partial [65,73] -> 74.
 //     pull: w0 pulls block 2 at 50 (after its 50 s of diagonals) -> 59, computes
 //       (3,2) [59,99] and returns block 2's partial [99,107] -> 108              => 108
-//     grouped: w0's stage-2 group holds the partial too, so (3,2) waits for it:
-//       [74,114], partial [114,122] -> 123                                       => 123
+//     grouped: the same. Partials have buffers of their own in both modes,
+//       so (3,2) does not wait for the one w1 sends (it arrives at 74, during
+//       the compute). Before partials got their own channel in grouped mode,
+//       the stage-2 group held it and (3,2) ran [74,114]                      => 108
 Plan PartialAndKvInOneStagePlan() {
   Plan plan = UnitPlan(3, {8, 8});
   plan.blocks = {{0, {{0, 0, 4}}}, {1, {{0, 4, 4}}}, {2, {{1, 0, 4}}}, {0, {{1, 4, 4}}}};
@@ -221,10 +226,10 @@ Plan PartialAndKvInOneStagePlan() {
   return plan;
 }
 
-TEST(SimulatorTest, PulledBackwardComputeDoesNotWaitForPartials) {
+TEST(SimulatorTest, BackwardComputeDoesNotWaitForPartials) {
   const auto [pull, grouped] = PulledAndGrouped(PartialAndKvInOneStagePlan());
   ExpectTimes(pull, 45, 108);
-  ExpectTimes(grouped, 45, 123);
+  ExpectTimes(grouped, 45, 108);
 }
 
 // One worker, one sequence of 8 tokens, full mask, blocks [0,4) and [4,8):
@@ -272,6 +277,41 @@ TEST(SimulatorTest, ReshuffleOverlapHidesBehindLocalWork) {
   EXPECT_LT(overlap.backward_time_s, blocking.backward_time_s);
   EXPECT_NEAR(Simulate(plan, UnitProfile(), NoReshuffle()).forward_time_s, 36, 1e-9);
   EXPECT_DOUBLE_EQ(overlap.worker_stats[1].reshuffle_bytes_sent, 12 + 4);  // Q/K/V in, dO in
+}
+
+// Gradients go home in two parts, each once final. Two workers, one causal
+// sequence of 8 tokens, both blocks away from home (dataloader: w0 holds
+// [0,4), w1 [4,8)): block 0 = [0,4) on w1, block 1 = [4,8) on w0. Backward:
+// stage 0 w1 sends block 0's K/V (8 bytes) to w0, w1 computes (0,0) and w0
+// (1,1) (25 s each); stage 1 w0 computes (1,0) (40 s); stage 2 w0 returns
+// block 0's partial (8 bytes) to w1. Per token dO and dQ are 1 byte, dK/dV 2.
+//   t=0: dO of block 0 w0->w1 [0,4] -> 5; w1->w0 carries dO of block 1 (4
+//     bytes) and K/V of block 0 (8) at 1/2 each: dO at 8 -> 9, K/V at 12 -> 13.
+//   w1: (0,0) [5,30]. Block 0's dQ is final: w1->w0 [30,34] -> 35.
+//   w0: (1,1) [9,34]. Block 1's dK/dV is final (its only key compute on the
+//     owner): w0->w1 [34,42] -> 43. (1,0) [34,74]: block 1's dQ is final.
+//   t=74: w0->w1 carries block 1's dQ (4 bytes) and block 0's partial (8) at
+//     1/2 each: dQ at 82 -> 83; the partial at 86 -> 87, which makes block 0's
+//     dK/dV final at w1: w1->w0 [87,95] -> 96                               => 96
+// As one part (dQ, dK, dV final together, 12 bytes a block) block 1 would
+// wait for 74 and share w0's out-port with the partial (at 90 -> 91), and
+// block 0 would leave at 91: [91,103] -> 104.
+TEST(SimulatorTest, GradientsGoHomeInTwoPartsEachOnceFinal) {
+  Plan plan = UnitPlan(2, {8});
+  plan.blocks = {{1, {{0, 0, 4}}}, {0, {{0, 4, 4}}}};
+  plan.forward = {{{{0, 1, 0}}, {{0, 0}, {1, 1}}}, {{}, {{1, 0}}}};
+  plan.backward = {{{{0, 1, 0}}, {}, {{0, 0}, {1, 1}}}, {{}, {}, {{1, 0}}}, {{}, {{0, 0, 1}}, {}}};
+  ASSERT_NO_THROW(ValidatePlan(plan));
+  SimConfig c;
+  c.reshuffle = ReshuffleMode::kOverlapped;
+  for (TransferMode mode : {TransferMode::kPull, TransferMode::kGrouped}) {
+    c.transfers = mode;
+    const SimResult r = Simulate(plan, UnitProfile(), c);
+    EXPECT_NEAR(r.backward_time_s, 96, 1e-9) << TransferModeName(mode);
+    // w0 sends Q/K/V of block 0 (12 bytes), O of block 1 (4), dO of block 0
+    // (4), and block 1's dQ (4) and dK/dV (8): the two parts add up to one.
+    EXPECT_DOUBLE_EQ(r.worker_stats[0].reshuffle_bytes_sent, 12 + 4 + 4 + 4 + 8);
+  }
 }
 
 TEST(NetworkTest, MaxMinFairSharing) {

@@ -21,9 +21,12 @@
 //     front and collect them at the end, so the trip overlaps the remaining
 //     forward and the whole backward.
 //  4. backward stages: as forward with send_kv, plus send_dkv of partial
-//     dK/dV, which the receiver adds into its own (owner or relay).
-//  5. dq, dk, dv go home the same way, each block once final at its owner
-//     (last query compute, last local key compute, last partial received).
+//     dK/dV. The receiver takes a partial into a buffer of its own that no
+//     stage end waits for, and adds it into its own (owner or relay) where
+//     that is needed, in posting order (so the sums do not depend on timing).
+//  5. gradients go home the same way, in two parts, each once final at its
+//     owner: dq after the block's last query compute; dk, dv after its last
+//     local key compute and the last partial received.
 // Preconditions: ValidatePlan(plan) passed, plan.workers == comm.size(), the
 // inputs hold this rank's dataloader rows. Every rank must call with the same
 // plan and options. Cost: the plan's FLOPs and bytes plus O(T) bookkeeping.

@@ -19,9 +19,14 @@
 //    complete, so a reused slot starts at zero.
 //
 // A stage, forward or backward, runs as: post kv_recv and dkv_recv, post
-// kv_send and dkv_send, run `compute` in order, wait for all of them, zero
-// the sent partials, add each received dK/dV into its target rows. A received
-// K/V slot is first read in a later stage (double buffering).
+// kv_send and dkv_send, run `compute` in order, wait for the K/V transfers
+// and the sends, zero the sent partials. A received dK/dV goes into a buffer
+// of its own and nothing waits for it at the stage's end: it is added into
+// its target rows (in the plan's stage and list order, so the sums do not
+// depend on timing) before those rows are needed: before a relay sends the
+// partial on, before the owner sends the block's dk, dv home (after
+// backward_dkv_final_stage), and at the end of the pass. A received K/V slot
+// is first read in a later stage (double buffering).
 //
 // Compute calls: query rows [q_row, q_row + tokens(q_block)) against K/V rows
 // at kv_row (local rows or the pool), backward accumulating dK/dV at dkv_row
@@ -132,9 +137,10 @@ struct RankProgram {
   std::vector<int64_t> in_recv_counts; // per rank
   std::vector<SegmentPair> segments;   // of all calls, both passes
   PassProgram forward, backward;
-  // Per plan block (any owner): the stage after which its (o, lse), resp. its
-  // dq, dk, dv at the owner, are final (-1: before the first stage).
-  std::vector<int32_t> forward_final_stage, backward_final_stage;
+  // Per plan block (any owner): the stage after which its (o, lse), its dq,
+  // and its dk, dv at the owner are final (-1: before the first stage). The
+  // executors send each home as soon as it is final, dq and dk/dv apart.
+  std::vector<int32_t> forward_final_stage, backward_dq_final_stage, backward_dkv_final_stage;
   bool operator==(const RankProgram&) const = default;
 };
 

@@ -27,7 +27,9 @@
 //    reshuffle when the plan puts it first.
 //  * Reshuffle (SimConfig::reshuffle): per block and dataloader worker, a flow
 //    of Q, K, V (forward) or dO (backward) into the owner before use, and a
-//    flow of O (forward) or dQ, dK, dV (backward) back once final. kBlocking
+//    flow of O (forward) back once final; in the backward dQ (after the
+//    block's last query compute) and dK, dV (after its last key compute on
+//    the owner and the last partial it receives) go back apart. kBlocking
 //    puts a barrier after the inbound all-to-all and before the outbound one.
 //  * The backward is simulated from time 0 like the forward (in training the
 //    two are separated by the rest of the model); the total is their sum.
@@ -72,9 +74,11 @@ enum class TransferMode {
   // receive buffer once final, on a stream of their own that compute never
   // waits for.
   kPull,
-  // One batched send/receive call per worker and stage (NCCL group): the
-  // sends of stage t start once the worker's sends of stage t-1 are
-  // delivered, and K/V and dK/dV share the stage's receive group.
+  // One batched send/receive call per worker and stage (NCCL group, the MPI
+  // executor): the sends of stage t start once the worker's sends of stage
+  // t-1 are delivered. dK/dV partials are received into buffers of their
+  // own, posted when the receiver enters the stage, and compute never waits
+  // for them.
   kGrouped,
 };
 const char* TransferModeName(TransferMode mode);  // "pull", "grouped"

@@ -324,17 +324,22 @@ RankProgram LowerPlan(const Plan& plan, int32_t rank) {
   p.forward_final_stage.assign(plan.blocks.size(), -1);
   for (size_t t = 0; t < plan.forward.size(); ++t)
     for (const BlockPair& pr : plan.forward[t].compute) p.forward_final_stage.at(pr.q_block) = static_cast<int32_t>(t);
-  p.backward_final_stage.assign(plan.blocks.size(), -1);
-  auto& last = p.backward_final_stage;
+  // The backward's outputs go home in two parts: dq after the block's last
+  // query compute; dk, dv after its last key compute on the owner and the
+  // last partial the owner receives.
+  p.backward_dq_final_stage.assign(plan.blocks.size(), -1);
+  p.backward_dkv_final_stage.assign(plan.blocks.size(), -1);
+  auto& dq_last = p.backward_dq_final_stage;
+  auto& dkv_last = p.backward_dkv_final_stage;
   for (size_t t = 0; t < plan.backward.size(); ++t) {
     const int32_t st = static_cast<int32_t>(t);
     for (const BlockPair& pr : plan.backward[t].compute) {
-      last.at(pr.q_block) = std::max(last[pr.q_block], st);
+      dq_last.at(pr.q_block) = std::max(dq_last[pr.q_block], st);
       if (plan.blocks[pr.q_block].worker == plan.blocks.at(pr.kv_block).worker)
-        last[pr.kv_block] = std::max(last[pr.kv_block], st);
+        dkv_last[pr.kv_block] = std::max(dkv_last[pr.kv_block], st);
     }
     for (const Transfer& tr : plan.backward[t].send_dkv)
-      if (tr.dst == plan.blocks.at(tr.block).worker) last[tr.block] = std::max(last[tr.block], st);
+      if (tr.dst == plan.blocks.at(tr.block).worker) dkv_last[tr.block] = std::max(dkv_last[tr.block], st);
   }
   return p;
 }

@@ -183,8 +183,9 @@ struct StageTransfer {
 };
 
 // Stage transfers go through channels per worker, each with send and receive
-// groups in stage order: K/V on channel 0, dK/dV partials on channel 1 when
-// pulled (TransferMode::kPull), on channel 0 too when grouped.
+// groups in stage order: K/V on channel 0, dK/dV partials on channel 1, so
+// compute never waits for a partial (it is added into the owner's gradients
+// whenever it arrives).
 constexpr int kChannels = 2;
 
 struct PairTask {
@@ -193,9 +194,16 @@ struct PairTask {
   int64_t token_pairs;
 };
 
+// Outputs go home in two parts, each as soon as it is final (OutputKey): the
+// query rows' part (O in the forward, dQ in the backward) after the block's
+// last query compute, and in the backward dK/dV after its last key compute
+// on the owner and the last partial the owner receives.
+enum OutputPart : int32_t { kRowsPart = 0, kKvPart = 1 };
+
 struct ReshuffleFlow {
   int32_t block, src, dst;
   double bytes;
+  OutputPart part = kRowsPart;  // out flows only
 };
 
 struct PassInput {
@@ -304,9 +312,9 @@ class PassSimulator {
   size_t Cell(int ch, int32_t stage, int32_t worker) const {
     return static_cast<size_t>(ch) * in_.stages * n_ + Cell(stage, worker);
   }
-  int ChannelOf(const StageTransfer& t) const {
-    return t.kind == TransferKind::kDkv && config_.transfers == TransferMode::kPull ? 1 : 0;
-  }
+  int ChannelOf(const StageTransfer& t) const { return t.kind == TransferKind::kDkv ? 1 : 0; }
+  // Key of a block's output part in out_left_ and the out-flow index.
+  static size_t OutputKey(int32_t block, OutputPart part) { return 2 * static_cast<size_t>(block) + part; }
   bool Stalled(const Channel& c) const { return c.r_done + 1 < in_.stages || c.s_stage < in_.stages; }
 
   void Setup() {
@@ -365,31 +373,34 @@ class PassSimulator {
         std::fill(in_ready_.begin(), in_ready_.end(), 0);
     }
     // Outputs leaving by reshuffle once final.
-    out_left_.assign(blocks, 0);
+    // Per output part (OutputKey): the computes and partial receipts it waits for.
+    const size_t keys = 2 * blocks;
+    out_left_.assign(keys, 0);
     for (const PairTask& p : in_.pairs) {
-      ++out_left_[p.q_block];
-      if (in_.backward && plan_.blocks[p.kv_block].worker == p.worker) ++out_left_[p.kv_block];
+      ++out_left_[OutputKey(p.q_block, kRowsPart)];
+      if (in_.backward && plan_.blocks[p.kv_block].worker == p.worker) ++out_left_[OutputKey(p.kv_block, kKvPart)];
     }
     if (in_.backward)
       for (const StageTransfer& t : in_.transfers)
-        if (t.kind == TransferKind::kDkv && t.dst == plan_.blocks[t.block].worker) ++out_left_[t.block];
-    out_flow_begin_.assign(blocks + 1, 0);
-    for (const ReshuffleFlow& f : in_.out_flows) ++out_flow_begin_[f.block + 1];
-    for (size_t b = 0; b < blocks; ++b) out_flow_begin_[b + 1] += out_flow_begin_[b];
+        if (t.kind == TransferKind::kDkv && t.dst == plan_.blocks[t.block].worker)
+          ++out_left_[OutputKey(t.block, kKvPart)];
+    out_flow_begin_.assign(keys + 1, 0);
+    for (const ReshuffleFlow& f : in_.out_flows) ++out_flow_begin_[OutputKey(f.block, f.part) + 1];
+    for (size_t k = 0; k < keys; ++k) out_flow_begin_[k + 1] += out_flow_begin_[k];
     out_flow_list_.resize(in_.out_flows.size());
     {
-      std::vector<int32_t> fill(blocks, 0);
+      std::vector<int32_t> fill(keys, 0);
       for (size_t i = 0; i < in_.out_flows.size(); ++i) {
-        const int32_t b = in_.out_flows[i].block;
-        out_flow_list_[out_flow_begin_[b] + fill[b]++] = static_cast<int32_t>(i);
+        const size_t k = OutputKey(in_.out_flows[i].block, in_.out_flows[i].part);
+        out_flow_list_[out_flow_begin_[k] + fill[k]++] = static_cast<int32_t>(i);
       }
     }
     out_start_s_.assign(in_.out_flows.size(), 0);
-    blocks_not_final_ = 0;
-    for (size_t b = 0; b < blocks; ++b)
-      if (out_left_[b] > 0) ++blocks_not_final_;
-    for (size_t b = 0; b < blocks; ++b)
-      if (out_left_[b] == 0) OutputFinal(static_cast<int32_t>(b));
+    parts_not_final_ = 0;
+    for (size_t k = 0; k < keys; ++k)
+      if (out_left_[k] > 0) ++parts_not_final_;
+    for (size_t k = 0; k < keys; ++k)
+      if (out_left_[k] == 0) OutputFinal(k);
   }
 
   void StartFlow(int32_t src, int32_t dst, double bytes, int64_t tag) {
@@ -445,15 +456,22 @@ class PassSimulator {
     }
   }
 
-  // Whether receive group t of channel ch may open: group t-1 has arrived
-  // (one group in flight: more would only share the in-port with the group
-  // needed first) and, on channel 0, its buffer is free. The groups use two
-  // buffers in turn, so group t reuses group t-2's, which compute t-1 read;
-  // group 1 has a fresh one (compute 0 reads no received block). dK/dV
-  // partials on channel 1 are added into the owner's gradients on arrival.
+  // Whether receive group t of channel ch may open.
+  //  * K/V (channel 0): group t-1 has arrived (one group in flight: more
+  //    would only share the in-port with the group needed first) and its
+  //    buffer is free. The groups use two buffers in turn, so group t reuses
+  //    group t-2's, which compute t-1 read; group 1 has a fresh one (compute
+  //    0 reads no received block).
+  //  * dK/dV partials (channel 1) have buffers of their own and are added
+  //    into the owner's gradients on arrival. Pulled: one group at a time,
+  //    as K/V (opening them all at once measured 2-4% slower on the
+  //    benchmark set: the partials then share the in-port with the K/V that
+  //    compute waits for). Grouped (the MPI executor): the receiver posts
+  //    group t when it enters stage t, whether or not group t-1 has arrived.
   bool MayOpenReceives(const WorkerState& s, int ch, int32_t t) const {
     const Channel& x = s.channel[ch];
-    return x.r_done >= t - 1 && (ch == 1 || t <= 1 || s.c_done >= t - 1);
+    if (ch == 1) return config_.transfers == TransferMode::kPull ? x.r_done >= t - 1 : s.c_done >= t - 1;
+    return x.r_done >= t - 1 && (t <= 1 || s.c_done >= t - 1);
   }
 
   void AdvanceReceived(int32_t w, int ch) {
@@ -603,7 +621,7 @@ class PassSimulator {
                              trace_offset_s_ + transfer_start_s_[index], trace_offset_s_ + now_});
         }
         if (t.kind == TransferKind::kDkv && in_.backward && t.dst == plan_.blocks[t.block].worker)
-          OutputProgress(t.block);
+          OutputProgress(OutputKey(t.block, kKvPart));
         --workers_[t.src].channel[ChannelOf(t)].s_left;
         --recv_left_[Cell(ChannelOf(t), t.stage, t.dst)];
         AdvanceReceived(t.dst, ChannelOf(t));
@@ -648,25 +666,26 @@ class PassSimulator {
   }
 
   void PairDone(const PairTask& p) {
-    OutputProgress(p.q_block);
-    if (in_.backward && plan_.blocks[p.kv_block].worker == p.worker) OutputProgress(p.kv_block);
+    OutputProgress(OutputKey(p.q_block, kRowsPart));
+    if (in_.backward && plan_.blocks[p.kv_block].worker == p.worker)
+      OutputProgress(OutputKey(p.kv_block, kKvPart));
   }
 
-  void OutputProgress(int32_t b) {
-    if (--out_left_[b] == 0) {
-      --blocks_not_final_;
-      OutputFinal(b);
+  void OutputProgress(size_t key) {
+    if (--out_left_[key] == 0) {
+      --parts_not_final_;
+      OutputFinal(key);
     }
   }
 
-  // Block b's output (O, or dQ/dK/dV) is final: send it back to the dataloader layout.
-  void OutputFinal(int32_t b) {
+  // An output part (O; dQ; dK/dV) of a block is final: send it back to the dataloader layout.
+  void OutputFinal(size_t key) {
     if (config_.reshuffle == ReshuffleMode::kNone) return;
     if (config_.reshuffle == ReshuffleMode::kOverlapped) {
-      for (int32_t k = out_flow_begin_[b]; k < out_flow_begin_[b + 1]; ++k) StartOut(out_flow_list_[k]);
+      for (int32_t k = out_flow_begin_[key]; k < out_flow_begin_[key + 1]; ++k) StartOut(out_flow_list_[k]);
       return;
     }
-    if (blocks_not_final_ > 0 || all_out_started_) return;
+    if (parts_not_final_ > 0 || all_out_started_) return;
     all_out_started_ = true;  // the barrier before the outbound all-to-all
     for (size_t i = 0; i < in_.out_flows.size(); ++i) StartOut(static_cast<int32_t>(i));
   }
@@ -700,7 +719,7 @@ class PassSimulator {
   std::vector<std::vector<int32_t>> waiting_;  // transfers waiting for a block's reshuffle
   std::vector<char> in_ready_;
   std::vector<int32_t> in_left_, out_left_, out_flow_begin_, out_flow_list_;
-  int64_t in_flows_left_ = 0, blocks_not_final_ = 0;
+  int64_t in_flows_left_ = 0, parts_not_final_ = 0;
 };
 
 // ---- building the passes --------------------------------------------------------
@@ -871,7 +890,11 @@ SimResult Simulate(const Plan& plan, const HardwareProfile& profile, const SimCo
     fwd.in_flows = ReshufflePieces(plan, qkv_bytes, true);   // Q, K, V in
     fwd.out_flows = ReshufflePieces(plan, o_bytes, false);   // O out
     bwd.in_flows = ReshufflePieces(plan, o_bytes, true);     // dO in
-    bwd.out_flows = ReshufflePieces(plan, qkv_bytes, false);  // dQ, dK, dV out
+    bwd.out_flows = ReshufflePieces(plan, o_bytes, false);    // dQ out
+    for (ReshuffleFlow f : ReshufflePieces(plan, qkv_bytes - o_bytes, false)) {  // dK, dV out
+      f.part = kKvPart;
+      bwd.out_flows.push_back(f);
+    }
   }
 
   SimResult r;

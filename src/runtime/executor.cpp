@@ -17,7 +17,8 @@ namespace {
 constexpr int32_t kTagKv = 11;
 constexpr int32_t kTagDkv = 12;
 constexpr int32_t kTagReturnO = 13;
-constexpr int32_t kTagReturnGrad = 14;
+constexpr int32_t kTagReturnDq = 14;
+constexpr int32_t kTagReturnDkv = 15;
 
 // One column group of a row returned to the dataloader layout: `width`
 // floats per row; rows land at dst + dataloader_row * width.
@@ -35,8 +36,15 @@ struct RowRun {
 };
 
 // Communication groups: stage transfers are awaited at the end of their
-// stage; the others (reshuffles) when their data is needed.
-enum FlightGroup : int32_t { kStageGroup = 0, kReshuffleInGroup = 1, kReturnOGroup = 2, kReturnGradGroup = 3 };
+// stage; the others (reshuffles) when their data is needed. Received dK/dV
+// partials are no group: IncomingPartial.
+enum FlightGroup : int32_t {
+  kStageGroup = 0,
+  kReshuffleInGroup = 1,
+  kReturnOGroup = 2,
+  kReturnDqGroup = 3,
+  kReturnDkvGroup = 4,
+};
 
 // K/V (and dK/dV) are kept per block as [K rows; V rows]: the block (or
 // pool slot) starting at row `row` with `rows` rows has K at 2 * row and V at
@@ -56,6 +64,15 @@ struct Flight {
   int32_t group;
   double start_us;
   double end_us = -1;
+};
+
+// A dK/dV partial received into a buffer of its own; nothing waits for it at
+// its stage's end (fcp/lowering.h): it is added into its rows where they are
+// needed (Runner::AbsorbPartials).
+struct IncomingPartial {
+  DkvRecv recv;
+  std::vector<float> data;
+  Flight flight;
 };
 
 // Outputs of owned blocks going home to the dataloader layout, block by
@@ -100,6 +117,15 @@ class Runner {
   RankOutputs Run(const RankInputs& in);
 
  private:
+  // ---- the steps of Run ----
+  void CheckInputs(const RankInputs& in) const;
+  void ReshuffleIn(const RankInputs& in);
+  void ForwardStages(ReturnGroup& ret_o);
+  void BackwardStages(ReturnGroup& ret_dq, ReturnGroup& ret_dkv);
+  ReturnGroup MakeReturn(FlightGroup group, int32_t tag, std::string name, std::vector<Field> fields,
+                         const std::vector<int32_t>& final_stage,
+                         std::function<const float*(size_t, int64_t)> row_ptr);
+
   // ---- communication bookkeeping ----
   void Post(Communicator::Request r, std::string name, TraceLane lane, FlightGroup group = kStageGroup) {
     flights_.push_back({r, std::move(name), lane, group, trace_->NowUs()});
@@ -107,6 +133,8 @@ class Runner {
   void Poll() {
     for (Flight& f : flights_)
       if (f.end_us < 0 && comm_.Test(f.request)) f.end_us = trace_->NowUs();
+    for (IncomingPartial& p : partials_in_)
+      if (p.flight.end_us < 0 && comm_.Test(p.flight.request)) p.flight.end_us = trace_->NowUs();
   }
   void Finish(Flight& f) {
     if (f.end_us < 0) {
@@ -160,6 +188,33 @@ class Runner {
     trace_->Add("wait " + name, TraceLane::kWait, wait_start, wait_end);
     stats_->reshuffle_wait_s += (wait_end - wait_start) * 1e-6;
     if (last_end > first_start) stats_->reshuffle_s += (last_end - first_start) * 1e-6;
+  }
+
+  // Waits for the received partials that `take` selects and adds each into
+  // its rows, in the order they were posted (stage, then the plan's list
+  // order), so the sums never depend on arrival times.
+  template <class Take>
+  void AbsorbPartials(Take take) {
+    const double wait_start = trace_->NowUs();
+    bool waited = false;
+    std::deque<IncomingPartial> keep;
+    for (IncomingPartial& p : partials_in_) {
+      if (!take(p.recv)) {
+        keep.push_back(std::move(p));
+        continue;
+      }
+      waited = waited || p.flight.end_us < 0;
+      Finish(p.flight);
+      Record(p.flight);
+      float* acc = kv_rows_.K(p.recv.into_partial ? partial_.data() : dkv_.data(), p.recv.row);
+      for (size_t j = 0; j < p.data.size(); ++j) acc[j] += p.data[j];
+    }
+    partials_in_ = std::move(keep);
+    if (waited) {
+      const double wait_end = trace_->NowUs();
+      trace_->Add("wait partials", TraceLane::kWait, wait_start, wait_end);
+      stats_->exposed_wait_s += (wait_end - wait_start) * 1e-6;
+    }
   }
 
   // ---- data access ----
@@ -311,12 +366,11 @@ class Runner {
   std::vector<float> pool_;     // the pass's K/V receive pool
   std::vector<float> partial_;  // the backward's dK/dV partial pool
   std::vector<Flight> flights_;
+  std::deque<IncomingPartial> partials_in_;  // in posting order
 };
 
-RankOutputs Runner::Run(const RankInputs& in) {
-  const RankProgram& P = prog_;
-  const int64_t dl_rows = P.dataloader_end - P.dataloader_begin;
-  const bool bwd = options_.backward;
+void Runner::CheckInputs(const RankInputs& in) const {
+  const int64_t dl_rows = prog_.dataloader_end - prog_.dataloader_begin;
   auto check_size = [&](const std::vector<float>& x, int64_t width, const char* what) {
     if (static_cast<int64_t>(x.size()) != dl_rows * width)
       throw Error(ErrorCode::kInvalidArgument, std::string("executor: input ") + what + " has " +
@@ -326,10 +380,15 @@ RankOutputs Runner::Run(const RankInputs& in) {
   check_size(in.q, qrow_, "q");
   check_size(in.k, kvrow_, "k");
   check_size(in.v, kvrow_, "v");
-  if (bwd) check_size(in.d_o, qrow_, "do");
+  if (options_.backward) check_size(in.d_o, qrow_, "do");
+}
 
-  const double run_start = trace_->NowUs();
-  // 1. Reshuffle in: q | k | v | do rows to their owners.
+// 1. Reshuffle in: q | k | v | do rows to their owners with one all-to-all-v;
+// while it flies, the stage-0 calls on my own dataloader tokens.
+void Runner::ReshuffleIn(const RankInputs& in) {
+  const RankProgram& P = prog_;
+  const int64_t dl_rows = P.dataloader_end - P.dataloader_begin;
+  const bool bwd = options_.backward;
   q_.assign(static_cast<size_t>(P.local_rows * qrow_), 0.0f);
   kv_.assign(static_cast<size_t>(2 * P.local_rows * kvrow_), 0.0f);
   if (bwd) do_.assign(q_.size(), 0.0f);
@@ -370,36 +429,35 @@ RankOutputs Runner::Run(const RankInputs& in) {
   lse_.assign(static_cast<size_t>(P.local_rows * dims_.heads_q), 0.0f);
   InitForwardOutput(dims_, P.local_rows, o_.data(), lse_.data());
 
-  // While the reshuffle flies: the stage-0 calls on my own dataloader tokens.
   if (!P.forward.stages.empty())
     for (const ComputeCall& c : P.forward.stages[0].compute)
       if (c.early) Compute(c, false, "fwd s0 early");
   FinishGroup(kReshuffleInGroup, "reshuffle in");
-  {
-    int64_t first = 0;
-    for (int32_t w = 0; w < P.workers; ++w) {
-      if (w != P.rank) unpack_in(in_recv.data() + first * in_width, first, P.in_recv_counts[w]);
-      first += P.in_recv_counts[w];
-    }
+  int64_t first = 0;
+  for (int32_t w = 0; w < P.workers; ++w) {
+    if (w != P.rank) unpack_in(in_recv.data() + first * in_width, first, P.in_recv_counts[w]);
+    first += P.in_recv_counts[w];
   }
-  in_recv = {};
-  in_send = {};
+}
 
-  // 2. Forward stages; each block's (o, lse) heads home once final.
-  RankOutputs out;
-  out.o.resize(static_cast<size_t>(dl_rows * qrow_));
-  out.lse.resize(static_cast<size_t>(dl_rows * dims_.heads_q));
-  ReturnGroup ret_o;
-  ret_o.group = kReturnOGroup;
-  ret_o.tag = kTagReturnO;
-  ret_o.name = "return o";
-  ret_o.fields = {{qrow_, out.o.data()}, {dims_.heads_q, out.lse.data()}};
-  ret_o.final_stage = P.forward_final_stage;
-  ret_o.row_ptr = [this](size_t fi, int64_t row) {
-    return fi == 0 ? o_.data() + row * qrow_ : lse_.data() + row * dims_.heads_q;
-  };
-  PostReturnReceives(ret_o);
-  SendReturns(ret_o, -1);
+ReturnGroup Runner::MakeReturn(FlightGroup group, int32_t tag, std::string name, std::vector<Field> fields,
+                               const std::vector<int32_t>& final_stage,
+                               std::function<const float*(size_t, int64_t)> row_ptr) {
+  ReturnGroup g;
+  g.group = group;
+  g.tag = tag;
+  g.name = std::move(name);
+  g.fields = std::move(fields);
+  g.final_stage = final_stage;
+  g.row_ptr = std::move(row_ptr);
+  PostReturnReceives(g);
+  SendReturns(g, -1);
+  return g;
+}
+
+// 2. Forward stages; each block's (o, lse) heads home once final.
+void Runner::ForwardStages(ReturnGroup& ret_o) {
+  const RankProgram& P = prog_;
   pool_.assign(static_cast<size_t>(kv_rows_.Floats(P.forward.pool_rows)), 0.0f);
   stats_->peak_received_blocks = P.forward.peak_slots;
   for (size_t t = 0; t < P.forward.stages.size(); ++t) {
@@ -417,51 +475,31 @@ RankOutputs Runner::Run(const RankInputs& in) {
     SendReturns(ret_o, static_cast<int32_t>(t));
   }
   pool_ = {};
-  stats_->forward_s = (trace_->NowUs() - run_start) * 1e-6;
+}
 
-  // 3. The output's trip home stays in flight during the backward.
-  if (!bwd) {
-    FinishReturns(ret_o);
-    return out;
-  }
-
-  // 4. Backward stages.
-  const double bwd_start = trace_->NowUs();
-  delta_.resize(lse_.size());
-  ComputeDelta(dims_, P.local_rows, o_.data(), do_.data(), delta_.data());
-  dq_.assign(q_.size(), 0.0f);
-  dkv_.assign(kv_.size(), 0.0f);
-  out.dq.resize(static_cast<size_t>(dl_rows * qrow_));
-  out.dk.resize(static_cast<size_t>(dl_rows * kvrow_));
-  out.dv.resize(out.dk.size());
-  ReturnGroup ret_g;
-  ret_g.group = kReturnGradGroup;
-  ret_g.tag = kTagReturnGrad;
-  ret_g.name = "return grads";
-  ret_g.fields = {{qrow_, out.dq.data()}, {kvrow_, out.dk.data()}, {kvrow_, out.dv.data()}};
-  ret_g.final_stage = P.backward_final_stage;
-  ret_g.row_ptr = [this](size_t fi, int64_t row) -> const float* {
-    if (fi == 0) return dq_.data() + row * qrow_;
-    return dkv_.data() + LocalKvOffset(row, fi == 2);
-  };
-  PostReturnReceives(ret_g);
-  SendReturns(ret_g, -1);
+// 4. Backward stages; dq and dk, dv head home apart, each once final.
+void Runner::BackwardStages(ReturnGroup& ret_dq, ReturnGroup& ret_dkv) {
+  const RankProgram& P = prog_;
   pool_.assign(static_cast<size_t>(kv_rows_.Floats(P.backward.pool_rows)), 0.0f);
   partial_.assign(static_cast<size_t>(kv_rows_.Floats(P.backward.partial_rows)), 0.0f);
   stats_->peak_received_blocks = std::max(stats_->peak_received_blocks, P.backward.peak_slots);
   for (size_t t = 0; t < P.backward.stages.size(); ++t) {
+    const int32_t stage = static_cast<int32_t>(t);
     const StageProgram& sp = P.backward.stages[t];
     const std::string label = "bwd s" + std::to_string(t);
     const double stage_start = trace_->NowUs();
     PostKv(sp, label);
-    std::vector<std::vector<float>> dkv_in(sp.dkv_recv.size());
-    for (size_t i = 0; i < sp.dkv_recv.size(); ++i) {
-      const DkvRecv& r = sp.dkv_recv[i];
-      dkv_in[i].resize(static_cast<size_t>(kv_rows_.Floats(r.rows)));
-      Post(comm_.Irecv(dkv_in[i].data(), kv_rows_.Floats(r.rows) * 4, r.src, kTagDkv),
-           label + " recv dkv" + std::to_string(r.block) + " from " + std::to_string(r.src), TraceLane::kRecv);
+    for (const DkvRecv& r : sp.dkv_recv) {
+      IncomingPartial& in = partials_in_.emplace_back();
+      in.recv = r;
+      in.data.resize(static_cast<size_t>(kv_rows_.Floats(r.rows)));
+      in.flight = {comm_.Irecv(in.data.data(), kv_rows_.Floats(r.rows) * 4, r.src, kTagDkv),
+                   label + " recv dkv" + std::to_string(r.block) + " from " + std::to_string(r.src),
+                   TraceLane::kRecv, kStageGroup, trace_->NowUs()};
     }
     for (const DkvSend& s : sp.dkv_send) {
+      // A relay forwards what it received for the block with its own share.
+      AbsorbPartials([&](const DkvRecv& r) { return r.into_partial && r.block == s.block && r.row == s.partial_row; });
       stats_->bytes_sent += kv_rows_.Floats(s.rows) * 4;
       Post(comm_.Isend(kv_rows_.K(partial_.data(), s.partial_row), kv_rows_.Floats(s.rows) * 4, s.dst, kTagDkv),
            label + " send dkv" + std::to_string(s.block) + " to " + std::to_string(s.dst), TraceLane::kSend);
@@ -471,22 +509,64 @@ RankOutputs Runner::Run(const RankInputs& in) {
       Poll();
     }
     FinishStage(stage_start, label);
-    // Sent partials are zeroed first: a partial received this stage may reuse the rows.
+    // A sent partial's rows start the next partial that reuses them at zero.
     for (const DkvSend& s : sp.dkv_send)
       std::fill_n(kv_rows_.K(partial_.data(), s.partial_row), kv_rows_.Floats(s.rows), 0.0f);
-    for (size_t i = 0; i < sp.dkv_recv.size(); ++i) {
-      const DkvRecv& r = sp.dkv_recv[i];
-      float* acc = kv_rows_.K(r.into_partial ? partial_.data() : dkv_.data(), r.row);
-      for (size_t j = 0; j < dkv_in[i].size(); ++j) acc[j] += dkv_in[i][j];
-    }
-    SendReturns(ret_g, static_cast<int32_t>(t));
+    SendReturns(ret_dq, stage);
+    AbsorbPartials([&](const DkvRecv& r) { return !r.into_partial && P.backward_dkv_final_stage[r.block] == stage; });
+    SendReturns(ret_dkv, stage);
   }
+  AbsorbPartials([](const DkvRecv&) { return true; });  // none is left in a valid plan
   pool_ = {};
   partial_ = {};
+}
 
-  // 5. The last gradients' trip home.
+RankOutputs Runner::Run(const RankInputs& in) {
+  const RankProgram& P = prog_;
+  const int64_t dl_rows = P.dataloader_end - P.dataloader_begin;
+  CheckInputs(in);
+  const double run_start = trace_->NowUs();
+  ReshuffleIn(in);
+
+  RankOutputs out;
+  out.o.resize(static_cast<size_t>(dl_rows * qrow_));
+  out.lse.resize(static_cast<size_t>(dl_rows * dims_.heads_q));
+  ReturnGroup ret_o = MakeReturn(
+      kReturnOGroup, kTagReturnO, "return o", {{qrow_, out.o.data()}, {dims_.heads_q, out.lse.data()}},
+      P.forward_final_stage, [this](size_t fi, int64_t row) -> const float* {
+        return fi == 0 ? o_.data() + row * qrow_ : lse_.data() + row * dims_.heads_q;
+      });
+  ForwardStages(ret_o);
+  stats_->forward_s = (trace_->NowUs() - run_start) * 1e-6;
+
+  // 3. The output's trip home stays in flight during the backward.
+  if (!options_.backward) {
+    FinishReturns(ret_o);
+    return out;
+  }
+
+  const double bwd_start = trace_->NowUs();
+  delta_.resize(lse_.size());
+  ComputeDelta(dims_, P.local_rows, o_.data(), do_.data(), delta_.data());
+  dq_.assign(q_.size(), 0.0f);
+  dkv_.assign(kv_.size(), 0.0f);
+  out.dq.resize(static_cast<size_t>(dl_rows * qrow_));
+  out.dk.resize(static_cast<size_t>(dl_rows * kvrow_));
+  out.dv.resize(out.dk.size());
+  ReturnGroup ret_dq = MakeReturn(kReturnDqGroup, kTagReturnDq, "return dq", {{qrow_, out.dq.data()}},
+                                  P.backward_dq_final_stage, [this](size_t, int64_t row) -> const float* {
+                                    return dq_.data() + row * qrow_;
+                                  });
+  ReturnGroup ret_dkv = MakeReturn(
+      kReturnDkvGroup, kTagReturnDkv, "return dkv", {{kvrow_, out.dk.data()}, {kvrow_, out.dv.data()}},
+      P.backward_dkv_final_stage,
+      [this](size_t fi, int64_t row) -> const float* { return dkv_.data() + LocalKvOffset(row, fi == 1); });
+  BackwardStages(ret_dq, ret_dkv);
+
+  // 5. The last outputs' trip home.
   FinishReturns(ret_o);
-  FinishReturns(ret_g);
+  FinishReturns(ret_dq);
+  FinishReturns(ret_dkv);
   stats_->backward_s = (trace_->NowUs() - bwd_start) * 1e-6;
   return out;
 }
