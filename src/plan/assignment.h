@@ -98,6 +98,15 @@ class AssignmentSearch {
   // loaded worker. In dataloader ids (no renaming).
   Assignment Home(int32_t node_workers, double reshuffle_pairs_per_token);
 
+  // The shed layout: every item at home as in Home, then the most loaded
+  // worker repeatedly gives its densest item (work per token) for the
+  // lightest of equal slot use of a worker that stays within 2% of the mean
+  // compute (its own node's workers first, then the least loaded of other
+  // nodes with the least reshuffle across nodes), until every compute is
+  // within it or no exchange lowers the larger of the two. No traffic
+  // search. In dataloader ids.
+  Assignment Shed(int32_t node_workers);
+
   // `assignment` after exchanges that bring items to their dataloader
   // worker, worker w's being rename[w]'s (fewer tokens in the reshuffle),
   // without raising the largest compute, traffic or cost, or the traffic
