@@ -222,8 +222,9 @@ constexpr double kHomeMaxImbalance = 0.3;
 // not seeing that a worker keeping none of its tokens waits for them.
 constexpr double kShedReshuffleShare = 0.95;
 // The shed candidate is built up to this many workers: at N = 256 it
-// changed 1 of 7 benchmark batches (lognormal seed 1, -0.7%), and at
-// N = 4096 it cost 37% more planning instructions (callgrind).
+// changed 1 of 7 benchmark batches (lognormal seed 1, -0.7%) for 8% more
+// planning instructions, and at N = 4096 (with its own sharding then) it
+// cost 37% more (callgrind).
 constexpr int32_t kShedMaxWorkers = 256;
 
 // The compute imbalance of the dataloader layout: each token's query work
@@ -474,14 +475,19 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
     home->assignment = home->search->Home(
         config.node_workers, judge.pairs_per_traffic_token * ReshuffleTrafficTokens(config.attention));
   }
-  // The shed layout (issue 17): the balanced plan's items, each at home,
-  // the overloaded homes shedding their densest items (Shed). Compared
-  // with the balanced plan below, by the port proxy with the reshuffle.
-  std::unique_ptr<Candidate> shed;
-  if (transparent && !home && config.workers <= kShedMaxWorkers) {
-    shed = Shard(split(config.max_split), lengths, config, plan, common);
-    shed->assignment = shed->search->Shed(config.node_workers);
-  }
+  // The shed layout (issue 17): the first candidate's items, each at home,
+  // the overloaded homes shedding their densest items (Shed, which leaves
+  // the search as it was). Its blocks and pairs are copied, as that
+  // candidate may be replaced below (a copy costs far less than sharding
+  // again). Compared with the balanced plan below, by the port proxy.
+  struct Layout {
+    std::vector<Block> blocks;
+    std::vector<RequiredPair> pairs;
+    detail::Assignment assignment;
+  };
+  std::optional<Layout> shed;
+  if (transparent && !home && config.workers <= kShedMaxWorkers)
+    shed = Layout{best->sharding.blocks, best->pairs, best->search->Shed(config.node_workers)};
   if (config.network_flops_per_byte > 0 && config.heavy_fraction > 0 && config.max_split > 2) {
     detail::HeavySplit coarse_split = split(2);
     // Exact pruning. When the lower bound on its compute imbalance breaks
@@ -565,16 +571,16 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   std::vector<int32_t> rename = detail::LocalityRenaming(
       best->sharding.blocks, best->assignment.owner, lengths, config.workers);
   const double weight = ReshuffleTrafficTokens(config.attention);
-  const auto step_cost = [&](const Candidate& c, const detail::Assignment& a,
+  const auto step_cost = [&](const std::vector<Block>& blocks, const detail::Assignment& a,
                              const std::vector<int32_t>& names) {
-    return StepCostOf(a, c.sharding.blocks, names, common.offsets, judge.pairs_per_traffic_token,
-                      weight, config.node_workers);
+    return StepCostOf(a, blocks, names, common.offsets, judge.pairs_per_traffic_token, weight,
+                      config.node_workers);
   };
   // The balanced plan's step cost before the exchanges too: the home layout
   // must beat both (so that it is never chosen over a plan the exchanges
   // made worse by this measure).
   const StepCost unexchanged =
-      home || shed ? step_cost(*best, best->assignment, rename) : StepCost{};
+      home || shed ? step_cost(best->sharding.blocks, best->assignment, rename) : StepCost{};
   if (config.reshuffle_locality)
     best->assignment = best->search->Localize(std::move(best->assignment), rename);
   // The home layout instead where it is cheaper and its busiest reshuffle
@@ -586,34 +592,46 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   // The shed layout (built where the home layout is not) instead where its
   // port proxy is lower and its busiest reshuffle across nodes at most
   // kShedReshuffleShare of the balanced plan's.
+  // What the plan is built from: the balanced plan, or a layout.
+  std::vector<Block>* blocks = &best->sharding.blocks;
+  const std::vector<RequiredPair>* pairs = &best->pairs;
+  const detail::Assignment* chosen = &best->assignment;
+  int64_t block_size = best->sharding.block_size;
   if (home || shed) {
     std::vector<int32_t> identity(config.workers);
     std::iota(identity.begin(), identity.end(), 0);
-    StepCost balanced = step_cost(*best, best->assignment, rename);
+    StepCost balanced = step_cost(best->sharding.blocks, best->assignment, rename);
     if (unexchanged.total() < balanced.total()) balanced = unexchanged;
-    const auto ports = [&](const Candidate& c, const std::vector<int32_t>& names) {
-      return PortProxy(c.sharding.blocks, c.pairs, c.assignment.owner, names, common.offsets,
-                       c.assignment.compute, config, judge.pairs_per_traffic_token);
+    std::vector<Block>& layout_blocks = home ? home->sharding.blocks : shed->blocks;
+    const std::vector<RequiredPair>& layout_pairs = home ? home->pairs : shed->pairs;
+    const detail::Assignment& layout = home ? home->assignment : shed->assignment;
+    const StepCost at_home = step_cost(layout_blocks, layout, identity);
+    const auto ports = [&](const std::vector<Block>& b, const std::vector<RequiredPair>& p,
+                           const detail::Assignment& a, const std::vector<int32_t>& names) {
+      return PortProxy(b, p, a.owner, names, common.offsets, a.compute, config,
+                       judge.pairs_per_traffic_token);
     };
-    std::unique_ptr<Candidate>& layout = home ? home : shed;
-    const StepCost at_home = step_cost(*layout, layout->assignment, identity);
     const bool wins =
         home ? at_home.total() < balanced.total() &&
                    at_home.reshuffle <= balanced.reshuffle * kHomeReshuffleShare
-             : ports(*shed, identity) < ports(*best, rename) &&
+             : ports(layout_blocks, layout_pairs, layout, identity) <
+                       ports(best->sharding.blocks, best->pairs, best->assignment, rename) &&
                    at_home.reshuffle < balanced.reshuffle * kShedReshuffleShare;
     if (wins) {
-      best = std::move(layout);
+      blocks = &layout_blocks;
+      pairs = &layout_pairs;
+      chosen = &layout;
+      if (home) block_size = home->sharding.block_size;
       rename = std::move(identity);
     }
   }
-  plan.block_size = best->sharding.block_size;
-  plan.blocks = std::move(best->sharding.blocks);
-  const std::vector<int32_t>& owner = best->assignment.owner;
-  for (size_t b = 0; b < plan.blocks.size(); ++b) plan.blocks[b].worker = rename[owner[b]];
+  plan.block_size = block_size;
+  plan.blocks = std::move(*blocks);
+  for (size_t b = 0; b < plan.blocks.size(); ++b)
+    plan.blocks[b].worker = rename[chosen->owner[b]];
 
   // 3-5. Transfer graph, colouring, coalesced forward and backward stages.
-  BuildStages(plan, best->pairs, config.self_check);
+  BuildStages(plan, *pairs, config.self_check);
   return plan;
 }
 
