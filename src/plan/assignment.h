@@ -24,7 +24,10 @@
 // 3. The Better result (Judge: cost within an imbalance bound) is kept; time
 //    mode (no bound) runs only the affinity start and the mixed policy.
 // Later, on the chosen plan only: traffic leveling (the local search with
-// traffic as the load, under caps) and the locality exchanges.
+// traffic as the load, under caps) and the locality exchanges. Beside
+// them, layouts that start from the dataloader's (issue 17, in dataloader
+// ids): Home (a local search by cost with the reshuffle) and Shed
+// (overloaded homes give their densest items away, no traffic search).
 // Cost: O(passes * I * (C * D + log N)) for I items, C candidates, D
 // dependencies per item, plus the bounded local search.
 #pragma once
