@@ -62,8 +62,9 @@ def inspect_reshuffle(fcp, plan_path):
     return int(moved.group(1)), int(floor.group(1))
 
 
-def measure(fcp, tmp, batch, workers, profiles, baselines):
+def measure(fcp, tmp, batch, workers, profiles, baselines, fcp_args=()):
     args, seed = BATCHES[batch]
+    fcp_args = list(fcp_args)
     args = [a.replace("{giant}", str(workers * TOKENS_PER_WORKER)) for a in args]
     lengths_path = os.path.join(tmp, "l.txt")
     run([fcp, "workload", "--workers", str(workers), "--seed", str(seed), "--out", lengths_path] + args)
@@ -72,7 +73,7 @@ def measure(fcp, tmp, batch, workers, profiles, baselines):
     for planner in ["fcp"] + baselines:
         path = os.path.join(tmp, planner + ".json")
         run([fcp, "plan", "--lengths", lengths_path, "--workers", str(workers), "--planner", planner,
-             "--out", path])
+             "--out", path] + (fcp_args if planner == "fcp" else []))
         plans[planner] = path
     total = sum(lengths)
     moved, floor = inspect_reshuffle(fcp, plans["fcp"])
@@ -126,6 +127,9 @@ def main():
     p.add_argument("--profiles", default="gpu-x,gpu-y")
     p.add_argument("--batches", default=",".join(BATCHES), help="comma-separated, from: " + ", ".join(BATCHES))
     p.add_argument("--baselines", default=",".join(BASELINES))
+    p.add_argument("--fcp-args", default="",
+                   help="extra `fcp plan` arguments for FCP alone, space-separated (ablations: "
+                        "'--rescue-max-split 0', '--traffic-leveling false', ...)")
     p.add_argument("--json", help="also write the rows here")
     o = p.parse_args()
     try:
@@ -144,7 +148,7 @@ def main():
         for n in workers:
             for b in batches:
                 print("step_bench: %s N=%d" % (b, n), file=sys.stderr)
-                rows += measure(o.fcp, tmp, b, n, o.profiles.split(","), baselines)
+                rows += measure(o.fcp, tmp, b, n, o.profiles.split(","), baselines, o.fcp_args.split())
     sys.stdout.write(markdown(rows, baselines))
     if o.json:
         with open(o.json, "w") as f:

@@ -325,6 +325,21 @@ TEST(PlannerPropertyTest, RandomBatchesGiveValidOptimalDeterministicPlans) {
   }
 }
 
+// The busiest worker's reshuffle tokens in + out that cross a node of
+// `node_workers` workers.
+int64_t BusiestCrossNodeReshuffle(const Plan& plan, int32_t node_workers) {
+  const std::vector<int64_t> offsets = SequenceOffsets(plan.sequences);
+  std::vector<int64_t> moved(plan.workers, 0);
+  for (const Block& b : plan.blocks)
+    for (const Segment& s : b.segments)
+      ForEachDataloaderRun(s, offsets, plan.workers, [&](int32_t home, int64_t n) {
+        if (home / node_workers == b.worker / node_workers) return;
+        moved[home] += n;
+        moved[b.worker] += n;
+      });
+  return *std::max_element(moved.begin(), moved.end());
+}
+
 // The planner's step cost with the reshuffle charged (fcp_planner.cpp,
 // StepCostOf) in FLOPs: the worst worker's larger of forward FLOPs and
 // network ratio x forward K/V bytes, plus the ratio x the busiest worker's
@@ -337,26 +352,20 @@ double StepCostOf(const Plan& plan, const PlannerConfig& config) {
   double worst = 0;
   for (const WorkerMetrics& w : m.workers)
     worst = std::max({worst, w.forward_flops, r * static_cast<double>(w.traffic_bytes())});
-  const std::vector<int64_t> offsets = SequenceOffsets(plan.sequences);
-  std::vector<int64_t> moved(plan.workers, 0);
-  for (const Block& b : plan.blocks)
-    for (const Segment& s : b.segments)
-      ForEachDataloaderRun(s, offsets, plan.workers, [&](int32_t home, int64_t n) {
-        if (home / config.node_workers == b.worker / config.node_workers) return;
-        moved[home] += n;
-        moved[b.worker] += n;
-      });
   const double kv_token_bytes = 2.0 * a.heads_kv * a.head_dim * a.dtype_bytes;
   const double weight = 4.0 * (a.heads_q + a.heads_kv) / (2.0 * a.heads_kv) / 7.0 * 0.75;
   return worst + r * weight * kv_token_bytes *
-                     static_cast<double>(*std::max_element(moved.begin(), moved.end()));
+                     static_cast<double>(BusiestCrossNodeReshuffle(plan, config.node_workers));
 }
 
-// The locality exchanges and the home layout on random batches: the plan
-// keeps every rule; unless it is the home layout it moves no more tokens
-// in the reshuffle than the plan without them and raises neither the
-// largest compute nor the largest traffic; the home layout, where kept, has
-// the lower step cost. On some batches fewer tokens move.
+// The locality exchanges and the home and shed layouts on random batches:
+// the plan keeps every rule; unless it is one of the layouts it moves no
+// more tokens in the reshuffle than the plan without them and raises
+// neither the largest compute nor the largest traffic; the home layout,
+// where kept, has the lower step cost, the shed layout a busiest reshuffle
+// across nodes of at most 0.95 of the balanced plan's (before or after
+// its exchanges: the plan without them is the first). On some batches
+// fewer tokens move.
 TEST(PlannerPropertyTest, LocalityExchangesNeverRaiseAMaximum) {
   std::mt19937_64 rng(20261201);
   int fewer = 0, traded = 0;
@@ -379,8 +388,11 @@ TEST(PlannerPropertyTest, LocalityExchangesNeverRaiseAMaximum) {
                        with.max_traffic_bytes > without.max_traffic_bytes ||
                        with.reshuffle_tokens > without.reshuffle_tokens;
     if (trade) {
-      EXPECT_LT(StepCostOf(local, k.config),
-                StepCostOf(MakePlan(k.lengths, off), k.config) * (1 + 1e-9));
+      const Plan plain = MakePlan(k.lengths, off);
+      const bool cheaper = StepCostOf(local, k.config) < StepCostOf(plain, k.config) * (1 + 1e-9);
+      const bool shed = BusiestCrossNodeReshuffle(local, k.config.node_workers) <
+                        BusiestCrossNodeReshuffle(plain, k.config.node_workers);
+      EXPECT_TRUE(cheaper || shed);
     }
     fewer += with.reshuffle_tokens < without.reshuffle_tokens;
     traded += trade;
@@ -546,14 +558,17 @@ class PlannerQualityTest : public ::testing::TestWithParam<std::tuple<int32_t, u
   }
 };
 
-// The paper's balance (Figure 9) for the default plan (network-aware, within
-// max_imbalance = 5%) and for balance mode (no network ratio).
-TEST_P(PlannerQualityTest, ImbalanceBelowFivePercentByDefaultAndInBalanceMode) {
+// The paper's balance (Figure 9) for the network-aware plan without the
+// reshuffle charged (within max_imbalance = 5%; with it charged the shed
+// layout may trade balance for fewer tokens moved, PlannerLocalityTest) and
+// for balance mode (no network ratio).
+TEST_P(PlannerQualityTest, ImbalanceBelowFivePercentWithoutReshuffleAndInBalanceMode) {
   const std::vector<int64_t> lengths = Batch();
   for (const double ratio : {PlannerConfig{}.network_flops_per_byte, 0.0}) {
     SCOPED_TRACE("network_flops_per_byte " + std::to_string(ratio));
     PlannerConfig c = PaperConfig();
     c.network_flops_per_byte = ratio;
+    c.reshuffle_locality = false;
     const Plan plan = MakePlan(lengths, c);
     ValidatePlan(plan, {.forbid_redundant_transfers = true});
     const PlanMetrics m = ComputePlanMetrics(plan);
@@ -564,13 +579,14 @@ TEST_P(PlannerQualityTest, ImbalanceBelowFivePercentByDefaultAndInBalanceMode) {
   }
 }
 
-// The default plan minimises the worst worker's FLOPs + bytes x ratio over
-// the candidates within 5% imbalance, which include the balance-mode plan
+// The network-aware plan without the reshuffle charged minimises the worst
+// worker's FLOPs + bytes x ratio over the candidates within 5% imbalance, which include the balance-mode plan
 // when that one is within 5% (as on these batches): never worse by that
 // measure.
 TEST_P(PlannerQualityTest, NetworkAwarePlanNeverCostsMoreThanTheBalancedOne) {
   const std::vector<int64_t> lengths = Batch();
-  const PlannerConfig aware = PaperConfig();
+  PlannerConfig aware = PaperConfig();
+  aware.reshuffle_locality = false;  // the shed layout is judged by its ports instead
   ASSERT_GT(aware.network_flops_per_byte, 0);
   PlannerConfig balanced = aware;
   balanced.network_flops_per_byte = 0;
@@ -667,11 +683,13 @@ TEST(PlannerBalanceTest, TrafficLevelingBringsAllShortTrafficWithinTheBound) {
 }
 
 // The locality exchanges (reshuffle_locality) on the paper's batch at N =
-// 64: fewer tokens leave their dataloader worker, and no worker's compute or
-// traffic exceeds the largest of the plan without them; the plan is still
-// within 5% imbalance, valid and deterministic, and records the option.
+// 64 (seed 1, which keeps the balanced plan; seeds 0 and 2 take the shed
+// layout, below): fewer tokens leave their dataloader worker, and no
+// worker's compute or traffic exceeds the largest of the plan without them;
+// the plan is still within 5% imbalance, valid and deterministic, and
+// records the option.
 TEST(PlannerLocalityTest, FewerTokensReshuffledWithoutRaisingAnyMaximum) {
-  const std::vector<int64_t> lengths = PaperBatch(64, 0);
+  const std::vector<int64_t> lengths = PaperBatch(64, 1);
   PlannerConfig c = Config(64, 4096, 16);
   c.attention = {64, 8, 128, 2};
   PlannerConfig off = c;
@@ -715,6 +733,36 @@ TEST(PlannerLocalityTest, BalancedHomeLayoutStaysHome) {
   PlannerConfig off = c;
   off.reshuffle_locality = false;
   EXPECT_GT(ComputePlanMetrics(MakePlan(lengths, off)).reshuffle_tokens, 0);  // 8 when written
+}
+
+// The shed layout (issue 17) on the paper's batches where it is kept (N =
+// 16 and 64, seeds 0 and 2; simulated 5-15% faster with the reshuffle
+// overlapped, docs/planner-quality.md): every worker's compute within 7%
+// of the mean (Shed aims at 2%; at N = 64 seed 0 it stops at 6.4%, where
+// no exchange of whole items lowers the larger compute), fewer tokens reshuffled than the balanced plan
+// (reshuffle_locality false) and a lower busiest reshuffle across nodes;
+// every plan rule holds, the cap is exact, and the plan is deterministic.
+TEST(PlannerLocalityTest, ShedLayoutMovesFewerTokensAtBalancedCompute) {
+  for (const int32_t n : {16, 64})
+    for (const uint64_t seed : {0u, 2u}) {
+      SCOPED_TRACE("N " + std::to_string(n) + " seed " + std::to_string(seed));
+      const std::vector<int64_t> lengths = PaperBatch(n, seed);
+      PlannerConfig c = Config(n, 4096, 16);
+      c.attention = {64, 8, 128, 2};
+      PlannerConfig off = c;
+      off.reshuffle_locality = false;
+      const Plan shed = MakePlan(lengths, c), balanced = MakePlan(lengths, off);
+      ValidatePlan(shed, {.forbid_redundant_transfers = true});
+      EXPECT_EQ(WritePlanJson(MakePlan(lengths, c)), WritePlanJson(shed));
+      const PlanMetrics m = ComputePlanMetrics(shed), b = ComputePlanMetrics(balanced);
+      EXPECT_EQ(m.max_tokens, 32768);
+      EXPECT_EQ(m.forward_transfer_stages, m.transfer_stage_lower_bound);
+      EXPECT_LT(m.max_compute, 1.07 * m.total_forward_flops / n);
+      // 50-71% of the tokens against 67-82% when written.
+      EXPECT_LT(static_cast<double>(m.reshuffle_tokens), 0.95 * static_cast<double>(b.reshuffle_tokens));
+      EXPECT_LT(BusiestCrossNodeReshuffle(shed, c.node_workers),
+                BusiestCrossNodeReshuffle(balanced, c.node_workers));
+    }
 }
 
 // All short sequences (uniform 64..2048, the issue-17 batch) at N = 16 and

@@ -7,6 +7,7 @@
 #include <limits>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <utility>
@@ -41,6 +42,12 @@ constexpr double kLocalityMargin = 0.001;
 // The leveling search's compute caps, as shares of the judge's bound on
 // compute imbalance (Assigner::Level).
 constexpr std::array<double, 4> kLevelComputeAllowance = {0, 0.25, 0.5, 1};
+
+// Shedding (Assigner::Shed): the compute above the mean a worker may keep
+// (relative), and the least loaded workers of other nodes examined as
+// partners per exchange (its own node's are all examined).
+constexpr double kShedSlack = 0.02;
+constexpr size_t kShedPartners = 16;
 
 // Compressed rows: row r is items[offset[r] .. offset[r+1]).
 template <typename T>
@@ -952,17 +959,19 @@ class Assigner {
     return best;
   }
 
-  // The home layout (issue 17, part 2): every item on the dataloader worker
-  // holding most of its tokens, where the slots allow, else its second home,
-  // else the nearest worker with room (same node of `node_workers` first),
-  // two-slot items first so that none is left without a pair of slots; then
-  // the local search, which moves only what lowers the most loaded worker
-  // (an overloaded home sheds items, a light one takes them and gives back
-  // replacements). In dataloader ids: no renaming.
-  Assignment Home(int32_t node_workers, double reshuffle_pairs_per_token) {
-    std::vector<int32_t> identity(n_);
-    std::iota(identity.begin(), identity.end(), 0);
-    const std::vector<HomeTokens> homes = HomesOf(identity);
+  // The (at most two) dataloader workers holding most of an item's tokens,
+  // as workers of the assignment (`original`), and how many.
+  struct HomeTokens {
+    int32_t worker[2] = {-1, -1};
+    int64_t tokens[2] = {0, 0};
+    int64_t At(int32_t w) const { return w == worker[0] ? tokens[0] : w == worker[1] ? tokens[1] : 0; }
+  };
+  // Every item on the dataloader worker holding most of its tokens
+  // (`homes`, in dataloader ids) where the slots allow, else its second
+  // home, else the nearest worker with room (same node of `node_workers`
+  // first); two-slot items first, so that none is left without a pair of
+  // slots. Returns owner[block].
+  std::vector<int32_t> AtHome(int32_t node_workers, const std::vector<HomeTokens>& homes) const {
     Slots slots(*in_.sharding, n_);
     std::vector<int32_t> owner(in_.sharding->blocks.size(), kUnassigned);
     const auto place = [&](size_t i) {
@@ -972,10 +981,13 @@ class Assigner {
       if (slots.Fits(item, home)) to = home;
       else if (homes[i].worker[1] >= 0 && slots.Fits(item, homes[i].worker[1])) to = homes[i].worker[1];
       // Nearest by id, the home's node first (workers of a node are
-      // consecutive ids), ties: the lower id.
+      // consecutive ids), ties: the lower id. The first pass stays inside
+      // the node (O(node_workers), not O(N): at N = 4096 the scan was a
+      // tenth of the planning).
       const int32_t node = node_workers > 0 ? home / node_workers : 0;
+      const int32_t reach = node_workers > 0 ? node_workers : n_;
       for (int pass = 0; pass < 2 && to < 0; ++pass)
-        for (int32_t d = 1; d < n_ && to < 0; ++d)
+        for (int32_t d = 1; d < (pass == 0 ? reach : n_) && to < 0; ++d)
           for (const int32_t w : {home - d, home + d}) {
             if (w < 0 || w >= n_ || to >= 0) continue;
             const bool same_node = node_workers > 0 && w / node_workers == node;
@@ -991,6 +1003,18 @@ class Assigner {
       if (!items_[i].small && items_[i].slots < 2) place(i);
     for (size_t i = 0; i < items_.size(); ++i)
       if (items_[i].small) place(i);
+    return owner;
+  }
+
+  // The home layout (issue 17, part 2): every item at home (AtHome), then
+  // the local search, which moves only what lowers the most loaded worker
+  // (an overloaded home sheds items, a light one takes them and gives back
+  // replacements). In dataloader ids: no renaming.
+  Assignment Home(int32_t node_workers, double reshuffle_pairs_per_token) {
+    std::vector<int32_t> identity(n_);
+    std::iota(identity.begin(), identity.end(), 0);
+    const std::vector<HomeTokens> homes = HomesOf(identity);
+    std::vector<int32_t> owner = AtHome(node_workers, homes);
     // The search by the cost itself, not by loads normalised by their
     // means: a home layout has little traffic, and normalised, one worker
     // holding a sequence cut at a home boundary would look most loaded.
@@ -1018,6 +1042,157 @@ class Assigner {
       model.Start(CountLoads(in_, users_, block_tokens_, std::move(owner)));
       return Improve(model, Partners::kMixed, std::nullopt, ratio, &reshuffle);
     });
+  }
+
+  // The shed layout (issue 17, part 2), for batches whose dataloader layout
+  // is unbalanced: every item at home (AtHome), then, while the most loaded
+  // worker's compute is above the mean by more than kShedSlack, it gives
+  // its densest item (work per token, highest first) for the lightest item
+  // of equal slot use (or two one-slot items for a two-slot one) of a
+  // worker that stays within the slack after the exchange: a worker of its
+  // own node (consecutive ids of `node_workers`: the reshuffle stays on its
+  // fast links), the least loaded first; else, among the kShedPartners
+  // least loaded of other nodes, the one whose reshuffle across nodes (in +
+  // out) ends least. When no exchange stays within the slack, the one that
+  // lowers the larger of the two computes most; none: it stops. Traffic is
+  // not searched (a local search by cost after it moved 20-60% more tokens
+  // and simulated slower on the paper's batches). In dataloader ids.
+  // O(M s (S + P s)) for M exchanges, s items per worker, S the node size
+  // and P = kShedPartners.
+  Assignment Shed(int32_t node_workers) {
+    std::vector<int32_t> identity(n_);
+    std::iota(identity.begin(), identity.end(), 0);
+    const std::vector<HomeTokens> homes = HomesOf(identity);
+    std::vector<int32_t> owner = AtHome(node_workers, homes);
+    std::vector<std::vector<int32_t>> owned(n_);
+    std::vector<double> compute(n_, 0), tokens(items_.size(), 0);
+    for (size_t i = 0; i < items_.size(); ++i) {
+      owned[owner[items_[i].blocks.front()]].push_back(static_cast<int32_t>(i));
+      compute[owner[items_[i].blocks.front()]] += item_work_[i];
+      for (int32_t b : items_[i].blocks) tokens[i] += static_cast<double>(block_tokens_[b]);
+    }
+    const double total = std::accumulate(compute.begin(), compute.end(), 0.0);
+    const double limit = total / n_ * (1 + kShedSlack);
+    std::set<std::pair<double, int32_t>> by_compute;  // (compute, worker), a total order
+    for (int32_t w = 0; w < n_; ++w) by_compute.insert({compute[w], w});
+    const int32_t node = std::max(node_workers, 1);
+    // Per worker, reshuffle tokens in + out across nodes; an item's tokens
+    // beyond its two largest homes count as crossing (sums of integers).
+    std::vector<double> cross(n_, 0);
+    const auto account = [&](int32_t x, int32_t w, double sign) {
+      double in = tokens[x];
+      for (int k = 0; k < 2; ++k) {
+        const int32_t h = homes[x].worker[k];
+        if (h < 0) continue;
+        const double t = static_cast<double>(homes[x].tokens[k]);
+        if (h / node == w / node) in -= t;
+        else cross[h] += sign * t;
+      }
+      cross[w] += sign * in;
+    };
+    for (size_t i = 0; i < items_.size(); ++i)
+      account(static_cast<int32_t>(i), owner[items_[i].blocks.front()], 1);
+    const auto cross_after = [&](int32_t x, int32_t b) {  // b's, taking x
+      double in = tokens[x];
+      for (int k = 0; k < 2; ++k)
+        if (homes[x].worker[k] >= 0 && homes[x].worker[k] / node == b / node)
+          in -= static_cast<double>(homes[x].tokens[k]);
+      return cross[b] + in;
+    };
+    // The lightest item, or pair of one-slot items, of b that x can take
+    // the place of.
+    struct Offer {
+      double work = std::numeric_limits<double>::infinity();
+      int32_t y[2] = {-1, -1};
+    };
+    const auto offer = [&](int32_t x, int32_t b) {
+      Offer best, one, two;  // one, two: the two lightest one-slot big items
+      for (int32_t y : owned[b]) {
+        const Item& item = items_[y];
+        if (item.small != items_[x].small) continue;
+        const double w = item_work_[y];
+        if (item.slots == items_[x].slots && w < best.work) best = {w, {y, -1}};
+        if (!item.small && item.slots == 1 && items_[x].slots == 2) {
+          if (w < one.work) {
+            two = one;
+            one = {w, {y, -1}};
+          } else if (w < two.work) {
+            two = {w, {y, -1}};
+          }
+        }
+      }
+      if (two.y[0] >= 0 && one.work + two.work < best.work)
+        best = {one.work + two.work, {one.y[0], two.y[0]}};
+      return best;
+    };
+    const auto move = [&](int32_t item, int32_t from, int32_t to) {
+      account(item, from, -1);
+      for (int32_t b : items_[item].blocks) owner[b] = to;
+      owned[from].erase(std::find(owned[from].begin(), owned[from].end(), item));
+      owned[to].push_back(item);
+      by_compute.erase({compute[from], from});
+      by_compute.erase({compute[to], to});
+      compute[from] -= item_work_[item];
+      compute[to] += item_work_[item];
+      by_compute.insert({compute[from], from});
+      by_compute.insert({compute[to], to});
+      account(item, to, 1);
+    };
+    std::vector<int32_t> order, partners;
+    // Each exchange lowers the most loaded worker's compute or moves the
+    // maximum to a worker below it; the cap only bounds pathological cases.
+    const size_t max_steps = 4 * items_.size() + static_cast<size_t>(n_);
+    for (size_t step = 0; step < max_steps; ++step) {
+      const int32_t a = std::prev(by_compute.end())->second;
+      if (compute[a] <= limit) break;
+      order = owned[a];
+      std::stable_sort(order.begin(), order.end(), [&](int32_t p, int32_t q) {
+        return item_work_[p] * tokens[q] > item_work_[q] * tokens[p];
+      });
+      partners.clear();
+      for (int32_t b = a / node * node; b < std::min(n_, (a / node + 1) * node); ++b)
+        if (b != a) partners.push_back(b);
+      std::stable_sort(partners.begin(), partners.end(),
+                       [&](int32_t p, int32_t q) { return compute[p] < compute[q]; });
+      const size_t same_node = partners.size();
+      for (auto it = by_compute.begin();
+           it != by_compute.end() && partners.size() < same_node + kShedPartners; ++it)
+        if (it->second / node != a / node) partners.push_back(it->second);
+      int32_t best_x = -1, best_b = -1;
+      Offer best_y;
+      bool within = false;
+      double best_peak = compute[a];
+      for (int32_t x : order) {
+        double least_cross = std::numeric_limits<double>::infinity();
+        for (size_t k = 0; k < partners.size(); ++k) {
+          const int32_t b = partners[k];
+          const Offer y = offer(x, b);
+          if (y.y[0] < 0 || y.work >= item_work_[x]) continue;
+          const double after_b = compute[b] + item_work_[x] - y.work;
+          const double after_a = compute[a] - item_work_[x] + y.work;
+          if (after_b <= limit) {
+            if (k < same_node) {  // its own node: the least loaded that fits
+              best_x = x, best_b = b, best_y = y, within = true;
+              break;
+            }
+            const double c = cross_after(x, b);
+            if (c < least_cross) {
+              least_cross = c;
+              best_x = x, best_b = b, best_y = y, within = true;
+            }
+          } else if (!within && std::max(after_a, after_b) < best_peak) {
+            best_x = x, best_b = b, best_y = y, best_peak = std::max(after_a, after_b);
+          }
+        }
+        if (within) break;
+      }
+      if (best_x < 0) break;
+      move(best_x, a, best_b);
+      for (int32_t y : best_y.y)
+        if (y >= 0) move(y, best_b, a);
+    }
+    const Loads loads = CountLoads(in_, users_, block_tokens_, std::move(owner));
+    return Assignment{loads.owner, loads.compute, loads.traffic};
   }
 
   // Exchanges that bring items to their dataloader worker, so that fewer
@@ -1149,13 +1324,6 @@ class Assigner {
     });
   }
 
-  // The (at most two) dataloader workers holding most of an item's tokens,
-  // as workers of the assignment (`original`), and how many.
-  struct HomeTokens {
-    int32_t worker[2] = {-1, -1};
-    int64_t tokens[2] = {0, 0};
-    int64_t At(int32_t w) const { return w == worker[0] ? tokens[0] : w == worker[1] ? tokens[1] : 0; }
-  };
   std::vector<HomeTokens> HomesOf(const std::vector<int32_t>& original) const {
     const std::vector<int64_t> offsets = SequenceOffsets(*in_.lengths);
     std::vector<HomeTokens> homes(items_.size());
@@ -1612,6 +1780,8 @@ Assignment AssignmentSearch::Localize(Assignment assignment, const std::vector<i
 Assignment AssignmentSearch::Home(int32_t node_workers, double reshuffle_pairs_per_token) {
   return impl_->Home(node_workers, reshuffle_pairs_per_token);
 }
+
+Assignment AssignmentSearch::Shed(int32_t node_workers) { return impl_->Shed(node_workers); }
 
 Assignment AssignmentSearch::Level(Assignment assignment) {
   return impl_->Level(std::move(assignment));

@@ -24,7 +24,10 @@
 // 3. The Better result (Judge: cost within an imbalance bound) is kept; time
 //    mode (no bound) runs only the affinity start and the mixed policy.
 // Later, on the chosen plan only: traffic leveling (the local search with
-// traffic as the load, under caps) and the locality exchanges.
+// traffic as the load, under caps) and the locality exchanges. Beside
+// them, layouts that start from the dataloader's (issue 17, in dataloader
+// ids): Home (a local search by cost with the reshuffle) and Shed
+// (overloaded homes give their densest items away, no traffic search).
 // Cost: O(passes * I * (C * D + log N)) for I items, C candidates, D
 // dependencies per item, plus the bounded local search.
 #pragma once
@@ -97,6 +100,15 @@ class AssignmentSearch {
   // `reshuffle_pairs_per_token`), which moves only what lowers the most
   // loaded worker. In dataloader ids (no renaming).
   Assignment Home(int32_t node_workers, double reshuffle_pairs_per_token);
+
+  // The shed layout: every item at home as in Home, then the most loaded
+  // worker repeatedly gives its densest item (work per token) for the
+  // lightest of equal slot use of a worker that stays within 2% of the mean
+  // compute (its own node's workers first, then the least loaded of other
+  // nodes with the least reshuffle across nodes), until every compute is
+  // within it or no exchange lowers the larger of the two. No traffic
+  // search. In dataloader ids.
+  Assignment Shed(int32_t node_workers);
 
   // `assignment` after exchanges that bring items to their dataloader
   // worker, worker w's being rename[w]'s (fewer tokens in the reshuffle),
