@@ -53,3 +53,44 @@ def test_bad_input_is_one_error_on_every_rank(bad_input_results, case, expected)
 def test_group_still_works_after_errors(bad_input_results):
     for result in bad_input_results:
         assert result["good_call_after_errors"] is None
+
+
+def _run_program(prog, x, scale):
+    """Every forward and backward stage of a 1-worker program (no pools) on x = (q, k, v, do)."""
+    q, k, v, do = x
+    empty = k.new_zeros((0,) + tuple(k.shape[1:]))
+    f32 = dict(dtype=torch.float32)
+    o = torch.zeros(q.shape, **f32)
+    lse = torch.full(q.shape[:2], float("-inf"), **f32)
+    for t in range(prog.num_stages("forward")):
+        prog.forward_stage(t, scale, 0, q, k, v, empty, empty, o, lse)
+    delta = (o * do.float()).sum(-1).contiguous()
+    dq, dk, dv = torch.zeros(q.shape, **f32), torch.zeros(k.shape, **f32), torch.zeros(v.shape, **f32)
+    part = torch.zeros((0,) + tuple(k.shape[1:]), **f32)
+    for t in range(prog.num_stages("backward")):
+        prog.backward_stage(t, scale, q, k, v, empty, empty, do, lse, delta, dq, dk, dv, part, part)
+    return o, lse, dq, dk, dv
+
+
+@pytest.mark.parametrize("mask", ["causal", "full", "sliding_window"])
+def test_bfloat16_kernel_reads_tensors_in_place_like_float32_on_rounded_inputs(mask):
+    """The extension's bfloat16 path (torch tensors through DLPack, no copy) gives the
+    float32 kernel's bits on the same values widened: widening is exact and the
+    arithmetic after it is the same (tests/attention_kernel_test.cpp)."""
+    import fcp
+    from fcp import _fcp
+    kw = dict(window=50) if mask == "sliding_window" else {}
+    lengths = [1, 64, 200, 37]
+    plan = fcp.plan(lengths, workers=1, block_size=64, mask=mask, heads_q=4, heads_kv=2, head_dim=16, **kw)
+    prog = _fcp.Program(plan._h, 0)
+    g = torch.Generator().manual_seed(3)
+    n = sum(lengths)
+    x16 = [torch.randn(n, h, 16, generator=g).to(torch.bfloat16) for h in (4, 2, 2, 4)]
+    got = _run_program(prog, x16, 0.25)
+    want = _run_program(prog, [x.float() for x in x16], 0.25)
+    for name, a, b in zip(("o", "lse", "dq", "dk", "dv"), got, want):
+        assert torch.equal(a, b), f"{mask}: {name} differs from float32 by {(a - b).abs().max().item()}"
+    # Mixed dtypes are an error naming the buffer, not a silent cast.
+    q, k, v, do = x16
+    with pytest.raises(ValueError, match="k is float32 but q is bfloat16"):
+        prog.forward_stage(0, 0.25, 0, q, k.float(), v, k[:0], k[:0], got[0], got[1])

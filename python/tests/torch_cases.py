@@ -58,7 +58,10 @@ for planner in ("fcp", "ring"):
     for mask in ("causal", "full", "sliding_window"):
         for coalesce in (1, 16):
             ATTENTION_CASES.append((planner, mask, coalesce, "float32"))
-ATTENTION_CASES += [("fcp", "causal", 16, "bfloat16"), ("ring", "sliding_window", 1, "bfloat16")]
+# bfloat16 (read in place by the kernel, float32 accumulation): every mask, GQA, both planners and coalesces.
+ATTENTION_CASES += [("fcp", "causal", 16, "bfloat16"), ("ring", "sliding_window", 1, "bfloat16"),
+                    ("fcp", "full", 1, "bfloat16"), ("fcp", "sliding_window", 16, "bfloat16"),
+                    ("ring", "causal", 1, "bfloat16")]
 # On CUDA: flash attention takes 16-bit inputs only (one rank: NCCL cannot pair ranks on one GPU).
 CUDA_ATTENTION_CASES = [(planner, mask, coalesce, "bfloat16") for planner in ("fcp", "ring")
                         for mask in ("causal", "full", "sliding_window") for coalesce in (1, 16)]

@@ -338,7 +338,8 @@ def undispatch(x: torch.Tensor, plan: Plan) -> torch.Tensor:
 
 # ---- attention -----------------------------------------------------------------
 
-# CPU: fcp's kernel, float32 compute. CUDA: flash attention, which takes only
+# CPU: fcp's kernel, which reads float32 or bfloat16 in place and computes in
+# float32. CUDA: flash attention, which takes only
 # 16-bit inputs; float32 is refused rather than silently cast (see docs/torch.md).
 _DTYPES = {"cpu": (torch.float32, torch.bfloat16), "cuda": (torch.bfloat16, torch.float16)}
 
@@ -377,10 +378,11 @@ def _with_pool(x: torch.Tensor, rows: int) -> torch.Tensor:
 
 
 def _forward_pass(plan: Plan, q, k, v, scale, finish_reshuffle=None):
-    """The lowered forward on plan-layout q, k, v (float32 on CPU, 16-bit on CUDA); returns float32 (o, lse)."""
+    """The lowered forward on plan-layout q, k, v (the caller's dtype); returns float32 (o, lse)."""
     prog = plan.program
     pool, local = prog.pool_rows("forward"), plan.local_rows
     lse = torch.full((local, plan.heads_q), -math.inf, dtype=torch.float32, device=q.device)
+    o = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     comm = None
     if q.is_cuda:
         if finish_reshuffle is not None:  # the device orders the reshuffle before the kernels
@@ -388,15 +390,13 @@ def _forward_pass(plan: Plan, q, k, v, scale, finish_reshuffle=None):
             finish_reshuffle = None
         k_all, v_all = _with_pool(k, pool), _with_pool(v, pool)
         k, v, k_pool, v_pool = k_all[:local], v_all[:local], k_all[local:], v_all[local:]
-        o = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
         device, comm = plan._device_program(q.device), plan._comm_stream(q.device)
 
         def compute(t, early):
             device.forward_stage(t, scale, early, q, k_all, v_all, o, lse)
     else:
-        k_pool = k.new_zeros((pool, plan.heads_kv, plan.head_dim))
+        k_pool = k.new_zeros((pool, plan.heads_kv, plan.head_dim))  # received K/V travel in the inputs' dtype
         v_pool = torch.zeros_like(k_pool)
-        o = torch.zeros_like(q)
 
         def compute(t, early):
             prog.forward_stage(t, scale, early, q, k, v, k_pool, v_pool, o, lse)
@@ -424,20 +424,20 @@ def _forward_pass(plan: Plan, q, k, v, scale, finish_reshuffle=None):
 
 
 def _backward_pass(plan: Plan, q, k, v, o, lse, d_o, scale):
-    """The lowered backward on plan-layout tensors (q, k, v, d_o float32 on CPU, 16-bit on CUDA; o, lse
-    float32); returns float32 (dq, dk, dv)."""
+    """The lowered backward on plan-layout tensors (q, k, v, d_o in the caller's dtype; o, lse float32);
+    returns float32 (dq, dk, dv). The dK/dV partials are float32 too: they are sums that owners add up."""
     prog = plan.program
     pool, partial, local = prog.pool_rows("backward"), prog.partial_rows, plan.local_rows
     shape_kv = (plan.heads_kv, plan.head_dim)
     comm = None
+    f32 = dict(dtype=torch.float32, device=q.device)
+    dk_all = torch.zeros((local + partial,) + shape_kv, **f32)  # dK rows: local, then the partials
+    dv_all = torch.zeros_like(dk_all)
+    dk, dv, dk_partial, dv_partial = dk_all[:local], dv_all[:local], dk_all[local:], dv_all[local:]
+    dq = torch.zeros(q.shape, **f32)
     if q.is_cuda:
         k_all, v_all = _with_pool(k, pool), _with_pool(v, pool)
         k, v, k_pool, v_pool = k_all[:local], v_all[:local], k_all[local:], v_all[local:]
-        f32 = dict(dtype=torch.float32, device=q.device)
-        dk_all = torch.zeros((local + partial,) + shape_kv, **f32)  # dK rows: local, then the partials
-        dv_all = torch.zeros_like(dk_all)
-        dk, dv, dk_partial, dv_partial = dk_all[:local], dv_all[:local], dk_all[local:], dv_all[local:]
-        dq = torch.zeros(q.shape, **f32)
         o_in = o.to(q.dtype)  # flash's backward takes o in the inputs' dtype
         device, comm = plan._device_program(q.device), plan._comm_stream(q.device)
 
@@ -446,10 +446,7 @@ def _backward_pass(plan: Plan, q, k, v, o, lse, d_o, scale):
     else:
         k_pool = k.new_zeros((pool,) + shape_kv)
         v_pool = torch.zeros_like(k_pool)
-        dk_partial = k.new_zeros((partial,) + shape_kv)
-        dv_partial = torch.zeros_like(dk_partial)
-        delta = (o * d_o).sum(-1).contiguous()
-        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        delta = (o * d_o).sum(-1).contiguous()  # float32 (o is)
 
         def compute(t):
             prog.backward_stage(t, scale, q, k, v, k_pool, v_pool, d_o, lse, delta, dq, dk, dv, dk_partial,
@@ -491,19 +488,19 @@ class _Attention(torch.autograd.Function):
     def forward(ctx, q, k, v, plan, layout, scale):
         start = time.perf_counter()
         dtype = q.dtype
-        kernel_dtype = torch.float32 if q.device.type == "cpu" else dtype
-        q32, k32, v32 = (x.detach().to(kernel_dtype).contiguous() for x in (q, k, v))
+        # The kernels read the inputs' dtype in place (checked contiguous): no copies here.
+        q_in, k_in, v_in = (x.detach() for x in (q, k, v))
         if layout == "dataloader":
             # One all_to_all of q|k|v rows; this rank's own rows are placed
             # (and stage 0's calls on them run) while the others travel.
             widths = [plan.heads_q * plan.head_dim] + [plan.heads_kv * plan.head_dim] * 2
-            rows = q32.shape[0]
-            packed = torch.cat([x.reshape(rows, -1) for x in (q32, k32, v32)], dim=1)
+            rows = q_in.shape[0]
+            packed = torch.cat([x.reshape(rows, -1) for x in (q_in, k_in, v_in)], dim=1)
             send = packed.index_select(0, plan._rows("_in_send_rows", packed.device))
             recv = packed.new_empty((plan.local_rows, packed.shape[1]))
             work = dist.all_to_all_single(recv, send, output_split_sizes=plan._in_recv_counts,
                                           input_split_sizes=plan._in_send_counts, group=plan.group, async_op=True)
-            qkv = [q32.new_zeros((plan.local_rows,) + tuple(x.shape[1:])) for x in (q32, k32, v32)]
+            qkv = [q_in.new_zeros((plan.local_rows,) + tuple(x.shape[1:])) for x in (q_in, k_in, v_in)]
 
             def place(rows_at, data):
                 for x, part in zip(qkv, data.split(widths, dim=1)):
@@ -518,15 +515,14 @@ class _Attention(torch.autograd.Function):
                 work.wait()
                 place(recv_rows, recv)
 
-            q32, k32, v32 = qkv
-            o, lse = _forward_pass(plan, q32, k32, v32, scale, finish_reshuffle=finish)
-            out = _to_dataloader_layout(plan, o, count=True)
+            q_in, k_in, v_in = qkv
+            o, lse = _forward_pass(plan, q_in, k_in, v_in, scale, finish_reshuffle=finish)
+            out = _to_dataloader_layout(plan, o.to(dtype), count=True)  # cast first: 16-bit o travels
         else:
-            o, lse = _forward_pass(plan, q32, k32, v32, scale)
-            out = o
-        ctx.save_for_backward(q32, k32, v32, o, lse)
-        ctx.plan, ctx.layout, ctx.scale, ctx.dtype, ctx.kernel_dtype = plan, layout, scale, dtype, kernel_dtype
-        out = out.to(dtype)
+            o, lse = _forward_pass(plan, q_in, k_in, v_in, scale)
+            out = o.to(dtype)
+        ctx.save_for_backward(q_in, k_in, v_in, o, lse)
+        ctx.plan, ctx.layout, ctx.scale, ctx.dtype = plan, layout, scale, dtype
         _stats["calls"] += 1
         _stats["total_s"] += time.perf_counter() - start
         return out
@@ -536,10 +532,10 @@ class _Attention(torch.autograd.Function):
         start = time.perf_counter()
         plan, layout = ctx.plan, ctx.layout
         q, k, v, o, lse = ctx.saved_tensors
-        d_o = g.detach().to(ctx.kernel_dtype).contiguous()
+        d_o = g.detach().to(ctx.dtype).contiguous()
         if layout == "dataloader":
             d_o = _to_plan_layout(plan, d_o, count=True)
-        dq, dk, dv = _backward_pass(plan, q, k, v, o, lse, d_o, ctx.scale)
+        dq, dk, dv = (x.to(ctx.dtype) for x in _backward_pass(plan, q, k, v, o, lse, d_o, ctx.scale))
         if layout == "dataloader":
             hq = plan.heads_q * plan.head_dim
             hkv = plan.heads_kv * plan.head_dim
@@ -549,10 +545,8 @@ class _Attention(torch.autograd.Function):
             dq = back[:, :hq].reshape(-1, plan.heads_q, plan.head_dim)
             dk = back[:, hq:hq + hkv].reshape(-1, plan.heads_kv, plan.head_dim)
             dv = back[:, hq + hkv:].reshape(-1, plan.heads_kv, plan.head_dim)
-        t = ctx.dtype
-        grads = dq.to(t), dk.to(t), dv.to(t)
         _stats["total_s"] += time.perf_counter() - start
-        return grads + (None, None, None)
+        return dq, dk, dv, None, None, None
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Plan, layout: str = "dataloader",
@@ -561,8 +555,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Plan, lay
 
     q [rows, heads_q, head_dim], k, v [rows, heads_kv, head_dim], rows = the
     rank's dataloader shard (layout="dataloader") or plan.local_rows
-    (layout="plan"); contiguous; on CPU float32 or bfloat16 (computed in
-    float32 by fcp's kernel), on CUDA bfloat16 or float16 (flash attention,
+    (layout="plan"); contiguous; on CPU float32 or bfloat16 (read in place
+    and computed in float32 by fcp's kernel), on CUDA bfloat16 or float16 (flash attention,
     float32 merge; see docs/torch.md "CUDA").
     Returns o like q, in the same layout. Softmax scale 1/sqrt(head_dim) unless
     given. Bad input raises the same ValueError on every rank.
