@@ -34,10 +34,13 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
 
 #include "fcp/attention_kernel.h"
 #include "fcp/error.h"
 #include "fcp/lowering.h"
+#include "fcp/trace.h"
 #include "program_ext.h"
 
 namespace nb = nanobind;
@@ -258,7 +261,34 @@ auto Buf(const char* name) { return nb::arg(name).noconvert(); }
 
 }  // namespace
 
+// One rank's recorded intervals: (lane, name, start_s, end_s).
+using RankEvents = std::vector<std::tuple<int32_t, std::string, double, double>>;
+
 void RegisterProgramBindings(nb::module_& m, PlanOf plan_of) {
+  // fcp.torch's trace, written like `fcp run --trace` (fcp/trace.h): the
+  // same layout (lanes, names, "cat"), so scripts/trace_overlap.py reads both.
+  m.def("trace_lanes", [] { return RuntimeTraceLayout().tracks; },
+        "The runtime trace's lane names; an event's lane is an index into them.");
+  m.def(
+      "runtime_trace_document",
+      [](const std::vector<RankEvents>& ranks) {
+        const int32_t lanes = static_cast<int32_t>(RuntimeTraceLayout().tracks.size());
+        std::vector<std::string> texts;
+        for (size_t r = 0; r < ranks.size(); ++r) {
+          std::vector<TraceEvent> events;
+          for (const auto& [lane, name, start_s, end_s] : ranks[r]) {
+            if (lane < 0 || lane >= lanes || !(start_s <= end_s))
+              throw Error(ErrorCode::kInvalidArgument, "runtime_trace_document: rank " + std::to_string(r) +
+                                                           " event '" + name + "' has lane " + std::to_string(lane) +
+                                                           " (lanes 0.." + std::to_string(lanes - 1) +
+                                                           ") or ends before it starts");
+            events.push_back({static_cast<int32_t>(r), lane, name, start_s, end_s});
+          }
+          texts.push_back(ChromeCompleteEvents(events, RuntimeTraceLayout()));
+        }
+        return ChromeTraceDocument(texts);
+      },
+      nb::arg("ranks"), "A Chrome trace document of per-rank (lane, name, start_s, end_s) events.");
   nb::class_<ProgramHandle>(m, "Program", "One rank's lowered program of a plan (fcp/lowering.h).")
       .def("__init__",
            [plan_of](ProgramHandle* self, nb::handle plan, int64_t rank) {

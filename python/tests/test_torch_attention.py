@@ -94,3 +94,44 @@ def test_bfloat16_kernel_reads_tensors_in_place_like_float32_on_rounded_inputs(m
     q, k, v, do = x16
     with pytest.raises(ValueError, match="k is float32 but q is bfloat16"):
         prog.forward_stage(0, 0.25, 0, q, k.float(), v, k[:0], k[:0], got[0], got[1])
+
+
+def _overlap_s(a, b):
+    return max(0.0, min(a["ts"] + a["dur"], b["ts"] + b["dur"]) - max(a["ts"], b["ts"])) * 1e-6
+
+
+def test_trace_shows_stage_transfers_in_flight_while_the_stage_computes():
+    """fcp.torch.trace on 4 gloo ranks: the runtime's trace layout (as `fcp run --trace`),
+    and on some rank a transfer of stage t (carrying K/V for stage t+1) in flight
+    while stage t's kernel runs."""
+    import json
+    import pathlib
+    import subprocess
+    import sys
+    result = torch_cases.spawn_ok("trace")[0]
+    doc = json.loads(pathlib.Path(result["path"]).read_text())
+    meta = [e for e in doc["traceEvents"] if e["ph"] == "M"]
+    assert {e["args"]["name"] for e in meta if e["name"] == "process_name"} == {f"rank {r}" for r in range(4)}
+    assert {e["args"]["name"] for e in meta if e["name"] == "thread_name"} == {
+        "compute", "send", "recv", "wait", "reshuffle"}
+    events = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert all(e["ts"] >= 0 and e["dur"] >= 0 for e in events)
+    for r in range(4):
+        names = {e["name"] for e in events if e["pid"] == r and e["cat"] == "compute"}
+        assert {"fwd s0", "bwd s0"} <= names, f"rank {r}: {sorted(names)}"
+    overlapping, in_flight_s, hidden_s = 0, 0.0, 0.0
+    for t in (e for e in events if e["cat"] in ("send", "recv")):
+        label = " ".join(t["name"].split()[:2])  # "fwd s3"
+        computes = [c for c in events if c["pid"] == t["pid"] and c["cat"] == "compute" and c["name"] == label]
+        assert len(computes) == 1, t
+        in_flight_s += t["dur"] * 1e-6
+        hidden_s += _overlap_s(t, computes[0])
+        overlapping += _overlap_s(t, computes[0]) > 0
+    assert in_flight_s > 0, "no stage transfers in the trace"
+    assert overlapping > 0, "no transfer was in flight while its stage computed"
+    print(f"{overlapping} transfers overlap their stage's compute; {100 * hidden_s / in_flight_s:.0f}% of "
+          f"the transfers' in-flight time lies under compute")
+    # The same schema as `fcp run --trace`: the repository's overlap script reads it.
+    script = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "trace_overlap.py"
+    out = subprocess.run([sys.executable, str(script), result["path"]], capture_output=True, text=True, check=True)
+    assert "overlapped with compute" in out.stdout

@@ -27,9 +27,12 @@ stream over NCCL; use a cpu:gloo,cuda:nccl group. See docs/torch.md.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
+import os
+import threading
 import time
 from typing import List, Optional, Tuple
 
@@ -40,7 +43,7 @@ import torch.distributed as dist
 import fcp
 from fcp import _fcp
 
-__all__ = ["Plan", "plan", "attention", "dispatch", "undispatch", "stats", "reset_stats"]
+__all__ = ["Plan", "plan", "attention", "dispatch", "undispatch", "stats", "reset_stats", "trace"]
 
 _KINDS = 4  # message kinds per (stage, block): K, V, dK, dV -- part of the tag
 
@@ -84,8 +87,91 @@ def _post(works_ops: list, comm_stream) -> list:
         return dist.batch_isend_irecv(works_ops)
 
 
-def _run_stage(works_ops: list, compute, comm_stream=None) -> None:
-    """Posts a stage's transfers, runs its compute, waits; counts where the time went.
+# ---- trace (opt-in, CPU): fcp.torch.trace(path) --------------------------------
+# While a trace is open, _trace holds this process's intervals as
+# (lane, name, start, end) in time.perf_counter() seconds (CLOCK_MONOTONIC on
+# Linux: shared by the ranks of one machine). Lanes and names are those of
+# `fcp run --trace` (fcp/trace.h), so scripts/trace_overlap.py reads both.
+_trace: Optional[list] = None
+_LANE = {name: i for i, name in enumerate(_fcp.trace_lanes())}
+
+
+def _record(lane: str, name: str, start: float, end: float) -> None:
+    if _trace is not None:
+        _trace.append((_LANE[lane], name, start, end))
+
+
+@contextlib.contextmanager
+def trace(path: str, group=None):
+    """Records every fcp.torch attention call inside the block (CPU tensors) and
+    writes one Chrome/Perfetto trace of all ranks of `group` to `path` (rank 0
+    writes; every rank passes the same path). Collective on exit.
+
+    Lanes per rank (pid = rank): compute (a stage's kernel calls), send and
+    recv (a stage transfer from its post to its observed completion), wait
+    (blocked on the stage's transfers after its compute), reshuffle. While
+    tracing, a helper thread per stage waits on the stage's transfers and
+    stamps each completion (the kernel releases the GIL); without a trace
+    nothing is recorded. Nothing is written if the block raises.
+    """
+    global _trace
+    if _trace is not None:
+        raise RuntimeError("fcp.torch.trace: a trace is already open in this process")
+    world, rank = _group_size_rank(group)
+    _trace = []
+    try:
+        yield
+        events = _trace
+    finally:
+        _trace = None
+    gathered: List[Optional[list]] = [None] * world
+    dist.all_gather_object(gathered, events, group=group)
+    if rank == 0:
+        origin = min((e[2] for r in gathered for e in r), default=0.0)
+        text = _fcp.runtime_trace_document([[(lane, name, a - origin, b - origin) for lane, name, a, b in r]
+                                            for r in gathered])
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w") as f:  # then renamed: a reader never sees half a trace
+            f.write(text)
+        os.replace(tmp, path)
+    dist.barrier(group=group)
+
+
+def _transfer_name(plan: "Plan", label: str, op) -> Tuple[str, str]:
+    """(lane, event name) of one stage P2POp, from its tag (see Plan.tag) and peer."""
+    block = op.tag // _KINDS % plan.num_blocks
+    kind = "kv" if op.tag % _KINDS < 2 else "dkv"
+    peer = plan._peer.index(op.peer)
+    if op.op is dist.isend:
+        return "send", f"{label} send {kind}{block} to {peer}"
+    return "recv", f"{label} recv {kind}{block} from {peer}"
+
+
+class _Waiter(threading.Thread):
+    """Waits on a stage's works in order and stamps each completion (trace only)."""
+
+    def __init__(self, works):
+        super().__init__(daemon=True)
+        self.works, self.done, self.error = works, [None] * len(works), None
+        self.start()
+
+    def run(self):
+        try:
+            for i, w in enumerate(self.works):
+                w.wait()  # releases the GIL
+                self.done[i] = time.perf_counter()
+        except BaseException as e:  # re-raised by finish() on the calling thread
+            self.error = e
+
+    def finish(self):
+        self.join()
+        if self.error is not None:
+            raise self.error
+
+
+def _run_stage(works_ops: list, compute, comm_stream=None, plan=None, label: str = "") -> None:
+    """Posts a stage's transfers, runs its compute, waits; counts where the time went
+    (and, in a trace, records the intervals under `label`, e.g. "fwd s3").
 
     On CUDA (comm_stream given) the times are of the host issuing the work, not of the device.
     """
@@ -94,20 +180,39 @@ def _run_stage(works_ops: list, compute, comm_stream=None) -> None:
     t1 = time.perf_counter()
     _stats["post_s"] += t1 - t0
     _stats["stages_with_transfers"] += int(bool(works))
+    waiter = _Waiter(works) if (_trace is not None and works) else None
+
+    def wait_all():
+        # A gloo P2P work must not be waited on twice (it blocks).
+        if waiter is not None:
+            waiter.finish()
+        else:
+            for w in works:
+                w.wait()
+
     if _serialize_stages:
-        for w in works:
-            w.wait()
-        works = []  # a gloo P2P work must not be waited on twice (it blocks)
+        wait_all()
+        works, waiter = [], None
         now = time.perf_counter()
         _stats["wait_s"] += now - t1
         t1 = now
     compute()
     t2 = time.perf_counter()
-    for w in works:
-        w.wait()
+    wait_all()
     t3 = time.perf_counter()
     _stats["kernel_s"] += t2 - t1
     _stats["wait_s"] += t3 - t2
+    if _trace is not None:
+        _record("compute", label, t1, t2)
+        if works:
+            _record("wait", f"wait {label}", t2, t3)
+        if waiter is not None:
+            flights = {}  # K and V of a block are two messages: one event from the post to the later
+            for op, done in zip(works_ops, waiter.done):
+                key = _transfer_name(plan, label, op)
+                flights[key] = max(done, flights.get(key, done))
+            for (lane, name), done in flights.items():
+                _record(lane, name, t0, done)
 
 
 def _group_size_rank(group) -> Tuple[int, int]:
@@ -288,8 +393,10 @@ def _reshuffle(plan: Plan, x: torch.Tensor, to_plan: bool, count: bool) -> torch
                            input_split_sizes=send_counts, group=plan.group)
     out = x.new_empty(recv.shape)
     out.index_copy_(0, plan._rows(recv_rows, x.device), recv)
+    end = time.perf_counter()
     if count:
-        _stats["reshuffle_s"] += time.perf_counter() - start
+        _stats["reshuffle_s"] += end - start
+    _record("reshuffle", "reshuffle in" if to_plan else "reshuffle out", start, end)
     return out
 
 
@@ -367,6 +474,8 @@ def _check_qkv(plan: Plan, q, k, v, layout: str) -> Optional[str]:
                        if x.device.type == "cuda" else ""))
         if x.dtype != q.dtype:
             return f"{name} has dtype {x.dtype} but q has {q.dtype}"
+        if _trace is not None and x.device.type != "cpu":
+            return f"{name} is on {x.device}: fcp.torch.trace records CPU runs only (host times are not device times)"
         if not x.is_contiguous():
             return f"{name} is not contiguous (call .contiguous())"
     return None
@@ -406,6 +515,7 @@ def _forward_pass(plan: Plan, q, k, v, scale, finish_reshuffle=None):
         if plan.num_forward_stages:
             compute(0, 1)
         t1 = time.perf_counter()
+        _record("compute", "fwd s0 early", t0, t1)
         finish_reshuffle()
         _stats["kernel_s"] += t1 - t0
         _stats["reshuffle_s"] += time.perf_counter() - t1
@@ -419,7 +529,7 @@ def _forward_pass(plan: Plan, q, k, v, scale, finish_reshuffle=None):
             ops.append(dist.P2POp(dist.isend, kb[row:row + rows], plan._peer[dst], plan.group, plan.tag(t, block, 0)))
             ops.append(dist.P2POp(dist.isend, vb[row:row + rows], plan._peer[dst], plan.group, plan.tag(t, block, 1)))
         early = 2 if (t == 0 and finish_reshuffle is not None) else 0
-        _run_stage(ops, lambda: compute(t, early), comm)
+        _run_stage(ops, lambda: compute(t, early), comm, plan, f"fwd s{t}")
     return o, lse
 
 
@@ -471,7 +581,7 @@ def _backward_pass(plan: Plan, q, k, v, o, lse, d_o, scale):
                                   plan.tag(t, block, 2)))
             ops.append(dist.P2POp(dist.isend, dv_partial[row:row + rows], plan._peer[dst], plan.group,
                                   plan.tag(t, block, 3)))
-        _run_stage(ops, lambda: compute(t), comm)
+        _run_stage(ops, lambda: compute(t), comm, plan, f"bwd s{t}")
         # Sent partials are zeroed before received ones are added (a slot may be reused).
         for _, _, _, row, rows in sent:
             dk_partial[row:row + rows].zero_()
@@ -498,6 +608,7 @@ class _Attention(torch.autograd.Function):
             packed = torch.cat([x.reshape(rows, -1) for x in (q_in, k_in, v_in)], dim=1)
             send = packed.index_select(0, plan._rows("_in_send_rows", packed.device))
             recv = packed.new_empty((plan.local_rows, packed.shape[1]))
+            posted = time.perf_counter()
             work = dist.all_to_all_single(recv, send, output_split_sizes=plan._in_recv_counts,
                                           input_split_sizes=plan._in_send_counts, group=plan.group, async_op=True)
             qkv = [q_in.new_zeros((plan.local_rows,) + tuple(x.shape[1:])) for x in (q_in, k_in, v_in)]
@@ -513,6 +624,7 @@ class _Attention(torch.autograd.Function):
 
             def finish():
                 work.wait()
+                _record("reshuffle", "reshuffle in", posted, time.perf_counter())  # to the observed completion
                 place(recv_rows, recv)
 
             q_in, k_in, v_in = qkv
