@@ -180,7 +180,7 @@ def _run_stage(works_ops: list, compute, comm_stream=None, plan=None, label: str
     t1 = time.perf_counter()
     _stats["post_s"] += t1 - t0
     _stats["stages_with_transfers"] += int(bool(works))
-    waiter = _Waiter(works) if (_trace is not None and works) else None
+    waiter = traced = _Waiter(works) if (_trace is not None and works) else None
 
     def wait_all():
         # A gloo P2P work must not be waited on twice (it blocks).
@@ -206,9 +206,9 @@ def _run_stage(works_ops: list, compute, comm_stream=None, plan=None, label: str
         _record("compute", label, t1, t2)
         if works:
             _record("wait", f"wait {label}", t2, t3)
-        if waiter is not None:
+        if traced is not None:
             flights = {}  # K and V of a block are two messages: one event from the post to the later
-            for op, done in zip(works_ops, waiter.done):
+            for op, done in zip(works_ops, traced.done):
                 key = _transfer_name(plan, label, op)
                 flights[key] = max(done, flights.get(key, done))
             for (lane, name), done in flights.items():
