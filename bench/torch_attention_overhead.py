@@ -3,10 +3,13 @@ transfer waits, reshuffles and the Python around them, at N = 4, 8, 16 gloo
 ranks (torch.multiprocessing spawn, one thread each), from fcp.torch.stats().
 
     python bench/torch_attention_overhead.py [--workers 4,8,16] [--tokens-per-rank 1024] [--steps 5] [--serialize]
+                                             [--dtype float32|bfloat16] [--trace PREFIX]
 
 --serialize waits for each stage's transfers before its compute: its wait
 column is then the bare transfer time, which the default run hides behind
-the kernel (compare the two wait columns).
+the kernel (compare the two wait columns). --trace writes the last step of
+each N as a Chrome trace PREFIX.N<N>.json (fcp.torch.trace; summarise it
+with scripts/trace_overlap.py).
 
 Prints one line per N: per step (forward + backward), averaged over ranks.
 Needs fcp with the torch extra. On a machine with fewer cores than ranks the
@@ -40,16 +43,22 @@ def rank_main(rank, world, port, args, out):
     lengths = [n for n in lengths if n > 0]
     plan = ft.plan(lengths, block_size=256, coalesce=4, heads_q=8, heads_kv=2, head_dim=64)
     lo, hi = plan.local_range
-    q = torch.randn(hi - lo, 8, 64, requires_grad=True)
-    k = torch.randn(hi - lo, 2, 64, requires_grad=True)
-    v = torch.randn(hi - lo, 2, 64, requires_grad=True)
-    do = torch.randn(hi - lo, 8, 64)
+    dtype = getattr(torch, args.dtype)
+    q, k, v = (torch.randn(hi - lo, h, 64).to(dtype).requires_grad_() for h in (8, 2, 2))
+    do = torch.randn(hi - lo, 8, 64).to(dtype)
     for step in range(args.steps + 1):
         if step == 1:
             ft.reset_stats()  # step 0 warms up
-        ft.attention(q, k, v, plan).backward(do)
-    s = ft.stats()
-    row = torch.tensor([s[key] / args.steps for key in ("total_s", "kernel_s", "wait_s", "reshuffle_s", "python_s",
+        if args.trace and step == args.steps:
+            s = ft.stats()  # the traced step (its helper threads) is not counted
+            with ft.trace(f"{args.trace}.N{world}.json"):
+                ft.attention(q, k, v, plan).backward(do)
+        else:
+            ft.attention(q, k, v, plan).backward(do)
+    if not args.trace:
+        s = ft.stats()
+    counted = args.steps - int(bool(args.trace))
+    row = torch.tensor([s[key] / counted for key in ("total_s", "kernel_s", "wait_s", "reshuffle_s", "python_s",
                                                         "post_s", "stages_with_transfers")],
                        dtype=torch.float64)
     dist.all_reduce(row)
@@ -65,6 +74,8 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--serialize", action="store_true",
                     help="wait for each stage's transfers before its compute (no overlap), for comparison")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    ap.add_argument("--trace", help="write the last step of each N as a Chrome trace PREFIX.N<N>.json")
     args = ap.parse_args()
     print("N   seqs stages | per step, mean over ranks (ms): total kernel wait reshuffle python (post) "
           "| stages with transfers")

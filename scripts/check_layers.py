@@ -57,9 +57,9 @@ PUBLIC_HEADERS = {
     "cost_model": "model", "lower_bounds": "model", "simulator": "model",
     "baselines": "baselines",
     "planner_registry": "registry",
-    "attention_kernel": "kernels", "reference_attention": "kernels",
+    "attention_kernel": "kernels", "reference_attention": "kernels", "bfloat16": "kernels",
     "lowering": "lowering",
-    "communicator": "runtime", "executor": "runtime", "trace": "runtime",
+    "communicator": "runtime", "executor": "runtime", "trace": "io",
     "cuda_attention": "runtime",
 }
 

@@ -16,15 +16,24 @@
 # FAILED: <step> ..." on stderr and exit 1.
 #
 # Usage: scripts/torch_gpu_check.sh
-# Environment: FCP_TORCH_VENV (default ~/.cache/fcp/torch-venv; a venv with a
-# CUDA build of torch, pytest and the build tools), FCP_GPU_BENCH_TOKENS
-# (default 32768), FCP_GPU_SKIP_INSTALL=1 (use the fcp already in the venv, which
-# must be this checkout's).
+# Environment: FCP_TORCH_VENV (a venv with a CUDA build of torch, pytest and
+# the build tools; default ~/.cache/fcp/torch-venv if it exists, else the
+# python3 on PATH, which on the GPU machine image holds torch, pytest,
+# nanobind and scikit-build-core), FCP_GPU_DEPS (a folder of .deb files made
+# here by scripts/gpu_build_deps.sh, for a machine without OpenBLAS,
+# nlohmann-json, fmt or CLI11: unpacked into a private prefix, never into /),
+# FCP_GPU_BENCH_TOKENS (default 32768), FCP_GPU_SKIP_INSTALL=1 (use the fcp
+# already installed, which must be this checkout's).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
-venv=${FCP_TORCH_VENV:-$HOME/.cache/fcp/torch-venv}
-py="$venv/bin/python"
+if [ -n "${FCP_TORCH_VENV:-}" ]; then
+  py="$FCP_TORCH_VENV/bin/python"
+elif [ -x "$HOME/.cache/fcp/torch-venv/bin/python" ]; then
+  py="$HOME/.cache/fcp/torch-venv/bin/python"
+else
+  py=$(command -v python3 || echo python3)
+fi
 tokens=${FCP_GPU_BENCH_TOKENS:-32768}
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 start=$(date +%s)
@@ -32,16 +41,40 @@ start=$(date +%s)
 fail() { echo "torch_gpu_check.sh: FAILED: $*" >&2; exit 1; }
 
 [ -x "$py" ] || fail "no python at $py (set FCP_TORCH_VENV to a venv with a CUDA build of torch)"
+venv=$(dirname "$(dirname "$py")")
 "$py" -c "import torch, sys; ok = torch.cuda.is_available(); ok or print(f'torch {torch.__version__}: torch.cuda.is_available() is false'); sys.exit(0 if ok else 1)" >"$work/probe.log" 2>&1 \
   || fail "torch in $venv does not see a CUDA device: $(tail -1 "$work/probe.log")"
 device=$("$py" -c "import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name())")
+
+if [ -n "${FCP_GPU_DEPS:-}" ]; then
+  echo "== unpack the build dependencies in $FCP_GPU_DEPS"
+  prefix="$work/prefix"
+  compgen -G "$FCP_GPU_DEPS/*.deb" >/dev/null || fail "FCP_GPU_DEPS=$FCP_GPU_DEPS holds no .deb files (make them with scripts/gpu_build_deps.sh)"
+  for deb in "$FCP_GPU_DEPS"/*.deb; do dpkg -x "$deb" "$prefix" || fail "dpkg -x $deb"; done
+  arch_lib="$prefix/usr/lib/x86_64-linux-gnu"
+  blas="$arch_lib/openblas-pthread"
+  # The .pc names /usr; point it at the prefix.
+  sed -i "s|^libdir=.*|libdir=$blas/|; s|^includedir=.*|includedir=$prefix/usr/include/x86_64-linux-gnu/openblas-pthread/|" \
+    "$blas/pkgconfig/openblas.pc"
+  export CMAKE_PREFIX_PATH="$prefix/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+  export PKG_CONFIG_PATH="$blas/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+  export LD_LIBRARY_PATH="$blas:$arch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"  # fmt, gfortran, pkgconf at run time
+  export PKG_CONFIG="$prefix/usr/bin/pkgconf" PATH="$prefix/usr/bin:$PATH"
+fi
 
 if [ "${FCP_GPU_SKIP_INSTALL:-0}" = 1 ]; then
   echo "== using the fcp already installed in $venv (FCP_GPU_SKIP_INSTALL=1)"
 else
   echo "== install this checkout into $venv"
   CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "$py" -m pip install --quiet --no-deps --no-build-isolation \
-    --force-reinstall "$repo" >"$work/pip.log" 2>&1 || fail "pip install of $repo (last line: $(tail -1 "$work/pip.log"))"
+    --force-reinstall "$repo" >"$work/pip.log" 2>&1 || {
+    # CMake names what it did not find; say which packages that means.
+    missing=$(grep -oE 'Could NOT find [A-Za-z0-9_]+|package configuration file provided by "[A-Za-z0-9_]+"|packages were not found|No package .openblas. found' \
+              "$work/pip.log" | sort -u | tr '\n' ';')
+    [ -n "$missing" ] && fail "pip install of $repo: the C++ build dependencies are missing ($missing); make them here with" \
+      "scripts/gpu_build_deps.sh DIR and set FCP_GPU_DEPS=DIR (docs/torch.md)"
+    fail "pip install of $repo (last line: $(tail -1 "$work/pip.log"))"
+  }
 fi
 "$py" -c "import fcp.torch._varlen" >"$work/import.log" 2>&1 \
   || fail "import fcp.torch._varlen in $venv: $(tail -1 "$work/import.log")"

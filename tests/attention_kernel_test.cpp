@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <limits>
+#include <type_traits>
 #include <random>
 #include <string>
 #include <vector>
@@ -49,6 +52,22 @@ void ExpectClose(const std::vector<float>& got, const std::vector<double>& want,
     EXPECT_LT(RelativeError(got.data(), want.data(), static_cast<int64_t>(got.size())), tol) << what;
 }
 
+// Pairs of chunks of each packed sequence (including ones the mask empties), shuffled.
+std::vector<SegmentPair> ChunkPairs(const std::vector<int64_t>& lengths, std::mt19937_64& rng) {
+  std::vector<SegmentPair> pairs;
+  int64_t base = 0;
+  for (int64_t len : lengths) {
+    const auto q_chunks = Chunks(len, 23, rng);
+    const auto k_chunks = Chunks(len, 29, rng);
+    for (TokenRange qc : q_chunks)
+      for (TokenRange kc : k_chunks)
+        pairs.push_back({base + qc.begin, base + kc.begin, qc.begin, kc.begin, qc.size(), kc.size()});
+    base += len;
+  }
+  std::shuffle(pairs.begin(), pairs.end(), rng);
+  return pairs;
+}
+
 struct Case {
   std::string name;
   Mask mask;
@@ -76,18 +95,7 @@ TEST_P(KernelVsReference, ForwardAndBackwardMatchFloat64) {
   const auto v = RandomVector(total * dims.kv_row_floats(), rng, 1.0f);
   const auto d_o = RandomVector(total * dims.q_row_floats(), rng, 1.0f);
 
-  // Pairs of chunks of each sequence (including ones the mask empties).
-  std::vector<SegmentPair> pairs;
-  int64_t base = 0;
-  for (int64_t len : lengths) {
-    const auto q_chunks = Chunks(len, 23, rng);
-    const auto k_chunks = Chunks(len, 29, rng);
-    for (TokenRange qc : q_chunks)
-      for (TokenRange kc : k_chunks)
-        pairs.push_back({base + qc.begin, base + kc.begin, qc.begin, kc.begin, qc.size(), kc.size()});
-    base += len;
-  }
-  std::shuffle(pairs.begin(), pairs.end(), rng);
+  const std::vector<SegmentPair> pairs = ChunkPairs(lengths, rng);
 
   std::vector<float> o(q.size()), lse(total * dims.heads_q);
   InitForwardOutput(dims, total, o.data(), lse.data());
@@ -110,16 +118,117 @@ TEST_P(KernelVsReference, ForwardAndBackwardMatchFloat64) {
   ExpectClose(dv, ref.dv, 1e-5, "dv");
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Masks, KernelVsReference,
-    ::testing::Values(Case{"causal_mha", {MaskKind::kCausal, 0}, 2, 2, 8},
-                      Case{"causal_gqa", {MaskKind::kCausal, 0}, 4, 2, 16},
-                      Case{"full_gqa", {MaskKind::kFull, 0}, 6, 2, 8},
-                      Case{"full_mqa", {MaskKind::kFull, 0}, 3, 1, 4},
-                      Case{"window1", {MaskKind::kSlidingWindow, 1}, 2, 1, 8},
-                      Case{"window7_gqa", {MaskKind::kSlidingWindow, 7}, 4, 2, 8},
-                      Case{"window40", {MaskKind::kSlidingWindow, 40}, 2, 2, 16}),
-    [](const auto& info) { return info.param.name; });
+const auto kCases = ::testing::Values(Case{"causal_mha", {MaskKind::kCausal, 0}, 2, 2, 8},
+                                      Case{"causal_gqa", {MaskKind::kCausal, 0}, 4, 2, 16},
+                                      Case{"full_gqa", {MaskKind::kFull, 0}, 6, 2, 8},
+                                      Case{"full_mqa", {MaskKind::kFull, 0}, 3, 1, 4},
+                                      Case{"window1", {MaskKind::kSlidingWindow, 1}, 2, 1, 8},
+                                      Case{"window7_gqa", {MaskKind::kSlidingWindow, 7}, 4, 2, 8},
+                                      Case{"window40", {MaskKind::kSlidingWindow, 40}, 2, 2, 16});
+const auto kCaseName = [](const auto& info) { return info.param.name; };
+INSTANTIATE_TEST_SUITE_P(Masks, KernelVsReference, kCases, kCaseName);
+
+std::vector<BFloat16> RoundAll(const std::vector<float>& x) {
+  std::vector<BFloat16> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = ToBFloat16(x[i]);
+  return out;
+}
+std::vector<float> WidenAll(const std::vector<BFloat16>& x) {
+  std::vector<float> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = ToFloat(x[i]);
+  return out;
+}
+
+// The bfloat16 kernel against the float32 kernel on the same inputs rounded
+// to bfloat16. Widening is exact and the bfloat16 kernel then runs the
+// float32 kernel's operations in the same order on the same values (only the
+// tiles' strides differ, and sgemm's result does not depend on the stride),
+// so the outputs must be equal bit for bit: the tolerance is 0. The inputs
+// are random floats, so rounding them to bfloat16 (8 bits of mantissa) changes them.
+class Bf16VsFloat32 : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Bf16VsFloat32, SameBitsAsFloat32OnRoundedInputs) {
+  const Case& c = GetParam();
+  std::mt19937_64 rng(99);
+  const CpuKernelOptions options{8, 16, {}};
+  auto kernel = MakeCpuAttentionKernel(options);
+  const std::vector<int64_t> lengths = {1, 16, 37, 64, 2, 48, 17, 1};
+  int64_t total = 0;
+  for (int64_t l : lengths) total += l;
+  const AttentionDims dims{c.heads_q, c.heads_kv, c.head_dim, 1.0f / std::sqrt(float(c.head_dim))};
+  const auto q = RoundAll(RandomVector(total * dims.q_row_floats(), rng, 2.0f));
+  const auto k = RoundAll(RandomVector(total * dims.kv_row_floats(), rng, 2.0f));
+  const auto v = RoundAll(RandomVector(total * dims.kv_row_floats(), rng, 1.0f));
+  const auto d_o = RoundAll(RandomVector(total * dims.q_row_floats(), rng, 1.0f));
+  const auto q32 = WidenAll(q), k32 = WidenAll(k), v32 = WidenAll(v), d_o32 = WidenAll(d_o);
+  const std::vector<SegmentPair> pairs = ChunkPairs(lengths, rng);
+
+  struct Result {
+    std::vector<float> o, lse, dq, dk, dv;
+  };
+  auto run = [&](const auto& qi, const auto& ki, const auto& vi, const auto& doi) {
+    Result r{std::vector<float>(q.size()), std::vector<float>(total * dims.heads_q), std::vector<float>(q.size()),
+             std::vector<float>(k.size()), std::vector<float>(v.size())};
+    InitForwardOutput(dims, total, r.o.data(), r.lse.data());
+    const size_t half = pairs.size() / 2;
+    using Elem = std::remove_cvref_t<decltype(qi[0])>;
+    const ForwardBuffersOf<Elem> fwd{qi.data(), ki.data(), vi.data(), r.o.data(), r.lse.data()};
+    kernel->Forward(dims, c.mask, std::span(pairs).first(half), fwd);
+    kernel->Forward(dims, c.mask, std::span(pairs).subspan(half), fwd);
+    std::vector<float> delta(r.lse.size());
+    ComputeDelta(dims, total, r.o.data(), d_o32.data(), delta.data());
+    kernel->Backward(dims, c.mask, pairs,
+                     BackwardBuffersOf<Elem>{qi.data(), ki.data(), vi.data(), doi.data(), r.lse.data(), delta.data(),
+                                             r.dq.data(), r.dk.data(), r.dv.data()});
+    return r;
+  };
+  const Result want = run(q32, k32, v32, d_o32);
+  const Result got = run(q, k, v, d_o);
+  // Rounding changed the inputs (else the test would compare float32 with itself).
+  const auto sample = RandomVector(8, rng, 2.0f);
+  EXPECT_NE(sample, WidenAll(RoundAll(sample)));
+  EXPECT_EQ(got.o, want.o);
+  EXPECT_EQ(got.lse, want.lse);
+  EXPECT_EQ(got.dq, want.dq);
+  EXPECT_EQ(got.dk, want.dk);
+  EXPECT_EQ(got.dv, want.dv);
+  // And the bfloat16 path is close to float64 on its rounded inputs (as float32 is).
+  const auto ref = ReferenceAttention(lengths, c.mask, dims, q32.data(), k32.data(), v32.data(), d_o32.data());
+  ExpectClose(got.o, ref.o, 1e-5, "o");
+  ExpectClose(got.dq, ref.dq, 1e-5, "dq");
+}
+
+INSTANTIATE_TEST_SUITE_P(Masks, Bf16VsFloat32, kCases, kCaseName);
+
+// Round to nearest, ties to even; infinities kept; NaN stays NaN.
+TEST(BFloat16, RoundsToNearestEven) {
+  EXPECT_EQ(ToBFloat16(1.0f).bits, 0x3f80);
+  EXPECT_EQ(ToFloat(ToBFloat16(1.0f)), 1.0f);
+  // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to the even mantissa (1).
+  EXPECT_EQ(ToBFloat16(1.0f + 0x1p-8f).bits, 0x3f80);
+  // 1 + 3 * 2^-8 is halfway between 1 + 2^-7 (odd) and 1 + 2^-6: up.
+  EXPECT_EQ(ToBFloat16(1.0f + 3 * 0x1p-8f).bits, 0x3f82);
+  EXPECT_EQ(ToBFloat16(1.0f + 0x1p-8f + 0x1p-20f).bits, 0x3f81);  // above halfway: up
+  EXPECT_EQ(ToBFloat16(-2.5f).bits, 0xc020);
+  EXPECT_EQ(ToBFloat16(std::numeric_limits<float>::infinity()).bits, 0x7f80);
+  EXPECT_EQ(ToBFloat16(std::numeric_limits<float>::max()).bits, 0x7f80);  // rounds up to infinity
+  EXPECT_TRUE(std::isnan(ToFloat(ToBFloat16(std::nanf("")))));
+  EXPECT_TRUE(std::isnan(ToFloat(BFloat16{0x7f81})));
+  EXPECT_TRUE(std::isnan(ToFloat(ToBFloat16(std::bit_cast<float>(0x7f800001u)))));  // would round to inf
+}
+
+// A kernel that implements only float32 refuses bfloat16 with an error, not a crash.
+TEST(AttentionKernel, Float32OnlyKernelRefusesBfloat16) {
+  struct Float32Only final : AttentionKernel {
+    using AttentionKernel::Backward;
+    using AttentionKernel::Forward;
+    void Forward(const AttentionDims&, const Mask&, std::span<const SegmentPair>, const ForwardBuffers&) override {}
+    void Backward(const AttentionDims&, const Mask&, std::span<const SegmentPair>, const BackwardBuffers&) override {}
+  } kernel;
+  const AttentionDims dims{1, 1, 1, 1.0f};
+  EXPECT_THROW(kernel.Forward(dims, {MaskKind::kCausal, 0}, {}, ForwardBuffersOf<BFloat16>{}), Error);
+  EXPECT_THROW(kernel.Backward(dims, {MaskKind::kCausal, 0}, {}, BackwardBuffersOf<BFloat16>{}), Error);
+}
 
 // One token: the output is its value row and lse the scaled score.
 TEST(CpuAttentionKernel, SingleTokenIsItsValue) {

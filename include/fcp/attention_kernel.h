@@ -20,7 +20,12 @@
 // Backward takes the final (merged) lse and delta = rowsum(o * do) per row
 // and head, and accumulates (adds) into dq, dk, dv.
 //
-// Precision: float32 data, float32 accumulation. Work: 4 * heads_q *
+// Precision: q, k, v (and d_o) are float32 or bfloat16 (fcp/bfloat16.h);
+// everything the kernel writes or accumulates (o, lse, dq, dk, dv) and all
+// arithmetic is float32, so partials merge and gradients sum across calls
+// without bfloat16 rounding. The bfloat16 kernel widens each tile it reads
+// (exactly) into float32 scratch and then runs the float32 kernel's very
+// operations: on inputs rounded to bfloat16 the two give the same bits. Work: 4 * heads_q *
 // head_dim FLOPs per allowed token pair forward, 2.5x that backward; the CPU
 // kernel tiles through BLAS sgemm and skips tiles the mask empties.
 // The interface holds raw pointers so a CUDA kernel can implement it on device
@@ -32,6 +37,7 @@
 #include <memory>
 #include <span>
 
+#include "fcp/bfloat16.h"
 #include "fcp/mask.h"
 
 namespace fcp {
@@ -58,25 +64,30 @@ struct SegmentPair {
   bool operator==(const SegmentPair&) const = default;
 };
 
-struct ForwardBuffers {
-  const float* q = nullptr;
-  const float* k = nullptr;
-  const float* v = nullptr;
+// T: the inputs' element type, float or BFloat16.
+template <class T>
+struct ForwardBuffersOf {
+  const T* q = nullptr;
+  const T* k = nullptr;
+  const T* v = nullptr;
   float* o = nullptr;    // in/out, merged
   float* lse = nullptr;  // in/out, merged
 };
+using ForwardBuffers = ForwardBuffersOf<float>;
 
-struct BackwardBuffers {
-  const float* q = nullptr;
-  const float* k = nullptr;
-  const float* v = nullptr;
-  const float* d_o = nullptr;    // gradient of the output, laid out like q
+template <class T>
+struct BackwardBuffersOf {
+  const T* q = nullptr;
+  const T* k = nullptr;
+  const T* v = nullptr;
+  const T* d_o = nullptr;        // gradient of the output, laid out like q
   const float* lse = nullptr;    // final lse of each query row and head
   const float* delta = nullptr;  // rowsum(o * d_o) per row and head
   float* dq = nullptr;           // accumulated
   float* dk = nullptr;           // accumulated
   float* dv = nullptr;           // accumulated
 };
+using BackwardBuffers = BackwardBuffersOf<float>;
 
 class AttentionKernel {
  public:
@@ -85,6 +96,12 @@ class AttentionKernel {
                        std::span<const SegmentPair> pairs, const ForwardBuffers& io) = 0;
   virtual void Backward(const AttentionDims& dims, const Mask& mask,
                         std::span<const SegmentPair> pairs, const BackwardBuffers& io) = 0;
+  // bfloat16 inputs. The CPU kernel implements them; the default throws
+  // Error(kInvalidArgument) naming the operation (the CUDA kernel takes float32).
+  virtual void Forward(const AttentionDims& dims, const Mask& mask, std::span<const SegmentPair> pairs,
+                       const ForwardBuffersOf<BFloat16>& io);
+  virtual void Backward(const AttentionDims& dims, const Mask& mask, std::span<const SegmentPair> pairs,
+                        const BackwardBuffersOf<BFloat16>& io);
 };
 
 struct CpuKernelOptions {

@@ -15,13 +15,17 @@
 // Built once per Program, owned by it; views keep it alive.
 //
 // forward_stage / backward_stage run the stage's compute calls in order with
-// the GIL released (communication threads keep running). Buffers are float32,
+// the GIL released (communication threads keep running). Buffers are
 // C-contiguous, on the CPU: q, o [local_rows, heads_q, head_dim]; k, v
 // [local_rows, heads_kv, head_dim]; the pools [pool_rows or partial_rows,
-// heads_kv, head_dim]; lse, delta [local_rows, heads_q]. Sizes are checked
-// against the program; Error(kInvalidArgument) (ValueError) names the buffer.
+// heads_kv, head_dim]; lse, delta [local_rows, heads_q]. The inputs q, k, v,
+// the K/V pools and do are float32 or bfloat16 (all the same, read in place
+// by the kernel, fcp/attention_kernel.h); what the kernel writes (o, lse, dq,
+// dk, dv, the dK/dV partials) and lse, delta are float32. Sizes and dtypes
+// are checked; Error(kInvalidArgument) (ValueError) names the buffer.
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <span>
 #include <string>
@@ -30,10 +34,13 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
 
 #include "fcp/attention_kernel.h"
 #include "fcp/error.h"
 #include "fcp/lowering.h"
+#include "fcp/trace.h"
 #include "program_ext.h"
 
 namespace nb = nanobind;
@@ -44,6 +51,9 @@ namespace {
 using Table = nb::ndarray<nb::numpy, const int64_t, nb::ndim<2>>;
 using Vector = nb::ndarray<nb::numpy, const int64_t, nb::ndim<1>>;
 using Buffer = nb::ndarray<float, nb::c_contig, nb::device::cpu>;
+using Input = nb::ndarray<nb::c_contig, nb::device::cpu>;  // float32 or bfloat16, checked at the call
+
+constexpr nb::dlpack::dtype kBFloat16{static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat), 16, 1};
 
 // A table of `cols` int64 columns per row, with per-stage row offsets.
 struct StageTable {
@@ -98,8 +108,54 @@ class ProgramHandle {
   const std::vector<int64_t>& segments() const { return segments_; }
 
   // early: 0 every call, 1 only the early ones, 2 all but the early ones.
-  void Forward(int64_t stage, float scale, int early, Buffer q, Buffer k, Buffer v, Buffer k_pool, Buffer v_pool,
+  void Forward(int64_t stage, float scale, int early, Input q, Input k, Input v, Input k_pool, Input v_pool,
                Buffer o, Buffer lse) {
+    if (IsBFloat16("forward_stage", {{"q", &q}, {"k", &k}, {"v", &v}, {"k_pool", &k_pool}, {"v_pool", &v_pool}}))
+      ForwardOf<BFloat16>(stage, scale, early, q, k, v, k_pool, v_pool, o, lse);
+    else
+      ForwardOf<float>(stage, scale, early, q, k, v, k_pool, v_pool, o, lse);
+  }
+
+  void Backward(int64_t stage, float scale, Input q, Input k, Input v, Input k_pool, Input v_pool, Input d_o,
+                Buffer lse, Buffer delta, Buffer dq, Buffer dk, Buffer dv, Buffer dk_partial, Buffer dv_partial) {
+    if (IsBFloat16("backward_stage",
+                   {{"q", &q}, {"k", &k}, {"v", &v}, {"k_pool", &k_pool}, {"v_pool", &v_pool}, {"do", &d_o}}))
+      BackwardOf<BFloat16>(stage, scale, q, k, v, k_pool, v_pool, d_o, lse, delta, dq, dk, dv, dk_partial,
+                           dv_partial);
+    else
+      BackwardOf<float>(stage, scale, q, k, v, k_pool, v_pool, d_o, lse, delta, dq, dk, dv, dk_partial, dv_partial);
+  }
+
+ private:
+  // Whether the inputs are bfloat16 (else float32); Error when they are
+  // neither or not all the same.
+  static bool IsBFloat16(const char* op, std::initializer_list<std::pair<const char*, const Input*>> inputs) {
+    const nb::dlpack::dtype first = inputs.begin()->second->dtype();
+    const bool bf16 = first == kBFloat16;
+    if (!bf16 && first != nb::dtype<float>())
+      throw Error(ErrorCode::kInvalidArgument, std::string("program.") + op + ": " + inputs.begin()->first +
+                                                   " must be float32 or bfloat16, got " + DtypeName(first));
+    for (const auto& [name, b] : inputs)
+      if (b->dtype() != first)
+        throw Error(ErrorCode::kInvalidArgument, std::string("program.") + op + ": " + name + " is " +
+                                                     DtypeName(b->dtype()) + " but " + inputs.begin()->first +
+                                                     " is " + DtypeName(first));
+    return bf16;
+  }
+  // "float32", "bfloat16", "int64", ... (DLPack's type code and bits).
+  static std::string DtypeName(nb::dlpack::dtype d) {
+    static const char* const kCodes[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
+    const std::string base = d.code < std::size(kCodes) ? kCodes[d.code] : "code" + std::to_string(d.code);
+    return base + std::to_string(d.bits) + (d.lanes != 1 ? "x" + std::to_string(d.lanes) : "");
+  }
+  template <class T>
+  static const T* Data(const Input& b) {
+    return static_cast<const T*>(b.data());
+  }
+
+  template <class T>
+  void ForwardOf(int64_t stage, float scale, int early, const Input& q, const Input& k, const Input& v,
+                 const Input& k_pool, const Input& v_pool, Buffer& o, Buffer& lse) {
     const StageProgram& sp = Stage(program_.forward, stage, "forward_stage");
     const AttentionDims dims = Dims(scale);
     const int64_t local = program_.local_rows, pool = program_.forward.pool_rows;
@@ -113,25 +169,29 @@ class ProgramHandle {
     nb::gil_scoped_release release;
     for (const ComputeCall& c : sp.compute) {
       if ((early == 1 && !c.early) || (early == 2 && c.early)) continue;
-      const float* kb = c.kv_in_pool ? k_pool.data() : k.data();
-      const float* vb = c.kv_in_pool ? v_pool.data() : v.data();
+      const T* kb = Data<T>(c.kv_in_pool ? k_pool : k);
+      const T* vb = Data<T>(c.kv_in_pool ? v_pool : v);
       kernel_->Forward(dims, mask_, Segments(c),
-                       {q.data() + c.q_row * dims.q_row_floats(), kb + c.kv_row * dims.kv_row_floats(),
-                        vb + c.kv_row * dims.kv_row_floats(), o.data() + c.q_row * dims.q_row_floats(),
-                        lse.data() + c.q_row * dims.heads_q});
+                       ForwardBuffersOf<T>{Data<T>(q) + c.q_row * dims.q_row_floats(),
+                                           kb + c.kv_row * dims.kv_row_floats(), vb + c.kv_row * dims.kv_row_floats(),
+                                           o.data() + c.q_row * dims.q_row_floats(),
+                                           lse.data() + c.q_row * dims.heads_q});
     }
   }
 
-  void Backward(int64_t stage, float scale, Buffer q, Buffer k, Buffer v, Buffer k_pool, Buffer v_pool, Buffer d_o,
-                Buffer lse, Buffer delta, Buffer dq, Buffer dk, Buffer dv, Buffer dk_partial, Buffer dv_partial) {
+  template <class T>
+  void BackwardOf(int64_t stage, float scale, const Input& q, const Input& k, const Input& v, const Input& k_pool,
+                  const Input& v_pool, const Input& d_o, Buffer& lse, Buffer& delta, Buffer& dq, Buffer& dk,
+                  Buffer& dv, Buffer& dk_partial, Buffer& dv_partial) {
     const StageProgram& sp = Stage(program_.backward, stage, "backward_stage");
     const AttentionDims dims = Dims(scale);
     const int64_t local = program_.local_rows, pool = program_.backward.pool_rows;
     const int64_t partial = program_.backward.partial_rows;
-    for (auto [name, b] : {std::pair{"q", &q}, {"do", &d_o}, {"dq", &dq}}) Check(name, *b, local, dims.q_row_floats());
+    for (auto [name, b] : {std::pair{"q", &q}, {"do", &d_o}}) Check(name, *b, local, dims.q_row_floats());
+    Check("dq", dq, local, dims.q_row_floats());
     for (auto [name, b] : {std::pair{"lse", &lse}, {"delta", &delta}}) Check(name, *b, local, dims.heads_q);
-    for (auto [name, b] : {std::pair{"k", &k}, {"v", &v}, {"dk", &dk}, {"dv", &dv}})
-      Check(name, *b, local, dims.kv_row_floats());
+    for (auto [name, b] : {std::pair{"k", &k}, {"v", &v}}) Check(name, *b, local, dims.kv_row_floats());
+    for (auto [name, b] : {std::pair{"dk", &dk}, {"dv", &dv}}) Check(name, *b, local, dims.kv_row_floats());
     Check("k_pool", k_pool, pool, dims.kv_row_floats());
     Check("v_pool", v_pool, pool, dims.kv_row_floats());
     Check("dk_partial", dk_partial, partial, dims.kv_row_floats());
@@ -139,18 +199,18 @@ class ProgramHandle {
     nb::gil_scoped_release release;
     const int64_t qr = dims.q_row_floats(), kr = dims.kv_row_floats();
     for (const ComputeCall& c : sp.compute) {
-      const float* kb = c.kv_in_pool ? k_pool.data() : k.data();
-      const float* vb = c.kv_in_pool ? v_pool.data() : v.data();
+      const T* kb = Data<T>(c.kv_in_pool ? k_pool : k);
+      const T* vb = Data<T>(c.kv_in_pool ? v_pool : v);
       float* dkb = c.dkv_in_partial ? dk_partial.data() : dk.data();
       float* dvb = c.dkv_in_partial ? dv_partial.data() : dv.data();
       kernel_->Backward(dims, mask_, Segments(c),
-                        {q.data() + c.q_row * qr, kb + c.kv_row * kr, vb + c.kv_row * kr, d_o.data() + c.q_row * qr,
-                         lse.data() + c.q_row * dims.heads_q, delta.data() + c.q_row * dims.heads_q,
-                         dq.data() + c.q_row * qr, dkb + c.dkv_row * kr, dvb + c.dkv_row * kr});
+                        BackwardBuffersOf<T>{Data<T>(q) + c.q_row * qr, kb + c.kv_row * kr, vb + c.kv_row * kr,
+                                             Data<T>(d_o) + c.q_row * qr, lse.data() + c.q_row * dims.heads_q,
+                                             delta.data() + c.q_row * dims.heads_q, dq.data() + c.q_row * qr,
+                                             dkb + c.dkv_row * kr, dvb + c.dkv_row * kr});
     }
   }
 
- private:
   AttentionDims Dims(float scale) const {
     AttentionDims d = dims_;
     d.scale = scale;
@@ -162,12 +222,13 @@ class ProgramHandle {
                                                    " is not in [0, " + std::to_string(pass.stages.size()) + ")");
     return pass.stages[stage];
   }
-  static void Check(const char* name, const Buffer& b, int64_t rows, int64_t row_floats) {
+  template <class Array>
+  static void Check(const char* name, const Array& b, int64_t rows, int64_t row_floats) {
     const int64_t want = rows * row_floats;
     const int64_t have = static_cast<int64_t>(b.size());
     if (have != want || (b.ndim() > 0 && rows > 0 && b.shape(0) != static_cast<size_t>(rows)))
       throw Error(ErrorCode::kInvalidArgument, std::string("program: buffer ") + name + " has " +
-                                                   std::to_string(have) + " floats (first dimension " +
+                                                   std::to_string(have) + " elements (first dimension " +
                                                    std::to_string(b.ndim() ? b.shape(0) : 0) + "), expected " +
                                                    std::to_string(rows) + " rows of " + std::to_string(row_floats));
   }
@@ -195,9 +256,39 @@ Vector VecView(const std::vector<int64_t>& v, nb::handle owner) {
   return Vector(v.empty() ? &kEmpty : v.data(), 1, shape, owner);
 }
 
+
+auto Buf(const char* name) { return nb::arg(name).noconvert(); }
+
 }  // namespace
 
+// One rank's recorded intervals: (lane, name, start_s, end_s).
+using RankEvents = std::vector<std::tuple<int32_t, std::string, double, double>>;
+
 void RegisterProgramBindings(nb::module_& m, PlanOf plan_of) {
+  // fcp.torch's trace, written like `fcp run --trace` (fcp/trace.h): the
+  // same layout (lanes, names, "cat"), so scripts/trace_overlap.py reads both.
+  m.def("trace_lanes", [] { return RuntimeTraceLayout().tracks; },
+        "The runtime trace's lane names; an event's lane is an index into them.");
+  m.def(
+      "runtime_trace_document",
+      [](const std::vector<RankEvents>& ranks) {
+        const int32_t lanes = static_cast<int32_t>(RuntimeTraceLayout().tracks.size());
+        std::vector<std::string> texts;
+        for (size_t r = 0; r < ranks.size(); ++r) {
+          std::vector<TraceEvent> events;
+          for (const auto& [lane, name, start_s, end_s] : ranks[r]) {
+            if (lane < 0 || lane >= lanes || !(start_s <= end_s))
+              throw Error(ErrorCode::kInvalidArgument, "runtime_trace_document: rank " + std::to_string(r) +
+                                                           " event '" + name + "' has lane " + std::to_string(lane) +
+                                                           " (lanes 0.." + std::to_string(lanes - 1) +
+                                                           ") or ends before it starts");
+            events.push_back({static_cast<int32_t>(r), lane, name, start_s, end_s});
+          }
+          texts.push_back(ChromeCompleteEvents(events, RuntimeTraceLayout()));
+        }
+        return ChromeTraceDocument(texts);
+      },
+      nb::arg("ranks"), "A Chrome trace document of per-rank (lane, name, start_s, end_s) events.");
   nb::class_<ProgramHandle>(m, "Program", "One rank's lowered program of a plan (fcp/lowering.h).")
       .def("__init__",
            [plan_of](ProgramHandle* self, nb::handle plan, int64_t rank) {
@@ -253,13 +344,13 @@ void RegisterProgramBindings(nb::module_& m, PlanOf plan_of) {
              throw Error(ErrorCode::kInvalidArgument, "program.table: no table '" + name + "'");
            },
            nb::arg("pass"), nb::arg("name"), "(rows, per-stage offsets) of one table of a pass.")
+      // noconvert: a buffer of another dtype or layout is an error, never a
+      // silent temporary copy (the kernel would write into the copy).
       .def("forward_stage", &ProgramHandle::Forward, nb::arg("stage"), nb::arg("scale"), nb::arg("early"),
-           nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("k_pool"), nb::arg("v_pool"), nb::arg("o"),
-           nb::arg("lse"))
-      .def("backward_stage", &ProgramHandle::Backward, nb::arg("stage"), nb::arg("scale"), nb::arg("q"),
-           nb::arg("k"), nb::arg("v"), nb::arg("k_pool"), nb::arg("v_pool"), nb::arg("do"), nb::arg("lse"),
-           nb::arg("delta"), nb::arg("dq"), nb::arg("dk"), nb::arg("dv"), nb::arg("dk_partial"),
-           nb::arg("dv_partial"));
+           Buf("q"), Buf("k"), Buf("v"), Buf("k_pool"), Buf("v_pool"), Buf("o"), Buf("lse"))
+      .def("backward_stage", &ProgramHandle::Backward, nb::arg("stage"), nb::arg("scale"), Buf("q"), Buf("k"),
+           Buf("v"), Buf("k_pool"), Buf("v_pool"), Buf("do"), Buf("lse"), Buf("delta"), Buf("dq"), Buf("dk"),
+           Buf("dv"), Buf("dk_partial"), Buf("dv_partial"));
 }
 
 }  // namespace fcp::python

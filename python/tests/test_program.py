@@ -63,5 +63,12 @@ def test_bad_buffers_and_ranks_are_value_errors(plan):
         prog.forward_stage(0, 1.0, 0, q[:-1], kv, kv, pool, pool, q, lse)
     with pytest.raises(ValueError, match="stage 99 is not in"):
         prog.forward_stage(99, 1.0, 0, q, kv, kv, pool, pool, q, lse)
+    # Inputs are float32 or bfloat16, all alike; what the kernel writes is float32.
+    with pytest.raises(ValueError, match="q must be float32 or bfloat16, got float64"):
+        prog.forward_stage(0, 1.0, 0, q.astype(np.float64), kv, kv, pool, pool, q, lse)
+    with pytest.raises(ValueError, match="v_pool is float16 but q is float32"):
+        prog.forward_stage(0, 1.0, 0, q, kv, kv, pool, pool.astype(np.float16), q, lse)
+    with pytest.raises(TypeError):  # o must be float32 (nanobind's argument check)
+        prog.forward_stage(0, 1.0, 0, q, kv, kv, pool, pool, q.astype(np.float16), lse)
     with pytest.raises(ValueError, match="pass must be"):
         prog.table("sideways", "compute")

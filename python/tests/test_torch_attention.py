@@ -53,3 +53,85 @@ def test_bad_input_is_one_error_on_every_rank(bad_input_results, case, expected)
 def test_group_still_works_after_errors(bad_input_results):
     for result in bad_input_results:
         assert result["good_call_after_errors"] is None
+
+
+def _run_program(prog, x, scale):
+    """Every forward and backward stage of a 1-worker program (no pools) on x = (q, k, v, do)."""
+    q, k, v, do = x
+    empty = k.new_zeros((0,) + tuple(k.shape[1:]))
+    f32 = dict(dtype=torch.float32)
+    o = torch.zeros(q.shape, **f32)
+    lse = torch.full(q.shape[:2], float("-inf"), **f32)
+    for t in range(prog.num_stages("forward")):
+        prog.forward_stage(t, scale, 0, q, k, v, empty, empty, o, lse)
+    delta = (o * do.float()).sum(-1).contiguous()
+    dq, dk, dv = torch.zeros(q.shape, **f32), torch.zeros(k.shape, **f32), torch.zeros(v.shape, **f32)
+    part = torch.zeros((0,) + tuple(k.shape[1:]), **f32)
+    for t in range(prog.num_stages("backward")):
+        prog.backward_stage(t, scale, q, k, v, empty, empty, do, lse, delta, dq, dk, dv, part, part)
+    return o, lse, dq, dk, dv
+
+
+@pytest.mark.parametrize("mask", ["causal", "full", "sliding_window"])
+def test_bfloat16_kernel_reads_tensors_in_place_like_float32_on_rounded_inputs(mask):
+    """The extension's bfloat16 path (torch tensors through DLPack, no copy) gives the
+    float32 kernel's bits on the same values widened: widening is exact and the
+    arithmetic after it is the same (tests/attention_kernel_test.cpp)."""
+    import fcp
+    from fcp import _fcp
+    kw = dict(window=50) if mask == "sliding_window" else {}
+    lengths = [1, 64, 200, 37]
+    plan = fcp.plan(lengths, workers=1, block_size=64, mask=mask, heads_q=4, heads_kv=2, head_dim=16, **kw)
+    prog = _fcp.Program(plan._h, 0)
+    g = torch.Generator().manual_seed(3)
+    n = sum(lengths)
+    x16 = [torch.randn(n, h, 16, generator=g).to(torch.bfloat16) for h in (4, 2, 2, 4)]
+    got = _run_program(prog, x16, 0.25)
+    want = _run_program(prog, [x.float() for x in x16], 0.25)
+    for name, a, b in zip(("o", "lse", "dq", "dk", "dv"), got, want):
+        assert torch.equal(a, b), f"{mask}: {name} differs from float32 by {(a - b).abs().max().item()}"
+    # Mixed dtypes are an error naming the buffer, not a silent cast.
+    q, k, v, do = x16
+    with pytest.raises(ValueError, match="k is float32 but q is bfloat16"):
+        prog.forward_stage(0, 0.25, 0, q, k.float(), v, k[:0], k[:0], got[0], got[1])
+
+
+def _overlap_s(a, b):
+    return max(0.0, min(a["ts"] + a["dur"], b["ts"] + b["dur"]) - max(a["ts"], b["ts"])) * 1e-6
+
+
+def test_trace_shows_stage_transfers_in_flight_while_the_stage_computes():
+    """fcp.torch.trace on 4 gloo ranks: the runtime's trace layout (as `fcp run --trace`),
+    and on some rank a transfer of stage t (carrying K/V for stage t+1) in flight
+    while stage t's kernel runs."""
+    import json
+    import pathlib
+    import subprocess
+    import sys
+    result = torch_cases.spawn_ok("trace")[0]
+    doc = json.loads(pathlib.Path(result["path"]).read_text())
+    meta = [e for e in doc["traceEvents"] if e["ph"] == "M"]
+    assert {e["args"]["name"] for e in meta if e["name"] == "process_name"} == {f"rank {r}" for r in range(4)}
+    assert {e["args"]["name"] for e in meta if e["name"] == "thread_name"} == {
+        "compute", "send", "recv", "wait", "reshuffle"}
+    events = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert all(e["ts"] >= 0 and e["dur"] >= 0 for e in events)
+    for r in range(4):
+        names = {e["name"] for e in events if e["pid"] == r and e["cat"] == "compute"}
+        assert {"fwd s0", "bwd s0"} <= names, f"rank {r}: {sorted(names)}"
+    overlapping, in_flight_s, hidden_s = 0, 0.0, 0.0
+    for t in (e for e in events if e["cat"] in ("send", "recv")):
+        label = " ".join(t["name"].split()[:2])  # "fwd s3"
+        computes = [c for c in events if c["pid"] == t["pid"] and c["cat"] == "compute" and c["name"] == label]
+        assert len(computes) == 1, t
+        in_flight_s += t["dur"] * 1e-6
+        hidden_s += _overlap_s(t, computes[0])
+        overlapping += _overlap_s(t, computes[0]) > 0
+    assert in_flight_s > 0, "no stage transfers in the trace"
+    assert overlapping > 0, "no transfer was in flight while its stage computed"
+    print(f"{overlapping} transfers overlap their stage's compute; {100 * hidden_s / in_flight_s:.0f}% of "
+          f"the transfers' in-flight time lies under compute")
+    # The same schema as `fcp run --trace`: the repository's overlap script reads it.
+    script = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "trace_overlap.py"
+    out = subprocess.run([sys.executable, str(script), result["path"]], capture_output=True, text=True, check=True)
+    assert "overlapped with compute" in out.stdout

@@ -224,3 +224,59 @@ def test_flash_calls_are_well_formed_on_meta_tensors(mask):
     for t in range(prog.num_stages("backward")):
         dev.backward_stage(t, 0.25, q, *kv, q, q, lse, dq, *dkv)
     assert sum(len(dev.launches("forward", t)) for t in range(prog.num_stages("forward"))) > 0
+
+
+# ---- scripts/torch_gpu_check.sh and its benchmark, without a GPU -----------------
+
+_REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
+
+
+def _cuda_bench():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("torch_cuda_attention", _REPO / "bench" / "torch_cuda_attention.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_bench_baseline_follows_this_torchs_varlen_api(monkeypatch):
+    """varlen_attn's enable_gqa exists in some torch versions only (not 2.10's);
+    without it the baseline is the flash op it calls, as one launch over the
+    batch (the device calls are mocked: only their arguments are checked)."""
+    import torch.nn.attention.varlen as varlen
+    bench = _cuda_bench()
+    real = varlen.varlen_attn
+    q, k, v, do = torch.zeros(10, 4, 8), torch.zeros(10, 2, 8), torch.zeros(10, 2, 8), torch.zeros(10, 4, 8)
+    cu = torch.tensor([0, 3, 10], dtype=torch.int32)
+    if "enable_gqa" in __import__("inspect").signature(real).parameters:
+        assert bench.kernel_step_fn([q, k, v], do, cu, 7, (-1, 0), 0.5)[0] == "varlen_attn"
+
+    def old_varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None, scale=None,
+                        window_size=(-1, -1)):
+        raise AssertionError("not called: it takes no GQA K/V")
+    calls = []
+    monkeypatch.setattr(varlen, "varlen_attn", old_varlen_attn)
+    monkeypatch.setattr(V, "flash_forward", lambda *a: calls.append(("fwd", a)) or (q, torch.zeros(10, 4)))
+    monkeypatch.setattr(V, "flash_backward", lambda *a: calls.append(("bwd", a)))
+    label, step = bench.kernel_step_fn([q, k, v], do, cu, 7, (49, 0), 0.5)
+    assert label.startswith("flash varlen op")
+    step()
+    assert [c[0] for c in calls] == ["fwd", "bwd"]
+    launch = calls[0][1][3]
+    assert (launch.left, launch.right, launch.max_q, launch.max_k) == (49, 0, 7, 7)
+    assert torch.equal(launch.cu_q, cu) and torch.equal(launch.cu_k, cu)
+    assert calls[0][1][1].shape == (10, 2, 8)  # K/V heads not repeated
+
+
+def test_gpu_check_without_a_gpu_fails_with_one_clear_line():
+    import subprocess
+    import sys
+    env = dict(__import__("os").environ, FCP_TORCH_VENV=sys.prefix)
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is visible: the script would run for real")
+    out = subprocess.run(["bash", str(_REPO / "scripts" / "torch_gpu_check.sh")], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert out.returncode == 1
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("torch_gpu_check.sh: FAILED: ") and "CUDA device" in lines[0], \
+        out.stderr

@@ -58,7 +58,10 @@ for planner in ("fcp", "ring"):
     for mask in ("causal", "full", "sliding_window"):
         for coalesce in (1, 16):
             ATTENTION_CASES.append((planner, mask, coalesce, "float32"))
-ATTENTION_CASES += [("fcp", "causal", 16, "bfloat16"), ("ring", "sliding_window", 1, "bfloat16")]
+# bfloat16 (read in place by the kernel, float32 accumulation): every mask, GQA, both planners and coalesces.
+ATTENTION_CASES += [("fcp", "causal", 16, "bfloat16"), ("ring", "sliding_window", 1, "bfloat16"),
+                    ("fcp", "full", 1, "bfloat16"), ("fcp", "sliding_window", 16, "bfloat16"),
+                    ("ring", "causal", 1, "bfloat16")]
 # On CUDA: flash attention takes 16-bit inputs only (one rank: NCCL cannot pair ranks on one GPU).
 CUDA_ATTENTION_CASES = [(planner, mask, coalesce, "bfloat16") for planner in ("fcp", "ring")
                         for mask in ("causal", "full", "sliding_window") for coalesce in (1, 16)]
@@ -183,6 +186,19 @@ def float32_on_cuda_error():
     return None
 
 
+def trace_case(rank, path):
+    """One forward + backward under fcp.torch.trace (rank 0 writes `path`)."""
+    import fcp.torch as ft
+    lengths = [2000, 300, 1, 700, 64, 1031]  # 4096 tokens; the 2000-token sequence spans two shards
+    plan = ft.plan(lengths, block_size=128, coalesce=2, heads_q=8, heads_kv=2, head_dim=64)
+    lo, hi = plan.local_range
+    g = torch.Generator().manual_seed(rank)
+    q, k, v = (torch.randn(hi - lo, h, 64, generator=g).requires_grad_() for h in (8, 2, 2))
+    with ft.trace(path):
+        ft.attention(q, k, v, plan).backward(torch.randn(hi - lo, 8, 64, generator=g))
+    return {"path": path, "forward_stages": plan.num_forward_stages}
+
+
 def worker(rank, world, port, what, result_path):
     init(rank, world, port, "cpu:gloo,cuda:nccl" if what.endswith("_cuda") else "gloo")
     try:
@@ -194,6 +210,8 @@ def worker(rank, world, port, what, result_path):
             result = float32_on_cuda_error()
         elif what == "bad_input":
             result = bad_input_cases(rank)
+        elif what == "trace":
+            result = trace_case(rank, f"{result_path}.trace.json")
         else:
             import torch_hf_cases
             result = torch_hf_cases.run(what, rank)

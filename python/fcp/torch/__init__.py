@@ -27,9 +27,12 @@ stream over NCCL; use a cpu:gloo,cuda:nccl group. See docs/torch.md.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
+import os
+import threading
 import time
 from typing import List, Optional, Tuple
 
@@ -40,7 +43,7 @@ import torch.distributed as dist
 import fcp
 from fcp import _fcp
 
-__all__ = ["Plan", "plan", "attention", "dispatch", "undispatch", "stats", "reset_stats"]
+__all__ = ["Plan", "plan", "attention", "dispatch", "undispatch", "stats", "reset_stats", "trace"]
 
 _KINDS = 4  # message kinds per (stage, block): K, V, dK, dV -- part of the tag
 
@@ -84,8 +87,91 @@ def _post(works_ops: list, comm_stream) -> list:
         return dist.batch_isend_irecv(works_ops)
 
 
-def _run_stage(works_ops: list, compute, comm_stream=None) -> None:
-    """Posts a stage's transfers, runs its compute, waits; counts where the time went.
+# ---- trace (opt-in, CPU): fcp.torch.trace(path) --------------------------------
+# While a trace is open, _trace holds this process's intervals as
+# (lane, name, start, end) in time.perf_counter() seconds (CLOCK_MONOTONIC on
+# Linux: shared by the ranks of one machine). Lanes and names are those of
+# `fcp run --trace` (fcp/trace.h), so scripts/trace_overlap.py reads both.
+_trace: Optional[list] = None
+_LANE = {name: i for i, name in enumerate(_fcp.trace_lanes())}
+
+
+def _record(lane: str, name: str, start: float, end: float) -> None:
+    if _trace is not None:
+        _trace.append((_LANE[lane], name, start, end))
+
+
+@contextlib.contextmanager
+def trace(path: str, group=None):
+    """Records every fcp.torch attention call inside the block (CPU tensors) and
+    writes one Chrome/Perfetto trace of all ranks of `group` to `path` (rank 0
+    writes; every rank passes the same path). Collective on exit.
+
+    Lanes per rank (pid = rank): compute (a stage's kernel calls), send and
+    recv (a stage transfer from its post to its observed completion), wait
+    (blocked on the stage's transfers after its compute), reshuffle. While
+    tracing, a helper thread per stage waits on the stage's transfers and
+    stamps each completion (the kernel releases the GIL); without a trace
+    nothing is recorded. Nothing is written if the block raises.
+    """
+    global _trace
+    if _trace is not None:
+        raise RuntimeError("fcp.torch.trace: a trace is already open in this process")
+    world, rank = _group_size_rank(group)
+    _trace = []
+    try:
+        yield
+        events = _trace
+    finally:
+        _trace = None
+    gathered: List[Optional[list]] = [None] * world
+    dist.all_gather_object(gathered, events, group=group)
+    if rank == 0:
+        origin = min((e[2] for r in gathered for e in r), default=0.0)
+        text = _fcp.runtime_trace_document([[(lane, name, a - origin, b - origin) for lane, name, a, b in r]
+                                            for r in gathered])
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w") as f:  # then renamed: a reader never sees half a trace
+            f.write(text)
+        os.replace(tmp, path)
+    dist.barrier(group=group)
+
+
+def _transfer_name(plan: "Plan", label: str, op) -> Tuple[str, str]:
+    """(lane, event name) of one stage P2POp, from its tag (see Plan.tag) and peer."""
+    block = op.tag // _KINDS % plan.num_blocks
+    kind = "kv" if op.tag % _KINDS < 2 else "dkv"
+    peer = plan._peer.index(op.peer)
+    if op.op is dist.isend:
+        return "send", f"{label} send {kind}{block} to {peer}"
+    return "recv", f"{label} recv {kind}{block} from {peer}"
+
+
+class _Waiter(threading.Thread):
+    """Waits on a stage's works in order and stamps each completion (trace only)."""
+
+    def __init__(self, works):
+        super().__init__(daemon=True)
+        self.works, self.done, self.error = works, [None] * len(works), None
+        self.start()
+
+    def run(self):
+        try:
+            for i, w in enumerate(self.works):
+                w.wait()  # releases the GIL
+                self.done[i] = time.perf_counter()
+        except BaseException as e:  # re-raised by finish() on the calling thread
+            self.error = e
+
+    def finish(self):
+        self.join()
+        if self.error is not None:
+            raise self.error
+
+
+def _run_stage(works_ops: list, compute, comm_stream=None, plan=None, label: str = "") -> None:
+    """Posts a stage's transfers, runs its compute, waits; counts where the time went
+    (and, in a trace, records the intervals under `label`, e.g. "fwd s3").
 
     On CUDA (comm_stream given) the times are of the host issuing the work, not of the device.
     """
@@ -94,20 +180,39 @@ def _run_stage(works_ops: list, compute, comm_stream=None) -> None:
     t1 = time.perf_counter()
     _stats["post_s"] += t1 - t0
     _stats["stages_with_transfers"] += int(bool(works))
+    waiter = traced = _Waiter(works) if (_trace is not None and works) else None
+
+    def wait_all():
+        # A gloo P2P work must not be waited on twice (it blocks).
+        if waiter is not None:
+            waiter.finish()
+        else:
+            for w in works:
+                w.wait()
+
     if _serialize_stages:
-        for w in works:
-            w.wait()
-        works = []  # a gloo P2P work must not be waited on twice (it blocks)
+        wait_all()
+        works, waiter = [], None
         now = time.perf_counter()
         _stats["wait_s"] += now - t1
         t1 = now
     compute()
     t2 = time.perf_counter()
-    for w in works:
-        w.wait()
+    wait_all()
     t3 = time.perf_counter()
     _stats["kernel_s"] += t2 - t1
     _stats["wait_s"] += t3 - t2
+    if _trace is not None:
+        _record("compute", label, t1, t2)
+        if works:
+            _record("wait", f"wait {label}", t2, t3)
+        if traced is not None:
+            flights = {}  # K and V of a block are two messages: one event from the post to the later
+            for op, done in zip(works_ops, traced.done):
+                key = _transfer_name(plan, label, op)
+                flights[key] = max(done, flights.get(key, done))
+            for (lane, name), done in flights.items():
+                _record(lane, name, t0, done)
 
 
 def _group_size_rank(group) -> Tuple[int, int]:
@@ -288,8 +393,10 @@ def _reshuffle(plan: Plan, x: torch.Tensor, to_plan: bool, count: bool) -> torch
                            input_split_sizes=send_counts, group=plan.group)
     out = x.new_empty(recv.shape)
     out.index_copy_(0, plan._rows(recv_rows, x.device), recv)
+    end = time.perf_counter()
     if count:
-        _stats["reshuffle_s"] += time.perf_counter() - start
+        _stats["reshuffle_s"] += end - start
+    _record("reshuffle", "reshuffle in" if to_plan else "reshuffle out", start, end)
     return out
 
 
@@ -338,7 +445,8 @@ def undispatch(x: torch.Tensor, plan: Plan) -> torch.Tensor:
 
 # ---- attention -----------------------------------------------------------------
 
-# CPU: fcp's kernel, float32 compute. CUDA: flash attention, which takes only
+# CPU: fcp's kernel, which reads float32 or bfloat16 in place and computes in
+# float32. CUDA: flash attention, which takes only
 # 16-bit inputs; float32 is refused rather than silently cast (see docs/torch.md).
 _DTYPES = {"cpu": (torch.float32, torch.bfloat16), "cuda": (torch.bfloat16, torch.float16)}
 
@@ -366,6 +474,8 @@ def _check_qkv(plan: Plan, q, k, v, layout: str) -> Optional[str]:
                        if x.device.type == "cuda" else ""))
         if x.dtype != q.dtype:
             return f"{name} has dtype {x.dtype} but q has {q.dtype}"
+        if _trace is not None and x.device.type != "cpu":
+            return f"{name} is on {x.device}: fcp.torch.trace records CPU runs only (host times are not device times)"
         if not x.is_contiguous():
             return f"{name} is not contiguous (call .contiguous())"
     return None
@@ -377,10 +487,11 @@ def _with_pool(x: torch.Tensor, rows: int) -> torch.Tensor:
 
 
 def _forward_pass(plan: Plan, q, k, v, scale, finish_reshuffle=None):
-    """The lowered forward on plan-layout q, k, v (float32 on CPU, 16-bit on CUDA); returns float32 (o, lse)."""
+    """The lowered forward on plan-layout q, k, v (the caller's dtype); returns float32 (o, lse)."""
     prog = plan.program
     pool, local = prog.pool_rows("forward"), plan.local_rows
     lse = torch.full((local, plan.heads_q), -math.inf, dtype=torch.float32, device=q.device)
+    o = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     comm = None
     if q.is_cuda:
         if finish_reshuffle is not None:  # the device orders the reshuffle before the kernels
@@ -388,15 +499,13 @@ def _forward_pass(plan: Plan, q, k, v, scale, finish_reshuffle=None):
             finish_reshuffle = None
         k_all, v_all = _with_pool(k, pool), _with_pool(v, pool)
         k, v, k_pool, v_pool = k_all[:local], v_all[:local], k_all[local:], v_all[local:]
-        o = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
         device, comm = plan._device_program(q.device), plan._comm_stream(q.device)
 
         def compute(t, early):
             device.forward_stage(t, scale, early, q, k_all, v_all, o, lse)
     else:
-        k_pool = k.new_zeros((pool, plan.heads_kv, plan.head_dim))
+        k_pool = k.new_zeros((pool, plan.heads_kv, plan.head_dim))  # received K/V travel in the inputs' dtype
         v_pool = torch.zeros_like(k_pool)
-        o = torch.zeros_like(q)
 
         def compute(t, early):
             prog.forward_stage(t, scale, early, q, k, v, k_pool, v_pool, o, lse)
@@ -406,6 +515,7 @@ def _forward_pass(plan: Plan, q, k, v, scale, finish_reshuffle=None):
         if plan.num_forward_stages:
             compute(0, 1)
         t1 = time.perf_counter()
+        _record("compute", "fwd s0 early", t0, t1)
         finish_reshuffle()
         _stats["kernel_s"] += t1 - t0
         _stats["reshuffle_s"] += time.perf_counter() - t1
@@ -419,25 +529,25 @@ def _forward_pass(plan: Plan, q, k, v, scale, finish_reshuffle=None):
             ops.append(dist.P2POp(dist.isend, kb[row:row + rows], plan._peer[dst], plan.group, plan.tag(t, block, 0)))
             ops.append(dist.P2POp(dist.isend, vb[row:row + rows], plan._peer[dst], plan.group, plan.tag(t, block, 1)))
         early = 2 if (t == 0 and finish_reshuffle is not None) else 0
-        _run_stage(ops, lambda: compute(t, early), comm)
+        _run_stage(ops, lambda: compute(t, early), comm, plan, f"fwd s{t}")
     return o, lse
 
 
 def _backward_pass(plan: Plan, q, k, v, o, lse, d_o, scale):
-    """The lowered backward on plan-layout tensors (q, k, v, d_o float32 on CPU, 16-bit on CUDA; o, lse
-    float32); returns float32 (dq, dk, dv)."""
+    """The lowered backward on plan-layout tensors (q, k, v, d_o in the caller's dtype; o, lse float32);
+    returns float32 (dq, dk, dv). The dK/dV partials are float32 too: they are sums that owners add up."""
     prog = plan.program
     pool, partial, local = prog.pool_rows("backward"), prog.partial_rows, plan.local_rows
     shape_kv = (plan.heads_kv, plan.head_dim)
     comm = None
+    f32 = dict(dtype=torch.float32, device=q.device)
+    dk_all = torch.zeros((local + partial,) + shape_kv, **f32)  # dK rows: local, then the partials
+    dv_all = torch.zeros_like(dk_all)
+    dk, dv, dk_partial, dv_partial = dk_all[:local], dv_all[:local], dk_all[local:], dv_all[local:]
+    dq = torch.zeros(q.shape, **f32)
     if q.is_cuda:
         k_all, v_all = _with_pool(k, pool), _with_pool(v, pool)
         k, v, k_pool, v_pool = k_all[:local], v_all[:local], k_all[local:], v_all[local:]
-        f32 = dict(dtype=torch.float32, device=q.device)
-        dk_all = torch.zeros((local + partial,) + shape_kv, **f32)  # dK rows: local, then the partials
-        dv_all = torch.zeros_like(dk_all)
-        dk, dv, dk_partial, dv_partial = dk_all[:local], dv_all[:local], dk_all[local:], dv_all[local:]
-        dq = torch.zeros(q.shape, **f32)
         o_in = o.to(q.dtype)  # flash's backward takes o in the inputs' dtype
         device, comm = plan._device_program(q.device), plan._comm_stream(q.device)
 
@@ -446,10 +556,7 @@ def _backward_pass(plan: Plan, q, k, v, o, lse, d_o, scale):
     else:
         k_pool = k.new_zeros((pool,) + shape_kv)
         v_pool = torch.zeros_like(k_pool)
-        dk_partial = k.new_zeros((partial,) + shape_kv)
-        dv_partial = torch.zeros_like(dk_partial)
-        delta = (o * d_o).sum(-1).contiguous()
-        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        delta = (o * d_o).sum(-1).contiguous()  # float32 (o is)
 
         def compute(t):
             prog.backward_stage(t, scale, q, k, v, k_pool, v_pool, d_o, lse, delta, dq, dk, dv, dk_partial,
@@ -474,7 +581,7 @@ def _backward_pass(plan: Plan, q, k, v, o, lse, d_o, scale):
                                   plan.tag(t, block, 2)))
             ops.append(dist.P2POp(dist.isend, dv_partial[row:row + rows], plan._peer[dst], plan.group,
                                   plan.tag(t, block, 3)))
-        _run_stage(ops, lambda: compute(t), comm)
+        _run_stage(ops, lambda: compute(t), comm, plan, f"bwd s{t}")
         # Sent partials are zeroed before received ones are added (a slot may be reused).
         for _, _, _, row, rows in sent:
             dk_partial[row:row + rows].zero_()
@@ -491,19 +598,20 @@ class _Attention(torch.autograd.Function):
     def forward(ctx, q, k, v, plan, layout, scale):
         start = time.perf_counter()
         dtype = q.dtype
-        kernel_dtype = torch.float32 if q.device.type == "cpu" else dtype
-        q32, k32, v32 = (x.detach().to(kernel_dtype).contiguous() for x in (q, k, v))
+        # The kernels read the inputs' dtype in place (checked contiguous): no copies here.
+        q_in, k_in, v_in = (x.detach() for x in (q, k, v))
         if layout == "dataloader":
             # One all_to_all of q|k|v rows; this rank's own rows are placed
             # (and stage 0's calls on them run) while the others travel.
             widths = [plan.heads_q * plan.head_dim] + [plan.heads_kv * plan.head_dim] * 2
-            rows = q32.shape[0]
-            packed = torch.cat([x.reshape(rows, -1) for x in (q32, k32, v32)], dim=1)
+            rows = q_in.shape[0]
+            packed = torch.cat([x.reshape(rows, -1) for x in (q_in, k_in, v_in)], dim=1)
             send = packed.index_select(0, plan._rows("_in_send_rows", packed.device))
             recv = packed.new_empty((plan.local_rows, packed.shape[1]))
+            posted = time.perf_counter()
             work = dist.all_to_all_single(recv, send, output_split_sizes=plan._in_recv_counts,
                                           input_split_sizes=plan._in_send_counts, group=plan.group, async_op=True)
-            qkv = [q32.new_zeros((plan.local_rows,) + tuple(x.shape[1:])) for x in (q32, k32, v32)]
+            qkv = [q_in.new_zeros((plan.local_rows,) + tuple(x.shape[1:])) for x in (q_in, k_in, v_in)]
 
             def place(rows_at, data):
                 for x, part in zip(qkv, data.split(widths, dim=1)):
@@ -516,17 +624,17 @@ class _Attention(torch.autograd.Function):
 
             def finish():
                 work.wait()
+                _record("reshuffle", "reshuffle in", posted, time.perf_counter())  # to the observed completion
                 place(recv_rows, recv)
 
-            q32, k32, v32 = qkv
-            o, lse = _forward_pass(plan, q32, k32, v32, scale, finish_reshuffle=finish)
-            out = _to_dataloader_layout(plan, o, count=True)
+            q_in, k_in, v_in = qkv
+            o, lse = _forward_pass(plan, q_in, k_in, v_in, scale, finish_reshuffle=finish)
+            out = _to_dataloader_layout(plan, o.to(dtype), count=True)  # cast first: 16-bit o travels
         else:
-            o, lse = _forward_pass(plan, q32, k32, v32, scale)
-            out = o
-        ctx.save_for_backward(q32, k32, v32, o, lse)
-        ctx.plan, ctx.layout, ctx.scale, ctx.dtype, ctx.kernel_dtype = plan, layout, scale, dtype, kernel_dtype
-        out = out.to(dtype)
+            o, lse = _forward_pass(plan, q_in, k_in, v_in, scale)
+            out = o.to(dtype)
+        ctx.save_for_backward(q_in, k_in, v_in, o, lse)
+        ctx.plan, ctx.layout, ctx.scale, ctx.dtype = plan, layout, scale, dtype
         _stats["calls"] += 1
         _stats["total_s"] += time.perf_counter() - start
         return out
@@ -536,10 +644,10 @@ class _Attention(torch.autograd.Function):
         start = time.perf_counter()
         plan, layout = ctx.plan, ctx.layout
         q, k, v, o, lse = ctx.saved_tensors
-        d_o = g.detach().to(ctx.kernel_dtype).contiguous()
+        d_o = g.detach().to(ctx.dtype).contiguous()
         if layout == "dataloader":
             d_o = _to_plan_layout(plan, d_o, count=True)
-        dq, dk, dv = _backward_pass(plan, q, k, v, o, lse, d_o, ctx.scale)
+        dq, dk, dv = (x.to(ctx.dtype) for x in _backward_pass(plan, q, k, v, o, lse, d_o, ctx.scale))
         if layout == "dataloader":
             hq = plan.heads_q * plan.head_dim
             hkv = plan.heads_kv * plan.head_dim
@@ -549,10 +657,8 @@ class _Attention(torch.autograd.Function):
             dq = back[:, :hq].reshape(-1, plan.heads_q, plan.head_dim)
             dk = back[:, hq:hq + hkv].reshape(-1, plan.heads_kv, plan.head_dim)
             dv = back[:, hq + hkv:].reshape(-1, plan.heads_kv, plan.head_dim)
-        t = ctx.dtype
-        grads = dq.to(t), dk.to(t), dv.to(t)
         _stats["total_s"] += time.perf_counter() - start
-        return grads + (None, None, None)
+        return dq, dk, dv, None, None, None
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Plan, layout: str = "dataloader",
@@ -561,8 +667,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Plan, lay
 
     q [rows, heads_q, head_dim], k, v [rows, heads_kv, head_dim], rows = the
     rank's dataloader shard (layout="dataloader") or plan.local_rows
-    (layout="plan"); contiguous; on CPU float32 or bfloat16 (computed in
-    float32 by fcp's kernel), on CUDA bfloat16 or float16 (flash attention,
+    (layout="plan"); contiguous; on CPU float32 or bfloat16 (read in place
+    and computed in float32 by fcp's kernel), on CUDA bfloat16 or float16 (flash attention,
     float32 merge; see docs/torch.md "CUDA").
     Returns o like q, in the same layout. Softmax scale 1/sqrt(head_dim) unless
     given. Bad input raises the same ValueError on every rank.

@@ -183,6 +183,8 @@ void LaunchBackward(cudaStream_t stream, int32_t threads, const KernelDims& d, c
 
 class CudaAttentionKernel final : public AttentionKernel {
  public:
+  using AttentionKernel::Backward;  // the bfloat16 overloads: not on CUDA (they throw)
+  using AttentionKernel::Forward;
   explicit CudaAttentionKernel(const CudaKernelOptions& options) : options_(options) {
     options_.validate();
     const int32_t devices = CudaDeviceCount();

@@ -8,6 +8,11 @@
 // (acc / l, m + log l) of a query tile is merged into (o, lse) once per
 // segment pair. exp is a branch-free polynomial that the compiler vectorises;
 // its relative error (~2e-7) is below float32 rounding of the sums.
+//
+// One implementation serves float32 and bfloat16 inputs (templated on the
+// element type T): every tile is read through AsFloat, which for float32 is
+// the caller's memory itself and for bfloat16 an exact float32 widening of
+// the tile into scratch, so the arithmetic after it is the same for both.
 #include <cblas.h>
 
 #include <algorithm>
@@ -45,6 +50,21 @@ inline float ExpNonPositive(float x) {
   const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
   const float scale = std::bit_cast<float>(bits);
   return x < -87.0f ? 0.0f : p * scale;
+}
+
+// Rows [0, n) x [0, width) of a row-major matrix (stride ld) as float32: for
+// float the matrix itself (no copy); for bfloat16 a widened copy in
+// `scratch` (stride width). O(n * width) for bfloat16, O(1) for float.
+struct FloatRows {
+  const float* data;
+  int64_t ld;
+};
+inline FloatRows AsFloat(const float* m, int64_t, int64_t ld, int64_t, std::vector<float>&) { return {m, ld}; }
+inline FloatRows AsFloat(const BFloat16* m, int64_t n, int64_t ld, int64_t width, std::vector<float>& scratch) {
+  scratch.resize(static_cast<size_t>(n * width));
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t d = 0; d < width; ++d) scratch[r * width + d] = ToFloat(m[r * ld + d]);
+  return {scratch.data(), width};
 }
 
 // The allowed key columns [lo, hi) of a tile for one query token.
@@ -96,6 +116,25 @@ class CpuAttentionKernel final : public AttentionKernel {
 
   void Forward(const AttentionDims& dims, const Mask& mask, std::span<const SegmentPair> pairs,
                const ForwardBuffers& io) override {
+    ForwardOf(dims, mask, pairs, io);
+  }
+  void Forward(const AttentionDims& dims, const Mask& mask, std::span<const SegmentPair> pairs,
+               const ForwardBuffersOf<BFloat16>& io) override {
+    ForwardOf(dims, mask, pairs, io);
+  }
+  void Backward(const AttentionDims& dims, const Mask& mask, std::span<const SegmentPair> pairs,
+                const BackwardBuffers& io) override {
+    BackwardOf(dims, mask, pairs, io);
+  }
+  void Backward(const AttentionDims& dims, const Mask& mask, std::span<const SegmentPair> pairs,
+                const BackwardBuffersOf<BFloat16>& io) override {
+    BackwardOf(dims, mask, pairs, io);
+  }
+
+ private:
+  template <class T>
+  void ForwardOf(const AttentionDims& dims, const Mask& mask, std::span<const SegmentPair> pairs,
+                 const ForwardBuffersOf<T>& io) {
     dims.validate();
     // The G query heads sharing one key/value head are stacked: a tile of
     // Bq tokens is a (Bq * G) x D matrix (row = token * G + head in group),
@@ -116,31 +155,34 @@ class CpuAttentionKernel final : public AttentionKernel {
         const int64_t rows = tokens * group;
         for (int32_t g = 0; g < dims.heads_kv; ++g) {
           // The group's heads of a token are adjacent in a query row.
-          for (int64_t t = 0; t < tokens; ++t)
-            std::copy_n(io.q + (sp.q_row + q0 + t) * ldq + g * group * hd, group * hd,
-                        qpack_.data() + t * group * hd);
+          for (int64_t t = 0; t < tokens; ++t) {
+            const T* src = io.q + (sp.q_row + q0 + t) * ldq + g * group * hd;
+            float* dst = qpack_.data() + t * group * hd;
+            for (int64_t e = 0; e < group * hd; ++e) dst[e] = Widen(src[e]);
+          }
           std::fill_n(acc_.begin(), rows * hd, 0.0f);
           std::fill_n(row_max_.begin(), rows, kNegInf);
           std::fill_n(row_sum_.begin(), rows, 0.0f);
           for (int64_t k0 = 0; k0 < sp.k_len; k0 += bk) {
             const int64_t cols = std::min(bk, sp.k_len - k0);
             if (TileEmpty(mask, sp.q_pos + q0, tokens, sp.k_pos + k0, cols)) continue;
-            const float* k = io.k + (sp.k_row + k0) * ldk + int64_t{g} * hd;
-            const float* v = io.v + (sp.k_row + k0) * ldk + int64_t{g} * hd;
+            const int64_t kv_off = (sp.k_row + k0) * ldk + int64_t{g} * hd;
+            const FloatRows k = AsFloat(io.k + kv_off, cols, ldk, hd, k_tile_);
+            const FloatRows v = AsFloat(io.v + kv_off, cols, ldk, hd, v_tile_);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows),
                         static_cast<int>(cols), static_cast<int>(hd), dims.scale, qpack_.data(),
-                        static_cast<int>(hd), k, static_cast<int>(ldk), 0.0f, scores_.data(),
+                        static_cast<int>(hd), k.data, static_cast<int>(k.ld), 0.0f, scores_.data(),
                         static_cast<int>(cols));
             const bool masked = SoftmaxTile(mask, sp.q_pos + q0, sp.k_pos + k0, rows, group, cols, hd);
             // Masked entries of P are 0; with a non-finite V row, 0 x NaN
             // would reach rows that do not attend it: allowed columns only.
-            if (masked && !AllFinite(v, cols, ldk, hd))
+            if (masked && !AllFinite(v.data, cols, v.ld, hd))
               for (int64_t r = 0; r < rows; ++r)
-                AddRowTimes(1.0f, scores_.data() + r * cols, ranges_[r], v, ldk, hd, acc_.data() + r * hd);
+                AddRowTimes(1.0f, scores_.data() + r * cols, ranges_[r], v.data, v.ld, hd, acc_.data() + r * hd);
             else
               cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
                           static_cast<int>(hd), static_cast<int>(cols), 1.0f, scores_.data(),
-                          static_cast<int>(cols), v, static_cast<int>(ldk), 1.0f, acc_.data(),
+                          static_cast<int>(cols), v.data, static_cast<int>(v.ld), 1.0f, acc_.data(),
                           static_cast<int>(hd));
             if (options_.progress) options_.progress();
           }
@@ -161,8 +203,9 @@ class CpuAttentionKernel final : public AttentionKernel {
     }
   }
 
-  void Backward(const AttentionDims& dims, const Mask& mask, std::span<const SegmentPair> pairs,
-                const BackwardBuffers& io) override {
+  template <class T>
+  void BackwardOf(const AttentionDims& dims, const Mask& mask, std::span<const SegmentPair> pairs,
+                  const BackwardBuffersOf<T>& io) {
     dims.validate();
     const int64_t bq = options_.q_tile_rows, bk = options_.kv_tile_rows, hd = dims.head_dim;
     scores_.resize(static_cast<size_t>(bq * bk));
@@ -174,18 +217,27 @@ class CpuAttentionKernel final : public AttentionKernel {
       CheckPair(sp);
       for (int64_t k0 = 0; k0 < sp.k_len; k0 += bk) {
         const int64_t cols = std::min(bk, sp.k_len - k0);
+        FloatRows k_in{}, v_in{};
         for (int32_t h = 0; h < dims.heads_q; ++h) {
           const int32_t g = h / group;
           const int64_t k_off = (sp.k_row + k0) * ldk + int64_t{g} * hd;
+          if (h % group == 0 && !TileEmpty(mask, sp.q_pos, sp.q_len, sp.k_pos + k0, cols)) {
+            // A key/value tile is read once per group of query heads (the
+            // heads of a group are consecutive); masked-out tiles never.
+            k_in = AsFloat(io.k + k_off, cols, ldk, hd, k_tile_);
+            v_in = AsFloat(io.v + k_off, cols, ldk, hd, v_tile_);
+          }
           for (int64_t q0 = 0; q0 < sp.q_len; q0 += bq) {
             const int64_t rows = std::min(bq, sp.q_len - q0);
             if (TileEmpty(mask, sp.q_pos + q0, rows, sp.k_pos + k0, cols)) continue;
             const int64_t q_off = (sp.q_row + q0) * ldq + int64_t{h} * hd;
             const int64_t lse_off = (sp.q_row + q0) * dims.heads_q + h;
+            const FloatRows q_in = AsFloat(io.q + q_off, rows, ldq, hd, q_tile_);
+            const FloatRows do_in = AsFloat(io.d_o + q_off, rows, ldq, hd, do_tile_);
             // S = scale Q K^T; P = exp(S - lse) on allowed columns, 0 elsewhere.
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows),
-                        static_cast<int>(cols), static_cast<int>(hd), dims.scale, io.q + q_off,
-                        static_cast<int>(ldq), io.k + k_off, static_cast<int>(ldk), 0.0f,
+                        static_cast<int>(cols), static_cast<int>(hd), dims.scale, q_in.data,
+                        static_cast<int>(q_in.ld), k_in.data, static_cast<int>(k_in.ld), 0.0f,
                         scores_.data(), static_cast<int>(cols));
             bool partial = false;  // some entry of the tile is masked
             for (int64_t r = 0; r < rows; ++r) {
@@ -203,23 +255,23 @@ class CpuAttentionKernel final : public AttentionKernel {
             // gradients of tokens it does not attend: the three products
             // below then run over the allowed entries only. Otherwise (full
             // tiles, finite data: the usual case) sgemm gives the same sums.
-            const bool masked = partial && !(AllFinite(io.d_o + q_off, rows, ldq, hd) &&
-                                             AllFinite(io.q + q_off, rows, ldq, hd) &&
-                                             AllFinite(io.k + k_off, cols, ldk, hd));
+            const bool masked = partial && !(AllFinite(do_in.data, rows, do_in.ld, hd) &&
+                                             AllFinite(q_in.data, rows, q_in.ld, hd) &&
+                                             AllFinite(k_in.data, cols, k_in.ld, hd));
             // dV += P^T dO
             if (masked)
               for (int64_t r = 0; r < rows; ++r)
-                AddColumnsTimesRow(1.0f, scores_.data() + r * cols, ranges_[r], io.d_o + q_off + r * ldq, hd,
+                AddColumnsTimesRow(1.0f, scores_.data() + r * cols, ranges_[r], do_in.data + r * do_in.ld, hd,
                                    io.dv + k_off, ldk);
             else
               cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(cols),
                           static_cast<int>(hd), static_cast<int>(rows), 1.0f, scores_.data(),
-                          static_cast<int>(cols), io.d_o + q_off, static_cast<int>(ldq), 1.0f,
+                          static_cast<int>(cols), do_in.data, static_cast<int>(do_in.ld), 1.0f,
                           io.dv + k_off, static_cast<int>(ldk));
             // dP = dO V^T
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows),
-                        static_cast<int>(cols), static_cast<int>(hd), 1.0f, io.d_o + q_off,
-                        static_cast<int>(ldq), io.v + k_off, static_cast<int>(ldk), 0.0f,
+                        static_cast<int>(cols), static_cast<int>(hd), 1.0f, do_in.data,
+                        static_cast<int>(do_in.ld), v_in.data, static_cast<int>(v_in.ld), 0.0f,
                         dscores_.data(), static_cast<int>(cols));
             // dS = P * (dP - delta)
             for (int64_t r = 0; r < rows; ++r) {
@@ -235,19 +287,19 @@ class CpuAttentionKernel final : public AttentionKernel {
             // dQ += scale dS K ; dK += scale dS^T Q
             if (masked) {
               for (int64_t r = 0; r < rows; ++r) {
-                AddRowTimes(dims.scale, dscores_.data() + r * cols, ranges_[r], io.k + k_off, ldk, hd,
+                AddRowTimes(dims.scale, dscores_.data() + r * cols, ranges_[r], k_in.data, k_in.ld, hd,
                             io.dq + q_off + r * ldq);
-                AddColumnsTimesRow(dims.scale, dscores_.data() + r * cols, ranges_[r], io.q + q_off + r * ldq,
+                AddColumnsTimesRow(dims.scale, dscores_.data() + r * cols, ranges_[r], q_in.data + r * q_in.ld,
                                    hd, io.dk + k_off, ldk);
               }
             } else {
               cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
                           static_cast<int>(hd), static_cast<int>(cols), dims.scale, dscores_.data(),
-                          static_cast<int>(cols), io.k + k_off, static_cast<int>(ldk), 1.0f,
+                          static_cast<int>(cols), k_in.data, static_cast<int>(k_in.ld), 1.0f,
                           io.dq + q_off, static_cast<int>(ldq));
               cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(cols),
                           static_cast<int>(hd), static_cast<int>(rows), dims.scale, dscores_.data(),
-                          static_cast<int>(cols), io.q + q_off, static_cast<int>(ldq), 1.0f,
+                          static_cast<int>(cols), q_in.data, static_cast<int>(q_in.ld), 1.0f,
                           io.dk + k_off, static_cast<int>(ldk));
             }
             if (options_.progress) options_.progress();
@@ -257,7 +309,9 @@ class CpuAttentionKernel final : public AttentionKernel {
     }
   }
 
- private:
+  static float Widen(float x) { return x; }
+  static float Widen(BFloat16 x) { return ToFloat(x); }
+
   // Whether rows [0, n) of width `hd` (stride ld) hold only finite values.
   static bool AllFinite(const float* m, int64_t n, int64_t ld, int64_t hd) {
     for (int64_t r = 0; r < n; ++r)
@@ -333,6 +387,8 @@ class CpuAttentionKernel final : public AttentionKernel {
 
   CpuKernelOptions options_;
   std::vector<float> scores_, dscores_, acc_, qpack_, row_max_, row_sum_;
+  // Widened bfloat16 tiles (unused for float32 inputs).
+  std::vector<float> k_tile_, v_tile_, q_tile_, do_tile_;
   std::vector<ColumnRange> ranges_;  // allowed columns of each row of the current tile
 };
 
@@ -350,6 +406,16 @@ void AttentionDims::validate() const {
                                                  std::to_string(heads_kv));
   if (!(scale > 0.0f) || !std::isfinite(scale))
     throw Error(ErrorCode::kInvalidArgument, "attention dims: scale must be finite and > 0");
+}
+
+void AttentionKernel::Forward(const AttentionDims&, const Mask&, std::span<const SegmentPair>,
+                              const ForwardBuffersOf<BFloat16>&) {
+  throw Error(ErrorCode::kInvalidArgument, "attention kernel: Forward: this kernel takes float32 inputs, not bfloat16");
+}
+
+void AttentionKernel::Backward(const AttentionDims&, const Mask&, std::span<const SegmentPair>,
+                               const BackwardBuffersOf<BFloat16>&) {
+  throw Error(ErrorCode::kInvalidArgument, "attention kernel: Backward: this kernel takes float32 inputs, not bfloat16");
 }
 
 void CpuKernelOptions::validate() const {
