@@ -831,7 +831,12 @@ void SimConfig::validate() const {
                 "simulate: dkv_dtype_bytes must be >= 0 (0 = the plan's dtype), got " + std::to_string(dkv_dtype_bytes));
 }
 
-SimResult Simulate(const Plan& plan, const HardwareProfile& profile, const SimConfig& config) {
+namespace {
+
+// Memory safety without ValidatePlan (--no-validate): a valid profile and
+// configuration, every block owned by a worker and every segment inside its
+// sequence.
+void CheckSimInputs(const Plan& plan, const HardwareProfile& profile, const SimConfig& config) {
   profile.validate();
   config.validate();
   if (plan.workers < 1) BadPlan("workers must be >= 1");
@@ -839,22 +844,23 @@ SimResult Simulate(const Plan& plan, const HardwareProfile& profile, const SimCo
   for (size_t b = 0; b < plan.blocks.size(); ++b) {
     if (plan.blocks[b].worker < 0 || plan.blocks[b].worker >= plan.workers)
       BadPlan("block " + std::to_string(b) + " has no valid owner");
-    // Memory safety without ValidatePlan (--no-validate): every segment
-    // inside its sequence, compared without overflowing start + length.
+    // Compared without overflowing start + length.
     for (const Segment& s : plan.blocks[b].segments)
       if (s.seq < 0 || static_cast<size_t>(s.seq) >= plan.sequences.size() || s.start < 0 ||
           s.length < 0 || s.length > plan.sequences[s.seq] || s.start > plan.sequences[s.seq] - s.length)
         BadPlan("block " + std::to_string(b) + " has a segment outside its sequence");
   }
-  const int32_t n = plan.workers;
-  const AttentionShape& a = plan.attention;
-  KernelCoster coster(plan, profile);
+}
+
+std::vector<double> BlockTokens(const Plan& plan) {
   std::vector<double> block_tokens(plan.blocks.size());
   for (size_t b = 0; b < plan.blocks.size(); ++b) block_tokens[b] = static_cast<double>(plan.blocks[b].tokens());
-  const double kv_bytes_per_token = static_cast<double>(KvTransferBytes(a, 1));
-  const double backward_scale = kBackwardFlopsFactor / profile.backward_efficiency_ratio;
+  return block_tokens;
+}
 
-  // Forward pass.
+// The forward pass's stage transfers (K/V) and pair tasks.
+PassInput ForwardPassInput(const Plan& plan, KernelCoster& coster, const std::vector<double>& block_tokens) {
+  const double kv_bytes_per_token = static_cast<double>(KvTransferBytes(plan.attention, 1));
   PassInput fwd;
   fwd.stages = static_cast<int32_t>(plan.forward.size());
   for (int32_t t = 0; t < fwd.stages; ++t) {
@@ -865,7 +871,15 @@ SimResult Simulate(const Plan& plan, const HardwareProfile& profile, const SimCo
     }
     AddStagePairs(plan, coster, plan.forward[t].compute, t, 1.0, fwd);
   }
-  // Backward pass.
+  return fwd;
+}
+
+// The backward pass's stage transfers (K/V and dK/dV partials) and pair tasks.
+PassInput BackwardPassInput(const Plan& plan, const HardwareProfile& profile, const SimConfig& config,
+                            KernelCoster& coster, const std::vector<double>& block_tokens) {
+  const AttentionShape& a = plan.attention;
+  const double kv_bytes_per_token = static_cast<double>(KvTransferBytes(a, 1));
+  const double backward_scale = kBackwardFlopsFactor / profile.backward_efficiency_ratio;
   PassInput bwd;
   bwd.backward = true;
   bwd.stages = static_cast<int32_t>(plan.backward.size());
@@ -884,6 +898,12 @@ SimResult Simulate(const Plan& plan, const HardwareProfile& profile, const SimCo
     }
     AddStagePairs(plan, coster, s.compute, t, backward_scale, bwd);
   }
+  return bwd;
+}
+
+// The reshuffle's flows of both passes, when it is charged.
+void AddReshuffleFlows(const Plan& plan, const SimConfig& config, PassInput& fwd, PassInput& bwd) {
+  const AttentionShape& a = plan.attention;
   const double qkv_bytes = static_cast<double>(a.heads_q + 2 * a.heads_kv) * a.head_dim * a.dtype_bytes;
   const double o_bytes = static_cast<double>(a.heads_q) * a.head_dim * a.dtype_bytes;
   if (config.reshuffle != ReshuffleMode::kNone && plan.total_tokens() > 0) {
@@ -896,15 +916,14 @@ SimResult Simulate(const Plan& plan, const HardwareProfile& profile, const SimCo
       bwd.out_flows.push_back(f);
     }
   }
+}
 
-  SimResult r;
-  r.planner = plan.planner;
-  r.profile = profile.name;
-  r.workers = n;
-  std::vector<TraceEvent>* trace = config.record_trace ? &r.trace : nullptr;
-  // The passes share no state (the backward is simulated from time 0), so
-  // without a trace, whose events must come in pass order, they run on two
-  // threads: the same results as one after the other.
+// Runs both passes. They share no state (the backward is simulated from time
+// 0), so without a trace, whose events must come in pass order, they run on
+// two threads: the same results as one after the other.
+std::pair<PassOutput, PassOutput> RunPasses(const Plan& plan, const HardwareProfile& profile,
+                                            const SimConfig& config, const PassInput& fwd,
+                                            const PassInput& bwd, std::vector<TraceEvent>* trace) {
   PassOutput f_out, b_out;
   std::future<PassOutput> backward;
   if (!trace) {
@@ -918,13 +937,14 @@ SimResult Simulate(const Plan& plan, const HardwareProfile& profile, const SimCo
   f_out = PassSimulator(plan, profile, config, fwd, 0, trace).Run();
   b_out = backward.valid() ? backward.get()  // rethrows the backward pass's error
                            : PassSimulator(plan, profile, config, bwd, f_out.time_s, trace).Run();
+  return {std::move(f_out), std::move(b_out)};
+}
 
-  // ---- 4. statistics ----
-  r.forward_time_s = f_out.time_s;
-  r.backward_time_s = b_out.time_s;
-  r.total_time_s = f_out.time_s + b_out.time_s;
-  r.worker_stats.resize(n);
-  const double flops_per_pair = ForwardFlops(a, 1);
+// Per-worker FLOPs and bytes, counted from the passes' inputs, and the
+// transfer and flow counts.
+void CountWorkAndTraffic(const Plan& plan, const PassInput& fwd, const PassInput& bwd, SimResult& r) {
+  r.worker_stats.resize(plan.workers);
+  const double flops_per_pair = ForwardFlops(plan.attention, 1);
   for (const PairTask& p : fwd.pairs) r.worker_stats[p.worker].forward_flops += flops_per_pair * p.token_pairs;
   for (const PairTask& p : bwd.pairs)
     r.worker_stats[p.worker].backward_flops += kBackwardFlopsFactor * flops_per_pair * p.token_pairs;
@@ -945,6 +965,11 @@ SimResult Simulate(const Plan& plan, const HardwareProfile& profile, const SimCo
     r.transfers += static_cast<int64_t>(pass->transfers.size());
     r.reshuffle_flows += static_cast<int64_t>(pass->in_flows.size() + pass->out_flows.size());
   }
+}
+
+// Busy / exposed / idle time per worker from the passes' timelines, the
+// totals and means, and the compute and traffic imbalances.
+void SummarizeWorkers(int32_t n, const PassOutput& f_out, const PassOutput& b_out, SimResult& r) {
   std::vector<double> compute(n), traffic(n), total_traffic(n);
   for (int32_t w = 0; w < n; ++w) {
     WorkerSimStats& s = r.worker_stats[w];
@@ -962,27 +987,55 @@ SimResult Simulate(const Plan& plan, const HardwareProfile& profile, const SimCo
     r.mean_exposed_comm_s += s.exposed_comm_s / n;
     r.mean_busy_s += s.busy_s / n;
   }
-  r.forward_bounds = PassLowerBounds(plan, profile, fwd);
-  r.backward_bounds = PassLowerBounds(plan, profile, bwd);
-  r.bound_s = r.forward_bounds.bound_s + r.backward_bounds.bound_s;
-  if (r.bound_s > 0) r.bound_ratio = r.total_time_s / r.bound_s;
   r.compute_imbalance = Imbalance(compute);
   r.traffic_imbalance = Imbalance(traffic);
   r.total_traffic_imbalance = Imbalance(total_traffic);
-  const double useful = r.forward_flops + r.backward_flops;
-  if (r.total_time_s > 0) r.mfu = useful / (n * profile.peak_flops * r.total_time_s);
-  r.normalized_mfu = r.mfu / SaturatedEfficiency(profile);
-  // Single-GPU reference: every sequence one causal (or masked) kernel of its own length.
+}
+
+// What one GPU reaches on the batch's sequences unsharded: every sequence one
+// causal (or masked) kernel of its own length; 0 for an empty batch.
+double ReferenceEfficiency(const Plan& plan, const HardwareProfile& profile) {
   double reference_s = 0, reference_flops = 0;
   for (int64_t len : plan.sequences) {
     const int64_t pairs = AllowedPairs(plan.mask, {0, len}, {0, len});
-    const double f = ForwardFlops(a, pairs);
+    const double f = ForwardFlops(plan.attention, pairs);
     const double kernel_tokens = EquivalentKernelTokens(len, pairs);
     const double rate = profile.peak_flops * KernelEfficiency(profile, kernel_tokens);
     reference_s += f / rate + kBackwardFlopsFactor * f / (rate * profile.backward_efficiency_ratio);
     reference_flops += (1 + kBackwardFlopsFactor) * f;
   }
-  if (reference_s > 0) r.reference_efficiency = reference_flops / (profile.peak_flops * reference_s);
+  return reference_s > 0 ? reference_flops / (profile.peak_flops * reference_s) : 0;
+}
+
+}  // namespace
+
+SimResult Simulate(const Plan& plan, const HardwareProfile& profile, const SimConfig& config) {
+  CheckSimInputs(plan, profile, config);
+  const int32_t n = plan.workers;
+  KernelCoster coster(plan, profile);  // shared: the passes run the same pair lists
+  const std::vector<double> block_tokens = BlockTokens(plan);
+  PassInput fwd = ForwardPassInput(plan, coster, block_tokens);
+  PassInput bwd = BackwardPassInput(plan, profile, config, coster, block_tokens);
+  AddReshuffleFlows(plan, config, fwd, bwd);
+
+  SimResult r;
+  r.planner = plan.planner;
+  r.profile = profile.name;
+  r.workers = n;
+  const auto [f_out, b_out] = RunPasses(plan, profile, config, fwd, bwd, config.record_trace ? &r.trace : nullptr);
+  r.forward_time_s = f_out.time_s;
+  r.backward_time_s = b_out.time_s;
+  r.total_time_s = f_out.time_s + b_out.time_s;
+  CountWorkAndTraffic(plan, fwd, bwd, r);
+  SummarizeWorkers(n, f_out, b_out, r);
+  r.forward_bounds = PassLowerBounds(plan, profile, fwd);
+  r.backward_bounds = PassLowerBounds(plan, profile, bwd);
+  r.bound_s = r.forward_bounds.bound_s + r.backward_bounds.bound_s;
+  if (r.bound_s > 0) r.bound_ratio = r.total_time_s / r.bound_s;
+  const double useful = r.forward_flops + r.backward_flops;
+  if (r.total_time_s > 0) r.mfu = useful / (n * profile.peak_flops * r.total_time_s);
+  r.normalized_mfu = r.mfu / SaturatedEfficiency(profile);
+  r.reference_efficiency = ReferenceEfficiency(plan, profile);
   if (r.reference_efficiency > 0) r.batch_normalized_mfu = r.mfu / r.reference_efficiency;
   return r;
 }
