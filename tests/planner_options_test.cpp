@@ -13,11 +13,11 @@
 #include <fstream>
 #include <map>
 #include <random>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "fcp/error.h"
 #include "fcp/planner.h"
@@ -184,14 +184,29 @@ TEST(PlannerOptions, DocsListExactlyTheTablesKnobs) {
   const size_t start = doc.find("## Knobs");
   ASSERT_NE(start, std::string::npos);
   const std::string section = doc.substr(start, doc.find("\n## ", start + 1) - start);
-  const std::regex row(R"(\| `([a-z_]+)` \| `--([a-z-]+)` \| ([^|]*) \|)");
-  // field -> (flag, default)
+  // field -> (flag, default). Parsed by hand: GCC 12's std::regex trips
+  // -Wmaybe-uninitialized in the sanitizer build.
   std::map<std::string, std::pair<std::string, std::string>> documented;
-  for (auto it = std::sregex_iterator(section.begin(), section.end(), row);
-       it != std::sregex_iterator(); ++it) {
-    std::string def = (*it)[3].str();
-    def.erase(def.find_last_not_of(' ') + 1);
-    documented[(*it)[1].str()] = {(*it)[2].str(), def};
+  const auto trim = [](std::string cell) {
+    cell.erase(0, cell.find_first_not_of(' '));
+    cell.erase(cell.find_last_not_of(' ') + 1);
+    return cell;
+  };
+  const auto quoted = [](const std::string& cell, const std::string& prefix) {
+    const std::string open = "`" + prefix;
+    if (cell.size() < open.size() + 1 || cell.compare(0, open.size(), open) != 0 || cell.back() != '`')
+      return std::string();
+    return cell.substr(open.size(), cell.size() - open.size() - 1);
+  };
+  std::istringstream lines(section);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("| `", 0) != 0) continue;
+    std::vector<std::string> cells;
+    for (size_t at = 1, bar; (bar = line.find('|', at)) != std::string::npos; at = bar + 1)
+      cells.push_back(trim(line.substr(at, bar - at)));
+    if (cells.size() < 3) continue;
+    const std::string field = quoted(cells[0], ""), flag = quoted(cells[1], "--");
+    if (!field.empty() && !flag.empty()) documented[field] = {flag, cells[2]};
   }
   ASSERT_EQ(documented.count("self_check"), 1u);
   documented.erase("self_check");
