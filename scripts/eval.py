@@ -587,7 +587,18 @@ default) does.
 TIMING = """
 ## How long the script takes
 
-(filled in below)
+Measured on the shared 2-core machine on 2026-12-01 (wall clock, one run each, another helper's
+jobs running alongside): `scripts/eval.py --quick` 64 s with no cache; the full run's figures up to
+N = 256 about 85 s of `fcp` runs; the scale points at N = 512 and 1024 about 25 minutes more
+(each point's time is `compare` wall time, the table above shows the simulator's share: ring at
+N = 1024 alone took 484 s, FCP transparent 215 s). The document above was written by
+`/usr/bin/python3 scripts/eval.py --cache build/eval-cache`, whose scale points had been computed
+by the same `Runner.compare` calls beforehand (same binary, so the same cache keys); the header's
+"fcp runs" total adds the recorded time of every run, cached or not. WLB-like shows no simulator
+time at N >= 512 because it simulates ring and ByteScale-like while planning (its `plan_s`,
+96 s at N = 512 and 451 s at N = 1024). To skip the scale points: `--scale ''`; to add N = 2048 and
+4096 (not run: ring at N = 1024 already takes 8 minutes and FCP's simulation grows faster than
+N^2, docs/simulator.md): `--scale 512,1024,2048,4096 --scale-timeout 3600`.
 """
 
 
@@ -654,10 +665,8 @@ def discussion(facts, mid):
   reaches {", ".join(mfu(FT, n) for n in big)} module MFU (plan layout {", ".join(mfu(FP, n) for n in big)});
   MagiAttention-like {", ".join(mfu("magi", n) for n in big)}, ByteScale-like
   {", ".join(mfu("bytescale", n) for n in big)}, ring {", ".join(mfu("ring", n) for n in big)}.
-  {len(missing)} point(s) missing (listed under the scale figure). N = 2048 and 4096 are not run:
-  the simulator takes minutes per FCP plan at N = 1024 on this machine and far longer at 4096
-  (docs/simulator.md, time per N); the command for them is `scripts/eval.py --scale 512,1024,2048,4096`
-  (or `fcp compare --dist lognormal --workers 2048 --planners fcp --csv out.csv`, one line at a time).
+  {len(missing)} point(s) missing. N = 2048 and 4096 are not run (the timing section says why and
+  gives the command).
 """
     return f"""## How these numbers differ from the paper's, and why
 
