@@ -2,13 +2,17 @@
 """Regenerates docs/evaluation.md and docs/figures/*.png: the paper's evaluation
 (Figures 2, 9-14 and Table 2) reproduced on the fcp simulator.
 
-Usage:  scripts/eval.py [--fcp build/fcp] [--quick]
+Usage:  scripts/eval.py [--fcp build/fcp] [--quick] [--scale 512,1024] [--cache DIR]
 Needs the built `fcp` binary and Debian's python3-matplotlib / python3-numpy.
 Every number comes from `fcp compare --csv` / `fcp workload` runs whose exact
-commands are written next to each figure. --quick uses N <= 64 (for a smoke run).
+commands are written next to each figure. --quick uses N <= 64 and no scale
+points beyond them (for a smoke run). --cache DIR keeps each `fcp compare`
+result under a key of the binary's SHA-256 and the arguments, so a re-run with
+the same binary only re-renders (a rebuilt binary recomputes everything).
 """
 import argparse
 import csv
+import hashlib
 import io
 import json
 import math
@@ -28,37 +32,98 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = os.path.join(ROOT, "docs")
 FIGS = os.path.join(DOCS, "figures")
 PLANNERS = ["fcp", "ring", "bytescale", "wlb", "magi"]
-COLORS = {"fcp": "tab:red", "ring": "tab:blue", "bytescale": "tab:green", "wlb": "tab:purple",
-          "magi": "tab:orange", "fcp (reshuffle overlap)": "darkred"}
+BASELINES = PLANNERS[1:]
+# FCP's headline line is its transparent mode: the dataloader layout is kept and
+# the reshuffle in and out is charged, overlapped with local work (the default of
+# `fcp simulate` and of `fcp compare`'s --reshuffle). The secondary line is the
+# same planner with no reshuffle charged (the dataloader adopts the plan's
+# layout). Baselines are charged no reshuffle, as `fcp compare` does by default.
+FT = "fcp (transparent)"
+FP = "fcp, plan layout"
+LINES = [FT, FP] + BASELINES
+COLORS = {FT: "tab:red", FP: "darkred", "ring": "tab:blue", "bytescale": "tab:green",
+          "wlb": "tab:purple", "magi": "tab:orange"}
+STYLES = {FP: "--"}
 
 
 class Runner:
-    def __init__(self, fcp):
+    def __init__(self, fcp, cache=None):
         self.fcp = fcp
-        self.commands = []
+        self.cache = cache
+        self.command_s = 0.0  # what the fcp runs took (when first computed)
+        if cache:
+            os.makedirs(cache, exist_ok=True)
+            with open(fcp, "rb") as f:
+                self.binary = hashlib.sha256(f.read()).hexdigest()
 
-    def run(self, args):
+    def run(self, args, timeout_s=None):
         cmd = [self.fcp] + args
         shown = "fcp " + " ".join(shlex.quote(a) for a in args)
         start = time.time()
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-        print(f"  {time.time() - start:6.1f} s  {shown}", file=sys.stderr)
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=timeout_s).stdout
+        elapsed = time.time() - start
+        self.command_s += elapsed
+        print(f"  {elapsed:6.1f} s  {shown}", file=sys.stderr)
         return shown, out
 
-    def compare(self, args):
-        path = os.path.join(FIGS, ".compare.csv")
-        shown, _ = self.run(["compare"] + args + ["--csv", path])
-        shown = shown.replace(" --csv " + path, " --csv out.csv")
-        with open(path) as f:
-            rows = list(csv.DictReader(f))
-        os.remove(path)
+    def compare(self, args, timeout_s=None):
+        """Runs `fcp compare ARGS --csv`; returns (command, rows). With
+        timeout_s it returns (command, None, why) when the run fails or takes
+        longer, instead of raising."""
+        shown = "fcp " + " ".join(shlex.quote(a) for a in ["compare"] + args + ["--csv", "out.csv"])
+        entry = None
+        if self.cache:
+            key = hashlib.sha256("\0".join([self.binary] + args).encode()).hexdigest()[:24]
+            cached = os.path.join(self.cache, key + ".json")
+            if os.path.exists(cached):
+                with open(cached) as f:
+                    entry = json.load(f)
+                self.command_s += entry["elapsed_s"]
+        if entry is None:
+            path = os.path.join(FIGS, f".compare.{os.getpid()}.csv")
+            start = time.time()
+            try:
+                self.run(["compare"] + args + ["--csv", path], timeout_s)
+                with open(path) as f:
+                    entry = {"csv": f.read()}
+                os.remove(path)
+            except subprocess.TimeoutExpired:
+                if timeout_s is None:
+                    raise
+                entry = {"error": f"not finished in {timeout_s:.0f} s"}
+            except subprocess.CalledProcessError as e:
+                if timeout_s is None:
+                    raise
+                entry = {"error": (e.stderr.strip().splitlines() or [f"exit {e.returncode}"])[-1]}
+            entry["elapsed_s"] = time.time() - start
+            if self.cache:
+                with open(cached, "w") as f:
+                    json.dump(entry, f)
+        if "error" in entry:
+            print(f"  failed: {shown}: {entry['error']}", file=sys.stderr)
+            return shown, None, entry["error"]
+        rows = list(csv.DictReader(io.StringIO(entry["csv"])))
         for r in rows:
             for k, v in r.items():
                 try:
                     r[k] = float(v) if any(c in v for c in ".e") else int(v)
                 except ValueError:
                     pass
-        return shown, rows
+        return (shown, rows) if timeout_s is None else (shown, rows, None)
+
+    def sweep(self, args, baselines=BASELINES):
+        """FCP in its transparent mode and the baselines (no reshuffle) in one
+        compare, FCP with the plan's layout (no reshuffle) in a second; FCP's
+        rows are renamed FT and FP."""
+        shown, rows = self.compare(args + ["--planners", ",".join(["fcp"] + list(baselines)),
+                                           "--reshuffle", "overlap", "--baseline-reshuffle", "none"])
+        shown_p, rows_p = self.compare(args + ["--planners", "fcp", "--reshuffle", "none"])
+        for r in rows:
+            if r["planner"] == "fcp":
+                r["planner"] = FT
+        for r in rows_p:
+            r["planner"] = FP
+        return [shown, shown_p], rows + rows_p
 
 
 def pct(x):
@@ -82,10 +147,13 @@ def one(rows, **keys):
     return found[0]
 
 
-def line_plot(path, xs, series, xlabel, ylabel, title, logx=True, percent=True):
-    fig, ax = plt.subplots(figsize=(6, 3.6))
+def line_plot(path, xs, series, xlabel, ylabel, title, logx=True, percent=True, ax=None):
+    own = ax is None
+    if own:
+        fig, ax = plt.subplots(figsize=(6, 3.6))
     for name, ys in series.items():
-        ax.plot(xs, ys, marker="o", label=name, color=COLORS.get(name))
+        ax.plot(xs, [math.nan if y is None else y for y in ys], marker="o", label=name,
+                color=COLORS.get(name), linestyle=STYLES.get(name, "-"))
     if logx:
         ax.set_xscale("log", base=2)
     ax.set_xticks(xs)
@@ -97,11 +165,172 @@ def line_plot(path, xs, series, xlabel, ylabel, title, logx=True, percent=True):
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    if own:
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+
+
+def present(rows):
+    """The lines of LINES that appear in rows, in LINES order."""
+    names = {r["planner"] for r in rows}
+    return [p for p in LINES if p in names]
+
+
+def commands(shown):
+    return "  \n".join(f"`{c}`" for c in shown)
+
+
+def figure11(md, workers, shown, rows, fig_name, title, paper):
+    lines = present(rows)
+    series = {p: [one(rows, workers=n, planner=p)["mfu"] for n in workers] for p in lines}
+    line_plot(os.path.join(FIGS, fig_name), workers, series, "workers N", "attention-module MFU",
+              title)
+    base_names = [p for p in lines if p in BASELINES]
+    header = ["N"] + lines + ["transparent / best baseline", "plan layout / best baseline"]
+    body = []
+    ratios = {}
+    for i, n in enumerate(workers):
+        best = max(series[p][i] for p in base_names)
+        for p in base_names:
+            ratios.setdefault(p, []).append(series[FT][i] / series[p][i])
+        body.append([n] + [pct(series[p][i]) for p in lines]
+                    + [f"{series[FT][i] / best:.2f}x", f"{series[FP][i] / best:.2f}x"])
+    ratio_text = ", ".join(f"{p} {min(v):.2f}x-{max(v):.2f}x" for p, v in ratios.items())
+    behind = [n for i, n in enumerate(workers) if series[FT][i] <= max(series[p][i] for p in base_names)]
+    cost = [series[FP][i] / series[FT][i] for i in range(len(workers))]
+    md.append(f"""{commands(shown)}
+
+![{title}](figures/{fig_name})
+
+{table(header, body)}
+FCP (transparent) over each baseline (MFU ratio, same batch): {ratio_text}. FCP in its transparent
+mode is above every baseline at every N: **{"yes" if not behind else "no, not at N = " + ", ".join(map(str, behind))}**.
+Charging the reshuffle costs FCP {min(cost):.2f}x-{max(cost):.2f}x in step time against the plan's own
+layout (plan-layout MFU / transparent MFU). {paper}
+
+FCP's normalised MFU, transparent (by the saturated single-GPU efficiency / by this batch's own
+single-GPU efficiency, bMFU): {", ".join(f"N={n}: {pct(one(rows, workers=n, planner=FT)['normalized_mfu'])} / {pct(one(rows, workers=n, planner=FT)['batch_normalized_mfu'])}" for n in workers)}.
+""")
+    return series, ratios
+
+
+def figure9(md, workers, rows, shown, modes):
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
+    body = []
+    for p in present(rows):
+        comp = [one(rows, workers=n, planner=p)["compute_imbalance"] for n in workers]
+        traf = [one(rows, workers=n, planner=p)["traffic_imbalance"] for n in workers]
+        a.plot(workers, comp, marker="o", label=p, color=COLORS.get(p), linestyle=STYLES.get(p, "-"))
+        b.plot(workers, traf, marker="o", label=p, color=COLORS.get(p), linestyle=STYLES.get(p, "-"))
+        body.append([p] + [f"{pct(c)} / {pct(t)}" for c, t in zip(comp, traf)])
+    for label, (_, mode_rows) in modes.items():
+        body.append([label] + [f"{pct(one(mode_rows, workers=n)['compute_imbalance'])} / "
+                               f"{pct(one(mode_rows, workers=n)['traffic_imbalance'])}" for n in workers])
+    for ax, t in ((a, "compute imbalance"), (b, "traffic imbalance")):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(workers)
+        ax.set_xticklabels(map(str, workers))
+        ax.set_xlabel("workers N")
+        ax.set_title(t)
+        ax.yaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
+        ax.grid(alpha=0.3)
+    a.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(os.path.join(FIGS, "fig9_imbalance.png"), dpi=110)
     plt.close(fig)
 
+    def worst(p, keys):
+        return max(max(one(rows, workers=n, planner=p)[k] for k in keys) for n in workers)
 
+    both = ("compute_imbalance", "traffic_imbalance")
+    mode_lines = "\n".join(
+        f"* {label} (`{shown_m}`): module MFU "
+        + ", ".join(f"N={n}: {pct(one(mode_rows, workers=n)['mfu'])}" for n in workers)
+        for label, (shown_m, mode_rows) in modes.items())
+    md.append(f"""## Figure 9: compute and traffic imbalance
+
+Imbalance = (max - mean) / max over workers of forward attention FLOPs and of forward K/V bytes sent +
+received (the simulator's own count; it agrees with `fcp inspect`'s ComputePlanMetrics to 1e-6, see
+tests/simulator_test.cpp). From the Figure 11 runs:  
+{commands(shown)}
+
+![Figure 9](figures/fig9_imbalance.png)
+
+{table(["planner"] + [f"N={n} compute / traffic" for n in workers], body)}
+Worst over N: FCP (transparent) {pct(worst(FT, both))}, FCP with the plan layout {pct(worst(FP, both))}
+(paper: under 5%), MagiAttention-like traffic {pct(worst("magi", ("traffic_imbalance",)))}
+(paper: up to 17%), ByteScale-like compute {pct(worst("bytescale", ("compute_imbalance",)))} (paper: up to 70%).
+
+The two FCP rows are two plans: the transparent plan is made knowing the reshuffle is charged
+(the dataloader home of every block is part of the assignment, docs/planner.md), the plan-layout
+plan without that locality. The extra rows are the transparent planner in its other modes:
+{mode_lines}
+
+Balance mode judges plans by imbalance alone; time mode by cost alone, whatever the imbalance.
+""")
+
+
+def figure_scale(runner, md, rows, workers, extra, timeout_s):
+    """Module MFU and bMFU against N: Figure 11's points (N in workers) and,
+    for each N in extra, one compare per line (a point that fails or runs
+    past timeout_s is recorded as missing, with why)."""
+    points = {(r["planner"], r["workers"]): r for r in rows}
+    shown = []
+    missing = []
+    for n in extra:
+        base = ["--dist", "lognormal", "--workers", str(n), "--profile", "gpu-x", "--seed", "0"]
+        for line, args in [(FT, ["--planners", "fcp", "--reshuffle", "overlap"]),
+                           (FP, ["--planners", "fcp", "--reshuffle", "none"])] + [
+                (p, ["--planners", p, "--baseline-reshuffle", "none"]) for p in BASELINES]:
+            cmd, got, why = runner.compare(base + args, timeout_s=timeout_s)
+            shown.append(cmd)
+            if got is None:
+                missing.append((line, n, why, cmd))
+            else:
+                points[(line, n)] = got[0]
+    ns = list(workers) + list(extra)
+
+    def get(line, n, key):
+        r = points.get((line, n))
+        return None if r is None else r[key]
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.8))
+    line_plot(None, ns, {p: [get(p, n, "mfu") for n in ns] for p in LINES}, "workers N",
+              "attention-module MFU", "module MFU, lognormal, gpu-x", ax=a)
+    line_plot(None, ns, {p: [get(p, n, "batch_normalized_mfu") for n in ns] for p in LINES},
+              "workers N", "MFU / single-GPU MFU on the same batch", "bMFU", ax=b)
+    fig.tight_layout()
+    fig.savefig(os.path.join(FIGS, "fig_scale.png"), dpi=110)
+    plt.close(fig)
+
+    def cell(p, n):
+        r = points.get((p, n))
+        return "missing" if r is None else f"{pct(r['mfu'])} / {pct(r['batch_normalized_mfu'])}"
+
+    body = [[n] + [cell(p, n) for p in LINES] for n in ns]
+    sim = [[n] + [("-" if points.get((p, n)) is None else f"{points[(p, n)]['sim_s']:.1f}") for p in LINES]
+           for n in ns]
+    miss_text = "\n".join(f"* {line} at N = {n}: {why} (`{cmd}`)" for line, n, why, cmd in missing)
+    md.append(f"""## Scale: module MFU and bMFU from N = {ns[0]} to N = {ns[-1]} (gpu-x)
+
+The paper's setup (lognormal lengths seed 0, 32K tokens per GPU, block 4K, coalesce 16) at every N.
+Points up to N = {workers[-1]} are Figure 11's runs; each larger N is one `fcp compare` per line,
+one seed, each given {timeout_s:.0f} s:  
+{commands(shown)}
+
+![scale](figures/fig_scale.png)
+
+bMFU is `batch_normalized_mfu`: module MFU over what one GPU reaches running each sequence of the
+same batch unsharded (so 100% is a perfect distribution of this batch's kernels).
+
+{table(["N"] + [f"{p} MFU / bMFU" for p in LINES], body)}
+Simulator wall time per point (`sim_s` of the CSV, seconds, on the loaded 2-core machine):
+
+{table(["N"] + LINES, sim)}
+{("Missing points:" + chr(10) + miss_text) if missing else "No point is missing."}
+""")
+    return points, missing, ns
 def figure2(runner, md, n):
     shown, text = runner.run(["workload", "--dist", "lognormal", "--workers", str(n), "--seed", "0"])
     lengths = np.array([int(x) for x in text.split()])
@@ -145,114 +374,22 @@ are more concentrated in long sequences than the paper's description suggests.
     return lengths.mean()
 
 
-def main_sweep(runner, md, workers, profile, planners, tag):
-    base = ["--dist", "lognormal", "--workers", ",".join(map(str, workers)), "--profile", profile,
-            "--reshuffle", "none", "--baseline-reshuffle", "none"]
-    shown, rows = runner.compare(base + ["--planners", ",".join(planners)])
-    shown_t, transparent = runner.compare(base[:-4] + ["--reshuffle", "overlap", "--planners", "fcp"])
-    return shown, rows, shown_t, transparent
-
-
-def figure11(md, workers, shown, rows, shown_t, transparent, profile, fig_name, title, paper):
-    series = {p: [one(rows, workers=n, planner=p)["mfu"] for n in workers]
-              for p in sorted({r["planner"] for r in rows}, key=PLANNERS.index)}
-    series["fcp (reshuffle overlap)"] = [one(transparent, workers=n)["mfu"] for n in workers]
-    line_plot(os.path.join(FIGS, fig_name), workers, series, "workers N", "attention-module MFU",
-              title)
-    header = ["N"] + list(series) + ["FCP / best baseline"]
-    body = []
-    ratios = {}
-    for i, n in enumerate(workers):
-        base = {p: series[p][i] for p in series if p not in ("fcp", "fcp (reshuffle overlap)")}
-        best = max(base.values())
-        for p, v in base.items():
-            ratios.setdefault(p, []).append(series["fcp"][i] / v)
-        body.append([n] + [pct(series[p][i]) for p in series] + [f"{series['fcp'][i] / best:.2f}x"])
-    norm = {n: one(rows, workers=n, planner="fcp") for n in workers}
-    ratio_text = ", ".join(f"{p} {min(v):.2f}x-{max(v):.2f}x" for p, v in ratios.items())
-    above = all(series["fcp"][i] > max(series[p][i] for p in ratios) for i in range(len(workers)))
-    md.append(f"""`{shown}`
-
-`{shown_t}` (the FCP line with its transparent reshuffle)
-
-![{title}](figures/{fig_name})
-
-{table(header, body)}
-FCP over each baseline (MFU ratio, same batch): {ratio_text}. FCP is above every baseline at every N:
-**{"yes" if above else "no"}**. {paper}
-
-FCP's normalised MFU (by the saturated single-GPU efficiency / by this batch's own single-GPU
-efficiency): {", ".join(f"N={n}: {pct(norm[n]['normalized_mfu'])} / {pct(norm[n]['batch_normalized_mfu'])}" for n in workers)}.
-""")
-    return series, ratios
-
-
-def figure9(md, workers, rows, shown, modes):
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
-    planners = sorted({r["planner"] for r in rows}, key=PLANNERS.index)
-    body = []
-    for p in planners:
-        comp = [one(rows, workers=n, planner=p)["compute_imbalance"] for n in workers]
-        traf = [one(rows, workers=n, planner=p)["traffic_imbalance"] for n in workers]
-        a.plot(workers, comp, marker="o", label=p, color=COLORS.get(p))
-        b.plot(workers, traf, marker="o", label=p, color=COLORS.get(p))
-        body.append([p] + [f"{pct(c)} / {pct(t)}" for c, t in zip(comp, traf)])
-    for label, (_, mode_rows) in modes.items():
-        body.append([label] + [f"{pct(one(mode_rows, workers=n)['compute_imbalance'])} / "
-                               f"{pct(one(mode_rows, workers=n)['traffic_imbalance'])}" for n in workers])
-    for ax, t in ((a, "compute imbalance"), (b, "traffic imbalance")):
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(workers)
-        ax.set_xticklabels(map(str, workers))
-        ax.set_xlabel("workers N")
-        ax.set_title(t)
-        ax.yaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
-        ax.grid(alpha=0.3)
-    a.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(FIGS, "fig9_imbalance.png"), dpi=110)
-    plt.close(fig)
-    fcp_max = max(max(one(rows, workers=n, planner="fcp")[k] for k in ("compute_imbalance", "traffic_imbalance"))
-                  for n in workers)
-    magi_traffic = max(one(rows, workers=n, planner="magi")["traffic_imbalance"] for n in workers)
-    bs_compute = max(one(rows, workers=n, planner="bytescale")["compute_imbalance"] for n in workers)
-    mode_lines = "\n".join(
-        f"* {label} (`{shown_m}`): module MFU "
-        + ", ".join(f"N={n}: {pct(one(mode_rows, workers=n)['mfu'])}" for n in workers)
-        for label, (shown_m, mode_rows) in modes.items())
-    md.append(f"""## Figure 9: compute and traffic imbalance
-
-Imbalance = (max - mean) / max over workers of forward attention FLOPs and of forward K/V bytes sent +
-received (the simulator's own count; it agrees with `fcp inspect`'s ComputePlanMetrics to 1e-6, see
-tests/simulator_test.cpp). From the Figure 11 run: `{shown}`
-
-![Figure 9](figures/fig9_imbalance.png)
-
-{table(["planner"] + [f"N={n} compute / traffic" for n in workers], body)}
-Worst over N: FCP {pct(fcp_max)} (paper: under 5%), MagiAttention-like traffic {pct(magi_traffic)}
-(paper: up to 17%), ByteScale-like compute {pct(bs_compute)} (paper: up to 70%).
-
-The FCP row is the default planner: of its candidate plans (heavy blocks cut in at most four or two
-pieces, three greedy starts, two local-search policies) it keeps the one with the lowest compute +
-traffic cost, with the network ratio taken from the profile, among those whose compute and traffic
-imbalance are both within 5% (`--max-imbalance`; a traffic excess under one block counts as
-balanced; docs/planner.md). The extra rows are the same planner in its other modes:
-{mode_lines}
-
-Balance mode judges plans by imbalance alone; time mode by cost alone, whatever the imbalance.
-""")
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fcp", default=os.path.join(ROOT, "build", "fcp"))
-    ap.add_argument("--quick", action="store_true", help="N <= 64 only")
+    ap.add_argument("--quick", action="store_true", help="N <= 64 only, no scale points beyond")
+    ap.add_argument("--scale", default="512,1024",
+                    help="N beyond Figure 11's for the scale figure, comma-separated ('' for none)")
+    ap.add_argument("--scale-timeout", type=float, default=600,
+                    help="seconds each scale point may take before it is recorded as missing")
+    ap.add_argument("--cache", help="directory keeping `fcp compare` results (keyed by binary + arguments)")
     args = ap.parse_args()
     if not os.access(args.fcp, os.X_OK):
         sys.exit(f"eval.py: no fcp binary at {args.fcp} (build first: cmake --build build --target fcp_cli)")
     os.makedirs(FIGS, exist_ok=True)
-    r = Runner(args.fcp)
+    r = Runner(args.fcp, args.cache)
     workers = [16, 32, 64] if args.quick else [16, 32, 64, 128, 256]
+    extra = [] if args.quick else [int(x) for x in args.scale.split(",") if x]
     mid = 64 if args.quick else 128
     started = time.time()
     md = []
@@ -260,45 +397,45 @@ def main():
     mean_len = figure2(r, md, workers[-1])
 
     # Figure 11 (and 9) on gpu-x.
-    shown, rows, shown_t, transparent = main_sweep(r, md, workers, "gpu-x", PLANNERS, "x")
-    base_fcp = ["--dist", "lognormal", "--workers", ",".join(map(str, workers)), "--profile", "gpu-x",
-                "--reshuffle", "none", "--planners", "fcp"]
-    modes = {"fcp (balance mode)": r.compare(base_fcp + ["--network-flops-per-byte", "0"]),
-             "fcp (time mode)": r.compare(base_fcp + ["--max-imbalance", "1"])}
+    lognormal = ["--dist", "lognormal", "--workers", ",".join(map(str, workers))]
+    shown, rows = r.sweep(lognormal + ["--profile", "gpu-x"])
+    base_fcp = lognormal + ["--profile", "gpu-x", "--planners", "fcp", "--reshuffle", "overlap"]
+    modes = {"fcp (transparent, balance mode)": r.compare(base_fcp + ["--network-flops-per-byte", "0"]),
+             "fcp (transparent, time mode)": r.compare(base_fcp + ["--max-imbalance", "1"])}
     figure9(md, workers, rows, shown, modes)
     md.append("## Figure 11: attention-module MFU versus N (gpu-x)\n")
     facts = {"rows": rows, "workers": workers}
     series, ratios = figure11(
-        md, workers, shown, rows, shown_t, transparent, "gpu-x", "fig11_mfu.png",
-        "module MFU, lognormal, gpu-x",
+        md, workers, shown, rows, "fig11_mfu.png", "module MFU, lognormal, gpu-x",
         "Paper: FCP 1.13x-2.21x over the baselines, all similar at 16 GPUs.")
 
     # Figure 10: every length equal to the mean.
     fixed = int(round(mean_len))
-    shown10, rows10 = r.compare(["--dist", "fixed", "--max-len", str(fixed), "--workers",
-                                 ",".join(map(str, workers[:-1] if not args.quick else workers)),
-                                 "--planners", ",".join(PLANNERS), "--reshuffle", "none"])
-    shown10_top, rows10_top = r.compare(["--dist", "fixed", "--max-len", str(fixed), "--workers",
-                                         str(workers[-1]), "--planners", "fcp", "--reshuffle", "none"])
-    fcp10_top = one(rows10_top, workers=workers[-1])
-    w10 = sorted({x["workers"] for x in rows10})
-    s10 = {p: [one(rows10, workers=n, planner=p)["batch_normalized_mfu"] for n in w10] for p in PLANNERS}
+    fixed_args = ["--dist", "fixed", "--max-len", str(fixed)]
+    w10 = workers[:-1] if not args.quick else workers
+    shown10, rows10 = r.sweep(fixed_args + ["--workers", ",".join(map(str, w10))])
+    shown10_top, rows10_top = r.sweep(fixed_args + ["--workers", str(workers[-1])], baselines=[])
+    s10 = {p: [one(rows10, workers=n, planner=p)["batch_normalized_mfu"] for n in w10] for p in LINES}
     facts["fig10"] = {p: v[-1] for p, v in s10.items()}
+    facts["fig10_n"] = w10[-1]
     line_plot(os.path.join(FIGS, "fig10_fixed.png"), w10, s10, "workers N",
               "MFU / single-GPU FA MFU on the same sequences", f"all lengths = {fixed}")
+    top = {p: one(rows10_top, planner=p) for p in (FT, FP)}
     md.append(f"""## Figure 10: compute efficiency with every length equal to the mean ({fixed} tokens)
 
-`{shown10}`
+{commands(shown10)}
 
 ![Figure 10](figures/fig10_fixed.png)
 
-{table(["N"] + PLANNERS, [[n] + [pct(s10[p][i]) for p in PLANNERS] for i, n in enumerate(w10)])}
+{table(["N"] + LINES, [[n] + [pct(s10[p][i]) for p in LINES] for i, n in enumerate(w10)])}
 MFU normalised by what one GPU reaches on the same sequences unsharded (the paper's definition for
 this figure). Paper: FCP above 90%, ring far lower from over-sharding. Mean exposed communication
-per worker (ms) at the largest N: {", ".join(f"{p} {one(rows10, workers=w10[-1], planner=p)['mean_exposed_comm_s'] * 1e3:.2f}" for p in PLANNERS)}.
-FCP at N = {workers[-1]} (`{shown10_top}`): {pct(fcp10_top['batch_normalized_mfu'])}, exposed
-communication {fcp10_top['mean_exposed_comm_s'] * 1e3:.2f} ms per worker. The other planners are not
-run at N = {workers[-1]} here: ring's 2N chunks per sequence make that simulation slow.
+per worker (ms) at the largest N: {", ".join(f"{p} {one(rows10, workers=w10[-1], planner=p)['mean_exposed_comm_s'] * 1e3:.2f}" for p in LINES)}.
+FCP at N = {workers[-1]} ({" and ".join(f"`{c}`" for c in shown10_top)}): transparent
+{pct(top[FT]['batch_normalized_mfu'])}, plan layout {pct(top[FP]['batch_normalized_mfu'])}; exposed
+communication {top[FT]['mean_exposed_comm_s'] * 1e3:.2f} / {top[FP]['mean_exposed_comm_s'] * 1e3:.2f} ms
+per worker. The baselines are not run at N = {workers[-1]} here: ring's 2N chunks per sequence make
+that simulation slow.
 
 A planner that keeps every {fixed}-token sequence whole on one worker moves no K/V at all and is
 limited only by the SMs reserved for communication and the kernel launch. With an exact token cap
@@ -315,21 +452,22 @@ worker's K/V N-1 times.
         ("+ block pipelining (random order), c=1", "fcp-random-order", 1, "blocking"),
         ("+ congestion-free colouring, c=1", "fcp", 1, "blocking"),
         ("+ coalescing, c=16", "fcp", 16, "blocking"),
-        ("+ reshuffle overlap (full FCP)", "fcp", 16, "overlap"),
+        ("+ reshuffle overlap (full FCP, transparent)", "fcp", 16, "overlap"),
     ]
     loo = [
-        ("full FCP, reshuffle not charged", "fcp", 16, "none"),
-        ("without pipelining", "fcp-nopipe", 16, "none"),
-        ("without colouring (random order)", "fcp-random-order", 16, "none"),
-        ("without coalescing (c=1)", "fcp", 1, "none"),
-        ("grouped transfers (one send/receive call per stage)", "fcp", 16, "none", "--transfers", "grouped"),
+        ("full FCP, transparent", "fcp", 16, "overlap"),
+        ("without pipelining", "fcp-nopipe", 16, "overlap"),
+        ("without colouring (random order)", "fcp-random-order", 16, "overlap"),
+        ("without coalescing (c=1)", "fcp", 1, "overlap"),
+        ("grouped transfers (one send/receive call per stage)", "fcp", 16, "overlap", "--transfers", "grouped"),
+        ("full FCP, plan layout (no reshuffle charged)", "fcp", 16, "none"),
     ]
     results = []
     for rows_def in (abl, loo):
         out = []
-        for label, planner, c, mode, *extra in rows_def:
+        for label, planner, c, mode, *more in rows_def:
             shown_a, ra = r.compare(["--dist", "lognormal", "--workers", str(mid), "--planners", planner,
-                                     "--coalesce", str(c), "--reshuffle", mode] + extra)
+                                     "--coalesce", str(c), "--reshuffle", mode] + more)
             out.append((label, shown_a, ra[0]))
         results.append(out)
     facts["ablation"] = results
@@ -343,7 +481,8 @@ worker's K/V N-1 times.
 Components added one by one, as in the paper:
 
 {table(["configuration", "module MFU", "time", "command"], body)}
-Each component taken away from full FCP (reshuffle not charged, to isolate the scheduling):
+Each component taken away from full FCP in its transparent mode (reshuffle overlap), and last the
+same plan without the reshuffle charged:
 
 {table(["configuration", "module MFU", "time", "command"], body2)}
 The paper's Table 2 values are not in the text we have (only that each component adds "considerable"
@@ -353,78 +492,114 @@ utilisation). See the discussion below for what each row measures here.
     # Figure 12: block size.
     blocks = [1024, 2048, 4096, 8192, 16384]
     shown12 = []
-    s12 = []
+    s12 = {FT: [], FP: []}
     for b in blocks:
-        cmd, rb = r.compare(["--dist", "lognormal", "--workers", str(mid), "--planners", "fcp",
-                             "--block-size", str(b), "--reshuffle", "none"])
-        shown12.append(cmd)
-        s12.append(rb[0])
-    facts["fig12"] = (best_block := blocks[int(np.argmax([x["mfu"] for x in s12]))])
-    line_plot(os.path.join(FIGS, "fig12_block.png"), blocks, {"fcp": [x["mfu"] for x in s12]},
+        for line, mode in ((FT, "overlap"), (FP, "none")):
+            cmd, rb = r.compare(["--dist", "lognormal", "--workers", str(mid), "--planners", "fcp",
+                                 "--block-size", str(b), "--reshuffle", mode])
+            shown12.append(cmd)
+            s12[line].append(rb[0])
+    best = blocks[int(np.argmax([x["mfu"] for x in s12[FT]]))]
+    facts["fig12"] = best
+    line_plot(os.path.join(FIGS, "fig12_block.png"), blocks, {p: [x["mfu"] for x in v] for p, v in s12.items()},
               "block size (tokens)", "module MFU", f"FCP, N={mid}, gpu-x")
-    best = blocks[int(np.argmax([x["mfu"] for x in s12]))]
     md.append(f"""## Figure 12: block size (N = {mid}, gpu-x)
 
-{chr(10).join(f"`{c}`  " for c in shown12)}
+{commands(shown12)}
 
 ![Figure 12](figures/fig12_block.png)
 
-{table(["block", "MFU", "compute imb.", "traffic imb.", "forward stages"], [[b, pct(x["mfu"]), pct(x["compute_imbalance"]), pct(x["traffic_imbalance"]), x["forward_stages"]] for b, x in zip(blocks, s12)])}
-Best block size here: {best}. Paper: 4K is the sweet spot between balance (small blocks) and kernel
-efficiency / traffic (large blocks).
+{table(["block", "MFU transparent", "MFU plan layout", "compute imb.", "traffic imb.", "forward stages"], [[b, pct(x["mfu"]), pct(y["mfu"]), pct(x["compute_imbalance"]), pct(x["traffic_imbalance"]), x["forward_stages"]] for b, x, y in zip(blocks, s12[FT], s12[FP])])}
+Imbalance and stages are those of the transparent plan. Best block size here (transparent): {best}.
+Paper: 4K is the sweet spot between balance (small blocks) and kernel efficiency / traffic (large
+blocks).
 """)
 
     # Figure 13: tokens per GPU.
     tpg = [8192, 16384, 32768, 65536]
     n13 = 64
-    s13 = {p: [] for p in PLANNERS}
+    s13 = {p: [] for p in LINES}
     shown13 = []
     for t in tpg:
-        cmd, rt = r.compare(["--dist", "lognormal", "--workers", str(n13), "--planners", ",".join(PLANNERS),
-                             "--tokens-per-worker", str(t), "--reshuffle", "none"])
-        shown13.append(cmd)
-        for p in PLANNERS:
+        cmd, rt = r.sweep(["--dist", "lognormal", "--workers", str(n13), "--tokens-per-worker", str(t)])
+        shown13 += cmd
+        for p in LINES:
             s13[p].append(one(rt, planner=p)["mfu"])
     line_plot(os.path.join(FIGS, "fig13_tokens.png"), tpg, s13, "tokens per GPU", "module MFU",
               f"N={n13}, gpu-x")
+    behind13 = [t for i, t in enumerate(tpg) if s13[FT][i] <= max(s13[p][i] for p in BASELINES)]
     md.append(f"""## Figure 13: tokens per GPU (N = {n13}, gpu-x)
 
-{chr(10).join(f"`{c}`  " for c in shown13)}
+{commands(shown13)}
 
 ![Figure 13](figures/fig13_tokens.png)
 
-{table(["tokens/GPU"] + PLANNERS, [[t] + [pct(s13[p][i]) for p in PLANNERS] for i, t in enumerate(tpg)])}
-Paper: FCP above every baseline at every size. N = {n13} (not the paper's unstated N) keeps the
-script's run time down.
+{table(["tokens/GPU"] + LINES, [[t] + [pct(s13[p][i]) for p in LINES] for i, t in enumerate(tpg)])}
+Paper: FCP above every baseline at every size. Here FCP in its transparent mode is above every
+baseline at every size: **{"yes" if not behind13 else "no, not at " + ", ".join(map(str, behind13)) + " tokens per GPU"}**.
+N = {n13} (not the paper's unstated N) keeps the script's run time down.
 """)
+    facts["fig13_behind"] = behind13
 
     # Figure 14: gpu-y, MagiAttention excluded as in the paper.
-    y_planners = ["fcp", "ring", "bytescale", "wlb"]
-    shown_y, rows_y, shown_yt, trans_y = main_sweep(r, md, workers, "gpu-y", y_planners, "y")
+    shown_y, rows_y = r.sweep(lognormal + ["--profile", "gpu-y"], baselines=["ring", "bytescale", "wlb"])
     md.append("## Figure 14: gpu-y (B200-like)\n")
-    figure11(md, workers, shown_y, rows_y, shown_yt, trans_y, "gpu-y", "fig14_gpuy.png",
-             "module MFU, lognormal, gpu-y",
+    figure11(md, workers, shown_y, rows_y, "fig14_gpuy.png", "module MFU, lognormal, gpu-y",
              "Paper: FCP consistently ahead, above 70% of single-GPU FA4 MFU.")
 
+    # The scale figure.
+    points, missing, ns = figure_scale(r, md, rows, workers, extra, args.scale_timeout)
+    facts["scale"] = (points, missing, ns)
+
     elapsed = time.time() - started
+    scale_cmd = ("" if args.quick else
+                 f" The scale points beyond N = {workers[-1]} (`--scale {args.scale}`) are most of that.")
     header = f"""# Evaluation: the paper's figures on the fcp simulator
 
-Regenerate with `scripts/eval.py` (or `make eval` if the top-level Makefile provides it); it calls
-the built `build/fcp` and took {elapsed:.0f} s for this run. Each figure lists its exact command.
+Regenerate with `/usr/bin/python3 scripts/eval.py` (it calls the built `build/fcp`; `--cache DIR`
+keeps each `fcp compare` result keyed by the binary's hash and its arguments, so a second run with
+the same binary only redraws). Its `fcp` runs took {r.command_s:.0f} s for this document on the
+shared 2-core machine{scale_cmd} `--quick` (N <= 64, no scale points; a smoke run) is in the
+section at the end. Each figure lists its exact commands.
 Setup as in the paper (section 6.1): Llama-3-70B attention (64 query heads, 8 K/V heads, head dim
 128, bf16), causal mask, lognormal lengths up to 512K (seed 0), 32K tokens per GPU, block 4K,
 coalesce 16, built-in profiles `gpu-x` (H100-like) and `gpu-y` (B200-like); see docs/simulator.md
 for the model. MFU = useful forward + backward FLOPs / (N x peak x simulated time).
 
-Reshuffle: the baselines are charged none (they change the dataloader, as the paper's baselines
-do), and the main FCP line is shown the same way so that the comparison isolates scheduling; the
-extra line "fcp (reshuffle overlap)" is FCP with its transparent all-to-all in and out, overlapped
-with local work.
+Reshuffle: the headline FCP line, **"fcp (transparent)"**, is what a user gets by default (`fcp
+simulate` and `fcp compare` charge it): the dataloader keeps its layout (rank r holds global tokens
+[floor(rT/N), floor((r+1)T/N))) and FCP's all-to-all in and out (Q/K/V in, O out, and dO in,
+dQ/dK/dV out) is charged, overlapped with local work; the planner knows it and weighs each block's
+dataloader home. The secondary line **"fcp, plan layout"** is the same planner with no reshuffle
+charged, as if the dataloader adopted the plan's layout. The baselines are charged none (they change
+the dataloader, as the paper's baselines do), as `fcp compare --baseline-reshuffle none` (its
+default) does.
 
 """
     with open(os.path.join(DOCS, "evaluation.md"), "w") as f:
-        f.write(header + "\n".join(md) + "\n" + discussion(facts, mid))
-    print(f"eval.py: wrote docs/evaluation.md and docs/figures/ in {elapsed:.0f} s", file=sys.stderr)
+        f.write(header + "\n".join(md) + "\n" + discussion(facts, mid) + TIMING)
+    print(f"eval.py: wrote docs/evaluation.md and docs/figures/ in {elapsed:.0f} s "
+          f"(fcp runs {r.command_s:.0f} s)", file=sys.stderr)
+
+
+# Measured by hand (not by the run that writes the document); kept here so
+# that a regeneration does not lose it.
+TIMING = """
+## How long the script takes
+
+Measured on the shared 2-core machine on 2026-12-01 (wall clock, one run each, another helper's
+jobs running alongside): `scripts/eval.py --quick` 64 s with no cache; the full run's figures up to
+N = 256 about 85 s of `fcp` runs; the scale points at N = 512 and 1024 about 25 minutes more
+(each point's time is `compare` wall time, the table above shows the simulator's share: ring at
+N = 1024 alone took 484 s, FCP transparent 215 s). The document above was written by
+`/usr/bin/python3 scripts/eval.py --cache build/eval-cache`, whose scale points had been computed
+by the same `Runner.compare` calls beforehand (same binary, so the same cache keys); the header's
+"fcp runs" total adds the recorded time of every run, cached or not. WLB-like shows no simulator
+time at N >= 512 because it simulates ring and ByteScale-like while planning (its `plan_s`,
+96 s at N = 512 and 451 s at N = 1024). To skip the scale points: `--scale ''`; to add N = 2048 and
+4096 (not run: ring at N = 1024 already takes 8 minutes and FCP's simulation grows faster than
+N^2, docs/simulator.md): `--scale 512,1024,2048,4096 --scale-timeout 3600`.
+"""
 
 
 def stage_facts(runner, n):
@@ -457,97 +632,115 @@ def stage_facts(runner, n):
 def discussion(facts, mid):
     rows, workers = facts["rows"], facts["workers"]
     n_max = workers[-1]
-    f = {p: one(rows, workers=n_max, planner=p) for p in PLANNERS}
-    f16 = {p: one(rows, workers=workers[0], planner=p) for p in PLANNERS}
+
+    def at(n, p):
+        return one(rows, workers=n, planner=p)
+
+    f = {p: at(n_max, p) for p in LINES}
+    f16 = {p: at(workers[0], p) for p in LINES}
     ladder, loo = facts["ablation"]
     st = facts["stages"]
     full = loo[0][2]["mfu"]
     loo_text = "; ".join(f"{label}: {pct(x['mfu'])} ({x['mfu'] / full:.2f}x of full)" for label, _, x in loo[1:])
     ladder_text = " -> ".join(pct(x["mfu"]) for _, _, x in ladder)
-    behind = [n for n in workers if one(rows, workers=n, planner="fcp")["mfu"] <=
-              max(one(rows, workers=n, planner=p)["mfu"] for p in PLANNERS if p != "fcp")]
-    lead_text = ("FCP's MFU is above every baseline at every N" if not behind else
-                 "FCP's MFU is above every baseline except at " + ", ".join(
-                     f"N = {n} ({max((p for p in PLANNERS if p != 'fcp'), key=lambda p: one(rows, workers=n, planner=p)['mfu'])} ahead)"
-                     for n in behind))
-    wlb_pick = sum(1 for n in workers
-                   if abs(one(rows, workers=n, planner="wlb")["mfu"] - one(rows, workers=n, planner="ring")["mfu"]) < 1e-12)
+
+    def best_baseline(n):
+        return max(BASELINES, key=lambda p: at(n, p)["mfu"])
+
+    behind = [n for n in workers if at(n, FT)["mfu"] <= at(n, best_baseline(n))["mfu"]]
+    lead_text = ("FCP in its transparent mode is above every baseline at every N" if not behind else
+                 "FCP in its transparent mode is above every baseline except at " + ", ".join(
+                     f"N = {n} ({best_baseline(n)} ahead, {pct(at(n, best_baseline(n))['mfu'])} against "
+                     f"{pct(at(n, FT)['mfu'])})" for n in behind))
+    cost = {n: at(n, FP)["mfu"] / at(n, FT)["mfu"] for n in workers}
+    wlb_pick = sum(1 for n in workers if abs(at(n, "wlb")["mfu"] - at(n, "ring")["mfu"]) < 1e-12)
+    points, missing, ns = facts["scale"]
+    big = [n for n in ns if n > n_max]
+    scale_text = ""
+    if big:
+        def mfu(p, n):
+            r = points.get((p, n))
+            return "missing" if r is None else pct(r["mfu"])
+        scale_text = f"""* **Scale** (N = {ns[0]} ... {ns[-1]}): at N = {", ".join(map(str, big))} FCP (transparent)
+  reaches {", ".join(mfu(FT, n) for n in big)} module MFU (plan layout {", ".join(mfu(FP, n) for n in big)});
+  MagiAttention-like {", ".join(mfu("magi", n) for n in big)}, ByteScale-like
+  {", ".join(mfu("bytescale", n) for n in big)}, ring {", ".join(mfu("ring", n) for n in big)}.
+  {len(missing)} point(s) missing. N = 2048 and 4096 are not run (the timing section says why and
+  gives the command).
+"""
     return f"""## How these numbers differ from the paper's, and why
 
-* **FCP against the baselines**: {lead_text}. **Absolute module MFU on the lognormal batch is low**
-  for every planner: at N = {n_max} FCP reaches {pct(f['fcp']['mfu'])} MFU
-  ({pct(f['fcp']['normalized_mfu'])} of the saturated single-GPU efficiency). No plan can reach
-  90% by that measure on this batch: one GPU running each sequence unsharded, with no communication
-  at all, reaches only {pct(f['fcp']['normalized_mfu'] / f['fcp']['batch_normalized_mfu'])} of the
-  saturated efficiency, because most sequences are short and their kernels never saturate; FCP
-  reaches {pct(f['fcp']['batch_normalized_mfu'])} of that ceiling. The paper's "above
-  90%" is Figure 10's measure (equal lengths, normalised by one GPU on the same sequences), which
-  FCP reproduces here ({pct(facts['fig10']['fcp'])} at N = {workers[-2]}; N = {workers[-1]} is in the
-  Figure 10 section). On the long-tailed batch the simulator charges what each plan implies on the
-  model cluster: kernels on the f(len) curve, 6 SMs reserved for communication, a launch per stage, and every transfer through one
-  50 GB/s NIC per GPU with max-min sharing. This synthetic lognormal batch has a mean length of about
-  1K tokens, so 32K tokens per GPU carry only ~15 ms of forward attention per GPU. Meanwhile a
-  worker holding late pieces of the long sequences must pull all the K/V before them, which takes
-  about as long. Communication, not compute, bounds every planner at large N: in FCP's plans the
-  busiest receiver's in-port, since balancing sent + received bytes (the paper's traffic measure)
-  leaves receives uneven (`fcp inspect` shows both). The paper's traces evidently carry more
-  attention work per moved block.
+* **FCP against the baselines**: {lead_text}. Charging the transparent reshuffle costs FCP
+  {min(cost.values()):.2f}x-{max(cost.values()):.2f}x against the plan's own layout
+  ({", ".join(f"N={n}: {pct(at(n, FT)['mfu'])} against {pct(at(n, FP)['mfu'])}" for n in workers)}).
+  **Absolute module MFU on the lognormal batch is low** for every planner: at N = {n_max} FCP
+  (transparent) reaches {pct(f[FT]['mfu'])} MFU ({pct(f[FT]['normalized_mfu'])} of the saturated
+  single-GPU efficiency). No plan can reach 90% by that measure on this batch: one GPU running each
+  sequence unsharded, with no communication at all, reaches only
+  {pct(f[FT]['normalized_mfu'] / f[FT]['batch_normalized_mfu'])} of the saturated efficiency,
+  because most sequences are short and their kernels never saturate; FCP reaches
+  {pct(f[FT]['batch_normalized_mfu'])} of that ceiling (plan layout {pct(f[FP]['batch_normalized_mfu'])}).
+  The paper's "above 90%" is Figure 10's measure (equal lengths, normalised by one GPU on the same
+  sequences), which FCP reproduces here ({pct(facts['fig10'][FT])} transparent,
+  {pct(facts['fig10'][FP])} plan layout, at N = {facts['fig10_n']}). On the long-tailed batch the
+  simulator charges what each plan implies on the model cluster: kernels on the f(len) curve, 6 SMs
+  reserved for communication, a launch per stage, and every transfer through one 50 GB/s NIC per GPU
+  with max-min sharing. This synthetic lognormal batch has a mean length of about 1K tokens, so 32K
+  tokens per GPU carry only ~15 ms of forward attention per GPU. Meanwhile a worker holding late
+  pieces of the long sequences must pull all the K/V before them, which takes about as long.
+  Communication, not compute, bounds every planner at large N (`fcp simulate` prints the step's
+  ratio to its lower bounds; the `bound_ratio` column of `fcp compare --csv`). The paper's traces
+  evidently carry more attention work per moved block.
 * **Balance against time.** Cutting a heavy query block into pieces balances compute, but each
   piece pulls the K/V of its whole sequence, so on this network the simulated time is often lower
-  with fewer pieces. The default FCP plan is the cheapest by a compute + traffic cost (the profile's
-  network ratio) among the candidates within 5% imbalance (compute
-  {pct(f['fcp']['compute_imbalance'])}, traffic {pct(f['fcp']['traffic_imbalance'])} at N = {n_max};
-  paper: under 5%). Time mode (Figure 9's extra rows) drops the bound: it is faster at most N, by up
-  to a few points, at a much higher imbalance; balance mode ignores the cost and loses MFU.
+  with fewer pieces. The FCP planner chooses among its candidates by a modelled step proxy
+  (docs/planner.md); its imbalance is a reported diagnostic (transparent plan at N = {n_max}:
+  compute {pct(f[FT]['compute_imbalance'])}, traffic {pct(f[FT]['traffic_imbalance'])}; paper:
+  under 5%). Figure 9's balance-mode and time-mode rows show the planner's other modes.
 * **The runtime model and the ablation.** The simulator runs the paper's pull runtime: a receiver
   pulls K/V as soon as its stage buffer is free, and dK/dV partials go back on a stream of their
-  own. The ablation at N = {mid}: components added one by one {ladder_text}; components removed
-  from FCP: {loo_text}. Coalescing and pipelining matter most (fewer, longer stages and kernels).
-  One batched send/receive call per stage (the grouped row, as with NCCL groups) makes a late
-  receiver hold up its senders' next stage, and the delay spreads worker to worker. The
-  congestion-free colouring adds little on this batch, and the plans show why. Delta is set by the
-  busiest receiver: at N = {mid} one worker receives {st['fcp']['delta']} K/V blocks per pass, so
-  both plans have about ceil(Delta/16) transfer stages ({st['fcp']['stages']} coloured,
-  {st['fcp-random-order']['stages']} random). Random pull order also gives every receiver at most c
-  blocks per stage. What it gives up is the sender bound: up to {st['fcp-random-order']['busiest_sender']}
-  sends from one worker in a stage, against {st['fcp']['busiest_sender']} coloured. Those senders
-  are rarely the bottleneck, because each of their receivers' in-ports is already shared by c
-  incoming flows. Colouring pays off where senders are the hot spots (few owners of K/V needed by
-  many); these plans avoid that by balancing traffic. The paper reports each component adding
+  own (docs/runtime.md). The ablation at N = {mid}: components added one by one {ladder_text};
+  components removed from FCP (transparent): {loo_text}. One batched send/receive call per stage
+  (the grouped row, as with NCCL groups) makes a late receiver hold up its senders' next stage, and
+  the delay spreads worker to worker. Delta is set by the busiest receiver: at N = {mid} one worker
+  receives {st['fcp']['delta']} K/V blocks per pass in the transparent plan, in
+  {st['fcp']['stages']} coloured transfer stages ({st['fcp-random-order']['stages']} with random
+  order). Random pull order also gives every receiver at most c blocks per stage; what it gives up
+  is the sender bound: up to {st['fcp-random-order']['busiest_sender']} sends from one worker in a
+  stage, against {st['fcp']['busiest_sender']} coloured. Colouring pays off where senders are the
+  hot spots (few owners of K/V needed by many). The paper reports each component adding
   "considerable" utilisation; its Table 2 values are not in the text we have.
-* **Ring is much worse than in the paper** (FCP/ring {f['fcp']['mfu'] / f['ring']['mfu']:.1f}x at
-  N = {n_max}, {f16['fcp']['mfu'] / f16['ring']['mfu']:.1f}x at N = {workers[0]}; paper: at most
-  2.21x over any baseline, all similar at 16 GPUs). Each ring step moves a worker's whole 32K-token
-  K/V (128 MiB) for 1/N of its compute, so ring is communication-bound from N = 16 in this model,
-  and short sequences become chunks of a few tokens.
+* **Ring is much worse than in the paper** (FCP (transparent)/ring
+  {f[FT]['mfu'] / f['ring']['mfu']:.1f}x at N = {n_max}, {f16[FT]['mfu'] / f16['ring']['mfu']:.1f}x at
+  N = {workers[0]}; paper: at most 2.21x over any baseline, all similar at 16 GPUs). Each ring step
+  moves a worker's whole 32K-token K/V (128 MiB) for 1/N of its compute, so ring is
+  communication-bound from N = 16 in this model, and short sequences become chunks of a few tokens.
 * **WLB-like equals ByteScale-like** here: the cost model picked ring at {wlb_pick} of
   {len(workers)} sizes, since ring is the slower of the two throughout.
 * **ByteScale-like** shows the compute imbalance the paper describes (up to 70% there,
-  {pct(max(one(rows, workers=n, planner='bytescale')['compute_imbalance'] for n in workers))} here):
-  the rings of the longest sequences carry O(L^2) work on O(L) workers. Its traffic imbalance is high
-  too, since only those groups communicate.
-* **MagiAttention-like is the strongest baseline** (FCP leads by
-  {min(one(rows, workers=n, planner='fcp')['mfu'] / one(rows, workers=n, planner='magi')['mfu'] for n in workers):.2f}x-{max(one(rows, workers=n, planner='fcp')['mfu'] / one(rows, workers=n, planner='magi')['mfu'] for n in workers):.2f}x):
+  {pct(max(at(n, 'bytescale')['compute_imbalance'] for n in workers))} here): the rings of the
+  longest sequences carry O(L^2) work on O(L) workers. Its traffic imbalance is high too, since only
+  those groups communicate.
+* **MagiAttention-like is the strongest baseline** (FCP (transparent) / magi
+  {min(at(n, FT)['mfu'] / at(n, 'magi')['mfu'] for n in workers):.2f}x-{max(at(n, FT)['mfu'] / at(n, 'magi')['mfu'] for n in workers):.2f}x):
   one uncontrolled fetch stage overlapping all local work keeps the NICs busy. Its traffic
   imbalance grows with N (paper: up to 17%; here up to
-  {pct(max(one(rows, workers=n, planner='magi')['traffic_imbalance'] for n in workers))}), and at
-  large N its compute balance breaks too: ceil(T/8N)-token chunks of a 512K sequence are few and
-  heavy, and the equal-count cap forbids evening them out.
-* **The transparent reshuffle is expensive here** ("fcp (reshuffle overlap)" lines): the FCP planner
-  moves most tokens away from their dataloader worker, and Q/K/V in plus O out (and dO in, dQ/dK/dV
-  out) is ~72 KB per moved token, more than this batch's attention work per token can hide. A
-  dataloader-affinity term in the assignment would cut it.
-* **Figure 10** (every length equal to the mean, ~1K; largest N shown): FCP
-  {pct(facts['fig10']['fcp'])}, ByteScale-like {pct(facts['fig10']['bytescale'])},
-  MagiAttention-like {pct(facts['fig10']['magi'])}, ring {pct(facts['fig10']['ring'])} of the
-  single-GPU efficiency on the same sequences (paper: FCP above 90%). A placement that keeps every
-  sequence whole moves nothing and loses only the reserved SMs and launches (ByteScale-like does,
-  by raising the token cap above ceil(T/N)); FCP keeps the exact cap, so it splits the sequences the
-  cap forces it to split, moves only those pieces and computes each piece in one pass with its
-  remote keys, which costs it about two points.
-* **Figure 12**: the best block size on this batch is {facts['fig12']} tokens (the paper: 4K);
-  larger blocks mean fewer stages and fewer transfers per unit of work, smaller ones better balance.
-"""
+  {pct(max(at(n, 'magi')['traffic_imbalance'] for n in workers))}), and at large N its compute
+  balance breaks too: ceil(T/8N)-token chunks of a 512K sequence are few and heavy, and the
+  equal-count cap forbids evening them out. It is charged no reshuffle, although its equal-count
+  cap also moves tokens away from the dataloader's layout.
+* **Figure 10** (every length equal to the mean, ~1K; N = {facts['fig10_n']}): FCP
+  {pct(facts['fig10'][FT])} transparent, {pct(facts['fig10'][FP])} plan layout, ByteScale-like
+  {pct(facts['fig10']['bytescale'])}, MagiAttention-like {pct(facts['fig10']['magi'])}, ring
+  {pct(facts['fig10']['ring'])} of the single-GPU efficiency on the same sequences (paper: FCP
+  above 90%). A placement that keeps every sequence whole moves nothing and loses only the reserved
+  SMs and launches (ByteScale-like does, by raising the token cap above ceil(T/N)); FCP keeps the
+  exact cap, so it splits the sequences the cap forces it to split, moves only those pieces and
+  computes each piece in one pass with its remote keys.
+* **Figure 12**: the best block size on this batch is {facts['fig12']} tokens (transparent; the
+  paper: 4K); larger blocks mean fewer stages and fewer transfers per unit of work, smaller ones
+  better balance.
+{scale_text}"""
 
 
 if __name__ == "__main__":
