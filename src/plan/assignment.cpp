@@ -1367,9 +1367,7 @@ class Assigner {
   }
 
 
-  bool TimeMode() const {
-    return in_.judge.pairs_per_traffic_token > 0 && in_.judge.max_imbalance >= 1;
-  }
+  bool TimeMode() const { return in_.judge.objective == PlannerObjective::kTime; }
 
   // The local search from `from` with each partner policy (one when
   // refining), into `best` when Better. The binding policy levels traffic

@@ -27,8 +27,10 @@ double PairsPerTrafficToken(const PlannerConfig& config) {
 
 // Balance mode judges by imbalance alone: no slack for small traffic excess.
 detail::Judge JudgeOf(const PlannerConfig& config, int64_t block_size) {
-  const double ratio = PairsPerTrafficToken(config);
-  return {ratio, config.max_imbalance, ratio > 0 ? static_cast<double>(block_size) : 0.0};
+  const PlannerObjective objective = config.Objective();
+  const bool balance = objective == PlannerObjective::kBalance;
+  return {objective, PairsPerTrafficToken(config), config.max_imbalance,
+          balance ? 0.0 : static_cast<double>(block_size)};
 }
 
 // The transparent reshuffle moves, per token away from its dataloader
@@ -452,7 +454,8 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
     return detail::SplitHeavy(common.base, lengths, config.mask, config.heavy_fraction, max_split,
                               counts);
   };
-  const bool transparent = config.reshuffle_locality && config.network_flops_per_byte > 0;
+  const bool by_cost = config.Objective() != PlannerObjective::kBalance;
+  const bool transparent = config.reshuffle_locality && by_cost;
   const detail::Judge judge = JudgeOf(config, common.base.block_size);
   std::unique_ptr<Candidate> best = Assign(split(config.max_split), lengths, config, plan, common);
   // The home layout (issue 17): a sharding without zig-zag pairs (a
@@ -488,7 +491,7 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   std::optional<Layout> shed;
   if (transparent && !home && config.workers <= kShedMaxWorkers)
     shed = Layout{best->sharding.blocks, best->pairs, best->search->Shed(config.node_workers)};
-  if (config.network_flops_per_byte > 0 && config.heavy_fraction > 0 && config.max_split > 2) {
+  if (by_cost && config.heavy_fraction > 0 && config.max_split > 2) {
     detail::HeavySplit coarse_split = split(2);
     // Exact pruning. When the lower bound on its compute imbalance breaks
     // the imbalance bound, every coarse plan is outside it, and Better
