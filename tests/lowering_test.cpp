@@ -7,6 +7,7 @@
 // the calls' segments cover every allowed token pair exactly once.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
@@ -108,6 +109,40 @@ TEST(Lowering, UsingABlockNotHeldIsAnInvalidPlan) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidPlan);
     EXPECT_NE(std::string(e.what()).find("forward stage 0"), std::string::npos) << e.what();
   }
+}
+
+// Every index the lowering follows is checked before it follows it: an
+// unvalidated plan with one index out of range is an Error(kInvalidPlan)
+// naming the stage and the value, on every rank (never std::out_of_range).
+TEST(Lowering, IndexOutOfRangeIsAnInvalidPlanNamingIt) {
+  const std::vector<std::pair<std::function<void(Plan&)>, std::string>> cases = {
+      {[](Plan& p) { p.forward[1].compute.push_back({7, 0}); }, "forward stage 1: block 7 is not in [0, 3)"},
+      {[](Plan& p) { p.forward[0].compute.push_back({0, -1}); }, "forward stage 0: block -1 is not in [0, 3)"},
+      {[](Plan& p) { p.forward[0].send.push_back({3, 0, 1}); }, "forward stage 0: block 3 is not in [0, 3)"},
+      {[](Plan& p) { p.forward[0].send.push_back({0, 0, 5}); },
+       "forward stage 0: destination 5 is not in [0, 3)"},
+      {[](Plan& p) { p.backward[0].send_dkv.push_back({9, 1, 0}); },
+       "backward stage 0: block 9 is not in [0, 3)"},
+      {[](Plan& p) { p.backward[0].send_kv.push_back({0, -2, 1}); },
+       "backward stage 0: source -2 is not in [0, 3)"},
+      {[](Plan& p) { p.blocks[1].worker = 3; }, "block 1: owner 3 is not in [0, 3)"},
+      {[](Plan& p) { p.blocks[0].segments[0].seq = 4; }, "block 0: sequence 4 is not in [0, 1)"},
+      {[](Plan& p) { p.blocks[2].segments[0].length += 1; },
+       "block 2: segment [8, 13) is outside sequence 0 of 12 tokens"},
+  };
+  for (const auto& [breaks, message] : cases)
+    for (int32_t rank = 0; rank < 3; ++rank) {
+      Plan plan = testing::ThreeWorkerPlan();
+      breaks(plan);
+      try {
+        LowerPlan(plan, rank);
+        ADD_FAILURE() << "expected an error: " << message;
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::kInvalidPlan);
+        EXPECT_EQ(std::string(e.what()), "lowering: " + message);
+      }
+    }
+  EXPECT_THROW(BlockPairSegments(testing::ThreeWorkerPlan(), 0, 3), Error);
 }
 
 // Symbolic run of one pass of one rank's program over its pool: every row

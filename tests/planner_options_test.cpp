@@ -52,6 +52,25 @@ PlannerConfig With(std::initializer_list<std::pair<const char*, double>> values)
   return c;
 }
 
+// The objective is derived from the two recorded knobs, so the recorded
+// options (and the plans) stay those of before it had a name.
+TEST(PlannerObjective, DerivedFromNetworkRatioAndImbalanceBound) {
+  PlannerConfig c;
+  EXPECT_EQ(c.Objective(), PlannerObjective::kBoundedCost);  // defaults: 12000, 0.05
+  c.max_imbalance = kNoImbalanceBound;
+  EXPECT_EQ(c.Objective(), PlannerObjective::kTime);
+  c.max_imbalance = std::nextafter(kNoImbalanceBound, 0.0);
+  EXPECT_EQ(c.Objective(), PlannerObjective::kBoundedCost);
+  c.max_imbalance = 7;
+  EXPECT_EQ(c.Objective(), PlannerObjective::kTime);
+  c.network_flops_per_byte = 0;  // no ratio: balance, whatever the bound
+  EXPECT_EQ(c.Objective(), PlannerObjective::kBalance);
+  c.max_imbalance = 0.05;
+  EXPECT_EQ(c.Objective(), PlannerObjective::kBalance);
+  c.network_flops_per_byte = 1e-9;
+  EXPECT_EQ(c.Objective(), PlannerObjective::kBoundedCost);
+}
+
 TEST(PlannerOptions, NamesAreUniqueAndKeywordsAreFlagsWithUnderscores) {
   std::set<std::string> fields, flags;
   for (const PlannerOption& o : PlannerOptions()) {

@@ -144,10 +144,15 @@ struct RankProgram {
   bool operator==(const RankProgram&) const = default;
 };
 
-// The program of `rank`. Preconditions: ValidatePlan(plan) passed (the
-// lowering re-checks what it relies on and throws Error(kInvalidPlan) naming
-// the stage and block otherwise); Error(kInvalidArgument) for a rank outside
-// [0, workers).
+// The program of `rank`. Precondition for a correct program: ValidatePlan(plan)
+// passed. Safe on any plan: every index it follows (owners, sequences,
+// segments, the blocks and workers of pairs and transfers) is checked up
+// front and the stage rules it relies on as it goes, each failure an
+// Error(kInvalidPlan) naming the stage, block or value, never an
+// out-of-range access; Error(kInvalidArgument) for a rank outside
+// [0, workers). Callers: the MPI executor (ExecutePlan; `fcp run`
+// validates the plan first, tools/fcp/cmd_run.cpp) and fcp.Program
+// (python/src/program_ext.cpp, on a plan its handle has validated).
 RankProgram LowerPlan(const Plan& plan, int32_t rank);
 
 // The kernel's segment pairs of plan pair (q_block, kv_block), rows relative

@@ -47,6 +47,25 @@
 
 namespace fcp {
 
+// What the FCP planner minimises. Derived from two knobs (network ratio and
+// imbalance bound, PlannerConfig::Objective) rather than stored, so that
+// plans record the same options as before it had a name.
+enum class PlannerObjective {
+  // network_flops_per_byte == 0: the larger of the compute and traffic
+  // imbalances; the batch is planned once, without the coarse split.
+  kBalance,
+  // A network ratio and max_imbalance < kNoImbalanceBound: the lowest
+  // compute + traffic cost among plans within the imbalance bound.
+  kBoundedCost,
+  // A network ratio and max_imbalance >= kNoImbalanceBound: the lowest
+  // cost whatever the balance (fastest planning: one greedy start).
+  kTime,
+};
+
+// A max_imbalance at or above this bounds nothing (time mode): an imbalance
+// (max - mean) / mean of 1 lets the busiest worker carry twice the mean.
+inline constexpr double kNoImbalanceBound = 1.0;
+
 // Every scalar field has a row in the table of fcp/planner_options.h, which
 // makes its CLI flag, Python keyword, range check and recorded option: a new
 // knob is a field here and a row there.
@@ -75,8 +94,8 @@ struct PlannerConfig {
   double network_flops_per_byte = 12000;
   // FCP only, with a network ratio: the plan is the cheapest (by that cost)
   // of those whose compute and traffic imbalance are both within this bound;
-  // if none is, the most balanced. >= 1: no bound (time mode: fastest
-  // planning, the plan with the lowest cost whatever its balance).
+  // if none is, the most balanced. >= kNoImbalanceBound: no bound
+  // (PlannerObjective::kTime).
   double max_imbalance = 0.05;
   // FCP only: a plan still outside max_imbalance is planned again with heavy
   // blocks cut into any number of pieces up to 3, 5, 6, 8 in turn, not above
@@ -87,17 +106,16 @@ struct PlannerConfig {
   // exchanges that lower the largest traffic, then raise the least, never
   // lifting the largest cost or traffic; the compute cap widens to a
   // quarter, half and all of the bound until the traffic is within it
-  // (all-short batch at N = 16: 8.2% -> 4.4% traffic imbalance, 4% lower
-  // cost).
+  // (what it changes: docs/planner.md, step 6, traffic leveling).
   bool traffic_leveling = true;
   // FCP only: local-search moves/swaps after the greedy assignment (0 = off).
   int32_t local_search_rounds = 2;
   // FCP only: after the assignment, exchanges that bring blocks back to
   // their dataloader worker without raising the largest compute, traffic
   // or cost, so the reshuffle into the plan's layout moves fewer tokens
-  // (paper batches: 87% -> 71% of the tokens at N = 256); with a network
-  // ratio also the home layout (pipeline step 2b; all-short batches then
-  // reshuffle nothing). Off when the training loop feeds tokens in the
+  // (how many fewer: docs/planner.md, step 7); with a network ratio also
+  // the home layout (pipeline step 2b; all-short batches then reshuffle
+  // nothing). Off when the training loop feeds tokens in the
   // plan's layout and never reshuffles: the exchanges may leave traffic
   // more uneven below its maximum, the home layout compute.
   bool reshuffle_locality = true;
@@ -118,6 +136,13 @@ struct PlannerConfig {
   void validate_settings() const;
   // The effective cap: token_cap, or ceil(T / workers) when token_cap == 0.
   int64_t EffectiveTokenCap(const std::vector<int64_t>& lengths) const;
+  // The objective network_flops_per_byte and max_imbalance select; every
+  // mode test goes through it.
+  PlannerObjective Objective() const {
+    if (network_flops_per_byte == 0) return PlannerObjective::kBalance;
+    return max_imbalance >= kNoImbalanceBound ? PlannerObjective::kTime
+                                              : PlannerObjective::kBoundedCost;
+  }
 };
 
 // A plan with the header fields set from `config` (workers, mask, attention,

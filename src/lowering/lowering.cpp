@@ -13,6 +13,66 @@ namespace {
   throw Error(ErrorCode::kInvalidPlan, "lowering: " + what);
 }
 
+// Error(kInvalidPlan) unless `block` is a block of `plan`.
+void CheckBlock(const Plan& plan, int32_t block, const std::string& where) {
+  if (block < 0 || static_cast<size_t>(block) >= plan.blocks.size())
+    Broken(where + ": block " + std::to_string(block) + " is not in [0, " +
+           std::to_string(plan.blocks.size()) + ")");
+}
+
+// Every index the lowering follows, checked before it follows any: block
+// owners, segments within their sequences, the blocks of every pair and
+// transfer, the workers of every transfer, sequence lengths >= 0. With these in range the rest of
+// the lowering indexes with [] (its other checks are of the stage rules).
+// O(blocks + segments + pairs + transfers).
+void CheckIndices(const Plan& plan) {
+  const auto worker = [&](int32_t w, const std::string& where, const char* role) {
+    if (w < 0 || w >= plan.workers)
+      Broken(where + ": " + role + " " + std::to_string(w) + " is not in [0, " +
+             std::to_string(plan.workers) + ")");
+  };
+  for (size_t s = 0; s < plan.sequences.size(); ++s)
+    if (plan.sequences[s] < 0)
+      Broken("sequence " + std::to_string(s) + " has length " + std::to_string(plan.sequences[s]));
+  for (size_t b = 0; b < plan.blocks.size(); ++b) {
+    const std::string where = "block " + std::to_string(b);
+    worker(plan.blocks[b].worker, where, "owner");
+    for (const Segment& s : plan.blocks[b].segments) {
+      if (s.seq < 0 || static_cast<size_t>(s.seq) >= plan.sequences.size())
+        Broken(where + ": sequence " + std::to_string(s.seq) + " is not in [0, " +
+               std::to_string(plan.sequences.size()) + ")");
+      if (s.start < 0 || s.length < 0 || s.start + s.length > plan.sequences[s.seq])
+        Broken(where + ": segment [" + std::to_string(s.start) + ", " +
+               std::to_string(s.start + s.length) + ") is outside sequence " +
+               std::to_string(s.seq) + " of " + std::to_string(plan.sequences[s.seq]) + " tokens");
+    }
+  }
+  const auto pairs = [&](const std::vector<BlockPair>& compute, const std::string& where) {
+    for (const BlockPair& pr : compute) {
+      CheckBlock(plan, pr.q_block, where);
+      CheckBlock(plan, pr.kv_block, where);
+    }
+  };
+  const auto transfers = [&](const std::vector<Transfer>& sends, const std::string& where) {
+    for (const Transfer& tr : sends) {
+      CheckBlock(plan, tr.block, where);
+      worker(tr.src, where, "source");
+      worker(tr.dst, where, "destination");
+    }
+  };
+  for (size_t t = 0; t < plan.forward.size(); ++t) {
+    const std::string where = "forward stage " + std::to_string(t);
+    pairs(plan.forward[t].compute, where);
+    transfers(plan.forward[t].send, where);
+  }
+  for (size_t t = 0; t < plan.backward.size(); ++t) {
+    const std::string where = "backward stage " + std::to_string(t);
+    pairs(plan.backward[t].compute, where);
+    transfers(plan.backward[t].send_kv, where);
+    transfers(plan.backward[t].send_dkv, where);
+  }
+}
+
 // First-fit placement of row intervals that live over a range of stages.
 // Requests must come in non-decreasing order of their first stage.
 class SlotAllocator {
@@ -142,8 +202,8 @@ class PassLowering {
 
  protected:
   bool Owned(int32_t block) const { return Owner(block) == me_; }
-  int32_t Owner(int32_t block) const { return plan_.blocks.at(block).worker; }
-  int64_t Tokens(int32_t block) const { return plan_.blocks.at(block).tokens(); }
+  int32_t Owner(int32_t block) const { return plan_.blocks[block].worker; }
+  int64_t Tokens(int32_t block) const { return plan_.blocks[block].tokens(); }
   std::string Where(size_t t) const { return std::string(pass_) + " stage " + std::to_string(t); }
 
   const Plan& plan_;
@@ -182,7 +242,7 @@ void LowerPartials(const Plan& plan, RankProgram& p) {
       call_gen[t].push_back(c.kv_in_pool ? static_cast<int64_t>(open_gen(c.kv_block, t)) : -1);
     for (const Transfer& tr : s.send_dkv) {
       if (tr.src != me) continue;
-      if (plan.blocks.at(tr.block).worker == me)
+      if (plan.blocks[tr.block].worker == me)
         Broken(where(t) + ": owner " + std::to_string(me) + " sends its own dK/dV of block " +
                std::to_string(tr.block));
       auto it = open.find(tr.block);
@@ -195,7 +255,7 @@ void LowerPartials(const Plan& plan, RankProgram& p) {
     }
     for (const Transfer& tr : s.send_dkv) {
       if (tr.dst != me) continue;
-      recv_gen[t].push_back(plan.blocks.at(tr.block).worker == me ? -1 : static_cast<int64_t>(open_gen(tr.block, t)));
+      recv_gen[t].push_back(plan.blocks[tr.block].worker == me ? -1 : static_cast<int64_t>(open_gen(tr.block, t)));
     }
   }
   if (!open.empty())
@@ -233,16 +293,14 @@ void LowerLayout(const Plan& plan, RankProgram& p) {
   std::vector<std::pair<int64_t, int64_t>> owned_tokens;  // (global token, local row)
   std::vector<int32_t> dl_owner(static_cast<size_t>(p.dataloader_end - p.dataloader_begin), -1);
   for (size_t b = 0; b < plan.blocks.size(); ++b) {
-    const Block& block = plan.blocks[b];
-    if (block.worker < 0 || block.worker >= p.workers)
-      Broken("block " + std::to_string(b) + " has owner " + std::to_string(block.worker));
+    const Block& block = plan.blocks[b];  // owner in range (CheckIndices)
     const bool mine = block.worker == me;
     if (mine) {
       p.owned_blocks.push_back(static_cast<int32_t>(b));
       p.block_row[b] = p.local_rows;
     }
     for (const Segment& s : block.segments) {
-      const int64_t g0 = seq_offset.at(s.seq) + s.start;
+      const int64_t g0 = seq_offset[s.seq] + s.start;
       const int64_t lo = std::max(g0, p.dataloader_begin), hi = std::min(g0 + s.length, p.dataloader_end);
       for (int64_t g = lo; g < hi; ++g) dl_owner[g - p.dataloader_begin] = block.worker;
       if (!mine) continue;
@@ -275,8 +333,10 @@ void LowerLayout(const Plan& plan, RankProgram& p) {
 
 std::vector<SegmentPair> BlockPairSegments(const Plan& plan, int32_t q_block, int32_t kv_block) {
   std::vector<SegmentPair> out;
-  const Block& qb = plan.blocks.at(q_block);
-  const Block& kb = plan.blocks.at(kv_block);
+  CheckBlock(plan, q_block, "segment pairs");
+  CheckBlock(plan, kv_block, "segment pairs");
+  const Block& qb = plan.blocks[q_block];
+  const Block& kb = plan.blocks[kv_block];
   int64_t q_row = 0;
   for (const Segment& qs : qb.segments) {
     int64_t k_row = 0;
@@ -295,6 +355,7 @@ RankProgram LowerPlan(const Plan& plan, int32_t rank) {
   if (rank < 0 || rank >= plan.workers)
     throw Error(ErrorCode::kInvalidArgument, "lowering: rank " + std::to_string(rank) + " is not in [0, " +
                                                  std::to_string(plan.workers) + ")");
+  CheckIndices(plan);
   RankProgram p;
   p.rank = rank;
   p.workers = plan.workers;
@@ -323,7 +384,7 @@ RankProgram LowerPlan(const Plan& plan, int32_t rank) {
   // Final stages, for every block (receivers order their returns by them).
   p.forward_final_stage.assign(plan.blocks.size(), -1);
   for (size_t t = 0; t < plan.forward.size(); ++t)
-    for (const BlockPair& pr : plan.forward[t].compute) p.forward_final_stage.at(pr.q_block) = static_cast<int32_t>(t);
+    for (const BlockPair& pr : plan.forward[t].compute) p.forward_final_stage[pr.q_block] = static_cast<int32_t>(t);
   // The backward's outputs go home in two parts: dq after the block's last
   // query compute; dk, dv after its last key compute on the owner and the
   // last partial the owner receives.
@@ -334,12 +395,12 @@ RankProgram LowerPlan(const Plan& plan, int32_t rank) {
   for (size_t t = 0; t < plan.backward.size(); ++t) {
     const int32_t st = static_cast<int32_t>(t);
     for (const BlockPair& pr : plan.backward[t].compute) {
-      dq_last.at(pr.q_block) = std::max(dq_last[pr.q_block], st);
-      if (plan.blocks[pr.q_block].worker == plan.blocks.at(pr.kv_block).worker)
+      dq_last[pr.q_block] = std::max(dq_last[pr.q_block], st);
+      if (plan.blocks[pr.q_block].worker == plan.blocks[pr.kv_block].worker)
         dkv_last[pr.kv_block] = std::max(dkv_last[pr.kv_block], st);
     }
     for (const Transfer& tr : plan.backward[t].send_dkv)
-      if (tr.dst == plan.blocks.at(tr.block).worker) dkv_last[tr.block] = std::max(dkv_last[tr.block], st);
+      if (tr.dst == plan.blocks[tr.block].worker) dkv_last[tr.block] = std::max(dkv_last[tr.block], st);
   }
   return p;
 }

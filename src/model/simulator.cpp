@@ -464,10 +464,11 @@ class PassSimulator {
   //    0 reads no received block).
   //  * dK/dV partials (channel 1) have buffers of their own and are added
   //    into the owner's gradients on arrival. Pulled: one group at a time,
-  //    as K/V (opening them all at once measured 2-4% slower on the
-  //    benchmark set: the partials then share the in-port with the K/V that
-  //    compute waits for). Grouped (the MPI executor): the receiver posts
-  //    group t when it enters stage t, whether or not group t-1 has arrived.
+  //    as K/V: opened all at once, the partials share the in-port with the
+  //    K/V that compute waits for (measured: docs/simulator.md, runtime
+  //    rules, unserialised pulled partials). Grouped (the MPI executor):
+  //    the receiver posts group t when it enters stage t, whether or not
+  //    group t-1 has arrived.
   bool MayOpenReceives(const WorkerState& s, int ch, int32_t t) const {
     const Channel& x = s.channel[ch];
     if (ch == 1) return config_.transfers == TransferMode::kPull ? x.r_done >= t - 1 : s.c_done >= t - 1;

@@ -352,13 +352,10 @@ class LoadModel {
   // Dependency-count tables cached: one per worker where kTableEntries
   // counts allow it, else at least kMinTables (the heavy worker and its
   // partners of one step fit). A step's heavy worker is rarely the last
-  // one's: with 32 tables half the lookups at N = 256 missed and refilled a
-  // table, with one per worker 15% (the first of each worker per search).
-  // The budget is a trade of instructions for memory traffic: 16 MiB saved
-  // 1.1% of the instructions at N = 256 over 4 MiB, but zeroing the tables
-  // was then 42% of the planner's last-level cache write misses, and 4 MiB
-  // planned faster by the clock (N = 256: 19.3-20.6 ms against 20.3-20.9 ms
-  // at best of 40; N = 1024: 67-70 ms against 76-82 ms).
+  // one's, so a table per worker misses far less than a few shared ones.
+  // The budget is a trade of instructions for memory traffic: a larger one
+  // saves instructions but zeroing its tables misses the last-level cache
+  // (measured: docs/planner-benchmark.md, the assignment's data structures).
   static constexpr size_t kMinTables = 32;
   static constexpr size_t kTableEntries = size_t{1} << 20;  // 4 MiB of int32_t counts
   static_assert(kMinTables >= 1 + std::max(kSwapPartners, kLevelPartners));
@@ -501,7 +498,7 @@ class LoadModel {
         // Heavy's and light's receiving kv changes; its owner sends it
         // accordingly (other receivers are unchanged). Most blocks: no change.
         // (Members' after - before, in ints: through the struct of bools
-        // planning took 1.8% more instructions at N = 256.)
+        // it took more instructions, docs/planner-benchmark.md.)
         const int32_t hc = heavy_count[kv], lc = light_count[kv], d = x.take - x.give;
         const int dh = (hc + d > 0) - (hc > 0), dl = (lc - d > 0) - (lc > 0);
         if ((dh | dl) == 0) continue;
@@ -601,8 +598,8 @@ class LoadModel {
   // filled_ only says which entries to reset. Each block is written at the
   // end of the list, which grows only when it was at zero: no branch on the
   // count (it was mispredicted on a third of the blocks). The sign is a
-  // constant: Fill's calls, when not inlined, took 40% more instructions
-  // with it an argument.
+  // constant: Fill's calls, when not inlined, took more instructions with
+  // it an argument (docs/planner-benchmark.md).
   template <int kSign>
   void AddDeps(int t, int32_t item) {
     const std::span<const Dep> deps = Deps(item);
@@ -950,7 +947,7 @@ class Assigner {
   // `owner` as it is, or refined by the local search: the Better. One
   // policy (binding; mixed in time mode) for half the time: running both
   // after piece sizing changed one sized plan of docs/planner-quality.md
-  // (bimodal N = 16, balance mode: 1.6% / 2.5% instead of 1.1% / 2.7%).
+  // (docs/planner-benchmark.md, the assignment's data structures).
   Assignment Refine(std::vector<int32_t> owner) {
     EstimateTraffic();
     const Loads loads = CountLoads(in_, users_, block_tokens_, std::move(owner));
@@ -1367,9 +1364,7 @@ class Assigner {
   }
 
 
-  bool TimeMode() const {
-    return in_.judge.pairs_per_traffic_token > 0 && in_.judge.max_imbalance >= 1;
-  }
+  bool TimeMode() const { return in_.judge.objective == PlannerObjective::kTime; }
 
   // The local search from `from` with each partner policy (one when
   // refining), into `best` when Better. The binding policy levels traffic

@@ -36,6 +36,7 @@
 #include <memory>
 #include <vector>
 
+#include "fcp/planner.h"
 #include "fcp/required_pairs.h"
 #include "sharding.h"
 
@@ -43,6 +44,9 @@ namespace fcp::detail {
 
 // How assignments are judged (Better).
 struct Judge {
+  // The planner's objective (PlannerConfig::Objective): kBalance has
+  // pairs_per_traffic_token 0, kTime runs the fewest starts and policies.
+  PlannerObjective objective = PlannerObjective::kBalance;
   // Token pairs of compute that moving one K/V token costs (Cost); 0 = by
   // balance alone.
   double pairs_per_traffic_token = 0;

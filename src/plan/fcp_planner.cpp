@@ -27,8 +27,10 @@ double PairsPerTrafficToken(const PlannerConfig& config) {
 
 // Balance mode judges by imbalance alone: no slack for small traffic excess.
 detail::Judge JudgeOf(const PlannerConfig& config, int64_t block_size) {
-  const double ratio = PairsPerTrafficToken(config);
-  return {ratio, config.max_imbalance, ratio > 0 ? static_cast<double>(block_size) : 0.0};
+  const PlannerObjective objective = config.Objective();
+  const bool balance = objective == PlannerObjective::kBalance;
+  return {objective, PairsPerTrafficToken(config), config.max_imbalance,
+          balance ? 0.0 : static_cast<double>(block_size)};
 }
 
 // The transparent reshuffle moves, per token away from its dataloader
@@ -179,52 +181,45 @@ struct Common {
 // when lower).
 constexpr double kResizeAbove = 0.05;
 constexpr int kResizeRounds = 4;
-// A round re-shards and searches again (at N = 1024 three times the
-// planning time) only when the sizes promise to lower the largest compute
-// by this much: at N = 1024 they promised 0.1-0.7% and the plan stayed
-// outside the bound.
+// A round re-shards and searches again (a multiple of the planning time)
+// only when the sizes promise to lower the largest compute by this much;
+// smaller promises did not bring plans within the bound (docs/planner.md,
+// the planner's constants).
 constexpr double kMinResizeGain = 0.01;
 
 // Rescue limits, in the order tried (docs/planner.md, step 6). Linear 4 is
 // left out: beside the default's powers of two up to 4 it adds only the
-// 3-piece cut, which the first limit tries; of 80 lognormal and bimodal
-// batches (N = 16..4096) 17 needed a rescue and linear 4 brought none of
-// them within the bound.
+// 3-piece cut, which the first limit tries (measured: docs/planner.md, the
+// planner's constants).
 constexpr int32_t kRescueLimits[] = {3, 5, 6, 8};
-// Each rescue candidate costs about one planning of the batch: at N = 4096
-// (seed 1) the rescue, 5 pieces and then 6, which reach the bound, took
-// planning from 0.58 s to 1.8 s, past its 1 s target, so beyond this many
-// workers there is none.
+// Each rescue candidate costs about one planning of the batch, so beyond
+// this many workers there is none: the rescue would take planning past its
+// 1 s target (docs/planner.md, step 6).
 constexpr int32_t kRescueMaxWorkers = 2048;
 
 // The home layout is kept only where its busiest reshuffle is at most this
-// share of the balanced plan's (MakeFcpPlan). Measured: all-short batches
-// 0 (their home layout moves nothing; 0.21-0.33 while it still split
-// heavy items); the paper's lognormal and the bimodal batch, when their
-// home layouts were built, 0.87-1.05, still moving 44-57% of the tokens
-// and slower simulated.
+// share of the balanced plan's (MakeFcpPlan): home layouts that win
+// reshuffle far less, those that still move most of the tokens are slower
+// simulated (the shares measured: docs/planner.md, the planner's constants).
 constexpr double kHomeReshuffleShare = 0.5;
 
 // The home candidate is built only when the dataloader layout's compute
-// imbalance is at most this: on the benchmark set all-short batches have
-// 16-17%, every other batch 48-96% (N = 16-256), whose home layouts never
-// won. It saves their planning time.
+// imbalance is at most this: only all-short batches come below it, and the
+// home layouts of the others never won (docs/planner.md, the home layout).
+// It saves their planning time.
 constexpr double kHomeMaxImbalance = 0.3;
 
 // The shed layout (issue 17, part 2; built where the home candidate is
 // not) replaces the balanced plan only where its port proxy is lower and
 // its busiest reshuffle across nodes (StepCost) below this share of the
 // balanced plan's (so never where nothing crosses a node: the proxy counts
-// no NVLink byte). On the benchmark set (N = 16 and 64) every shed plan
-// that passed both simulated faster (6-15%); those that passed the proxy
-// alone with a busiest reshuffle 0.96-1.05 of the balanced plan's were
-// 1.5-7.5% slower (bimodal N = 64, heavier tail sigma 2.0), the proxy
-// not seeing that a worker keeping none of its tokens waits for them.
+// no NVLink byte). The second test catches what the proxy misses: a worker
+// keeping none of its tokens waits for them (docs/planner.md, the shed
+// layout, has the plans that passed the proxy alone and were slower).
 constexpr double kShedReshuffleShare = 0.95;
-// The shed candidate is built up to this many workers: at N = 256 it
-// changed 1 of 7 benchmark batches (lognormal seed 1, -0.7%) for 8% more
-// planning instructions, and at N = 4096 (with its own sharding then) it
-// cost 37% more (callgrind).
+// The shed candidate is built up to this many workers: above it, it
+// changed almost no plan for much more planning time (docs/planner.md,
+// the shed layout).
 constexpr int32_t kShedMaxWorkers = 256;
 
 // The compute imbalance of the dataloader layout: each token's query work
@@ -249,8 +244,8 @@ double HomeImbalance(const detail::ShardBase& base, const std::vector<int64_t>& 
 // Imbalance()'s rounding, so that the pruning stays exact.
 constexpr double kBoundMargin = 1e-12;
 
-// Heaviest items examined by ComputeImbalanceLowerBound: the bound peaked
-// at k = 18 on the paper's batch at N = 256; a cap only weakens it.
+// Heaviest items examined by ComputeImbalanceLowerBound (where it peaks:
+// docs/planner.md, the planner's constants); a cap only weakens it.
 constexpr size_t kBoundItems = 64;
 
 // A lower bound on the compute imbalance, (max - mean) / max, of every
@@ -452,7 +447,8 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
     return detail::SplitHeavy(common.base, lengths, config.mask, config.heavy_fraction, max_split,
                               counts);
   };
-  const bool transparent = config.reshuffle_locality && config.network_flops_per_byte > 0;
+  const bool by_cost = config.Objective() != PlannerObjective::kBalance;
+  const bool transparent = config.reshuffle_locality && by_cost;
   const detail::Judge judge = JudgeOf(config, common.base.block_size);
   std::unique_ptr<Candidate> best = Assign(split(config.max_split), lengths, config, plan, common);
   // The home layout (issue 17): a sharding without zig-zag pairs (a
@@ -488,7 +484,7 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   std::optional<Layout> shed;
   if (transparent && !home && config.workers <= kShedMaxWorkers)
     shed = Layout{best->sharding.blocks, best->pairs, best->search->Shed(config.node_workers)};
-  if (config.network_flops_per_byte > 0 && config.heavy_fraction > 0 && config.max_split > 2) {
+  if (by_cost && config.heavy_fraction > 0 && config.max_split > 2) {
     detail::HeavySplit coarse_split = split(2);
     // Exact pruning. When the lower bound on its compute imbalance breaks
     // the imbalance bound, every coarse plan is outside it, and Better
