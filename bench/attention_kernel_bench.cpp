@@ -44,8 +44,8 @@ double SgemmGflops() {
     double best = 0;
     for (int rep = 0; rep < 5; ++rep) {
       const double t0 = ThreadCpuSeconds();
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
-                  c.data(), n);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(),
+                  n, 0.0f, c.data(), n);
       const double s = ThreadCpuSeconds() - t0;
       best = std::max(best, 2.0 * n * n * n / s * 1e-9);
     }
@@ -76,24 +76,27 @@ void BM_Attention(benchmark::State& state) {
   auto kernel = MakeCpuAttentionKernel();
   const SegmentPair sp{0, 0, 0, 0, len, len};
   InitForwardOutput(dims, len, o.data(), lse.data());
-  kernel->Forward(dims, mask, std::span(&sp, 1), {q.data(), k.data(), v.data(), o.data(), lse.data()});
+  kernel->Forward(dims, mask, std::span(&sp, 1),
+                  {q.data(), k.data(), v.data(), o.data(), lse.data()});
   ComputeDelta(dims, len, o.data(), d_o.data(), delta.data());
   double cpu_s = 0;
   for (auto _ : state) {
     const double t0 = ThreadCpuSeconds();
     if (!backward) {
       InitForwardOutput(dims, len, o.data(), lse.data());
-      kernel->Forward(dims, mask, std::span(&sp, 1), {q.data(), k.data(), v.data(), o.data(), lse.data()});
+      kernel->Forward(dims, mask, std::span(&sp, 1),
+                      {q.data(), k.data(), v.data(), o.data(), lse.data()});
     } else {
       kernel->Backward(dims, mask, std::span(&sp, 1),
-                       {q.data(), k.data(), v.data(), d_o.data(), lse.data(), delta.data(), dq.data(), dk.data(),
-                        dv.data()});
+                       {q.data(), k.data(), v.data(), d_o.data(), lse.data(), delta.data(),
+                        dq.data(), dk.data(), dv.data()});
     }
     benchmark::ClobberMemory();
     cpu_s += ThreadCpuSeconds() - t0;
   }
   const double pairs = static_cast<double>(AllowedPairs(mask, {0, len}, {0, len}));
-  const double flops = 4.0 * dims.heads_q * dims.head_dim * pairs * (backward ? kBackwardFlopsFactor : 1.0);
+  const double flops =
+      4.0 * dims.heads_q * dims.head_dim * pairs * (backward ? kBackwardFlopsFactor : 1.0);
   const double gflops = flops * static_cast<double>(state.iterations()) / cpu_s * 1e-9;
   state.counters["GFLOPS"] = gflops;
   state.counters["sgemm_GFLOPS"] = SgemmGflops();

@@ -38,9 +38,10 @@ double Gap(double value, double bound) { return bound > 0 ? value / bound - 1 : 
 int main(int argc, char** argv) {
   std::vector<int> workers = {16, 64, 256};
   if (argc == 3 && std::string(argv[1]) == "--workers") workers = ParseList(argv[2]);
-  std::printf("| mix | N | seed | mode | compute imb. | compute gap to LB | traffic imb. | max traffic / LB "
-              "| max tokens / cap | fwd transfer stages / ceil(Delta/c) | mean / max traffic MiB "
-              "| tokens reshuffled |\n");
+  std::printf(
+      "| mix | N | seed | mode | compute imb. | compute gap to LB | traffic imb. | max traffic / LB "
+      "| max tokens / cap | fwd transfer stages / ceil(Delta/c) | mean / max traffic MiB "
+      "| tokens reshuffled |\n");
   std::printf("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (int n : workers) {
     std::vector<Mix> mixes;
@@ -73,9 +74,10 @@ int main(int argc, char** argv) {
         double ratio, max_imbalance;
       };
       const fcp::PlannerConfig defaults;
-      for (const Mode& mode : {Mode{"default", defaults.network_flops_per_byte, defaults.max_imbalance},
-                               Mode{"balance", 0.0, defaults.max_imbalance},
-                               Mode{"time", defaults.network_flops_per_byte, 1.0}}) {
+      for (const Mode& mode :
+           {Mode{"default", defaults.network_flops_per_byte, defaults.max_imbalance},
+            Mode{"balance", 0.0, defaults.max_imbalance},
+            Mode{"time", defaults.network_flops_per_byte, 1.0}}) {
         fcp::PlannerConfig pc;
         pc.workers = n;
         pc.network_flops_per_byte = mode.ratio;
@@ -87,9 +89,9 @@ int main(int argc, char** argv) {
         std::printf(
             "| %s | %d | %llu | %s | %.2f%% | %.2f%% | %.2f%% | %.2f | %lld / %lld | %d / %d | %.0f / %.0f "
             "| %.1f%% |\n",
-            mix.name, n, static_cast<unsigned long long>(mix.config.seed),
-            mode.name, 100 * m.compute_imbalance,
-            100 * Gap(m.max_compute, m.compute_lower_bound), 100 * m.traffic_imbalance,
+            mix.name, n, static_cast<unsigned long long>(mix.config.seed), mode.name,
+            100 * m.compute_imbalance, 100 * Gap(m.max_compute, m.compute_lower_bound),
+            100 * m.traffic_imbalance,
             m.traffic_lower_bound_bytes > 0
                 ? double(m.max_traffic_bytes) / double(m.traffic_lower_bound_bytes)
                 : 0.0,

@@ -14,6 +14,7 @@ packages=(
   python3-matplotlib python3-numpy              # docs/ plots and the evaluation script
   python3-dev python3-venv                      # `pip install .` of the Python module (headers, venv)
   clang libclang-rt-14-dev                      # libFuzzer target for the plan reader
+  clang-format-14                               # the C++ style check (scripts/format_check.sh)
 )
 
 missing=()

@@ -3,12 +3,15 @@
 # tests in a Release build, the same again under AddressSanitizer +
 # UndefinedBehaviorSanitizer, an LTO link of fcp that fails on any ODR
 # violation, the Python module's tests, the fcp.torch tests
-# (scripts/torch_test.sh: a reused venv with torch), and a short fuzzing
-# run of the plan reader.
+# (scripts/torch_test.sh: a reused venv with torch), a short fuzzing
+# run of the plan reader, and a check that the C++ is formatted.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 jobs="$(nproc 2>/dev/null || echo 2)"
+
+echo "== C++ formatting (clang-format-14, .clang-format)"
+bash scripts/format_check.sh
 
 echo "== Release build and tests"
 bash scripts/build.sh release

@@ -7,9 +7,9 @@
 #include <bit>
 #include <cmath>
 #include <limits>
-#include <type_traits>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "fcp/attention_kernel.h"
@@ -49,7 +49,8 @@ void ExpectClose(const std::vector<float>& got, const std::vector<double>& want,
   if (norm == 0)
     EXPECT_LT(max_abs, tol) << what;
   else
-    EXPECT_LT(RelativeError(got.data(), want.data(), static_cast<int64_t>(got.size())), tol) << what;
+    EXPECT_LT(RelativeError(got.data(), want.data(), static_cast<int64_t>(got.size())), tol)
+        << what;
 }
 
 // Pairs of chunks of each packed sequence (including ones the mask empties), shuffled.
@@ -61,7 +62,8 @@ std::vector<SegmentPair> ChunkPairs(const std::vector<int64_t>& lengths, std::mt
     const auto k_chunks = Chunks(len, 29, rng);
     for (TokenRange qc : q_chunks)
       for (TokenRange kc : k_chunks)
-        pairs.push_back({base + qc.begin, base + kc.begin, qc.begin, kc.begin, qc.size(), kc.size()});
+        pairs.push_back(
+            {base + qc.begin, base + kc.begin, qc.begin, kc.begin, qc.size(), kc.size()});
     base += len;
   }
   std::shuffle(pairs.begin(), pairs.end(), rng);
@@ -101,10 +103,13 @@ TEST_P(KernelVsReference, ForwardAndBackwardMatchFloat64) {
   InitForwardOutput(dims, total, o.data(), lse.data());
   // Two calls: the merge must not depend on how pairs are grouped into calls.
   const size_t half = pairs.size() / 2;
-  kernel->Forward(dims, c.mask, std::span(pairs).first(half), {q.data(), k.data(), v.data(), o.data(), lse.data()});
-  kernel->Forward(dims, c.mask, std::span(pairs).subspan(half), {q.data(), k.data(), v.data(), o.data(), lse.data()});
+  kernel->Forward(dims, c.mask, std::span(pairs).first(half),
+                  {q.data(), k.data(), v.data(), o.data(), lse.data()});
+  kernel->Forward(dims, c.mask, std::span(pairs).subspan(half),
+                  {q.data(), k.data(), v.data(), o.data(), lse.data()});
 
-  const auto ref = ReferenceAttention(lengths, c.mask, dims, q.data(), k.data(), v.data(), d_o.data());
+  const auto ref =
+      ReferenceAttention(lengths, c.mask, dims, q.data(), k.data(), v.data(), d_o.data());
   ExpectClose(o, ref.o, 1e-5, "o");
   ExpectClose(lse, ref.lse, 1e-6, "lse");
 
@@ -167,8 +172,9 @@ TEST_P(Bf16VsFloat32, SameBitsAsFloat32OnRoundedInputs) {
     std::vector<float> o, lse, dq, dk, dv;
   };
   auto run = [&](const auto& qi, const auto& ki, const auto& vi, const auto& doi) {
-    Result r{std::vector<float>(q.size()), std::vector<float>(total * dims.heads_q), std::vector<float>(q.size()),
-             std::vector<float>(k.size()), std::vector<float>(v.size())};
+    Result r{std::vector<float>(q.size()), std::vector<float>(total * dims.heads_q),
+             std::vector<float>(q.size()), std::vector<float>(k.size()),
+             std::vector<float>(v.size())};
     InitForwardOutput(dims, total, r.o.data(), r.lse.data());
     const size_t half = pairs.size() / 2;
     using Elem = std::remove_cvref_t<decltype(qi[0])>;
@@ -177,9 +183,10 @@ TEST_P(Bf16VsFloat32, SameBitsAsFloat32OnRoundedInputs) {
     kernel->Forward(dims, c.mask, std::span(pairs).subspan(half), fwd);
     std::vector<float> delta(r.lse.size());
     ComputeDelta(dims, total, r.o.data(), d_o32.data(), delta.data());
-    kernel->Backward(dims, c.mask, pairs,
-                     BackwardBuffersOf<Elem>{qi.data(), ki.data(), vi.data(), doi.data(), r.lse.data(), delta.data(),
-                                             r.dq.data(), r.dk.data(), r.dv.data()});
+    kernel->Backward(
+        dims, c.mask, pairs,
+        BackwardBuffersOf<Elem>{qi.data(), ki.data(), vi.data(), doi.data(), r.lse.data(),
+                                delta.data(), r.dq.data(), r.dk.data(), r.dv.data()});
     return r;
   };
   const Result want = run(q32, k32, v32, d_o32);
@@ -193,7 +200,8 @@ TEST_P(Bf16VsFloat32, SameBitsAsFloat32OnRoundedInputs) {
   EXPECT_EQ(got.dk, want.dk);
   EXPECT_EQ(got.dv, want.dv);
   // And the bfloat16 path is close to float64 on its rounded inputs (as float32 is).
-  const auto ref = ReferenceAttention(lengths, c.mask, dims, q32.data(), k32.data(), v32.data(), d_o32.data());
+  const auto ref =
+      ReferenceAttention(lengths, c.mask, dims, q32.data(), k32.data(), v32.data(), d_o32.data());
   ExpectClose(got.o, ref.o, 1e-5, "o");
   ExpectClose(got.dq, ref.dq, 1e-5, "dq");
 }
@@ -214,7 +222,8 @@ TEST(BFloat16, RoundsToNearestEven) {
   EXPECT_EQ(ToBFloat16(std::numeric_limits<float>::max()).bits, 0x7f80);  // rounds up to infinity
   EXPECT_TRUE(std::isnan(ToFloat(ToBFloat16(std::nanf("")))));
   EXPECT_TRUE(std::isnan(ToFloat(BFloat16{0x7f81})));
-  EXPECT_TRUE(std::isnan(ToFloat(ToBFloat16(std::bit_cast<float>(0x7f800001u)))));  // would round to inf
+  EXPECT_TRUE(
+      std::isnan(ToFloat(ToBFloat16(std::bit_cast<float>(0x7f800001u)))));  // would round to inf
 }
 
 // A kernel that implements only float32 refuses bfloat16 with an error, not a crash.
@@ -222,12 +231,16 @@ TEST(AttentionKernel, Float32OnlyKernelRefusesBfloat16) {
   struct Float32Only final : AttentionKernel {
     using AttentionKernel::Backward;
     using AttentionKernel::Forward;
-    void Forward(const AttentionDims&, const Mask&, std::span<const SegmentPair>, const ForwardBuffers&) override {}
-    void Backward(const AttentionDims&, const Mask&, std::span<const SegmentPair>, const BackwardBuffers&) override {}
+    void Forward(const AttentionDims&, const Mask&, std::span<const SegmentPair>,
+                 const ForwardBuffers&) override {}
+    void Backward(const AttentionDims&, const Mask&, std::span<const SegmentPair>,
+                  const BackwardBuffers&) override {}
   } kernel;
   const AttentionDims dims{1, 1, 1, 1.0f};
-  EXPECT_THROW(kernel.Forward(dims, {MaskKind::kCausal, 0}, {}, ForwardBuffersOf<BFloat16>{}), Error);
-  EXPECT_THROW(kernel.Backward(dims, {MaskKind::kCausal, 0}, {}, BackwardBuffersOf<BFloat16>{}), Error);
+  EXPECT_THROW(kernel.Forward(dims, {MaskKind::kCausal, 0}, {}, ForwardBuffersOf<BFloat16>{}),
+               Error);
+  EXPECT_THROW(kernel.Backward(dims, {MaskKind::kCausal, 0}, {}, BackwardBuffersOf<BFloat16>{}),
+               Error);
 }
 
 // One token: the output is its value row and lse the scaled score.
@@ -238,7 +251,8 @@ TEST(CpuAttentionKernel, SingleTokenIsItsValue) {
   std::vector<float> o(2), lse(1);
   InitForwardOutput(dims, 1, o.data(), lse.data());
   const SegmentPair sp{0, 0, 0, 0, 1, 1};
-  kernel->Forward(dims, {MaskKind::kCausal, 0}, std::span(&sp, 1), {q.data(), k.data(), v.data(), o.data(), lse.data()});
+  kernel->Forward(dims, {MaskKind::kCausal, 0}, std::span(&sp, 1),
+                  {q.data(), k.data(), v.data(), o.data(), lse.data()});
   EXPECT_FLOAT_EQ(o[0], 5.0f);
   EXPECT_FLOAT_EQ(o[1], -6.0f);
   EXPECT_FLOAT_EQ(lse[0], 0.5f * 11.0f);
@@ -252,7 +266,8 @@ TEST(CpuAttentionKernel, TwoKeysHandComputed) {
   std::vector<float> o(1), lse(1);
   InitForwardOutput(dims, 1, o.data(), lse.data());
   const SegmentPair sp{0, 0, 1, 0, 1, 2};  // query is token 1: both keys allowed causally
-  kernel->Forward(dims, {MaskKind::kCausal, 0}, std::span(&sp, 1), {q.data(), k.data(), v.data(), o.data(), lse.data()});
+  kernel->Forward(dims, {MaskKind::kCausal, 0}, std::span(&sp, 1),
+                  {q.data(), k.data(), v.data(), o.data(), lse.data()});
   EXPECT_NEAR(o[0], 0.25f * 4 + 0.75f * 8, 1e-5);
   EXPECT_NEAR(lse[0], std::log(4.0f), 1e-6);
 }
@@ -269,8 +284,10 @@ TEST(CpuAttentionKernel, LargeScoresStayFinite) {
   }
   InitForwardOutput(dims, n, o.data(), lse.data());
   const SegmentPair sp{0, 0, 0, 0, n, n};
-  kernel->Forward(dims, {MaskKind::kCausal, 0}, std::span(&sp, 1), {q.data(), k.data(), v.data(), o.data(), lse.data()});
-  const auto ref = ReferenceAttention({n}, {MaskKind::kCausal, 0}, dims, q.data(), k.data(), v.data(), nullptr);
+  kernel->Forward(dims, {MaskKind::kCausal, 0}, std::span(&sp, 1),
+                  {q.data(), k.data(), v.data(), o.data(), lse.data()});
+  const auto ref =
+      ReferenceAttention({n}, {MaskKind::kCausal, 0}, dims, q.data(), k.data(), v.data(), nullptr);
   for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(std::isfinite(o[i]) && std::isfinite(lse[i]));
   EXPECT_LT(RelativeError(o.data(), ref.o.data(), n), 1e-5);
   EXPECT_LT(RelativeError(lse.data(), ref.lse.data(), n), 1e-6);
@@ -293,22 +310,26 @@ TEST(CpuAttentionKernel, NanStaysInTheTokensThatAttendIt) {
   InitForwardOutput(dims, n, o.data(), lse.data());
   const SegmentPair sp{0, 0, 0, 0, n, n};
   const Mask causal{MaskKind::kCausal, 0};
-  kernel->Forward(dims, causal, std::span(&sp, 1), {q.data(), k.data(), v.data(), o.data(), lse.data()});
-  for (int64_t t = 0; t < 2; ++t) EXPECT_TRUE(std::isfinite(o[t * 2]) && std::isfinite(o[t * 2 + 1])) << t;
+  kernel->Forward(dims, causal, std::span(&sp, 1),
+                  {q.data(), k.data(), v.data(), o.data(), lse.data()});
+  for (int64_t t = 0; t < 2; ++t)
+    EXPECT_TRUE(std::isfinite(o[t * 2]) && std::isfinite(o[t * 2 + 1])) << t;
   for (int64_t t = 2; t < n; ++t) EXPECT_TRUE(std::isnan(o[t * 2])) << t;
 
   // Backward with V finite again, so that only the query NaN is in play.
   v[2 * 2] = 0.5f;
   InitForwardOutput(dims, n, o.data(), lse.data());
-  kernel->Forward(dims, causal, std::span(&sp, 1), {q.data(), k.data(), v.data(), o.data(), lse.data()});
+  kernel->Forward(dims, causal, std::span(&sp, 1),
+                  {q.data(), k.data(), v.data(), o.data(), lse.data()});
   std::vector<float> delta(n), dq(n * 2, 0.0f), dk(n * 2, 0.0f), dv(n * 2, 0.0f);
   ComputeDelta(dims, n, o.data(), d_o.data(), delta.data());
   kernel->Backward(dims, causal, std::span(&sp, 1),
-                   {q.data(), k.data(), v.data(), d_o.data(), lse.data(), delta.data(), dq.data(), dk.data(),
-                    dv.data()});
+                   {q.data(), k.data(), v.data(), d_o.data(), lse.data(), delta.data(), dq.data(),
+                    dk.data(), dv.data()});
   for (int64_t t = 7; t < n; ++t)
     for (int64_t d = 0; d < 2; ++d) {
-      EXPECT_TRUE(std::isfinite(dk[t * 2 + d])) << "dk of key " << t << ", which query 6 does not attend";
+      EXPECT_TRUE(std::isfinite(dk[t * 2 + d]))
+          << "dk of key " << t << ", which query 6 does not attend";
       EXPECT_TRUE(std::isfinite(dv[t * 2 + d])) << "dv of key " << t;
     }
   for (int64_t t = 0; t < n; ++t)
@@ -322,14 +343,15 @@ TEST(CpuAttentionKernel, NanStaysInTheTokensThatAttendIt) {
   v[2 * 2] = nan;
   q[6 * 2] = 0.25f;
   InitForwardOutput(dims, n, o.data(), lse.data());
-  kernel->Forward(dims, window, std::span(&sp, 1), {q.data(), k.data(), v.data(), o.data(), lse.data()});
+  kernel->Forward(dims, window, std::span(&sp, 1),
+                  {q.data(), k.data(), v.data(), o.data(), lse.data()});
   ComputeDelta(dims, n, o.data(), d_o.data(), delta.data());
   std::fill(dq.begin(), dq.end(), 0.0f);
   std::fill(dk.begin(), dk.end(), 0.0f);
   std::fill(dv.begin(), dv.end(), 0.0f);
   kernel->Backward(dims, window, std::span(&sp, 1),
-                   {q.data(), k.data(), v.data(), d_o.data(), lse.data(), delta.data(), dq.data(), dk.data(),
-                    dv.data()});
+                   {q.data(), k.data(), v.data(), d_o.data(), lse.data(), delta.data(), dq.data(),
+                    dk.data(), dv.data()});
   EXPECT_TRUE(std::isfinite(dk[0]) && std::isfinite(dk[1])) << "dk of key 0 under a window of 1";
   EXPECT_TRUE(std::isfinite(dq[0]) && std::isfinite(dq[1])) << "dq of query 0 under a window of 1";
 }

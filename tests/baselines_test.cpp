@@ -46,13 +46,12 @@ int64_t MaxTokens(const Plan& plan) {
 // Every baseline and ablation is a valid plan on many random batches, all
 // masks, N from 1 to 64; its token_cap is what it actually gives a worker.
 TEST(BaselinesTest, EveryPlannerIsValidEverywhere) {
-  const std::vector<std::string> planners = {"ring",       "bytescale",        "magi",
-                                             "wlb",        "fcp-nopipe",       "fcp-random-order",
-                                             "fcp-nocoalesce"};
+  const std::vector<std::string> planners = {
+      "ring", "bytescale", "magi", "wlb", "fcp-nopipe", "fcp-random-order", "fcp-nocoalesce"};
   uint64_t seed = 1;
   for (int32_t n : {1, 2, 3, 5, 8, 13, 32, 64})
-    for (LengthDistribution dist :
-         {LengthDistribution::kLognormal, LengthDistribution::kUniform, LengthDistribution::kBimodal})
+    for (LengthDistribution dist : {LengthDistribution::kLognormal, LengthDistribution::kUniform,
+                                    LengthDistribution::kBimodal})
       for (MaskKind kind : {MaskKind::kCausal, MaskKind::kFull, MaskKind::kSlidingWindow}) {
         const std::vector<int64_t> lengths = Workload(dist, n, seed++);
         for (const std::string& name : planners) {
@@ -87,7 +86,7 @@ TEST(BaselinesTest, RingStructure) {
     }
   }
   EXPECT_EQ(plan.coalesce, 1);
-  EXPECT_EQ(plan.forward.size(), static_cast<size_t>(n));  // N compute steps
+  EXPECT_EQ(plan.forward.size(), static_cast<size_t>(n));       // N compute steps
   EXPECT_EQ(plan.backward.size(), static_cast<size_t>(n + 1));  // + the last dK/dV hop home
   for (const ForwardStage& s : plan.forward)
     for (const Transfer& t : s.send) EXPECT_EQ(t.dst, (t.src + 1) % n);
@@ -156,7 +155,8 @@ TEST(BaselinesTest, ByteScaleGroupsByLength) {
     for (const Segment& s : b.segments) workers_of[s.seq].push_back(b.worker);
   for (size_t s = 0; s < lengths.size(); ++s) {
     std::sort(workers_of[s].begin(), workers_of[s].end());
-    workers_of[s].erase(std::unique(workers_of[s].begin(), workers_of[s].end()), workers_of[s].end());
+    workers_of[s].erase(std::unique(workers_of[s].begin(), workers_of[s].end()),
+                        workers_of[s].end());
     const int64_t group = std::min<int64_t>(n, (lengths[s] + share - 1) / share);
     EXPECT_EQ(static_cast<int64_t>(workers_of[s].size()), group) << "sequence " << s;
   }

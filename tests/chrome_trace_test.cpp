@@ -14,7 +14,8 @@
 namespace fcp {
 namespace {
 
-std::string Document(const ChromeTraceLayout& layout, int32_t processes, const std::vector<TraceEvent>& events) {
+std::string Document(const ChromeTraceLayout& layout, int32_t processes,
+                     const std::vector<TraceEvent>& events) {
   std::ostringstream out;
   WriteChromeTrace(layout, processes, events, out);
   return out.str();
@@ -27,16 +28,17 @@ TEST(ChromeTrace, OneProcessTwoTracksExactText) {
   layout.tracks = {"compute", "send"};
   const std::vector<TraceEvent> events = {{0, 0, "pair q0 kv0", 0.5e-6, 2e-6},
                                           {0, 1, "kv1 -> 1", 1e-3, 1.0015e-3}};
-  EXPECT_EQ(Document(layout, 1, events),
-            "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"planner\": \"fcp\", \"profile\": \"gpu-x\"},\n"
-            "\"traceEvents\": [\n"
-            "{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": 0, \"args\": {\"name\": \"worker 0\"}},\n"
-            "{\"ph\": \"M\", \"name\": \"process_sort_index\", \"pid\": 0, \"args\": {\"sort_index\": 0}},\n"
-            "{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": 0, \"tid\": 0, \"args\": {\"name\": \"compute\"}},\n"
-            "{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": 0, \"tid\": 1, \"args\": {\"name\": \"send\"}},\n"
-            "{\"ph\": \"X\", \"name\": \"pair q0 kv0\", \"pid\": 0, \"tid\": 0, \"ts\": 0.500, \"dur\": 1.500},\n"
-            "{\"ph\": \"X\", \"name\": \"kv1 -> 1\", \"pid\": 0, \"tid\": 1, \"ts\": 1000.000, \"dur\": 1.500}\n"
-            "]}\n");
+  EXPECT_EQ(
+      Document(layout, 1, events),
+      "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"planner\": \"fcp\", \"profile\": \"gpu-x\"},\n"
+      "\"traceEvents\": [\n"
+      "{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": 0, \"args\": {\"name\": \"worker 0\"}},\n"
+      "{\"ph\": \"M\", \"name\": \"process_sort_index\", \"pid\": 0, \"args\": {\"sort_index\": 0}},\n"
+      "{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": 0, \"tid\": 0, \"args\": {\"name\": \"compute\"}},\n"
+      "{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": 0, \"tid\": 1, \"args\": {\"name\": \"send\"}},\n"
+      "{\"ph\": \"X\", \"name\": \"pair q0 kv0\", \"pid\": 0, \"tid\": 0, \"ts\": 0.500, \"dur\": 1.500},\n"
+      "{\"ph\": \"X\", \"name\": \"kv1 -> 1\", \"pid\": 0, \"tid\": 1, \"ts\": 1000.000, \"dur\": 1.500}\n"
+      "]}\n");
 }
 
 TEST(ChromeTrace, NoOtherDataNoEventsNoProcesses) {
@@ -50,10 +52,11 @@ TEST(ChromeTrace, CategoryIsTheTrackName) {
   layout.track_category = true;
   // Track 5 has no name: written with an empty category, not dropped.
   const std::vector<TraceEvent> events = {{3, 1, "recv kv2 from 0", 0, 1e-6}, {3, 5, "odd", 0, 0}};
-  EXPECT_EQ(ChromeCompleteEvents(events, layout),
-            "{\"ph\": \"X\", \"name\": \"recv kv2 from 0\", \"cat\": \"recv\", \"pid\": 3, \"tid\": 1, "
-            "\"ts\": 0.000, \"dur\": 1.000},\n"
-            "{\"ph\": \"X\", \"name\": \"odd\", \"cat\": \"\", \"pid\": 3, \"tid\": 5, \"ts\": 0.000, \"dur\": 0.000}");
+  EXPECT_EQ(
+      ChromeCompleteEvents(events, layout),
+      "{\"ph\": \"X\", \"name\": \"recv kv2 from 0\", \"cat\": \"recv\", \"pid\": 3, \"tid\": 1, "
+      "\"ts\": 0.000, \"dur\": 1.000},\n"
+      "{\"ph\": \"X\", \"name\": \"odd\", \"cat\": \"\", \"pid\": 3, \"tid\": 5, \"ts\": 0.000, \"dur\": 0.000}");
 }
 
 TEST(ChromeTrace, NamesAreEscaped) {
@@ -61,13 +64,14 @@ TEST(ChromeTrace, NamesAreEscaped) {
   layout.process_label = "w\"k";
   layout.tracks = {"a\\b"};
   layout.other_data = {{"k\"", "line\nbreak"}};
-  const std::vector<TraceEvent> events = {{0, 0, std::string("q\"uote\\back\tx\x01y\x7f", 16), 0, 0},
-                                          {0, 0, "bad \xff utf8", 0, 0}};
+  const std::vector<TraceEvent> events = {
+      {0, 0, std::string("q\"uote\\back\tx\x01y\x7f", 16), 0, 0}, {0, 0, "bad \xff utf8", 0, 0}};
   const std::string text = Document(layout, 1, events);
   EXPECT_NE(text.find("\"otherData\": {\"k\\\"\": \"line\\nbreak\"}"), std::string::npos) << text;
   EXPECT_NE(text.find("\"args\": {\"name\": \"w\\\"k 0\"}"), std::string::npos) << text;
   EXPECT_NE(text.find("\"args\": {\"name\": \"a\\\\b\"}"), std::string::npos) << text;
-  EXPECT_NE(text.find("\"name\": \"q\\\"uote\\\\back\\tx\\u0001y\x7f\""), std::string::npos) << text;
+  EXPECT_NE(text.find("\"name\": \"q\\\"uote\\\\back\\tx\\u0001y\x7f\""), std::string::npos)
+      << text;
   EXPECT_NE(text.find("\"name\": \"bad \xef\xbf\xbd utf8\""), std::string::npos) << text;  // U+FFFD
   const nlohmann::json doc = nlohmann::json::parse(text);
   EXPECT_EQ(doc["traceEvents"][3]["name"], std::string("q\"uote\\back\tx\x01y\x7f", 16));
@@ -77,8 +81,10 @@ TEST(ChromeTrace, TextsMadeApartJoinIntoOneDocument) {
   ChromeTraceLayout layout;
   layout.process_label = "rank";
   layout.tracks = {"compute"};
-  const std::string rank0 = ChromeCompleteEvents(std::vector<TraceEvent>{{0, 0, "a", 0, 1e-6}}, layout);
-  const std::string rank1 = ChromeCompleteEvents(std::vector<TraceEvent>{{1, 0, "b", 0, 2e-6}}, layout);
+  const std::string rank0 =
+      ChromeCompleteEvents(std::vector<TraceEvent>{{0, 0, "a", 0, 1e-6}}, layout);
+  const std::string rank1 =
+      ChromeCompleteEvents(std::vector<TraceEvent>{{1, 0, "b", 0, 2e-6}}, layout);
   std::ostringstream out;
   WriteChromeTraceDocument(layout, 3, {rank0, "", rank1}, out);  // rank 2 recorded nothing
   const nlohmann::json doc = nlohmann::json::parse(out.str());
@@ -102,7 +108,8 @@ TEST(ChromeTrace, RandomEventsRoundTrip) {
       e.worker = static_cast<int32_t>(rng() % 4);
       e.track = static_cast<int32_t>(rng() % 3);
       e.name.resize(rng() % 12);
-      for (char& c : e.name) c = static_cast<char>(rng() % 128);  // ASCII, control characters included
+      for (char& c : e.name)
+        c = static_cast<char>(rng() % 128);  // ASCII, control characters included
       e.start_s = static_cast<double>(rng() % 1000000) * 1e-6;
       e.end_s = e.start_s + static_cast<double>(rng() % 1000) * 1e-9;
     }

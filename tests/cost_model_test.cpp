@@ -33,7 +33,7 @@ TEST(CostModelTest, BuiltinProfilesAreValid) {
 
 TEST(CostModelTest, EfficiencyInterpolatesInLogLength) {
   const HardwareProfile p = BuiltinProfile("gpu-x");
-  EXPECT_DOUBLE_EQ(KernelEfficiency(p, 512), 0.25);   // a table point (paper section 3.1)
+  EXPECT_DOUBLE_EQ(KernelEfficiency(p, 512), 0.25);  // a table point (paper section 3.1)
   EXPECT_DOUBLE_EQ(KernelEfficiency(p, 1024), 0.38);
   // Half way in log2 between 512 and 1024.
   EXPECT_NEAR(KernelEfficiency(p, std::sqrt(512.0 * 1024.0)), (0.25 + 0.38) / 2, 1e-12);
@@ -62,7 +62,8 @@ TEST(CostModelTest, EquivalentKernelLength) {
 // The planner's network ratio for a profile: FLOPs computed while one byte
 // crosses the NIC. gpu-x: 989e12 x 126/132 x 0.66 / 50e9 = 12462.
 TEST(CostModelTest, NetworkFlopsPerByte) {
-  EXPECT_NEAR(NetworkFlopsPerByte(BuiltinProfile("gpu-x")), 989e12 * 126.0 / 132.0 * 0.66 / 50e9, 1e-6);
+  EXPECT_NEAR(NetworkFlopsPerByte(BuiltinProfile("gpu-x")), 989e12 * 126.0 / 132.0 * 0.66 / 50e9,
+              1e-6);
   HardwareProfile p = BuiltinProfile("gpu-x");
   p.nic_bytes_per_s *= 2;  // twice the network: half the ratio
   EXPECT_NEAR(NetworkFlopsPerByte(p), NetworkFlopsPerByte(BuiltinProfile("gpu-x")) / 2, 1e-6);
@@ -130,11 +131,13 @@ TEST(CostModelTest, JsonRoundTripAndBase) {
 // is named as one, and the seeds of the profile fuzzer pass its check.
 TEST(CostModelTest, HostileProfiles) {
   try {
-    ParseProfileJson("{\"peak_flops\": " + std::string(100000, '[') + std::string(100000, ']') + "}");
+    ParseProfileJson("{\"peak_flops\": " + std::string(100000, '[') + std::string(100000, ']') +
+                     "}");
     ADD_FAILURE() << "accepted deep nesting";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kParse);
-    EXPECT_NE(std::string(e.what()).find("nest deeper than 64 levels"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("nest deeper than 64 levels"), std::string::npos)
+        << e.what();
   }
   try {
     LoadProfileJson(std::filesystem::temp_directory_path().string());

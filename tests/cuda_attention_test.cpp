@@ -68,8 +68,10 @@ TEST(CudaAttention, KernelMatchesReferenceAllMasksGqa) {
   for (const Mask& mask : kMasks)
     for (auto [hq, hkv, hd] : {std::tuple{8, 2, 128}, std::tuple{4, 4, 64}, std::tuple{6, 1, 32}}) {
       const AttentionDims dims{hq, hkv, hd, 1.0f / std::sqrt(float(hd))};
-      const auto q = Random(total * dims.q_row_floats(), rng), k = Random(total * dims.kv_row_floats(), rng);
-      const auto v = Random(total * dims.kv_row_floats(), rng), d_o = Random(total * dims.q_row_floats(), rng);
+      const auto q = Random(total * dims.q_row_floats(), rng),
+                 k = Random(total * dims.kv_row_floats(), rng);
+      const auto v = Random(total * dims.kv_row_floats(), rng),
+                 d_o = Random(total * dims.q_row_floats(), rng);
       // Every sequence split in two query and three key chunks: merges run.
       std::vector<SegmentPair> pairs;
       int64_t row = 0;
@@ -77,7 +79,8 @@ TEST(CudaAttention, KernelMatchesReferenceAllMasksGqa) {
         const int64_t qs[] = {0, len / 2, len}, ks[] = {0, len / 3, 2 * len / 3, len};
         for (int a = 0; a < 2; ++a)
           for (int b = 0; b < 3; ++b)
-            pairs.push_back({row + qs[a], row + ks[b], qs[a], ks[b], qs[a + 1] - qs[a], ks[b + 1] - ks[b]});
+            pairs.push_back(
+                {row + qs[a], row + ks[b], qs[a], ks[b], qs[a + 1] - qs[a], ks[b + 1] - ks[b]});
         row += len;
       }
       std::vector<float> o(q.size()), lse(static_cast<size_t>(total * hq)), delta(lse.size());
@@ -86,9 +89,10 @@ TEST(CudaAttention, KernelMatchesReferenceAllMasksGqa) {
       ComputeDelta(dims, total, o.data(), d_o.data(), delta.data());
       std::vector<float> dq(q.size()), dk(k.size()), dv(v.size());
       kernel->Backward(dims, mask, pairs,
-                       {q.data(), k.data(), v.data(), d_o.data(), lse.data(), delta.data(), dq.data(), dk.data(),
-                        dv.data()});
-      const auto ref = ReferenceAttention(lengths, mask, dims, q.data(), k.data(), v.data(), d_o.data());
+                       {q.data(), k.data(), v.data(), d_o.data(), lse.data(), delta.data(),
+                        dq.data(), dk.data(), dv.data()});
+      const auto ref =
+          ReferenceAttention(lengths, mask, dims, q.data(), k.data(), v.data(), d_o.data());
       const std::string what = std::string(MaskKindName(mask.kind)) + " hq " + std::to_string(hq);
       EXPECT_LT(Err(o, ref.o), kTol) << what;
       EXPECT_LT(Err(lse, ref.lse), kLseTol) << what;
@@ -109,8 +113,8 @@ void ExpectPlanMatches(const Plan& plan) {
     return MakeCudaAttentionKernel(ko);
   };
   const testing::PlanRunErrors e = testing::RunPlanOnThreads(plan, options, /*timeout_s=*/60.0);
-  const std::string what =
-      plan.planner + " workers " + std::to_string(plan.workers) + " mask " + MaskKindName(plan.mask.kind);
+  const std::string what = plan.planner + " workers " + std::to_string(plan.workers) + " mask " +
+                           MaskKindName(plan.mask.kind);
   EXPECT_LT(e.o, kTol) << what;
   EXPECT_LT(e.lse, kLseTol) << what;
   EXPECT_LT(e.dq, kTol) << what;

@@ -44,14 +44,20 @@ TEST(Bf16, RoundsToNearestEven) {
 // The allowed key ranges agree with the closed-form pair counts of mask.h.
 TEST(AllowedKeys, MatchesAllowedPairsAndAllowedQueriesIsItsTranspose) {
   std::mt19937_64 rng(9);
-  for (const Mask& mask : {Mask{MaskKind::kCausal, 0}, Mask{MaskKind::kFull, 0}, Mask{MaskKind::kSlidingWindow, 1},
-                           Mask{MaskKind::kSlidingWindow, 7}}) {
+  for (const Mask& mask : {Mask{MaskKind::kCausal, 0}, Mask{MaskKind::kFull, 0},
+                           Mask{MaskKind::kSlidingWindow, 1}, Mask{MaskKind::kSlidingWindow, 7}}) {
     KernelDims d;
-    d.mask_kind = mask.kind == MaskKind::kCausal ? kMaskCausal : mask.kind == MaskKind::kFull ? kMaskFull : kMaskSlidingWindow;
+    d.mask_kind = mask.kind == MaskKind::kCausal ? kMaskCausal
+                  : mask.kind == MaskKind::kFull ? kMaskFull
+                                                 : kMaskSlidingWindow;
     d.window = mask.window;
     for (int t = 0; t < 300; ++t) {
-      const PairDesc p{0, 0, static_cast<int64_t>(rng() % 40), static_cast<int64_t>(rng() % 40),
-                       static_cast<int64_t>(rng() % 20), static_cast<int64_t>(rng() % 20)};
+      const PairDesc p{0,
+                       0,
+                       static_cast<int64_t>(rng() % 40),
+                       static_cast<int64_t>(rng() % 40),
+                       static_cast<int64_t>(rng() % 20),
+                       static_cast<int64_t>(rng() % 20)};
       int64_t count = 0;
       for (int64_t i = 0; i < p.q_len; ++i) {
         int64_t lo, hi;
@@ -61,7 +67,8 @@ TEST(AllowedKeys, MatchesAllowedPairsAndAllowedQueriesIsItsTranspose) {
         ASSERT_LE(hi, std::max<int64_t>(p.k_len, lo));
         count += hi - lo;
       }
-      EXPECT_EQ(count, AllowedPairs(mask, {p.q_pos, p.q_pos + p.q_len}, {p.k_pos, p.k_pos + p.k_len}));
+      EXPECT_EQ(count,
+                AllowedPairs(mask, {p.q_pos, p.q_pos + p.q_len}, {p.k_pos, p.k_pos + p.k_len}));
       // AllowedQueries is the exact transpose: j in keys(i) <=> i in queries(j).
       for (int64_t j = 0; j < p.k_len; ++j) {
         int64_t qlo, qhi;
@@ -87,7 +94,8 @@ TEST(ForwardWaves, DisjointQueryRowsWithinAWaveAndOrderKept) {
   for (int t = 0; t < 50; ++t) {
     std::vector<PairDesc> pairs;
     for (int i = 0; i < 12; ++i)
-      pairs.push_back({static_cast<int64_t>(rng() % 30), 0, 0, 0, 1 + static_cast<int64_t>(rng() % 6), 1});
+      pairs.push_back(
+          {static_cast<int64_t>(rng() % 30), 0, 0, 0, 1 + static_cast<int64_t>(rng() % 6), 1});
     const auto waves = ForwardWaves(pairs);
     std::vector<int32_t> wave_of(pairs.size(), -1);
     for (size_t x = 0; x < waves.size(); ++x) {
@@ -106,8 +114,8 @@ TEST(ForwardWaves, DisjointQueryRowsWithinAWaveAndOrderKept) {
 }
 
 // The forward launches on the host: waves in order, every thread of a pair.
-void EmulateForward(const KernelDims& d, const std::vector<PairDesc>& pairs, const uint16_t* q, const uint16_t* k,
-                    const uint16_t* v, float* o, float* lse) {
+void EmulateForward(const KernelDims& d, const std::vector<PairDesc>& pairs, const uint16_t* q,
+                    const uint16_t* k, const uint16_t* v, float* o, float* lse) {
   for (const auto& wave : ForwardWaves(pairs))
     for (int32_t a : wave) {
       const PairDesc& p = pairs[static_cast<size_t>(a)];
@@ -165,8 +173,13 @@ TEST_P(HostEmulation, MatchesFloat64WithinBf16Tolerance) {
   }
   std::shuffle(pairs.begin(), pairs.end(), rng);
 
-  KernelDims d{c.heads_q, c.heads_kv, c.head_dim, dims.scale,
-               c.mask.kind == MaskKind::kCausal ? kMaskCausal : c.mask.kind == MaskKind::kFull ? kMaskFull : kMaskSlidingWindow,
+  KernelDims d{c.heads_q,
+               c.heads_kv,
+               c.head_dim,
+               dims.scale,
+               c.mask.kind == MaskKind::kCausal ? kMaskCausal
+               : c.mask.kind == MaskKind::kFull ? kMaskFull
+                                                : kMaskSlidingWindow,
                c.mask.window};
   std::vector<float> o(q.size()), lse(static_cast<size_t>(total * c.heads_q));
   InitForwardOutput(dims, total, o.data(), lse.data());
@@ -177,18 +190,20 @@ TEST_P(HostEmulation, MatchesFloat64WithinBf16Tolerance) {
     int64_t i;
     int32_t h;
     for (int64_t t = 0; ThreadWork(d, p, t, &i, &h); ++t)
-      BackwardQueryRow(d, p, i, h, qb.data(), kb.data(), vb.data(), dob.data(), lse.data(), delta.data(), dq.data());
+      BackwardQueryRow(d, p, i, h, qb.data(), kb.data(), vb.data(), dob.data(), lse.data(),
+                       delta.data(), dq.data());
     for (int64_t t = 0; KeyThreadWork(d, p, t, &i, &h); ++t)
-      BackwardKeyRow(d, p, i, h, qb.data(), kb.data(), vb.data(), dob.data(), lse.data(), delta.data(), dk.data(),
-                     dv.data());
+      BackwardKeyRow(d, p, i, h, qb.data(), kb.data(), vb.data(), dob.data(), lse.data(),
+                     delta.data(), dk.data(), dv.data());
   }
 
-  const auto ref = ReferenceAttention(lengths, c.mask, dims, q.data(), k.data(), v.data(), d_o.data());
+  const auto ref =
+      ReferenceAttention(lengths, c.mask, dims, q.data(), k.data(), v.data(), d_o.data());
   auto err = [](const std::vector<float>& got, const std::vector<double>& want) {
     return RelativeError(got.data(), want.data(), static_cast<int64_t>(want.size()));
   };
-  std::printf("%s: relative errors o %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n", c.name.c_str(), err(o, ref.o),
-              err(lse, ref.lse), err(dq, ref.dq), err(dk, ref.dk), err(dv, ref.dv));
+  std::printf("%s: relative errors o %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n", c.name.c_str(),
+              err(o, ref.o), err(lse, ref.lse), err(dq, ref.dq), err(dk, ref.dk), err(dv, ref.dv));
   EXPECT_LT(err(o, ref.o), 2e-2);
   EXPECT_LT(err(dv, ref.dv), 2e-2);
   if (c.mask.kind == MaskKind::kSlidingWindow && c.mask.window == 1) {
@@ -197,8 +212,10 @@ TEST_P(HostEmulation, MatchesFloat64WithinBf16Tolerance) {
     // absolute error of the gradients means anything.
     EXPECT_LT(err(lse, ref.lse), 4e-3);
     double max_abs = 0;
-    for (size_t x = 0; x < dq.size(); ++x) max_abs = std::max(max_abs, std::fabs(dq[x] - ref.dq[x]));
-    for (size_t x = 0; x < dk.size(); ++x) max_abs = std::max(max_abs, std::fabs(dk[x] - ref.dk[x]));
+    for (size_t x = 0; x < dq.size(); ++x)
+      max_abs = std::max(max_abs, std::fabs(dq[x] - ref.dq[x]));
+    for (size_t x = 0; x < dk.size(); ++x)
+      max_abs = std::max(max_abs, std::fabs(dk[x] - ref.dk[x]));
     EXPECT_LT(max_abs, 2e-2);
   } else {
     EXPECT_LT(err(lse, ref.lse), 1e-3);
@@ -233,12 +250,13 @@ TEST(HostEmulation, LargeScoresStayFinite) {
 }
 
 TEST(Footprint, HandCase) {
-  const std::vector<SegmentPair> pairs = {{10, 40, 0, 0, 5, 3}, {12, 30, 2, 0, 6, 2}, {0, 0, 0, 0, 0, 9}};
+  const std::vector<SegmentPair> pairs = {
+      {10, 40, 0, 0, 5, 3}, {12, 30, 2, 0, 6, 2}, {0, 0, 0, 0, 0, 9}};
   const Footprint f = FootprintOf(pairs);
   EXPECT_EQ(f.q_begin, 10);
-  EXPECT_EQ(f.q_rows, 8);   // rows 10..17
+  EXPECT_EQ(f.q_rows, 8);  // rows 10..17
   EXPECT_EQ(f.k_begin, 30);
-  EXPECT_EQ(f.k_rows, 13);  // rows 30..42
+  EXPECT_EQ(f.k_rows, 13);        // rows 30..42
   ASSERT_EQ(f.pairs.size(), 2u);  // the empty pair is dropped
   EXPECT_EQ(f.pairs[1].q_row, 2);
   EXPECT_EQ(f.pairs[1].k_row, 0);
@@ -264,19 +282,23 @@ TEST(Footprint, StagedRowsGiveIdenticalResults) {
     std::vector<SegmentPair> pairs;
     for (int n = 0; n < 5; ++n) {
       const int64_t ql = static_cast<int64_t>(rng() % 20), kl = static_cast<int64_t>(rng() % 20);
-      const int64_t qr = 30 + static_cast<int64_t>(rng() % 60), kr = 20 + static_cast<int64_t>(rng() % 80);
-      pairs.push_back({qr, kr, static_cast<int64_t>(rng() % 30), static_cast<int64_t>(rng() % 30), ql, kl});
+      const int64_t qr = 30 + static_cast<int64_t>(rng() % 60),
+                    kr = 20 + static_cast<int64_t>(rng() % 80);
+      pairs.push_back(
+          {qr, kr, static_cast<int64_t>(rng() % 30), static_cast<int64_t>(rng() % 30), ql, kl});
     }
     std::vector<PairDesc> full;
-    for (const SegmentPair& s : pairs) full.push_back({s.q_row, s.k_row, s.q_pos, s.k_pos, s.q_len, s.k_len});
+    for (const SegmentPair& s : pairs)
+      full.push_back({s.q_row, s.k_row, s.q_pos, s.k_pos, s.q_len, s.k_len});
     std::vector<float> o(q.size(), 0.0f), lse(static_cast<size_t>(rows * 4), -INFINITY);
     EmulateForward(d, full, q.data(), k.data(), v.data(), o.data(), lse.data());
 
     const Footprint f = FootprintOf(pairs);
-    std::vector<float> so(static_cast<size_t>(f.q_rows * 32), 0.0f), slse(static_cast<size_t>(f.q_rows * 4), -INFINITY);
+    std::vector<float> so(static_cast<size_t>(f.q_rows * 32), 0.0f),
+        slse(static_cast<size_t>(f.q_rows * 4), -INFINITY);
     if (f.q_rows > 0)
-      EmulateForward(d, f.pairs, q.data() + f.q_begin * 32, k.data() + f.k_begin * 16, v.data() + f.k_begin * 16,
-                     so.data(), slse.data());
+      EmulateForward(d, f.pairs, q.data() + f.q_begin * 32, k.data() + f.k_begin * 16,
+                     v.data() + f.k_begin * 16, so.data(), slse.data());
     std::vector<float> staged_o(q.size(), 0.0f), staged_lse(lse.size(), -INFINITY);
     std::copy(so.begin(), so.end(), staged_o.begin() + f.q_begin * 32);
     std::copy(slse.begin(), slse.end(), staged_lse.begin() + f.q_begin * 4);

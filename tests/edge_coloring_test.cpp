@@ -75,8 +75,8 @@ TEST(EdgeColoringTest, MaxDegreeCountsSidesSeparately) {
 }
 
 TEST(EdgeColoringTest, RejectsEndpointsOutOfRange) {
-  for (const BipartiteEdge& bad : {BipartiteEdge{3, 0}, BipartiteEdge{0, 3},
-                                   BipartiteEdge{-1, 0}, BipartiteEdge{0, -2}}) {
+  for (const BipartiteEdge& bad :
+       {BipartiteEdge{3, 0}, BipartiteEdge{0, 3}, BipartiteEdge{-1, 0}, BipartiteEdge{0, -2}}) {
     try {
       ColorBipartiteEdges(3, 3, {{0, 0}, bad});
       ADD_FAILURE() << "accepted (" << bad.left << ", " << bad.right << ")";
@@ -117,10 +117,8 @@ TEST(EdgeColoringTest, CheckRejectsInvalidColourings) {
               HasSubstr("edges 1 and 2 share a vertex and colour 0"));
   // More colours than Delta, a colour out of range, a missing colour.
   EXPECT_THAT(CheckError(3, 3, edges, {{1, 0, 1, 0, 0, 1}, 3}), HasSubstr("uses 3 colours"));
-  EXPECT_THAT(CheckError(3, 3, edges, {{1, 0, 1, 0, 0, 2}, 2}),
-              HasSubstr("edge 5 has colour 2"));
-  EXPECT_THAT(CheckError(3, 3, edges, {{1, 0, 1, 0, 0, -1}, 2}),
-              HasSubstr("edge 5 has colour -1"));
+  EXPECT_THAT(CheckError(3, 3, edges, {{1, 0, 1, 0, 0, 2}, 2}), HasSubstr("edge 5 has colour 2"));
+  EXPECT_THAT(CheckError(3, 3, edges, {{1, 0, 1, 0, 0, -1}, 2}), HasSubstr("edge 5 has colour -1"));
   EXPECT_THAT(CheckError(3, 3, edges, {{1, 0, 1, 0, 0}, 2}),
               HasSubstr("not every edge has a colour"));
 }

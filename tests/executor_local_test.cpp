@@ -34,7 +34,8 @@ void ExpectExact(const Plan& plan, bool backward) {
   options.kernel.kv_tile_rows = 16;
   const testing::PlanRunErrors e = testing::RunPlanOnThreads(plan, options);
   const std::string what = plan.planner + " workers " + std::to_string(plan.workers) + " mask " +
-                           MaskKindName(plan.mask.kind) + " coalesce " + std::to_string(plan.coalesce);
+                           MaskKindName(plan.mask.kind) + " coalesce " +
+                           std::to_string(plan.coalesce);
   EXPECT_LT(e.o, 1e-5) << what;
   EXPECT_LT(e.lse, 1e-6) << what;
   EXPECT_LT(e.dq, 1e-5) << what;
@@ -60,7 +61,8 @@ testing::TestPlanSpec Spec(int32_t workers, const Mask& mask, int32_t coalesce) 
 TEST(ExecutorLocal, HandBuiltPlansAllMasksAndRankCounts) {
   for (int32_t workers = 1; workers <= 4; ++workers)
     for (const Mask& mask : kMasks) {
-      for (int32_t c : {1, 2}) ExpectExact(testing::MakeGreedyTestPlan(Spec(workers, mask, c)), /*backward=*/true);
+      for (int32_t c : {1, 2})
+        ExpectExact(testing::MakeGreedyTestPlan(Spec(workers, mask, c)), /*backward=*/true);
       ExpectExact(testing::MakeRingTestPlan(Spec(workers, mask, 1)), /*backward=*/true);
     }
 }

@@ -57,7 +57,8 @@ TEST_F(FileIoTest, ReadsAWholeFile) {
 }
 
 TEST_F(FileIoTest, RefusesDirectoriesLongFilesAndNulBytes) {
-  EXPECT_THAT(ErrorOf([&] { ReadInputFile(dir_.string(), "plan", 100); }), HasSubstr("is a directory"));
+  EXPECT_THAT(ErrorOf([&] { ReadInputFile(dir_.string(), "plan", 100); }),
+              HasSubstr("is a directory"));
   std::ofstream(Path("long.txt")) << std::string(101, '1');
   EXPECT_THAT(ErrorOf([&] { ReadInputFile(Path("long.txt"), "lengths", 100); }),
               HasSubstr("is larger than the limit of 100 bytes"));

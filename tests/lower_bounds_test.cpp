@@ -57,11 +57,12 @@ TEST(LowerBoundsTest, ThreeToOneHotspot) {
 
 // Nodes of two: 0 -> 1 stays on NVLink (4 bytes/s), 0 -> 2 crosses the NIC.
 TEST(LowerBoundsTest, NvlinkAndNicAreSeparatePorts) {
-  const PassBounds b = ComputePassBounds(Links(2, 4), {0, 0, 0, 0}, {{0, 1, 8}, {0, 2, 8}, {3, 2, 2}});
-  EXPECT_DOUBLE_EQ(b.nvlink_out_s, 2);   // w0: 8 bytes at 4 bytes/s
-  EXPECT_DOUBLE_EQ(b.nvlink_in_s, 2);    // w1
-  EXPECT_DOUBLE_EQ(b.nic_out_s, 8);      // w0
-  EXPECT_DOUBLE_EQ(b.nic_in_s, 8);       // w2 (the 2 bytes from w3 are NVLink)
+  const PassBounds b =
+      ComputePassBounds(Links(2, 4), {0, 0, 0, 0}, {{0, 1, 8}, {0, 2, 8}, {3, 2, 2}});
+  EXPECT_DOUBLE_EQ(b.nvlink_out_s, 2);  // w0: 8 bytes at 4 bytes/s
+  EXPECT_DOUBLE_EQ(b.nvlink_in_s, 2);   // w1
+  EXPECT_DOUBLE_EQ(b.nic_out_s, 8);     // w0
+  EXPECT_DOUBLE_EQ(b.nic_in_s, 8);      // w2 (the 2 bytes from w3 are NVLink)
   EXPECT_DOUBLE_EQ(b.workers[2].nvlink_in_s, 0.5);
   EXPECT_DOUBLE_EQ(b.workers[2].nic_in_s, 8);
   EXPECT_DOUBLE_EQ(b.workers[0].nvlink_out_s, 2);

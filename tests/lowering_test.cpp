@@ -116,14 +116,29 @@ TEST(Lowering, UsingABlockNotHeldIsAnInvalidPlan) {
 // naming the stage and the value, on every rank (never std::out_of_range).
 TEST(Lowering, IndexOutOfRangeIsAnInvalidPlanNamingIt) {
   const std::vector<std::pair<std::function<void(Plan&)>, std::string>> cases = {
-      {[](Plan& p) { p.forward[1].compute.push_back({7, 0}); }, "forward stage 1: block 7 is not in [0, 3)"},
-      {[](Plan& p) { p.forward[0].compute.push_back({0, -1}); }, "forward stage 0: block -1 is not in [0, 3)"},
-      {[](Plan& p) { p.forward[0].send.push_back({3, 0, 1}); }, "forward stage 0: block 3 is not in [0, 3)"},
-      {[](Plan& p) { p.forward[0].send.push_back({0, 0, 5}); },
+      {[](Plan& p) {
+         p.forward[1].compute.push_back({7, 0});
+       },
+       "forward stage 1: block 7 is not in [0, 3)"},
+      {[](Plan& p) {
+         p.forward[0].compute.push_back({0, -1});
+       },
+       "forward stage 0: block -1 is not in [0, 3)"},
+      {[](Plan& p) {
+         p.forward[0].send.push_back({3, 0, 1});
+       },
+       "forward stage 0: block 3 is not in [0, 3)"},
+      {[](Plan& p) {
+         p.forward[0].send.push_back({0, 0, 5});
+       },
        "forward stage 0: destination 5 is not in [0, 3)"},
-      {[](Plan& p) { p.backward[0].send_dkv.push_back({9, 1, 0}); },
+      {[](Plan& p) {
+         p.backward[0].send_dkv.push_back({9, 1, 0});
+       },
        "backward stage 0: block 9 is not in [0, 3)"},
-      {[](Plan& p) { p.backward[0].send_kv.push_back({0, -2, 1}); },
+      {[](Plan& p) {
+         p.backward[0].send_kv.push_back({0, -2, 1});
+       },
        "backward stage 0: source -2 is not in [0, 3)"},
       {[](Plan& p) { p.blocks[1].worker = 3; }, "block 1: owner 3 is not in [0, 3)"},
       {[](Plan& p) { p.blocks[0].segments[0].seq = 4; }, "block 0: sequence 4 is not in [0, 1)"},
@@ -149,8 +164,8 @@ TEST(Lowering, IndexOutOfRangeIsAnInvalidPlanNamingIt) {
 // carries the (block, row in block) it holds; reads must see the block they
 // name, and no receipt may land on rows read in the same stage.
 template <typename Stages>
-void CheckPass(const Plan& plan, const Stages& stages, const PassProgram& pass, const RankProgram& p,
-               bool backward, const std::string& what) {
+void CheckPass(const Plan& plan, const Stages& stages, const PassProgram& pass,
+               const RankProgram& p, bool backward, const std::string& what) {
   ASSERT_EQ(pass.stages.size(), stages.size()) << what;
   std::vector<std::pair<int32_t, int64_t>> pool(static_cast<size_t>(pass.pool_rows), {-1, 0});
   std::vector<int32_t> partial(static_cast<size_t>(pass.partial_rows), -1);  // -1: zero
@@ -182,27 +197,32 @@ void CheckPass(const Plan& plan, const Stages& stages, const PassProgram& pass, 
       ASSERT_EQ(c.q_block, mine[i].q_block) << where;
       ASSERT_EQ(c.kv_block, mine[i].kv_block) << where;
       ASSERT_EQ(c.q_row, p.block_row[c.q_block]) << where;
-      read(c.kv_block, c.kv_in_pool, c.kv_row, c.kv_rows, busy, where + " call " + std::to_string(i));
+      read(c.kv_block, c.kv_in_pool, c.kv_row, c.kv_rows, busy,
+           where + " call " + std::to_string(i));
       if (backward) {
         ASSERT_EQ(c.dkv_in_partial, plan.blocks[c.kv_block].worker != p.rank) << where;
         if (c.dkv_in_partial)
           for (int64_t r = 0; r < c.kv_rows; ++r) {
-            ASSERT_TRUE(partial[c.dkv_row + r] == -1 || partial[c.dkv_row + r] == c.kv_block) << where;
+            ASSERT_TRUE(partial[c.dkv_row + r] == -1 || partial[c.dkv_row + r] == c.kv_block)
+                << where;
             partial[c.dkv_row + r] = c.kv_block;
           }
         else
           ASSERT_EQ(c.dkv_row, p.block_row[c.kv_block]) << where;
       }
     }
-    for (const KvSend& s : sp.kv_send) read(s.block, s.from_pool, s.row, s.rows, busy, where + " send");
+    for (const KvSend& s : sp.kv_send)
+      read(s.block, s.from_pool, s.row, s.rows, busy, where + " send");
     for (const KvRecv& r : sp.kv_recv)
       for (int64_t i = 0; i < r.rows; ++i) {
-        ASSERT_FALSE(busy[r.pool_row + i]) << where << ": a receipt overwrites rows read in its stage";
+        ASSERT_FALSE(busy[r.pool_row + i])
+            << where << ": a receipt overwrites rows read in its stage";
         pool[r.pool_row + i] = {r.block, i};
       }
     for (const DkvSend& s : sp.dkv_send)
       for (int64_t r = 0; r < s.rows; ++r) {
-        ASSERT_EQ(partial[s.partial_row + r], s.block) << where << ": dkv send of an empty or foreign partial";
+        ASSERT_EQ(partial[s.partial_row + r], s.block)
+            << where << ": dkv send of an empty or foreign partial";
         partial[s.partial_row + r] = -1;
       }
     for (const DkvRecv& r : sp.dkv_recv) {
@@ -232,7 +252,8 @@ void CheckPlan(const Plan& plan, const std::string& what) {
           const SegmentPair& s = p.segments[i];
           ASSERT_LE(s.q_row + s.q_len, c.q_rows) << w;
           ASSERT_LE(s.k_row + s.k_len, c.kv_rows) << w;
-          covered_pairs += AllowedPairs(plan.mask, {s.q_pos, s.q_pos + s.q_len}, {s.k_pos, s.k_pos + s.k_len});
+          covered_pairs +=
+              AllowedPairs(plan.mask, {s.q_pos, s.q_pos + s.q_len}, {s.k_pos, s.k_pos + s.k_len});
         }
     EXPECT_EQ(LowerPlan(plan, p.rank), p) << w << ": not deterministic";
   }
@@ -248,7 +269,8 @@ void CheckPlan(const Plan& plan, const std::string& what) {
       int64_t recv_first = 0;
       for (int32_t r = 0; r < src.rank; ++r) recv_first += dst.in_recv_counts[r];
       for (int64_t i = 0; i < src.in_send_counts[w]; ++i)
-        ASSERT_EQ(src.dataloader_begin + src.in_send_rows[sent + i], dst.local_token[dst.in_recv_rows[recv_first + i]])
+        ASSERT_EQ(src.dataloader_begin + src.in_send_rows[sent + i],
+                  dst.local_token[dst.in_recv_rows[recv_first + i]])
             << what;
       sent += src.in_send_counts[w];
     }

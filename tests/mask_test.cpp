@@ -38,8 +38,10 @@ TEST(MaskTest, HandCountedWindowPairs) {
 }
 
 TEST(MaskTest, ClosedFormsMatchBruteForce) {
-  const Mask masks[] = {{MaskKind::kCausal, 0}, {MaskKind::kFull, 0},
-                        {MaskKind::kSlidingWindow, 1}, {MaskKind::kSlidingWindow, 3},
+  const Mask masks[] = {{MaskKind::kCausal, 0},
+                        {MaskKind::kFull, 0},
+                        {MaskKind::kSlidingWindow, 1},
+                        {MaskKind::kSlidingWindow, 3},
                         {MaskKind::kSlidingWindow, 17}};
   for (const Mask& mask : masks)
     for (int64_t qb = 0; qb < 24; qb += 3)
@@ -54,7 +56,8 @@ TEST(MaskTest, ClosedFormsMatchBruteForce) {
 }
 
 TEST(MaskTest, AttendedKeysHoldEveryAttendedKey) {
-  const Mask masks[] = {{MaskKind::kCausal, 0}, {MaskKind::kFull, 0}, {MaskKind::kSlidingWindow, 5}};
+  const Mask masks[] = {
+      {MaskKind::kCausal, 0}, {MaskKind::kFull, 0}, {MaskKind::kSlidingWindow, 5}};
   const int64_t length = 30;
   for (const Mask& mask : masks)
     for (int64_t qb = 0; qb < length; qb += 4)

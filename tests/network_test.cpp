@@ -143,8 +143,8 @@ TEST(NetworkTest, MatchesStraightforwardProgressiveFillingOnRandomFlowSets) {
     const int32_t gpus_per_node = 1 + static_cast<int32_t>(rng() % 4);
     // Integer capacities make exact ties (equal shares on many ports) common,
     // the case where the order of the lazy queue matters.
-    const HardwareProfile p = Links(1 + static_cast<double>(rng() % 8), 1 + static_cast<double>(rng() % 3),
-                                    gpus_per_node);
+    const HardwareProfile p = Links(1 + static_cast<double>(rng() % 8),
+                                    1 + static_cast<double>(rng() % 3), gpus_per_node);
     std::vector<FlowSpec> flows(1 + rng() % 60);
     for (FlowSpec& f : flows) {
       f.src = static_cast<int32_t>(rng() % workers);
@@ -152,7 +152,8 @@ TEST(NetworkTest, MatchesStraightforwardProgressiveFillingOnRandomFlowSets) {
       while (f.dst == f.src);
     }
     sim::Network net(p, workers);
-    for (size_t k = 0; k < flows.size(); ++k) net.Start(flows[k].src, flows[k].dst, 1, static_cast<int64_t>(k));
+    for (size_t k = 0; k < flows.size(); ++k)
+      net.Start(flows[k].src, flows[k].dst, 1, static_cast<int64_t>(k));
     const std::vector<double> expected = ReferenceRates(p, workers, flows);
     for (size_t k = 0; k < flows.size(); ++k)
       ASSERT_NEAR(net.RateOf(static_cast<int64_t>(k)), expected[k], 1e-12 * expected[k])
@@ -196,7 +197,8 @@ TEST(NetworkTest, DrainsMatchTheReferenceOverTime) {
         ASSERT_NEAR(net.RateOf(live[k].tag), expected[k], 1e-9 * expected[k]) << "trial " << trial;
       // Next event: the earliest drain by the reference rates, or a start 0..2 s on.
       double next = std::numeric_limits<double>::infinity();
-      for (size_t k = 0; k < live.size(); ++k) next = std::min(next, now + live[k].bytes_left / expected[k]);
+      for (size_t k = 0; k < live.size(); ++k)
+        next = std::min(next, now + live[k].bytes_left / expected[k]);
       ASSERT_NEAR(net.NextDrainTime(), next, 1e-9 * next) << "trial " << trial;
       if (next_tag < total) next = std::min(next, now + static_cast<double>(rng() % 3));
       drained.clear();
@@ -204,7 +206,8 @@ TEST(NetworkTest, DrainsMatchTheReferenceOverTime) {
       for (size_t k = 0; k < live.size(); ++k) live[k].bytes_left -= expected[k] * (next - now);
       now = next;
       for (int64_t tag : drained) {
-        const auto it = std::find_if(live.begin(), live.end(), [&](const Live& l) { return l.tag == tag; });
+        const auto it =
+            std::find_if(live.begin(), live.end(), [&](const Live& l) { return l.tag == tag; });
         ASSERT_NE(it, live.end());
         EXPECT_NEAR(it->bytes_left, 0, 1e-9) << "trial " << trial << " tag " << tag;
         live.erase(it);

@@ -101,14 +101,17 @@ std::string WithDict(const std::string& dict) {
 
 TEST(Npy, MalformedFilesGiveParseErrors) {
   ExpectParseError("hello world, not numpy", "bad magic");
-  ExpectParseError(WithDict("{'descr': '<f8', 'fortran_order': False, 'shape': (1,), }") + Floats({0, 0}),
-                   "float32");
-  ExpectParseError(WithDict("{'descr': '>f4', 'fortran_order': False, 'shape': (1,), }") + Floats({0}),
-                   "float32");
-  ExpectParseError(WithDict("{'descr': '<f4', 'fortran_order': True, 'shape': (1,), }") + Floats({0}),
-                   "C order");
-  ExpectParseError(WithDict("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }") + Floats({0}),
-                   "needs");
+  ExpectParseError(
+      WithDict("{'descr': '<f8', 'fortran_order': False, 'shape': (1,), }") + Floats({0, 0}),
+      "float32");
+  ExpectParseError(
+      WithDict("{'descr': '>f4', 'fortran_order': False, 'shape': (1,), }") + Floats({0}),
+      "float32");
+  ExpectParseError(
+      WithDict("{'descr': '<f4', 'fortran_order': True, 'shape': (1,), }") + Floats({0}),
+      "C order");
+  ExpectParseError(
+      WithDict("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }") + Floats({0}), "needs");
   ExpectParseError(WithDict("{'descr': '<f4', 'fortran_order': False, }"), "shape");
   ExpectParseError(WithDict("{'descr': '<f4', 'fortran_order': False, 'shape': (-1,), }"), "shape");
   ExpectParseError(std::string("\x93NUMPY\x01\x00\x50\x00{'descr'", 17), "truncated");

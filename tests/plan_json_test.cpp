@@ -19,9 +19,9 @@
 namespace fcp {
 namespace {
 
+using nlohmann::json;
 using ::testing::HasSubstr;
 using ::testing::Not;
-using nlohmann::json;
 
 // A plan written by hand (not by WritePlanJson): other spacing, fields in
 // another order, an unknown extra field at three levels.
@@ -175,9 +175,15 @@ const Malformed kMalformed[] = {
      "field 'mask.kind' is invalid: mask: unknown kind 'diagonal'"},
     {"MaskKindNotString", [](json& j) { j["mask"]["kind"] = 0; },
      "field 'mask.kind' must be a string"},
-    {"WindowMissing", [](json& j) { j["mask"] = {{"kind", "sliding_window"}}; },
+    {"WindowMissing",
+     [](json& j) {
+       j["mask"] = {{"kind", "sliding_window"}};
+     },
      "field 'mask.window' is missing"},
-    {"WindowNotInteger", [](json& j) { j["mask"] = {{"kind", "sliding_window"}, {"window", "4"}}; },
+    {"WindowNotInteger",
+     [](json& j) {
+       j["mask"] = {{"kind", "sliding_window"}, {"window", "4"}};
+     },
      "field 'mask.window' must be an integer"},
     {"MissingAttention", [](json& j) { j.erase("attention"); }, "field 'attention' is missing"},
     {"MissingHeadDim", [](json& j) { j["attention"].erase("head_dim"); },
@@ -198,11 +204,20 @@ const Malformed kMalformed[] = {
      "field 'blocks[2].worker' is missing"},
     {"BlockSegmentsMissing", [](json& j) { j["blocks"][2].erase("segments"); },
      "field 'blocks[2].segments' is missing"},
-    {"SegmentNotTriple", [](json& j) { j["blocks"][1]["segments"][0] = {0, 4}; },
+    {"SegmentNotTriple",
+     [](json& j) {
+       j["blocks"][1]["segments"][0] = {0, 4};
+     },
      "field 'blocks[1].segments[0]' must be [seq, start, length], got [0,4]"},
-    {"SegmentQuadruple", [](json& j) { j["blocks"][1]["segments"][0] = {0, 4, 4, 1}; },
+    {"SegmentQuadruple",
+     [](json& j) {
+       j["blocks"][1]["segments"][0] = {0, 4, 4, 1};
+     },
      "field 'blocks[1].segments[0]' must be [seq, start, length]"},
-    {"SegmentObject", [](json& j) { j["blocks"][1]["segments"][0] = {{"seq", 0}}; },
+    {"SegmentObject",
+     [](json& j) {
+       j["blocks"][1]["segments"][0] = {{"seq", 0}};
+     },
      "field 'blocks[1].segments[0]' must be [seq, start, length]"},
     {"SegmentValueNotInteger", [](json& j) { j["blocks"][1]["segments"][0][2] = nullptr; },
      "field 'blocks[1].segments[0][2]' must be an integer, got null"},
@@ -213,13 +228,20 @@ const Malformed kMalformed[] = {
      "field 'forward[1].send' is missing"},
     {"ForwardComputeNotArray", [](json& j) { j["forward"][1]["compute"] = json::object(); },
      "field 'forward[1].compute' must be an array"},
-    {"SendNotTriple", [](json& j) { j["forward"][0]["send"][1] = {1, 1}; },
+    {"SendNotTriple",
+     [](json& j) {
+       j["forward"][0]["send"][1] = {1, 1};
+     },
      "field 'forward[0].send[1]' must be [block, src, dst], got [1,1]"},
     {"SendIdNotInteger", [](json& j) { j["forward"][0]["send"][1][2] = 2.0; },
      "field 'forward[0].send[1][2]' must be an integer"},
-    {"ComputeNotPair", [](json& j) { j["forward"][2]["compute"][0] = {2, 0, 1}; },
+    {"ComputeNotPair",
+     [](json& j) {
+       j["forward"][2]["compute"][0] = {2, 0, 1};
+     },
      "field 'forward[2].compute[0]' must be [q_block, kv_block]"},
-    {"ComputeIdBeyondInt32", [](json& j) { j["forward"][2]["compute"][0][0] = -(int64_t{1} << 40); },
+    {"ComputeIdBeyondInt32",
+     [](json& j) { j["forward"][2]["compute"][0][0] = -(int64_t{1} << 40); },
      "field 'forward[2].compute[0][0]' is out of range"},
     {"OptionsNotObject", [](json& j) { j["planner_options"] = json::array(); },
      "field 'planner_options' must be an object"},
@@ -296,7 +318,8 @@ TEST(PlanJsonTest, RejectsAKeyRepeatedInOneObject) {
   EXPECT_THAT(ParseError(block), HasSubstr("the key \"worker\" appears twice"));
   // An extra object (allowed, ignored) past the short scan of keys.
   std::string extra = "{";
-  for (int k = 0; k < 1000; ++k) extra += "\"k" + std::to_string(k) + "\": " + std::to_string(k) + ", ";
+  for (int k = 0; k < 1000; ++k)
+    extra += "\"k" + std::to_string(k) + "\": " + std::to_string(k) + ", ";
   std::string many = text;
   many.insert(1, "\"extra\": " + extra + "\"last\": 0}, ");
   EXPECT_NO_THROW(ReadPlanJson(many));

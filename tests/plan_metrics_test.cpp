@@ -128,8 +128,8 @@ TEST(PlanMetricsTest, TrafficSplitsIntoNvlinkAndNic) {
   EXPECT_EQ(m.workers[2].nvlink_bytes_received, 0);
   EXPECT_EQ(m.max_nic_bytes_sent, 64);
   EXPECT_EQ(m.max_nic_bytes_received, 128);
-  EXPECT_EQ(m.max_bytes_sent, 128);      // w0, both links
-  EXPECT_EQ(m.max_bytes_received, 128);  // w2
+  EXPECT_EQ(m.max_bytes_sent, 128);                    // w0, both links
+  EXPECT_EQ(m.max_bytes_received, 128);                // w2
   EXPECT_DOUBLE_EQ(m.nic_send_imbalance, 1.0 / 3);     // 64, 64, 0
   EXPECT_DOUBLE_EQ(m.nic_receive_imbalance, 2.0 / 3);  // 0, 0, 128
   // The built-in node of 8 holds all three; nodes of one hold none together.

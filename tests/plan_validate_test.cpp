@@ -60,18 +60,28 @@ const Mutation kMutations[] = {
      "[seq, start, length] = [0, 9, 4] lies outside sequence 0 of length 12"},
     {"SegmentOfMissingSequence", [](Plan& p) { p.blocks[2].segments[0].seq = 1; },
      "sequence 1 does not exist"},
-    {"EmptySegment", [](Plan& p) { p.blocks[2].segments.push_back({0, 12, 0}); },
+    {"EmptySegment",
+     [](Plan& p) {
+       p.blocks[2].segments.push_back({0, 12, 0});
+     },
      "length must be > 0"},
-    {"BlockWithoutSegments", [](Plan& p) { p.blocks.push_back({0, {}}); }, "has no segments"},
+    {"BlockWithoutSegments",
+     [](Plan& p) {
+       p.blocks.push_back({0, {}});
+     },
+     "has no segments"},
     {"OwnerOutOfRange", [](Plan& p) { p.blocks[2].worker = 3; }, "worker 3 is not in [0, 3)"},
     {"NegativeOwner", [](Plan& p) { p.blocks[0].worker = -1; }, "worker -1 is not in [0, 3)"},
     {"TokenCapExceeded", [](Plan& p) { p.blocks[2].worker = 0; },
      "worker 0 owns 8 tokens, above token_cap 4"},
-    {"SendOfBlockNotHeld", [](Plan& p) { p.forward[1].send[0].src = 1; p.forward[1].send[0].block = 2; },
+    {"SendOfBlockNotHeld",
+     [](Plan& p) {
+       p.forward[1].send[0].src = 1;
+       p.forward[1].send[0].block = 2;
+     },
      "worker 1 does not hold block 2 at this stage"},
     {"SendSrcEqualsDst", [](Plan& p) { p.forward[1].send[0].dst = 0; }, "src == dst"},
-    {"SendOfMissingBlock", [](Plan& p) { p.forward[1].send[0].block = 7; },
-     "block does not exist"},
+    {"SendOfMissingBlock", [](Plan& p) { p.forward[1].send[0].block = 7; }, "block does not exist"},
     {"SendToMissingWorker", [](Plan& p) { p.forward[1].send[0].dst = 5; }, "dst is not a worker"},
     {"ComputeInTheStageTheBlockArrives",
      [](Plan& p) {  // (1,0) moved from stage 1 to stage 0, where B0 is still in flight
@@ -79,9 +89,15 @@ const Mutation kMutations[] = {
        p.forward[0].compute.push_back({1, 0});
      },
      "forward stage 0 compute [1, 0]: worker 1 does not hold block 0's keys/values"},
-    {"ComputeOfMissingBlock", [](Plan& p) { p.forward[2].compute.push_back({2, 9}); },
+    {"ComputeOfMissingBlock",
+     [](Plan& p) {
+       p.forward[2].compute.push_back({2, 9});
+     },
      "kv_block does not exist"},
-    {"PairComputedTwice", [](Plan& p) { p.forward[2].compute.push_back({1, 1}); },
+    {"PairComputedTwice",
+     [](Plan& p) {
+       p.forward[2].compute.push_back({1, 1});
+     },
      "forward: pair [1, 1] is computed more than once"},
     {"RequiredPairMissing", [](Plan& p) { p.forward[2].compute.clear(); },
      "forward: required pair [2, 0] is never computed"},
@@ -91,9 +107,15 @@ const Mutation kMutations[] = {
        p.forward[2].compute.push_back({0, 1});
      },
      "forward: pair [0, 1] is computed but not required by the mask"},
-    {"TooManySends", [](Plan& p) { p.forward[0].send.push_back({0, 0, 2}); },
+    {"TooManySends",
+     [](Plan& p) {
+       p.forward[0].send.push_back({0, 0, 2});
+     },
      "worker 0 sends more than coalesce = 1 blocks in this stage"},
-    {"TooManyReceives", [](Plan& p) { p.forward[1].send.push_back({1, 1, 2}); },
+    {"TooManyReceives",
+     [](Plan& p) {
+       p.forward[1].send.push_back({1, 1, 2});
+     },
      "worker 2 receives more than coalesce = 1 blocks in this stage"},
     {"TooManyDkvReceives",
      [](Plan& p) {  // w1 and w2 both return their partials of B0 to w0 in stage 2
@@ -128,29 +150,46 @@ const Mutation kMutations[] = {
      },
      "backward stage 2 send_dkv [0, 2, 0]: worker 2 holds no unsent partial dK/dV of block 0 "
      "before this stage"},
-    {"DkvSentTwice", [](Plan& p) { p.backward.push_back({{}, {{0, 2, 0}}, {}}); },
+    {"DkvSentTwice",
+     [](Plan& p) {
+       p.backward.push_back({{}, {{0, 2, 0}}, {}});
+     },
      "backward stage 4 send_dkv [0, 2, 0]: worker 2 holds no unsent partial dK/dV of block 0"},
-    {"DkvSentByOwner", [](Plan& p) { p.backward.push_back({{}, {{0, 0, 1}}, {}}); },
+    {"DkvSentByOwner",
+     [](Plan& p) {
+       p.backward.push_back({{}, {{0, 0, 1}}, {}});
+     },
      "the owner of a block never sends its dK/dV"},
     {"DkvSentByWorkerThatNeverComputed",
-     [](Plan& p) { p.backward.push_back({{}, {{2, 0, 2}}, {}}); },
+     [](Plan& p) {
+       p.backward.push_back({{}, {{2, 0, 2}}, {}});
+     },
      "worker 0 holds no unsent partial dK/dV of block 2"},
     {"ZeroWorkers", [](Plan& p) { p.workers = 0; }, "workers must be >= 1, got 0"},
     {"ZeroCoalesce", [](Plan& p) { p.coalesce = 0; }, "coalesce must be >= 1, got 0"},
     {"ZeroBlockSize", [](Plan& p) { p.block_size = 0; }, "block_size must be >= 1"},
     {"ZeroTokenCap", [](Plan& p) { p.token_cap = 0; }, "token_cap must be >= 1"},
-    {"BadWindow", [](Plan& p) { p.mask = {MaskKind::kSlidingWindow, 0}; },
+    {"BadWindow",
+     [](Plan& p) {
+       p.mask = {MaskKind::kSlidingWindow, 0};
+     },
      "sliding_window needs window >= 1"},
     {"BadAttentionShape", [](Plan& p) { p.attention.heads_kv = 3; },
      "must be a multiple of heads_kv"},
     {"NoSequences", [](Plan& p) { p.sequences.clear(); }, "sequences is empty"},
     {"EmptySequence", [](Plan& p) { p.sequences.push_back(0); }, "sequence 1 has length 0"},
     {"AbsurdWorkerCount", [](Plan& p) { p.workers = 2000000000; }, "workers must be <= 2^20"},
-    {"AbsurdAttentionShape", [](Plan& p) { p.attention = {1 << 30, 1 << 30, 1 << 30, 1 << 30}; },
+    {"AbsurdAttentionShape",
+     [](Plan& p) {
+       p.attention = {1 << 30, 1 << 30, 1 << 30, 1 << 30};
+     },
      "must be <= 2^22 bytes per token"},
     {"SequenceLongerThan2To31", [](Plan& p) { p.sequences = {(int64_t{1} << 31) + 1}; },
      "sequence 0 has length 2147483649 (must be <= 2^31)"},
-    {"TooManyTokenPairs", [](Plan& p) { p.sequences = {int64_t{1} << 31, int64_t{1} << 31}; },
+    {"TooManyTokenPairs",
+     [](Plan& p) {
+       p.sequences = {int64_t{1} << 31, int64_t{1} << 31};
+     },
      "more than 2^62 token pairs"},
 };
 
@@ -236,7 +275,8 @@ TEST(PlanValidateTest, AbsurdTrafficIsRejected) {
   plan.sequences = {int64_t{1} << 31};
   plan.blocks = {{0, {{0, 0, int64_t{1} << 30}}}, {1, {{0, int64_t{1} << 30, int64_t{1} << 30}}}};
   plan.forward.assign(1025, ForwardStage{{{0, 0, 1}}, {}});
-  EXPECT_THAT(Violation(plan), HasSubstr("forward stage 1024: forward transfers move more than 2^40"));
+  EXPECT_THAT(Violation(plan),
+              HasSubstr("forward stage 1024: forward transfers move more than 2^40"));
 }
 
 // Many empty stages on 2^20 workers: the per-stage checks cost O(transfers),

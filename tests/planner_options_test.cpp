@@ -8,9 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <initializer_list>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 #include <random>
 #include <set>
@@ -123,12 +123,11 @@ TEST(PlannerOptions, TypesAndDefaultsComeFromTheConfig) {
 TEST(PlannerOptions, RecordedOptionsKeepTheirNamesAndOrder) {
   std::vector<std::string> names;
   for (const auto& [name, value] : RecordedPlannerOptions(PlannerConfig{})) names.push_back(name);
-  EXPECT_THAT(names, ::testing::ElementsAre("heavy_fraction", "local_search_rounds",
-                                            "max_imbalance", "max_split", "network_flops_per_byte",
-                                            "node_workers", "rescue_max_split",
-                                            "reshuffle_locality", "traffic_leveling"));
-  const auto values =
-      RecordedPlannerOptions(With({{"max_split", 3}, {"traffic_leveling", 0}}));
+  EXPECT_THAT(names,
+              ::testing::ElementsAre("heavy_fraction", "local_search_rounds", "max_imbalance",
+                                     "max_split", "network_flops_per_byte", "node_workers",
+                                     "rescue_max_split", "reshuffle_locality", "traffic_leveling"));
+  const auto values = RecordedPlannerOptions(With({{"max_split", 3}, {"traffic_leveling", 0}}));
   EXPECT_EQ(values[3].second, 3);
   EXPECT_EQ(values[8].second, 0);
 }
@@ -141,9 +140,10 @@ TEST(PlannerOptions, RecordedOptionsReadBackToTheSameConfig) {
     for (const PlannerOption& o : PlannerOptions()) {
       if (!o.recorded) continue;
       const std::string type = OptionTypeName(o);
-      Set(o, c, type == "bool"  ? double(rng() % 2)
-                : type == "int" ? double(rng() % 1000)
-                                : std::ldexp(double(rng() % 100000), -int(rng() % 12)));
+      Set(o, c,
+          type == "bool"  ? double(rng() % 2)
+          : type == "int" ? double(rng() % 1000)
+                          : std::ldexp(double(rng() % 100000), -int(rng() % 12)));
     }
     Plan plan = PlanHeader({100, 200}, c, "fcp");
     plan.planner_options = RecordedPlannerOptions(c);
@@ -186,8 +186,7 @@ TEST(PlannerOptions, RangeMessagesNameTheFieldAndTheValue) {
             "planner: network_flops_per_byte must be >= 0 (0 = no split search), got inf");
   EXPECT_EQ(CheckMessage(With({{"local_search_rounds", -3}})),
             "planner: local_search_rounds must be >= 0, got -3");
-  EXPECT_EQ(CheckMessage(With({{"node_workers", 0}})),
-            "planner: node_workers must be >= 1, got 0");
+  EXPECT_EQ(CheckMessage(With({{"node_workers", 0}})), "planner: node_workers must be >= 1, got 0");
   // validate_settings runs the same checks.
   EXPECT_THROW(With({{"max_split", 0}}).validate_settings(), Error);
 }
@@ -213,7 +212,8 @@ TEST(PlannerOptions, DocsListExactlyTheTablesKnobs) {
   };
   const auto quoted = [](const std::string& cell, const std::string& prefix) {
     const std::string open = "`" + prefix;
-    if (cell.size() < open.size() + 1 || cell.compare(0, open.size(), open) != 0 || cell.back() != '`')
+    if (cell.size() < open.size() + 1 || cell.compare(0, open.size(), open) != 0 ||
+        cell.back() != '`')
       return std::string();
     return cell.substr(open.size(), cell.size() - open.size() - 1);
   };

@@ -56,8 +56,8 @@ std::vector<int64_t> PaperBatch(int32_t workers, uint64_t seed) {
 double WorstCost(const PlanMetrics& m, double network_flops_per_byte) {
   double cost = 0;
   for (const WorkerMetrics& w : m.workers)
-    cost = std::max(cost, w.forward_flops +
-                              network_flops_per_byte * static_cast<double>(w.traffic_bytes()));
+    cost = std::max(
+        cost, w.forward_flops + network_flops_per_byte * static_cast<double>(w.traffic_bytes()));
   return cost;
 }
 
@@ -128,7 +128,8 @@ TEST(PlannerTest, PackedBlockOnOneWorker) {
   const Plan plan = MakePlan({1000, 3096}, Config(1, 4096, 16));
   ASSERT_EQ(plan.blocks.size(), 1u);
   EXPECT_EQ(plan.blocks[0].worker, 0);
-  EXPECT_THAT(plan.blocks[0].segments, UnorderedElementsAre(Segment{0, 0, 1000}, Segment{1, 0, 3096}));
+  EXPECT_THAT(plan.blocks[0].segments,
+              UnorderedElementsAre(Segment{0, 0, 1000}, Segment{1, 0, 3096}));
   EXPECT_TRUE(AllSends(plan).empty());
   std::vector<BlockPair> forward, backward;
   for (const ForwardStage& s : plan.forward)
@@ -222,12 +223,13 @@ struct Case {
   std::vector<int64_t> lengths;
   PlannerConfig config;
   std::string describe() const {
-    std::string s = "N=" + std::to_string(config.workers) + " b=" +
-                    std::to_string(config.block_size) + " c=" + std::to_string(config.coalesce) +
-                    " mask=" + MaskKindName(config.mask.kind) + "/" +
-                    std::to_string(config.mask.window) + " cap=" + std::to_string(config.token_cap) +
-                    " lengths=[";
-    for (size_t i = 0; i < lengths.size() && i < 40; ++i) s += (i ? "," : "") + std::to_string(lengths[i]);
+    std::string s =
+        "N=" + std::to_string(config.workers) + " b=" + std::to_string(config.block_size) +
+        " c=" + std::to_string(config.coalesce) + " mask=" + MaskKindName(config.mask.kind) + "/" +
+        std::to_string(config.mask.window) + " cap=" + std::to_string(config.token_cap) +
+        " lengths=[";
+    for (size_t i = 0; i < lengths.size() && i < 40; ++i)
+      s += (i ? "," : "") + std::to_string(lengths[i]);
     return s + (lengths.size() > 40 ? ",...]" : "]");
   }
 };
@@ -244,13 +246,16 @@ Case RandomCase(std::mt19937_64& rng) {
   c.block_size = pick({1, 2, 3, 7, 16, 64, 100, 512, 4096, 1 << 20});
   c.coalesce = static_cast<int32_t>(pick({1, 1, 2, 3, 4, 16, 32}));
   switch (rng() % 5) {
-    case 0: c.mask = {MaskKind::kFull, 0}; break;
+    case 0:
+      c.mask = {MaskKind::kFull, 0};
+      break;
     case 1:
-    case 2: c.mask = {MaskKind::kCausal, 0}; break;
+    case 2:
+      c.mask = {MaskKind::kCausal, 0};
+      break;
     default:
-      c.mask = {MaskKind::kSlidingWindow,
-                pick({1, 2, 7, std::max<int64_t>(1, c.block_size / 2), c.block_size,
-                      3 * c.block_size + 1, 1 << 30})};
+      c.mask = {MaskKind::kSlidingWindow, pick({1, 2, 7, std::max<int64_t>(1, c.block_size / 2),
+                                                c.block_size, 3 * c.block_size + 1, 1 << 30})};
   }
   // Total tokens: at least one per worker, at most ~200 blocks (120 for the
   // full mask, whose pairs are quadratic in blocks) and 20000 tokens.
@@ -278,7 +283,8 @@ Case RandomCase(std::mt19937_64& rng) {
       break;
     default:  // uniform pieces
       for (int64_t left = total; left > 0;) {
-        const int64_t len = std::min<int64_t>(left, 1 + rng() % std::max<int64_t>(1, std::min(max_len, total)));
+        const int64_t len =
+            std::min<int64_t>(left, 1 + rng() % std::max<int64_t>(1, std::min(max_len, total)));
         k.lengths.push_back(len);
         left -= len;
       }
@@ -298,8 +304,8 @@ void CheckPlanProperties(const Case& k, Plan* out = nullptr) {
     FAIL() << "MakePlan threw: " << e.what();
   }
   ASSERT_NO_THROW(ValidatePlan(plan, {.forbid_redundant_transfers = true}));
-  const int64_t cap = k.config.token_cap ? k.config.token_cap
-                                         : CeilDiv(Total(k.lengths), k.config.workers);
+  const int64_t cap =
+      k.config.token_cap ? k.config.token_cap : CeilDiv(Total(k.lengths), k.config.workers);
   EXPECT_EQ(plan.token_cap, cap);
   const PlanMetrics m = ComputePlanMetrics(plan);
   EXPECT_LE(m.max_tokens, cap);
@@ -456,7 +462,8 @@ TEST(PlannerPropertyTest, SizedPiecesKeepEveryPlanRule) {
     c.mask = {rng() % 3 == 0 ? MaskKind::kFull : MaskKind::kCausal, 0};
     c.self_check = true;
     const int64_t total = c.workers * 8 * c.block_size;
-    const int64_t longest = total / 4 + static_cast<int64_t>(rng() % static_cast<uint64_t>(total / 4));
+    const int64_t longest =
+        total / 4 + static_cast<int64_t>(rng() % static_cast<uint64_t>(total / 4));
     k.lengths.push_back(longest);
     for (int64_t left = total - longest; left > 0;) {
       const int64_t len = std::min<int64_t>(left, 1 + static_cast<int64_t>(rng() % c.block_size));
@@ -472,8 +479,8 @@ TEST(PlannerPropertyTest, SizedPiecesKeepEveryPlanRule) {
     }
     // Equal pieces of a block that 256 divides are whole quarters or halves.
     if (c.block_size % 256 != 0) continue;
-    const int32_t seq = static_cast<int32_t>(
-        std::max_element(k.lengths.begin(), k.lengths.end()) - k.lengths.begin());
+    const int32_t seq = static_cast<int32_t>(std::max_element(k.lengths.begin(), k.lengths.end()) -
+                                             k.lengths.begin());
     bool unequal = false;
     for (const Block& block : plan.blocks)
       for (const Segment& s : block.segments)
@@ -580,9 +587,8 @@ TEST_P(PlannerQualityTest, ImbalanceBelowFivePercentWithoutReshuffleAndInBalance
 }
 
 // The network-aware plan without the reshuffle charged minimises the worst
-// worker's FLOPs + bytes x ratio over the candidates within 5% imbalance, which include the balance-mode plan
-// when that one is within 5% (as on these batches): never worse by that
-// measure.
+// worker's FLOPs + bytes x ratio over the candidates within 5% imbalance, which include the
+// balance-mode plan when that one is within 5% (as on these batches): never worse by that measure.
 TEST_P(PlannerQualityTest, NetworkAwarePlanNeverCostsMoreThanTheBalancedOne) {
   const std::vector<int64_t> lengths = Batch();
   PlannerConfig aware = PaperConfig();
@@ -739,9 +745,9 @@ TEST(PlannerLocalityTest, BalancedHomeLayoutStaysHome) {
 // 16 and 64, seeds 0 and 2; simulated 5-15% faster with the reshuffle
 // overlapped, docs/planner-quality.md): every worker's compute within 7%
 // of the mean (Shed aims at 2%; at N = 64 seed 0 it stops at 6.4%, where
-// no exchange of whole items lowers the larger compute), fewer tokens reshuffled than the balanced plan
-// (reshuffle_locality false) and a lower busiest reshuffle across nodes;
-// every plan rule holds, the cap is exact, and the plan is deterministic.
+// no exchange of whole items lowers the larger compute), fewer tokens reshuffled than the balanced
+// plan (reshuffle_locality false) and a lower busiest reshuffle across nodes; every plan rule
+// holds, the cap is exact, and the plan is deterministic.
 TEST(PlannerLocalityTest, ShedLayoutMovesFewerTokensAtBalancedCompute) {
   for (const int32_t n : {16, 64})
     for (const uint64_t seed : {0u, 2u}) {
@@ -759,7 +765,8 @@ TEST(PlannerLocalityTest, ShedLayoutMovesFewerTokensAtBalancedCompute) {
       EXPECT_EQ(m.forward_transfer_stages, m.transfer_stage_lower_bound);
       EXPECT_LT(m.max_compute, 1.07 * m.total_forward_flops / n);
       // 50-71% of the tokens against 67-82% when written.
-      EXPECT_LT(static_cast<double>(m.reshuffle_tokens), 0.95 * static_cast<double>(b.reshuffle_tokens));
+      EXPECT_LT(static_cast<double>(m.reshuffle_tokens),
+                0.95 * static_cast<double>(b.reshuffle_tokens));
       EXPECT_LT(BusiestCrossNodeReshuffle(shed, c.node_workers),
                 BusiestCrossNodeReshuffle(balanced, c.node_workers));
     }

@@ -129,8 +129,8 @@ int64_t BruteForcePairs(const Mask& mask, const Block& q, const Block& kv) {
       if (a.seq != b.seq) continue;
       for (int64_t i = a.start; i < a.start + a.length; ++i)
         for (int64_t j = b.start; j < b.start + b.length; ++j)
-          n += mask.kind == MaskKind::kFull || (j <= i && (mask.kind == MaskKind::kCausal ||
-                                                           j > i - mask.window));
+          n += mask.kind == MaskKind::kFull ||
+               (j <= i && (mask.kind == MaskKind::kCausal || j > i - mask.window));
     }
   return n;
 }
@@ -169,9 +169,11 @@ TEST(RequiredPairsTest, RingShapedRowsMatchBruteForce) {
     for (int32_t c = 0; c < 2 * n; ++c) {
       const int64_t begin = c * sequences[s] / (2 * n), end = (c + 1) * sequences[s] / (2 * n);
       if (end > begin)
-        blocks[c < n ? c : 2 * n - 1 - c].segments.push_back({static_cast<int32_t>(s), begin, end - begin});
+        blocks[c < n ? c : 2 * n - 1 - c].segments.push_back(
+            {static_cast<int32_t>(s), begin, end - begin});
     }
-  for (const Mask& mask : {Mask{MaskKind::kCausal, 0}, Mask{MaskKind::kFull, 0}, Mask{MaskKind::kSlidingWindow, 5}}) {
+  for (const Mask& mask :
+       {Mask{MaskKind::kCausal, 0}, Mask{MaskKind::kFull, 0}, Mask{MaskKind::kSlidingWindow, 5}}) {
     std::vector<RequiredPair> expected;
     for (int32_t q = 0; q < n; ++q)
       for (int32_t kv = 0; kv < n; ++kv)
@@ -183,8 +185,10 @@ TEST(RequiredPairsTest, RingShapedRowsMatchBruteForce) {
 
 TEST(RequiredPairsTest, MatchesBruteForceOnRandomPackings) {
   std::mt19937_64 rng(7);
-  const Mask masks[] = {{MaskKind::kCausal, 0}, {MaskKind::kFull, 0},
-                        {MaskKind::kSlidingWindow, 1}, {MaskKind::kSlidingWindow, 3},
+  const Mask masks[] = {{MaskKind::kCausal, 0},
+                        {MaskKind::kFull, 0},
+                        {MaskKind::kSlidingWindow, 1},
+                        {MaskKind::kSlidingWindow, 3},
                         {MaskKind::kSlidingWindow, 10}};
   for (int trial = 0; trial < 200; ++trial) {
     // Random sequences cut into random pieces, dealt to random blocks.

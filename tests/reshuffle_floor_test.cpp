@@ -11,8 +11,8 @@
 namespace fcp {
 namespace {
 
-ReshuffleFloorConfig Config(int32_t workers, int64_t token_cap = 0, MaskKind kind = MaskKind::kCausal,
-                            int64_t window = 0) {
+ReshuffleFloorConfig Config(int32_t workers, int64_t token_cap = 0,
+                            MaskKind kind = MaskKind::kCausal, int64_t window = 0) {
   ReshuffleFloorConfig c;
   c.workers = workers;
   c.token_cap = token_cap;
@@ -85,7 +85,8 @@ TEST(ReshuffleFloorTest, FullAndSlidingWindowMasks) {
   EXPECT_EQ(full.target_token_pairs, 20);
   EXPECT_EQ(full.shed_tokens, 1);
   EXPECT_EQ(full.tokens, 2);
-  const ReshuffleFloor window = ComputeReshuffleFloor({8}, Config(2, 0, MaskKind::kSlidingWindow, 2));
+  const ReshuffleFloor window =
+      ComputeReshuffleFloor({8}, Config(2, 0, MaskKind::kSlidingWindow, 2));
   EXPECT_EQ(window.target_token_pairs, 7);
   EXPECT_EQ(window.excess_token_pairs, 1);
   EXPECT_EQ(window.tokens, 2);
@@ -192,7 +193,8 @@ TEST(ReshuffleFloorTest, NeverAboveTheBestBalancedAssignment) {
   int checked = 0, reached = 0;
   for (int trial = 0; trial < 300; ++trial) {
     const int32_t n = 2 + static_cast<int32_t>(rng() % 2);
-    const int64_t t = n == 2 ? 4 + static_cast<int64_t>(rng() % 7) : 3 + static_cast<int64_t>(rng() % 5);
+    const int64_t t =
+        n == 2 ? 4 + static_cast<int64_t>(rng() % 7) : 3 + static_cast<int64_t>(rng() % 5);
     std::vector<int64_t> sequences;
     for (int64_t left = t; left > 0;) {
       sequences.push_back(std::min<int64_t>(left, 1 + static_cast<int64_t>(rng() % 6)));

@@ -1,5 +1,5 @@
-#include "fcp/planner_registry.h"
 #include "fcp/simulator.h"
+#include "fcp/planner_registry.h"
 
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -7,12 +7,12 @@
 
 #include <gtest/gtest.h>
 
+#include "../src/model/network.h"
 #include "fcp/baselines.h"
 #include "fcp/error.h"
 #include "fcp/plan_metrics.h"
 #include "fcp/planner.h"
 #include "fcp/workload.h"
-#include "../src/model/network.h"
 
 namespace fcp {
 namespace {
@@ -124,16 +124,17 @@ Plan HotspotPlan(bool coalesced) {
   for (int32_t b = 0; b < 6; ++b) diagonal.push_back({b, b});
   if (coalesced) {
     plan.coalesce = 3;
-    plan.forward = {{{{0, 0, 3}, {1, 1, 3}, {2, 2, 3}}, diagonal},
-                    {{}, {{3, 0}, {4, 1}, {5, 2}}}};
+    plan.forward = {{{{0, 0, 3}, {1, 1, 3}, {2, 2, 3}}, diagonal}, {{}, {{3, 0}, {4, 1}, {5, 2}}}};
     plan.backward = {{{{0, 0, 3}, {1, 1, 3}, {2, 2, 3}}, {}, diagonal},
                      {{}, {}, {{3, 0}, {4, 1}, {5, 2}}},
                      {{}, {{0, 3, 0}, {1, 3, 1}, {2, 3, 2}}, {}}};
   } else {
-    plan.forward = {{{{0, 0, 3}}, diagonal}, {{{1, 1, 3}}, {{3, 0}}}, {{{2, 2, 3}}, {{4, 1}}},
-                    {{}, {{5, 2}}}};
-    plan.backward = {{{{0, 0, 3}}, {}, diagonal},       {{{1, 1, 3}}, {}, {{3, 0}}},
-                     {{{2, 2, 3}}, {{0, 3, 0}}, {{4, 1}}}, {{}, {{1, 3, 1}}, {{5, 2}}},
+    plan.forward = {
+        {{{0, 0, 3}}, diagonal}, {{{1, 1, 3}}, {{3, 0}}}, {{{2, 2, 3}}, {{4, 1}}}, {{}, {{5, 2}}}};
+    plan.backward = {{{{0, 0, 3}}, {}, diagonal},
+                     {{{1, 1, 3}}, {}, {{3, 0}}},
+                     {{{2, 2, 3}}, {{0, 3, 0}}, {{4, 1}}},
+                     {{}, {{1, 3, 1}}, {{5, 2}}},
                      {{}, {{2, 3, 2}}, {}}};
   }
   return plan;
@@ -371,7 +372,8 @@ TEST(SimulatorTest, ImbalanceAgreesWithPlanMetrics) {
           EXPECT_GT(r.mfu, 0);
           EXPECT_LE(r.mfu, SaturatedEfficiency(gpu_x));
           for (const WorkerSimStats& s : r.worker_stats)
-            EXPECT_NEAR(s.busy_s + s.exposed_comm_s + s.idle_s, r.total_time_s, 1e-9 * r.total_time_s);
+            EXPECT_NEAR(s.busy_s + s.exposed_comm_s + s.idle_s, r.total_time_s,
+                        1e-9 * r.total_time_s);
         }
       }
 }
@@ -394,7 +396,8 @@ TEST(SimulatorTest, DeterministicAndTraceIsChromeJson) {
   EXPECT_EQ(SimResultJson(a, true), SimResultJson(b, true));
   // Without a trace the two passes run on two threads: the same results.
   c.record_trace = false;
-  EXPECT_EQ(SimResultJson(Simulate(plan, BuiltinProfile("gpu-y"), c), true), SimResultJson(a, true));
+  EXPECT_EQ(SimResultJson(Simulate(plan, BuiltinProfile("gpu-y"), c), true),
+            SimResultJson(a, true));
   ASSERT_FALSE(a.trace.empty());
   std::ostringstream out;
   WriteChromeTrace(a, out);
@@ -495,7 +498,8 @@ TEST(SimulatorTest, NoPassIsFasterThanItsLowerBound) {
           pc.mask.kind = seed == 1 ? MaskKind::kCausal : MaskKind::kSlidingWindow;
           pc.mask.window = seed == 1 ? 0 : 1500;
           const Plan plan = MakePlan(GenerateWorkload(wc), pc);
-          for (ReshuffleMode mode : {ReshuffleMode::kNone, ReshuffleMode::kBlocking, ReshuffleMode::kOverlapped})
+          for (ReshuffleMode mode :
+               {ReshuffleMode::kNone, ReshuffleMode::kBlocking, ReshuffleMode::kOverlapped})
             for (TransferMode transfers : {TransferMode::kPull, TransferMode::kGrouped}) {
               SimConfig c;
               c.reshuffle = mode;
@@ -510,15 +514,19 @@ TEST(SimulatorTest, NoPassIsFasterThanItsLowerBound) {
               EXPECT_GE(r.backward_time_s, r.backward_bounds.bound_s - slack_s);
               EXPECT_GT(r.bound_s, 0);
               EXPECT_GE(r.bound_ratio, 1 - 1e-9);
-              EXPECT_LE(r.forward_bounds.mean_compute_s, r.forward_bounds.max_compute_s * (1 + 1e-12));
+              EXPECT_LE(r.forward_bounds.mean_compute_s,
+                        r.forward_bounds.max_compute_s * (1 + 1e-12));
               for (int32_t w = 0; w < n; ++w)  // the bound's compute is what the event loop ran
-                EXPECT_NEAR(r.forward_bounds.workers[w].compute_s + r.backward_bounds.workers[w].compute_s,
-                            r.worker_stats[w].busy_s, 1e-9 * r.total_time_s);
+                EXPECT_NEAR(
+                    r.forward_bounds.workers[w].compute_s + r.backward_bounds.workers[w].compute_s,
+                    r.worker_stats[w].busy_s, 1e-9 * r.total_time_s);
               if (mode == ReshuffleMode::kNone) {  // the port bytes are the stage transfers'
                 double received = 0, sent = 0;
                 for (const WorkerBounds& w : r.forward_bounds.workers) {
-                  received += w.nic_in_s * profile.nic_bytes_per_s + w.nvlink_in_s * profile.nvlink_bytes_per_s;
-                  sent += w.nic_out_s * profile.nic_bytes_per_s + w.nvlink_out_s * profile.nvlink_bytes_per_s;
+                  received += w.nic_in_s * profile.nic_bytes_per_s +
+                              w.nvlink_in_s * profile.nvlink_bytes_per_s;
+                  sent += w.nic_out_s * profile.nic_bytes_per_s +
+                          w.nvlink_out_s * profile.nvlink_bytes_per_s;
                 }
                 double kv = 0;
                 for (const WorkerSimStats& s : r.worker_stats) kv += s.forward_kv_bytes_received;

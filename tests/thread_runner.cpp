@@ -21,7 +21,8 @@ std::vector<float> Random(size_t n, std::mt19937_64& rng) {
 
 }  // namespace
 
-PlanRunErrors RunPlanOnThreads(const Plan& plan, const ExecutorOptions& options, double timeout_s, uint64_t seed) {
+PlanRunErrors RunPlanOnThreads(const Plan& plan, const ExecutorOptions& options, double timeout_s,
+                               uint64_t seed) {
   const int32_t n = plan.workers;
   const int64_t T = plan.total_tokens();
   const bool backward = options.backward;
@@ -43,7 +44,8 @@ PlanRunErrors RunPlanOnThreads(const Plan& plan, const ExecutorOptions& options,
           return std::vector<float>(x.begin() + r0 * w, x.begin() + r1 * w);
         };
         RankInputs in{slice(q, dims.q_row_floats()), slice(k, dims.kv_row_floats()),
-                      slice(v, dims.kv_row_floats()), backward ? slice(d_o, dims.q_row_floats()) : std::vector<float>{}};
+                      slice(v, dims.kv_row_floats()),
+                      backward ? slice(d_o, dims.q_row_floats()) : std::vector<float>{}};
         outs[r] = ExecutePlan(plan, *comms[r], in, options, nullptr, &stats[r]);
       } catch (...) {
         errors[r] = std::current_exception();
@@ -72,7 +74,8 @@ PlanRunErrors RunPlanOnThreads(const Plan& plan, const ExecutorOptions& options,
     e.dk = err(gather(&RankOutputs::dk), ref.dk);
     e.dv = err(gather(&RankOutputs::dv), ref.dv);
   }
-  for (const ExecutorStats& s : stats) e.peak_received_blocks = std::max(e.peak_received_blocks, s.peak_received_blocks);
+  for (const ExecutorStats& s : stats)
+    e.peak_received_blocks = std::max(e.peak_received_blocks, s.peak_received_blocks);
   return e;
 }
 

@@ -14,13 +14,13 @@ namespace fcp::testing {
 
 struct PlanRunErrors {
   double o = 0, lse = 0, dq = 0, dk = 0, dv = 0;  // relative to float64
-  int64_t peak_received_blocks = 0;              // max over ranks
+  int64_t peak_received_blocks = 0;               // max over ranks
 };
 
 // Normal(0, 1) inputs (seeded), executed with `options` on plan.workers
 // threads (each blocking wait bounded by timeout_s); rethrows the first
 // rank's error. dq, dk, dv errors are 0 unless options.backward.
-PlanRunErrors RunPlanOnThreads(const Plan& plan, const ExecutorOptions& options, double timeout_s = 10.0,
-                               uint64_t seed = 5);
+PlanRunErrors RunPlanOnThreads(const Plan& plan, const ExecutorOptions& options,
+                               double timeout_s = 10.0, uint64_t seed = 5);
 
 }  // namespace fcp::testing

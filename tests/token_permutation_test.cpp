@@ -17,8 +17,8 @@ using ::testing::ElementsAre;
 //
 //   block 0  worker 1  seq 0 [0, 2)                  -> tokens 0 1
 //   block 1  worker 0  seq 0 [2, 4)                  -> tokens 2 3
-//   block 2  worker 0  seq 3 [0, 1), seq 1 [0, 1)    -> tokens 7 4  (segment order, not token order)
-//   block 3  worker 1  seq 1 [1, 2), seq 2 [0, 1)    -> tokens 5 6
+//   block 2  worker 0  seq 3 [0, 1), seq 1 [0, 1)    -> tokens 7 4  (segment order, not token
+//   order) block 3  worker 1  seq 1 [1, 2), seq 2 [0, 1)    -> tokens 5 6
 //
 // Only the token layout matters here, so the plan has no stages.
 Plan HandPlan() {
@@ -26,10 +26,8 @@ Plan HandPlan() {
   plan.workers = 2;
   plan.sequences = {4, 2, 1, 1};
   plan.token_cap = 4;
-  plan.blocks = {{1, {{0, 0, 2}}},
-                 {0, {{0, 2, 2}}},
-                 {0, {{3, 0, 1}, {1, 0, 1}}},
-                 {1, {{1, 1, 1}, {2, 0, 1}}}};
+  plan.blocks = {
+      {1, {{0, 0, 2}}}, {0, {{0, 2, 2}}}, {0, {{3, 0, 1}, {1, 0, 1}}}, {1, {{1, 1, 1}, {2, 0, 1}}}};
   return plan;
 }
 

@@ -2,8 +2,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <numeric>
+#include <sstream>
 #include <string>
 
 #include <gmock/gmock.h>
@@ -19,10 +19,13 @@ namespace {
 
 using ::testing::HasSubstr;
 
-int64_t Sum(const std::vector<int64_t>& v) { return std::accumulate(v.begin(), v.end(), int64_t{0}); }
+int64_t Sum(const std::vector<int64_t>& v) {
+  return std::accumulate(v.begin(), v.end(), int64_t{0});
+}
 
-const LengthDistribution kAllDists[] = {LengthDistribution::kLognormal, LengthDistribution::kUniform,
-                                        LengthDistribution::kFixed, LengthDistribution::kBimodal};
+const LengthDistribution kAllDists[] = {LengthDistribution::kLognormal,
+                                        LengthDistribution::kUniform, LengthDistribution::kFixed,
+                                        LengthDistribution::kBimodal};
 
 TEST(WorkloadTest, ExactTotalAndLengthBoundsForEveryDistribution) {
   for (LengthDistribution dist : kAllDists)
@@ -107,7 +110,8 @@ TEST(WorkloadTest, LognormalShapeMatchesThePaper) {
     int64_t short_tokens = 0;
     for (int64_t len : lengths)
       if (len < 4096) short_tokens += len;
-    const double short_share = static_cast<double>(short_tokens) / static_cast<double>(Sum(lengths));
+    const double short_share =
+        static_cast<double>(short_tokens) / static_cast<double>(Sum(lengths));
     EXPECT_GT(short_share, 0.35) << "seed " << seed;
     EXPECT_LT(short_share, 0.65) << "seed " << seed;
     const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
@@ -220,7 +224,9 @@ TEST(WorkloadTest, ParseLengthsErrorsNameTheLine) {
 // Issue 19: a BOM is skipped, a long word is quoted by a short prefix, and
 // the seeds of the lengths fuzzer pass its check.
 TEST(WorkloadTest, CarelessLengthsText) {
-  EXPECT_EQ(ParseLengths("\xEF\xBB\xBF" "100\n7\n"), (std::vector<int64_t>{100, 7}));
+  EXPECT_EQ(ParseLengths("\xEF\xBB\xBF"
+                         "100\n7\n"),
+            (std::vector<int64_t>{100, 7}));
   const std::string message = LengthsError("1\n" + std::string(1'000'000, 'z') + "\n");
   EXPECT_THAT(message, HasSubstr("line 2: 'zzzz"));
   EXPECT_THAT(message, HasSubstr("(1000000 bytes)"));

@@ -98,14 +98,14 @@ class AttentionKernel {
                         std::span<const SegmentPair> pairs, const BackwardBuffers& io) = 0;
   // bfloat16 inputs. The CPU kernel implements them; the default throws
   // Error(kInvalidArgument) naming the operation (the CUDA kernel takes float32).
-  virtual void Forward(const AttentionDims& dims, const Mask& mask, std::span<const SegmentPair> pairs,
-                       const ForwardBuffersOf<BFloat16>& io);
-  virtual void Backward(const AttentionDims& dims, const Mask& mask, std::span<const SegmentPair> pairs,
-                        const BackwardBuffersOf<BFloat16>& io);
+  virtual void Forward(const AttentionDims& dims, const Mask& mask,
+                       std::span<const SegmentPair> pairs, const ForwardBuffersOf<BFloat16>& io);
+  virtual void Backward(const AttentionDims& dims, const Mask& mask,
+                        std::span<const SegmentPair> pairs, const BackwardBuffersOf<BFloat16>& io);
 };
 
 struct CpuKernelOptions {
-  int32_t q_tile_rows = 64;   // rows of a query tile (>= 1)
+  int32_t q_tile_rows = 64;    // rows of a query tile (>= 1)
   int32_t kv_tile_rows = 128;  // rows of a key/value tile (>= 1)
   // Called between tiles so a caller can drive communication progress while
   // the kernel runs (MPI progresses only inside MPI calls). May be empty.

@@ -17,12 +17,15 @@ struct BFloat16 {
 };
 static_assert(sizeof(BFloat16) == 2);
 
-inline float ToFloat(BFloat16 x) { return std::bit_cast<float>(static_cast<uint32_t>(x.bits) << 16); }
+inline float ToFloat(BFloat16 x) {
+  return std::bit_cast<float>(static_cast<uint32_t>(x.bits) << 16);
+}
 
 inline BFloat16 ToBFloat16(float f) {
   const uint32_t u = std::bit_cast<uint32_t>(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return {static_cast<uint16_t>((u >> 16) | 0x0040u)};  // NaN: quiet
-  const uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);  // ties to even
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return {static_cast<uint16_t>((u >> 16) | 0x0040u)};  // NaN: quiet
+  const uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);   // ties to even
   return {static_cast<uint16_t>((u + rounding) >> 16)};
 }
 

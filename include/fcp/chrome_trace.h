@@ -51,7 +51,8 @@ struct ChromeTraceLayout {
 // The complete events as Chrome JSON objects, one a line, separated by ",\n"
 // (no brackets and no trailing separator), so texts made apart (one per MPI
 // rank) can be joined into one document.
-std::string ChromeCompleteEvents(std::span<const TraceEvent> events, const ChromeTraceLayout& layout);
+std::string ChromeCompleteEvents(std::span<const TraceEvent> events,
+                                 const ChromeTraceLayout& layout);
 
 // A whole document: the header, the metadata of processes 0..processes-1,
 // then the non-empty `event_texts` (each from ChromeCompleteEvents) in order.
@@ -59,7 +60,7 @@ void WriteChromeTraceDocument(const ChromeTraceLayout& layout, int32_t processes
                               const std::vector<std::string>& event_texts, std::ostream& out);
 
 // WriteChromeTraceDocument of one event list.
-void WriteChromeTrace(const ChromeTraceLayout& layout, int32_t processes, std::span<const TraceEvent> events,
-                      std::ostream& out);
+void WriteChromeTrace(const ChromeTraceLayout& layout, int32_t processes,
+                      std::span<const TraceEvent> events, std::ostream& out);
 
 }  // namespace fcp

@@ -33,7 +33,7 @@ int32_t CudaDeviceCount();
 std::string CudaDeviceName(int32_t device);
 
 struct CudaKernelOptions {
-  int32_t device = 0;              // CUDA device ordinal (>= 0)
+  int32_t device = 0;               // CUDA device ordinal (>= 0)
   int32_t threads_per_block = 128;  // multiple of 32 in [32, 1024]
   // Called while the host waits for the device, so MPI transfers progress
   // during the compute (the executor sets it). May be empty.
@@ -52,8 +52,9 @@ struct CudaAttentionTiming {
   double forward_s = 0;
   double backward_s = 0;  // 0 unless asked for
 };
-CudaAttentionTiming TimeCudaAttention(const AttentionDims& dims, const Mask& mask, int64_t tokens, int32_t repeats,
-                                      bool backward, const CudaKernelOptions& options = {});
+CudaAttentionTiming TimeCudaAttention(const AttentionDims& dims, const Mask& mask, int64_t tokens,
+                                      int32_t repeats, bool backward,
+                                      const CudaKernelOptions& options = {});
 
 // The device's measured bf16 matrix rate in FLOP/s: cuBLAS GEMM n x n x n,
 // bf16 in and out, float32 accumulation; the "100%" of kernel efficiency.

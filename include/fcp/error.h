@@ -30,8 +30,7 @@ enum class ErrorCode {
 
 class Error : public std::runtime_error {
  public:
-  Error(ErrorCode code, const std::string& message)
-      : std::runtime_error(message), code_(code) {}
+  Error(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
   ErrorCode code() const { return code_; }
 
  private:
@@ -54,9 +53,9 @@ inline std::string QuoteForError(std::string_view text) {
 }  // namespace fcp
 
 // Always-on check of an internal invariant; a failure is a bug in fcp.
-#define FCP_CHECK(cond, msg)                                                       \
-  do {                                                                             \
-    if (!(cond))                                                                   \
-      throw ::fcp::Error(::fcp::ErrorCode::kInternal,                              \
+#define FCP_CHECK(cond, msg)                                                             \
+  do {                                                                                   \
+    if (!(cond))                                                                         \
+      throw ::fcp::Error(::fcp::ErrorCode::kInternal,                                    \
                          std::string("internal check failed: ") + #cond + ": " + (msg)); \
   } while (0)

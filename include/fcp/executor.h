@@ -52,7 +52,7 @@ struct RankInputs {
 };
 
 struct RankOutputs {
-  std::vector<float> o, lse;    // always
+  std::vector<float> o, lse;      // always
   std::vector<float> dq, dk, dv;  // with backward
 };
 
@@ -71,15 +71,15 @@ struct ExecutorOptions {
 };
 
 struct ExecutorStats {
-  double forward_s = 0;          // reshuffle in + forward stages
-  double backward_s = 0;         // backward stages + reshuffle out
-  double compute_s = 0;          // time inside the kernel
-  double transfer_s = 0;         // per stage: first post to last transfer completion, summed
-  double exposed_wait_s = 0;     // per stage: time blocked waiting for transfers, summed
-  double reshuffle_s = 0;        // the all-to-all-v's from start to completion, summed
-  double reshuffle_wait_s = 0;   // time blocked waiting for them
+  double forward_s = 0;              // reshuffle in + forward stages
+  double backward_s = 0;             // backward stages + reshuffle out
+  double compute_s = 0;              // time inside the kernel
+  double transfer_s = 0;             // per stage: first post to last transfer completion, summed
+  double exposed_wait_s = 0;         // per stage: time blocked waiting for transfers, summed
+  double reshuffle_s = 0;            // the all-to-all-v's from start to completion, summed
+  double reshuffle_wait_s = 0;       // time blocked waiting for them
   int64_t peak_received_blocks = 0;  // K/V blocks held in receive buffers at once
-  int64_t bytes_sent = 0;        // stage transfers only
+  int64_t bytes_sent = 0;            // stage transfers only
 };
 
 RankOutputs ExecutePlan(const Plan& plan, Communicator& comm, const RankInputs& inputs,

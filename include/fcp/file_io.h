@@ -36,7 +36,8 @@ std::string ReadInputFile(const std::string& path, const std::string& what, uint
 // removes the temporary. Not for "-": Error(kInvalidArgument).
 class AtomicFile {
  public:
-  AtomicFile(const std::string& path, const std::string& what);  // Error(kIo) if it cannot be created
+  AtomicFile(const std::string& path,
+             const std::string& what);  // Error(kIo) if it cannot be created
   ~AtomicFile();
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;

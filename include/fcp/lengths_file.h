@@ -26,7 +26,7 @@ inline constexpr uint64_t kMaxLengthsFileBytes = uint64_t{1} << 28;
 // kMaxSequences lengths; Error(kIo) if unreadable, a directory or larger than
 // kMaxLengthsFileBytes.
 std::vector<int64_t> ParseLengths(const std::string& text);
-std::vector<int64_t> ReadLengthsFile(const std::string& path);  // "-" = stdin
+std::vector<int64_t> ReadLengthsFile(const std::string& path);   // "-" = stdin
 std::string FormatLengths(const std::vector<int64_t>& lengths);  // one per line
 
 }  // namespace fcp

@@ -73,7 +73,8 @@ struct KvSend {
 struct DkvRecv {
   int32_t block = 0;
   int32_t src = 0;
-  bool into_partial = false;  // false: add into local rows (r owns it); true: into a partial (relay)
+  bool into_partial =
+      false;  // false: add into local rows (r owns it); true: into a partial (relay)
   int64_t row = 0;
   int64_t rows = 0;
   bool operator==(const DkvRecv&) const = default;
@@ -105,7 +106,7 @@ struct ComputeCall {
 };
 
 struct StageProgram {
-  std::vector<KvRecv> kv_recv;    // in the plan's transfer order
+  std::vector<KvRecv> kv_recv;  // in the plan's transfer order
   std::vector<KvSend> kv_send;
   std::vector<DkvRecv> dkv_recv;  // backward only
   std::vector<DkvSend> dkv_send;  // backward only
@@ -127,15 +128,15 @@ struct RankProgram {
   int64_t total_tokens = 0;
   int64_t dataloader_begin = 0, dataloader_end = 0;  // r's dataloader share
   int64_t local_rows = 0;
-  std::vector<int32_t> owned_blocks;   // ascending
-  std::vector<int64_t> block_row;      // per plan block; -1: not owned
-  std::vector<int64_t> local_token;    // per local row: its global token
-  std::vector<int64_t> local_position; // per local row: its position in its sequence (RoPE)
-  std::vector<int64_t> in_send_rows;   // dataloader rows (0-based in the share), by destination
-  std::vector<int64_t> in_send_counts; // per rank
-  std::vector<int64_t> in_recv_rows;   // local rows, by source rank (and global token)
-  std::vector<int64_t> in_recv_counts; // per rank
-  std::vector<SegmentPair> segments;   // of all calls, both passes
+  std::vector<int32_t> owned_blocks;    // ascending
+  std::vector<int64_t> block_row;       // per plan block; -1: not owned
+  std::vector<int64_t> local_token;     // per local row: its global token
+  std::vector<int64_t> local_position;  // per local row: its position in its sequence (RoPE)
+  std::vector<int64_t> in_send_rows;    // dataloader rows (0-based in the share), by destination
+  std::vector<int64_t> in_send_counts;  // per rank
+  std::vector<int64_t> in_recv_rows;    // local rows, by source rank (and global token)
+  std::vector<int64_t> in_recv_counts;  // per rank
+  std::vector<SegmentPair> segments;    // of all calls, both passes
   PassProgram forward, backward;
   // Per plan block (any owner): the stage after which its (o, lse), its dq,
   // and its dk, dv at the owner are final (-1: before the first stage). The

@@ -17,10 +17,10 @@
 namespace fcp {
 
 struct NpyHeader {
-  std::vector<int64_t> shape;  // C order; empty = scalar
+  std::vector<int64_t> shape;     // C order; empty = scalar
   int64_t data_offset_bytes = 0;  // where the array data starts in the file
-  int64_t elements() const;                // product of shape (1 for a scalar)
-  int64_t row_elements() const;            // product of shape[1:]
+  int64_t elements() const;       // product of shape (1 for a scalar)
+  int64_t row_elements() const;   // product of shape[1:]
 };
 
 // Parses the header of an .npy file held in `bytes` (at least the header).

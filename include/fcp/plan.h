@@ -29,8 +29,8 @@ struct Segment {
 };
 
 struct Block {
-  int32_t worker = 0;              // owner: holds this block's Q, K, V rows
-  std::vector<Segment> segments;   // in the order the block stores its rows
+  int32_t worker = 0;             // owner: holds this block's Q, K, V rows
+  std::vector<Segment> segments;  // in the order the block stores its rows
   int64_t tokens() const;
   bool operator==(const Block&) const = default;
 };

@@ -16,11 +16,11 @@
 namespace fcp {
 
 struct WorkerMetrics {
-  int64_t tokens = 0;             // tokens owned
-  double forward_flops = 0;       // attention FLOPs of the pairs this worker computes
-  int64_t kv_blocks_sent = 0;     // forward K/V transfers sent
+  int64_t tokens = 0;          // tokens owned
+  double forward_flops = 0;    // attention FLOPs of the pairs this worker computes
+  int64_t kv_blocks_sent = 0;  // forward K/V transfers sent
   int64_t kv_blocks_received = 0;
-  int64_t bytes_sent = 0;         // forward K/V bytes
+  int64_t bytes_sent = 0;  // forward K/V bytes
   int64_t bytes_received = 0;
   // The same bytes split by link: to or from workers of its own node
   // (NVLink), and across nodes (NIC).
@@ -45,28 +45,28 @@ struct PlanMetrics {
   int64_t total_tokens = 0;
   int64_t max_tokens = 0;
   double total_forward_flops = 0;
-  double max_pair_flops = 0;       // the largest single block pair (a compute lower-bound term)
+  double max_pair_flops = 0;  // the largest single block pair (a compute lower-bound term)
   int64_t required_pairs = 0;
-  int64_t transfer_edges = 0;      // forward K/V transfers
-  int32_t max_degree = 0;          // Delta: max over workers of sends and of receives
+  int64_t transfer_edges = 0;  // forward K/V transfers
+  int32_t max_degree = 0;      // Delta: max over workers of sends and of receives
   int32_t forward_stages = 0;
-  int32_t forward_transfer_stages = 0;   // stages with at least one send
+  int32_t forward_transfer_stages = 0;     // stages with at least one send
   int32_t transfer_stage_lower_bound = 0;  // ceil(Delta / coalesce)
   int32_t backward_stages = 0;
   // (max - mean) / max of each per-worker quantity, as in the paper.
   double compute_imbalance = 0;
-  double traffic_imbalance = 0;    // bytes sent + received
+  double traffic_imbalance = 0;  // bytes sent + received
   double send_imbalance = 0;
   double receive_imbalance = 0;
-  double nic_send_imbalance = 0;     // of nic_bytes_sent: the ports that set the time
+  double nic_send_imbalance = 0;  // of nic_bytes_sent: the ports that set the time
   double nic_receive_imbalance = 0;
-  int64_t max_bytes_sent = 0;        // forward K/V, busiest worker of each direction
+  int64_t max_bytes_sent = 0;  // forward K/V, busiest worker of each direction
   int64_t max_bytes_received = 0;
   int64_t max_nic_bytes_sent = 0;
   int64_t max_nic_bytes_received = 0;
-  int32_t gpus_per_node = 0;         // the node size the split used
-  int64_t nvlink_bytes = 0;          // forward K/V bytes inside nodes, all workers
-  int64_t nic_bytes = 0;             // forward K/V bytes across nodes
+  int32_t gpus_per_node = 0;  // the node size the split used
+  int64_t nvlink_bytes = 0;   // forward K/V bytes inside nodes, all workers
+  int64_t nic_bytes = 0;      // forward K/V bytes across nodes
   double token_imbalance = 0;
   // Lower bound on the largest per-worker compute: max(total / N, largest query block's work)
   double compute_lower_bound = 0;
@@ -77,8 +77,8 @@ struct PlanMetrics {
   // the receiver): max over i of (K/V bytes i needs - token_cap's worth).
   int64_t traffic_lower_bound_bytes = 0;
   int64_t max_traffic_bytes = 0;
-  int64_t reshuffle_tokens = 0;    // tokens whose owner differs from their dataloader worker
-  int64_t reshuffle_bytes = 0;     // Q, K, V in and O out for those tokens (dtype_bytes each)
+  int64_t reshuffle_tokens = 0;  // tokens whose owner differs from their dataloader worker
+  int64_t reshuffle_bytes = 0;   // Q, K, V in and O out for those tokens (dtype_bytes each)
   // The most tokens one worker moves in the reshuffle, in (owned, from other
   // dataloader workers) plus out (its dataloader share owned elsewhere):
   // what an overlapped reshuffle waits for, rather than the total.

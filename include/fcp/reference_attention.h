@@ -22,17 +22,16 @@ struct ReferenceAttentionResult {
   std::vector<double> o;    // [T, heads_q, head_dim]
   std::vector<double> lse;  // [T, heads_q], natural log
   // Filled only when d_o was given:
-  std::vector<double> dq;   // [T, heads_q, head_dim]
-  std::vector<double> dk;   // [T, heads_kv, head_dim]
-  std::vector<double> dv;   // [T, heads_kv, head_dim]
+  std::vector<double> dq;  // [T, heads_q, head_dim]
+  std::vector<double> dk;  // [T, heads_kv, head_dim]
+  std::vector<double> dv;  // [T, heads_kv, head_dim]
 };
 
 // `d_o` may be null: forward only. Sizes are implied by sum(sequences) and
 // dims. Error(kInvalidArgument) for bad dims or negative lengths.
-ReferenceAttentionResult ReferenceAttention(const std::vector<int64_t>& sequences,
-                                            const Mask& mask, const AttentionDims& dims,
-                                            const float* q, const float* k, const float* v,
-                                            const float* d_o);
+ReferenceAttentionResult ReferenceAttention(const std::vector<int64_t>& sequences, const Mask& mask,
+                                            const AttentionDims& dims, const float* q,
+                                            const float* k, const float* v, const float* d_o);
 
 // ||got - want||_F / ||want||_F over n values; when want is all zeros (no
 // scale to be relative to), the RMS of got.

@@ -63,7 +63,7 @@ enum class ReshuffleMode {
   kBlocking,    // all-to-all in, barrier, attention, barrier, all-to-all out
   kOverlapped,  // per-block: compute starts on blocks that have arrived
 };
-const char* ReshuffleModeName(ReshuffleMode mode);  // "none", "blocking", "overlap"
+const char* ReshuffleModeName(ReshuffleMode mode);          // "none", "blocking", "overlap"
 ReshuffleMode ParseReshuffleMode(const std::string& name);  // Error(kInvalidArgument)
 
 // How a runtime moves a plan's stage transfers.
@@ -81,7 +81,7 @@ enum class TransferMode {
   // for them.
   kGrouped,
 };
-const char* TransferModeName(TransferMode mode);  // "pull", "grouped"
+const char* TransferModeName(TransferMode mode);          // "pull", "grouped"
 TransferMode ParseTransferMode(const std::string& name);  // Error(kInvalidArgument)
 
 struct SimConfig {
@@ -96,14 +96,14 @@ struct SimConfig {
 };
 
 struct WorkerSimStats {
-  double busy_s = 0;            // compute stream busy (both passes)
-  double exposed_comm_s = 0;    // before its own last activity, not computing
-  double idle_s = 0;            // after its own last activity, waiting for the slowest worker
-  double forward_flops = 0;     // useful attention FLOPs of the pairs it computes
+  double busy_s = 0;          // compute stream busy (both passes)
+  double exposed_comm_s = 0;  // before its own last activity, not computing
+  double idle_s = 0;          // after its own last activity, waiting for the slowest worker
+  double forward_flops = 0;   // useful attention FLOPs of the pairs it computes
   double backward_flops = 0;
   double forward_kv_bytes_sent = 0;  // forward K/V transfers (PLAN_FORMAT costs)
   double forward_kv_bytes_received = 0;
-  double bytes_sent = 0;        // everything: K/V, dK/dV, both passes (no reshuffle)
+  double bytes_sent = 0;  // everything: K/V, dK/dV, both passes (no reshuffle)
   double bytes_received = 0;
   double reshuffle_bytes_sent = 0;
   double reshuffle_bytes_received = 0;
@@ -116,7 +116,7 @@ struct SimResult {
   double forward_time_s = 0;
   double backward_time_s = 0;
   double total_time_s = 0;
-  double forward_flops = 0;   // useful work (each required pair once)
+  double forward_flops = 0;  // useful work (each required pair once)
   double backward_flops = 0;
   // (forward + backward FLOPs) / (N * peak * total time).
   double mfu = 0;
@@ -125,14 +125,14 @@ struct SimResult {
   // What one GPU reaches on this batch unsharded (each sequence one causal
   // kernel of its own length, all SMs): total FLOPs / sum of their times, / peak.
   double reference_efficiency = 0;
-  double batch_normalized_mfu = 0;  // mfu / reference_efficiency
-  double compute_imbalance = 0;     // of forward FLOPs per worker
-  double traffic_imbalance = 0;     // of forward K/V bytes sent + received per worker
+  double batch_normalized_mfu = 0;     // mfu / reference_efficiency
+  double compute_imbalance = 0;        // of forward FLOPs per worker
+  double traffic_imbalance = 0;        // of forward K/V bytes sent + received per worker
   double total_traffic_imbalance = 0;  // of all bytes sent + received (both passes)
   double max_exposed_comm_s = 0;
   double mean_exposed_comm_s = 0;
   double mean_busy_s = 0;
-  int64_t transfers = 0;       // flows simulated (stage transfers)
+  int64_t transfers = 0;  // flows simulated (stage transfers)
   int64_t reshuffle_flows = 0;
   // Lower bounds (lower_bounds.h) from each worker's busy compute and every
   // flow of the pass, the reshuffle's included when charged; the step's bound
@@ -143,7 +143,8 @@ struct SimResult {
   double bound_s = 0;
   double bound_ratio = 0;
   std::vector<WorkerSimStats> worker_stats;
-  std::vector<TraceEvent> trace;  // when SimConfig::record_trace; tracks 0 compute, 1 send, 2 receive
+  std::vector<TraceEvent>
+      trace;  // when SimConfig::record_trace; tracks 0 compute, 1 send, 2 receive
 };
 
 SimResult Simulate(const Plan& plan, const HardwareProfile& profile, const SimConfig& config = {});

@@ -59,7 +59,7 @@ class TokenLayout {
  private:
   // A segment seen from the global token order.
   struct Piece {
-    int64_t global_begin;      // first global position
+    int64_t global_begin;  // first global position
     int64_t length;
     int64_t planned_position;  // planned position of its first token
     int32_t owner;

@@ -27,11 +27,13 @@ class Trace {
   Trace() : origin_(std::chrono::steady_clock::now()) {}
   void ResetOrigin() { origin_ = std::chrono::steady_clock::now(); }
   double NowUs() const {
-    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - origin_).count();
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - origin_)
+        .count();
   }
   // An interval of this rank (its pid is given when written, ChromeEvents).
   void Add(std::string name, TraceLane lane, double start_us, double end_us) {
-    events_.push_back({0, static_cast<int32_t>(lane), std::move(name), start_us * 1e-6, end_us * 1e-6});
+    events_.push_back(
+        {0, static_cast<int32_t>(lane), std::move(name), start_us * 1e-6, end_us * 1e-6});
   }
   const std::vector<TraceEvent>& events() const { return events_; }
 

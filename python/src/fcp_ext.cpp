@@ -118,7 +118,8 @@ FlatBlocks Flatten(const Plan& plan) {
 // Per-worker metrics as one contiguous array per field.
 struct WorkerColumns {
   std::vector<int64_t> tokens, kv_blocks_sent, kv_blocks_received, bytes_sent, bytes_received;
-  std::vector<int64_t> nic_bytes_sent, nic_bytes_received, reshuffle_tokens_in, reshuffle_tokens_out;
+  std::vector<int64_t> nic_bytes_sent, nic_bytes_received, reshuffle_tokens_in,
+      reshuffle_tokens_out;
   std::vector<double> forward_flops;
 };
 
@@ -219,9 +220,9 @@ decltype(auto) WithoutGil(F&& f) {
 // rather than truncated. `operation` prefixes the message ("plan", "workload").
 int32_t ToInt32(const char* operation, const char* what, int64_t value) {
   if (value < INT32_MIN || value > INT32_MAX)
-    throw Error(ErrorCode::kInvalidArgument,
-                std::string(operation) + ": " + what + " = " + std::to_string(value) +
-                    " does not fit a 32-bit integer");
+    throw Error(ErrorCode::kInvalidArgument, std::string(operation) + ": " + what + " = " +
+                                                 std::to_string(value) +
+                                                 " does not fit a 32-bit integer");
   return static_cast<int32_t>(value);
 }
 
@@ -243,8 +244,7 @@ std::vector<int64_t> LengthsFromSequence(nb::handle sequence) {
   for (Py_ssize_t i = 0; i < size; ++i) {
     PyObject* item = items[i];
     const auto fail = [&](const std::string& what) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  "plan: lengths[" + std::to_string(i) + "] " + what);
+      throw Error(ErrorCode::kInvalidArgument, "plan: lengths[" + std::to_string(i) + "] " + what);
     };
     if (PyBool_Check(item)) fail("must be an integer, got bool");
     // numpy integer scalars and other integer-like objects go through __index__.
@@ -318,8 +318,8 @@ nb::list PlannerOptionRows() {
   for (const PlannerOption& o : PlannerOptions()) {
     const nb::object value =
         std::visit([&](auto field) { return nb::cast(field(defaults)); }, o.ref);
-    rows.append(nb::make_tuple(PythonKeyword(o), o.field, OptionTypeName(o), value, o.help,
-                               o.recorded));
+    rows.append(
+        nb::make_tuple(PythonKeyword(o), o.field, OptionTypeName(o), value, o.help, o.recorded));
   }
   return rows;
 }
@@ -384,13 +384,19 @@ struct ExceptionTypes {
 
 PyObject* PythonTypeFor(const ExceptionTypes& types, ErrorCode code) {
   switch (code) {
-    case ErrorCode::kInvalidArgument: return PyExc_ValueError;
-    case ErrorCode::kInfeasible: return types.infeasible;
-    case ErrorCode::kParse: return types.parse;
-    case ErrorCode::kInvalidPlan: return types.invalid_plan;
-    case ErrorCode::kIo: return PyExc_OSError;
+    case ErrorCode::kInvalidArgument:
+      return PyExc_ValueError;
+    case ErrorCode::kInfeasible:
+      return types.infeasible;
+    case ErrorCode::kParse:
+      return types.parse;
+    case ErrorCode::kInvalidPlan:
+      return types.invalid_plan;
+    case ErrorCode::kIo:
+      return PyExc_OSError;
     case ErrorCode::kBackend:
-    case ErrorCode::kInternal: return PyExc_RuntimeError;
+    case ErrorCode::kInternal:
+      return PyExc_RuntimeError;
   }
   return PyExc_RuntimeError;
 }
@@ -416,24 +422,23 @@ void RegisterExceptions(nb::module_& m) {
   types.infeasible =
       new_type("InfeasibleError", "Valid inputs that admit no plan (e.g. token_cap too small).");
   types.parse = new_type("ParseError", "Malformed plan JSON.");
-  nb::register_exception_translator(
-      [](const std::exception_ptr& p, void*) {
-        try {
-          std::rethrow_exception(p);
-        } catch (const Error& e) {
-          PyErr_SetString(PythonTypeFor(Exceptions(), e.code()), e.what());
-        }
-      });
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const Error& e) {
+      PyErr_SetString(PythonTypeFor(Exceptions(), e.code()), e.what());
+    }
+  });
 }
 
 using PlanClass = nb::class_<PlanHandle>;
 
 // The header fields, counts, validation and serialisation of a plan.
 void BindPlanHeader(PlanClass& cls) {
-  cls
-      .def_prop_ro("planner", [](PlanHandle& h) { return h.plan().planner; })
+  cls.def_prop_ro("planner", [](PlanHandle& h) { return h.plan().planner; })
       .def_prop_ro("workers", [](PlanHandle& h) { return h.plan().workers; })
-      .def_prop_ro("mask", [](PlanHandle& h) { return std::string(MaskKindName(h.plan().mask.kind)); })
+      .def_prop_ro("mask",
+                   [](PlanHandle& h) { return std::string(MaskKindName(h.plan().mask.kind)); })
       .def_prop_ro("window", [](PlanHandle& h) { return h.plan().mask.window; })
       .def_prop_ro("heads_q", [](PlanHandle& h) { return h.plan().attention.heads_q; })
       .def_prop_ro("heads_kv", [](PlanHandle& h) { return h.plan().attention.heads_kv; })
@@ -467,20 +472,17 @@ void BindPlanHeader(PlanClass& cls) {
       .def("equals", [](PlanHandle& a, PlanHandle& b) { return a.plan() == b.plan(); })
       .def("to_json",
            [](PlanHandle& h) { return WithoutGil([&] { return WritePlanJson(h.plan()); }); })
-      .def("validate",
-           [](PlanHandle& h, bool forbid_redundant_transfers) {
-             WithoutGil([&] {
-               h.Validate({.forbid_redundant_transfers = forbid_redundant_transfers});
-               return 0;
-             });
-           });
+      .def("validate", [](PlanHandle& h, bool forbid_redundant_transfers) {
+        WithoutGil([&] {
+          h.Validate({.forbid_redundant_transfers = forbid_redundant_transfers});
+          return 0;
+        });
+      });
 }
 
 // Blocks, segments and stages: read-only views into the plan.
 void BindPlanArrays(PlanClass& cls) {
-  cls
-      .def("sequences",
-           [](PlanHandle& h) { return VectorView(h.plan().sequences, nb::find(&h)); })
+  cls.def("sequences", [](PlanHandle& h) { return VectorView(h.plan().sequences, nb::find(&h)); })
       .def("block_owner",
            [](PlanHandle& h) {
              const FlatBlocks& f = WithoutGil([&]() -> const FlatBlocks& { return h.blocks(); });
@@ -521,21 +523,19 @@ void BindPlanArrays(PlanClass& cls) {
              const auto& s = StageAt(h.plan().backward, stage, "backward").send_dkv;
              return View(reinterpret_cast<const int32_t*>(s.data()), s.size(), 3, nb::find(&h));
            })
-      .def("backward_compute",
-           [](PlanHandle& h, int64_t stage) {
-             const auto& c = StageAt(h.plan().backward, stage, "backward").compute;
-             return View(reinterpret_cast<const int32_t*>(c.data()), c.size(), 2, nb::find(&h));
-           });
+      .def("backward_compute", [](PlanHandle& h, int64_t stage) {
+        const auto& c = StageAt(h.plan().backward, stage, "backward").compute;
+        return View(reinterpret_cast<const int32_t*>(c.data()), c.size(), 2, nb::find(&h));
+      });
 }
 
 // Plan-wide and per-worker metrics, and the text of `fcp inspect`.
 void BindPlanMetrics(PlanClass& cls) {
-  cls
-      .def("metrics",
-           [](PlanHandle& h) {
-             const PlanMetrics& m = WithoutGil([&]() -> const PlanMetrics& { return h.metrics(); });
-             return MetricsDict(m);
-           })
+  cls.def("metrics",
+          [](PlanHandle& h) {
+            const PlanMetrics& m = WithoutGil([&]() -> const PlanMetrics& { return h.metrics(); });
+            return MetricsDict(m);
+          })
       .def("worker_metrics",
            [](PlanHandle& h) {
              const WorkerColumns& c =
@@ -554,21 +554,18 @@ void BindPlanMetrics(PlanClass& cls) {
              d["reshuffle_tokens_out"] = VectorView(c.reshuffle_tokens_out, owner);
              return d;
            })
-      .def("summary",
-           [](PlanHandle& h) {
-             return WithoutGil([&] {
-               return FormatPlanSummary(h.plan(), h.metrics(), h.planning_seconds());
-             });
-           });
+      .def("summary", [](PlanHandle& h) {
+        return WithoutGil(
+            [&] { return FormatPlanSummary(h.plan(), h.metrics(), h.planning_seconds()); });
+      });
 }
 
 // Where every token lives: the plan's token permutation and its inverse.
 void BindTokenLayout(PlanClass& cls) {
-  cls
-      .def("token_order",
-           [](PlanHandle& h) {
-             return VectorView(WithoutGil([&]() -> const auto& { return h.order(); }), nb::find(&h));
-           })
+  cls.def("token_order",
+          [](PlanHandle& h) {
+            return VectorView(WithoutGil([&]() -> const auto& { return h.order(); }), nb::find(&h));
+          })
       .def("inverse_token_order",
            [](PlanHandle& h) {
              return VectorView(WithoutGil([&]() -> const auto& { return h.inverse(); }),
@@ -583,9 +580,8 @@ void BindTokenLayout(PlanClass& cls) {
       // rank never pays for the whole batch.
       .def("worker_token_order",
            [](PlanHandle& h, int64_t worker) {
-             return OwnedArray(WithoutGil([&] {
-               return h.layout().WorkerOrder(ToInt32("plan", "worker", worker));
-             }));
+             return OwnedArray(WithoutGil(
+                 [&] { return h.layout().WorkerOrder(ToInt32("plan", "worker", worker)); }));
            })
       .def("planned_positions",
            [](PlanHandle& h, int64_t begin, int64_t end) {
@@ -639,27 +635,27 @@ void BindSimulate(nb::module_& m) {
         });
       },
       nb::arg("plan"), nb::arg("profile"), nb::arg("reshuffle"), nb::arg("transfers"),
-      nb::arg("dkv_bytes"),
-      nb::arg("trace").none());
+      nb::arg("dkv_bytes"), nb::arg("trace").none());
 }
 
 void BindWorkload(nb::module_& m) {
-  m.def("workload",
-        [](const std::string& dist, int64_t workers, int64_t tokens_per_worker, int64_t max_len,
-           int64_t min_len, double mu, double sigma, uint64_t seed) {
-          WorkloadConfig config;
-          config.dist = ParseLengthDistribution(dist);
-          config.workers = ToInt32("workload", "workers", workers);
-          config.tokens_per_worker = tokens_per_worker;
-          config.max_len = max_len;
-          config.min_len = min_len;
-          config.lognormal_mu = mu;
-          config.lognormal_sigma = sigma;
-          config.seed = seed;
-          return OwnedArray(WithoutGil([&] { return GenerateWorkload(config); }));
-        },
-        nb::arg("dist"), nb::arg("workers"), nb::arg("tokens_per_worker"), nb::arg("max_len"),
-        nb::arg("min_len"), nb::arg("mu"), nb::arg("sigma"), nb::arg("seed"));
+  m.def(
+      "workload",
+      [](const std::string& dist, int64_t workers, int64_t tokens_per_worker, int64_t max_len,
+         int64_t min_len, double mu, double sigma, uint64_t seed) {
+        WorkloadConfig config;
+        config.dist = ParseLengthDistribution(dist);
+        config.workers = ToInt32("workload", "workers", workers);
+        config.tokens_per_worker = tokens_per_worker;
+        config.max_len = max_len;
+        config.min_len = min_len;
+        config.lognormal_mu = mu;
+        config.lognormal_sigma = sigma;
+        config.seed = seed;
+        return OwnedArray(WithoutGil([&] { return GenerateWorkload(config); }));
+      },
+      nb::arg("dist"), nb::arg("workers"), nb::arg("tokens_per_worker"), nb::arg("max_len"),
+      nb::arg("min_len"), nb::arg("mu"), nb::arg("sigma"), nb::arg("seed"));
 }
 
 }  // namespace

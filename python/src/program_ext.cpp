@@ -51,7 +51,8 @@ namespace {
 using Table = nb::ndarray<nb::numpy, const int64_t, nb::ndim<2>>;
 using Vector = nb::ndarray<nb::numpy, const int64_t, nb::ndim<1>>;
 using Buffer = nb::ndarray<float, nb::c_contig, nb::device::cpu>;
-using Input = nb::ndarray<nb::c_contig, nb::device::cpu>;  // float32 or bfloat16, checked at the call
+using Input =
+    nb::ndarray<nb::c_contig, nb::device::cpu>;  // float32 or bfloat16, checked at the call
 
 constexpr nb::dlpack::dtype kBFloat16{static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat), 16, 1};
 
@@ -75,13 +76,18 @@ PassTables Tabulate(const PassProgram& pass) {
     const StageProgram& sp = pass.stages[s];
     const auto st = static_cast<int64_t>(s);
     for (const KvRecv& r : sp.kv_recv) t.kv_recv.Add({st, r.block, r.src, r.pool_row, r.rows});
-    for (const KvSend& x : sp.kv_send) t.kv_send.Add({st, x.block, x.dst, x.from_pool, x.row, x.rows});
-    for (const DkvRecv& r : sp.dkv_recv) t.dkv_recv.Add({st, r.block, r.src, r.into_partial, r.row, r.rows});
-    for (const DkvSend& x : sp.dkv_send) t.dkv_send.Add({st, x.block, x.dst, x.partial_row, x.rows});
+    for (const KvSend& x : sp.kv_send)
+      t.kv_send.Add({st, x.block, x.dst, x.from_pool, x.row, x.rows});
+    for (const DkvRecv& r : sp.dkv_recv)
+      t.dkv_recv.Add({st, r.block, r.src, r.into_partial, r.row, r.rows});
+    for (const DkvSend& x : sp.dkv_send)
+      t.dkv_send.Add({st, x.block, x.dst, x.partial_row, x.rows});
     for (const ComputeCall& c : sp.compute)
-      t.compute.Add({st, c.q_block, c.kv_block, c.q_row, c.q_rows, c.kv_in_pool, c.kv_row, c.kv_rows,
-                     c.dkv_in_partial, c.dkv_row, c.segment_begin, c.segment_end, c.early});
-    for (StageTable* x : {&t.kv_recv, &t.kv_send, &t.dkv_recv, &t.dkv_send, &t.compute}) x->EndStage();
+      t.compute.Add({st, c.q_block, c.kv_block, c.q_row, c.q_rows, c.kv_in_pool, c.kv_row,
+                     c.kv_rows, c.dkv_in_partial, c.dkv_row, c.segment_begin, c.segment_end,
+                     c.early});
+    for (StageTable* x : {&t.kv_recv, &t.kv_send, &t.dkv_recv, &t.dkv_send, &t.compute})
+      x->EndStage();
   }
   return t;
 }
@@ -103,49 +109,61 @@ class ProgramHandle {
   const PassTables& pass(const std::string& name) const {
     if (name == "forward") return forward_;
     if (name == "backward") return backward_;
-    throw Error(ErrorCode::kInvalidArgument, "program: pass must be 'forward' or 'backward', got '" + name + "'");
+    throw Error(ErrorCode::kInvalidArgument,
+                "program: pass must be 'forward' or 'backward', got '" + name + "'");
   }
   const std::vector<int64_t>& segments() const { return segments_; }
 
   // early: 0 every call, 1 only the early ones, 2 all but the early ones.
-  void Forward(int64_t stage, float scale, int early, Input q, Input k, Input v, Input k_pool, Input v_pool,
-               Buffer o, Buffer lse) {
-    if (IsBFloat16("forward_stage", {{"q", &q}, {"k", &k}, {"v", &v}, {"k_pool", &k_pool}, {"v_pool", &v_pool}}))
+  void Forward(int64_t stage, float scale, int early, Input q, Input k, Input v, Input k_pool,
+               Input v_pool, Buffer o, Buffer lse) {
+    if (IsBFloat16("forward_stage",
+                   {{"q", &q}, {"k", &k}, {"v", &v}, {"k_pool", &k_pool}, {"v_pool", &v_pool}}))
       ForwardOf<BFloat16>(stage, scale, early, q, k, v, k_pool, v_pool, o, lse);
     else
       ForwardOf<float>(stage, scale, early, q, k, v, k_pool, v_pool, o, lse);
   }
 
-  void Backward(int64_t stage, float scale, Input q, Input k, Input v, Input k_pool, Input v_pool, Input d_o,
-                Buffer lse, Buffer delta, Buffer dq, Buffer dk, Buffer dv, Buffer dk_partial, Buffer dv_partial) {
-    if (IsBFloat16("backward_stage",
-                   {{"q", &q}, {"k", &k}, {"v", &v}, {"k_pool", &k_pool}, {"v_pool", &v_pool}, {"do", &d_o}}))
-      BackwardOf<BFloat16>(stage, scale, q, k, v, k_pool, v_pool, d_o, lse, delta, dq, dk, dv, dk_partial,
-                           dv_partial);
+  void Backward(int64_t stage, float scale, Input q, Input k, Input v, Input k_pool, Input v_pool,
+                Input d_o, Buffer lse, Buffer delta, Buffer dq, Buffer dk, Buffer dv,
+                Buffer dk_partial, Buffer dv_partial) {
+    if (IsBFloat16("backward_stage", {{"q", &q},
+                                      {"k", &k},
+                                      {"v", &v},
+                                      {"k_pool", &k_pool},
+                                      {"v_pool", &v_pool},
+                                      {"do", &d_o}}))
+      BackwardOf<BFloat16>(stage, scale, q, k, v, k_pool, v_pool, d_o, lse, delta, dq, dk, dv,
+                           dk_partial, dv_partial);
     else
-      BackwardOf<float>(stage, scale, q, k, v, k_pool, v_pool, d_o, lse, delta, dq, dk, dv, dk_partial, dv_partial);
+      BackwardOf<float>(stage, scale, q, k, v, k_pool, v_pool, d_o, lse, delta, dq, dk, dv,
+                        dk_partial, dv_partial);
   }
 
  private:
   // Whether the inputs are bfloat16 (else float32); Error when they are
   // neither or not all the same.
-  static bool IsBFloat16(const char* op, std::initializer_list<std::pair<const char*, const Input*>> inputs) {
+  static bool IsBFloat16(const char* op,
+                         std::initializer_list<std::pair<const char*, const Input*>> inputs) {
     const nb::dlpack::dtype first = inputs.begin()->second->dtype();
     const bool bf16 = first == kBFloat16;
     if (!bf16 && first != nb::dtype<float>())
-      throw Error(ErrorCode::kInvalidArgument, std::string("program.") + op + ": " + inputs.begin()->first +
-                                                   " must be float32 or bfloat16, got " + DtypeName(first));
+      throw Error(ErrorCode::kInvalidArgument,
+                  std::string("program.") + op + ": " + inputs.begin()->first +
+                      " must be float32 or bfloat16, got " + DtypeName(first));
     for (const auto& [name, b] : inputs)
       if (b->dtype() != first)
-        throw Error(ErrorCode::kInvalidArgument, std::string("program.") + op + ": " + name + " is " +
-                                                     DtypeName(b->dtype()) + " but " + inputs.begin()->first +
-                                                     " is " + DtypeName(first));
+        throw Error(ErrorCode::kInvalidArgument,
+                    std::string("program.") + op + ": " + name + " is " + DtypeName(b->dtype()) +
+                        " but " + inputs.begin()->first + " is " + DtypeName(first));
     return bf16;
   }
   // "float32", "bfloat16", "int64", ... (DLPack's type code and bits).
   static std::string DtypeName(nb::dlpack::dtype d) {
-    static const char* const kCodes[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
-    const std::string base = d.code < std::size(kCodes) ? kCodes[d.code] : "code" + std::to_string(d.code);
+    static const char* const kCodes[] = {"int",    "uint",    "float", "opaque",
+                                         "bfloat", "complex", "bool"};
+    const std::string base =
+        d.code < std::size(kCodes) ? kCodes[d.code] : "code" + std::to_string(d.code);
     return base + std::to_string(d.bits) + (d.lanes != 1 ? "x" + std::to_string(d.lanes) : "");
   }
   template <class T>
@@ -154,8 +172,8 @@ class ProgramHandle {
   }
 
   template <class T>
-  void ForwardOf(int64_t stage, float scale, int early, const Input& q, const Input& k, const Input& v,
-                 const Input& k_pool, const Input& v_pool, Buffer& o, Buffer& lse) {
+  void ForwardOf(int64_t stage, float scale, int early, const Input& q, const Input& k,
+                 const Input& v, const Input& k_pool, const Input& v_pool, Buffer& o, Buffer& lse) {
     const StageProgram& sp = Stage(program_.forward, stage, "forward_stage");
     const AttentionDims dims = Dims(scale);
     const int64_t local = program_.local_rows, pool = program_.forward.pool_rows;
@@ -173,25 +191,31 @@ class ProgramHandle {
       const T* vb = Data<T>(c.kv_in_pool ? v_pool : v);
       kernel_->Forward(dims, mask_, Segments(c),
                        ForwardBuffersOf<T>{Data<T>(q) + c.q_row * dims.q_row_floats(),
-                                           kb + c.kv_row * dims.kv_row_floats(), vb + c.kv_row * dims.kv_row_floats(),
+                                           kb + c.kv_row * dims.kv_row_floats(),
+                                           vb + c.kv_row * dims.kv_row_floats(),
                                            o.data() + c.q_row * dims.q_row_floats(),
                                            lse.data() + c.q_row * dims.heads_q});
     }
   }
 
   template <class T>
-  void BackwardOf(int64_t stage, float scale, const Input& q, const Input& k, const Input& v, const Input& k_pool,
-                  const Input& v_pool, const Input& d_o, Buffer& lse, Buffer& delta, Buffer& dq, Buffer& dk,
-                  Buffer& dv, Buffer& dk_partial, Buffer& dv_partial) {
+  void BackwardOf(int64_t stage, float scale, const Input& q, const Input& k, const Input& v,
+                  const Input& k_pool, const Input& v_pool, const Input& d_o, Buffer& lse,
+                  Buffer& delta, Buffer& dq, Buffer& dk, Buffer& dv, Buffer& dk_partial,
+                  Buffer& dv_partial) {
     const StageProgram& sp = Stage(program_.backward, stage, "backward_stage");
     const AttentionDims dims = Dims(scale);
     const int64_t local = program_.local_rows, pool = program_.backward.pool_rows;
     const int64_t partial = program_.backward.partial_rows;
-    for (auto [name, b] : {std::pair{"q", &q}, {"do", &d_o}}) Check(name, *b, local, dims.q_row_floats());
+    for (auto [name, b] : {std::pair{"q", &q}, {"do", &d_o}})
+      Check(name, *b, local, dims.q_row_floats());
     Check("dq", dq, local, dims.q_row_floats());
-    for (auto [name, b] : {std::pair{"lse", &lse}, {"delta", &delta}}) Check(name, *b, local, dims.heads_q);
-    for (auto [name, b] : {std::pair{"k", &k}, {"v", &v}}) Check(name, *b, local, dims.kv_row_floats());
-    for (auto [name, b] : {std::pair{"dk", &dk}, {"dv", &dv}}) Check(name, *b, local, dims.kv_row_floats());
+    for (auto [name, b] : {std::pair{"lse", &lse}, {"delta", &delta}})
+      Check(name, *b, local, dims.heads_q);
+    for (auto [name, b] : {std::pair{"k", &k}, {"v", &v}})
+      Check(name, *b, local, dims.kv_row_floats());
+    for (auto [name, b] : {std::pair{"dk", &dk}, {"dv", &dv}})
+      Check(name, *b, local, dims.kv_row_floats());
     Check("k_pool", k_pool, pool, dims.kv_row_floats());
     Check("v_pool", v_pool, pool, dims.kv_row_floats());
     Check("dk_partial", dk_partial, partial, dims.kv_row_floats());
@@ -203,11 +227,12 @@ class ProgramHandle {
       const T* vb = Data<T>(c.kv_in_pool ? v_pool : v);
       float* dkb = c.dkv_in_partial ? dk_partial.data() : dk.data();
       float* dvb = c.dkv_in_partial ? dv_partial.data() : dv.data();
-      kernel_->Backward(dims, mask_, Segments(c),
-                        BackwardBuffersOf<T>{Data<T>(q) + c.q_row * qr, kb + c.kv_row * kr, vb + c.kv_row * kr,
-                                             Data<T>(d_o) + c.q_row * qr, lse.data() + c.q_row * dims.heads_q,
-                                             delta.data() + c.q_row * dims.heads_q, dq.data() + c.q_row * qr,
-                                             dkb + c.dkv_row * kr, dvb + c.dkv_row * kr});
+      kernel_->Backward(
+          dims, mask_, Segments(c),
+          BackwardBuffersOf<T>{Data<T>(q) + c.q_row * qr, kb + c.kv_row * kr, vb + c.kv_row * kr,
+                               Data<T>(d_o) + c.q_row * qr, lse.data() + c.q_row * dims.heads_q,
+                               delta.data() + c.q_row * dims.heads_q, dq.data() + c.q_row * qr,
+                               dkb + c.dkv_row * kr, dvb + c.dkv_row * kr});
     }
   }
 
@@ -218,8 +243,9 @@ class ProgramHandle {
   }
   static const StageProgram& Stage(const PassProgram& pass, int64_t stage, const char* op) {
     if (stage < 0 || stage >= static_cast<int64_t>(pass.stages.size()))
-      throw Error(ErrorCode::kInvalidArgument, std::string("program.") + op + ": stage " + std::to_string(stage) +
-                                                   " is not in [0, " + std::to_string(pass.stages.size()) + ")");
+      throw Error(ErrorCode::kInvalidArgument, std::string("program.") + op + ": stage " +
+                                                   std::to_string(stage) + " is not in [0, " +
+                                                   std::to_string(pass.stages.size()) + ")");
     return pass.stages[stage];
   }
   template <class Array>
@@ -227,13 +253,15 @@ class ProgramHandle {
     const int64_t want = rows * row_floats;
     const int64_t have = static_cast<int64_t>(b.size());
     if (have != want || (b.ndim() > 0 && rows > 0 && b.shape(0) != static_cast<size_t>(rows)))
-      throw Error(ErrorCode::kInvalidArgument, std::string("program: buffer ") + name + " has " +
-                                                   std::to_string(have) + " elements (first dimension " +
-                                                   std::to_string(b.ndim() ? b.shape(0) : 0) + "), expected " +
-                                                   std::to_string(rows) + " rows of " + std::to_string(row_floats));
+      throw Error(ErrorCode::kInvalidArgument,
+                  std::string("program: buffer ") + name + " has " + std::to_string(have) +
+                      " elements (first dimension " + std::to_string(b.ndim() ? b.shape(0) : 0) +
+                      "), expected " + std::to_string(rows) + " rows of " +
+                      std::to_string(row_floats));
   }
   std::span<const SegmentPair> Segments(const ComputeCall& c) const {
-    return {program_.segments.data() + c.segment_begin, static_cast<size_t>(c.segment_end - c.segment_begin)};
+    return {program_.segments.data() + c.segment_begin,
+            static_cast<size_t>(c.segment_end - c.segment_begin)};
   }
 
   const RankProgram program_;
@@ -246,7 +274,8 @@ class ProgramHandle {
 
 Table TableView(const StageTable& t, nb::handle owner) {
   static const int64_t kEmpty = 0;
-  const size_t shape[2] = {t.values.size() / static_cast<size_t>(t.cols), static_cast<size_t>(t.cols)};
+  const size_t shape[2] = {t.values.size() / static_cast<size_t>(t.cols),
+                           static_cast<size_t>(t.cols)};
   return Table(t.values.empty() ? &kEmpty : t.values.data(), 2, shape, owner);
 }
 
@@ -255,7 +284,6 @@ Vector VecView(const std::vector<int64_t>& v, nb::handle owner) {
   const size_t shape[1] = {v.size()};
   return Vector(v.empty() ? &kEmpty : v.data(), 1, shape, owner);
 }
-
 
 auto Buf(const char* name) { return nb::arg(name).noconvert(); }
 
@@ -267,8 +295,9 @@ using RankEvents = std::vector<std::tuple<int32_t, std::string, double, double>>
 void RegisterProgramBindings(nb::module_& m, PlanOf plan_of) {
   // fcp.torch's trace, written like `fcp run --trace` (fcp/trace.h): the
   // same layout (lanes, names, "cat"), so scripts/trace_overlap.py reads both.
-  m.def("trace_lanes", [] { return RuntimeTraceLayout().tracks; },
-        "The runtime trace's lane names; an event's lane is an index into them.");
+  m.def(
+      "trace_lanes", [] { return RuntimeTraceLayout().tracks; },
+      "The runtime trace's lane names; an event's lane is an index into them.");
   m.def(
       "runtime_trace_document",
       [](const std::vector<RankEvents>& ranks) {
@@ -278,10 +307,10 @@ void RegisterProgramBindings(nb::module_& m, PlanOf plan_of) {
           std::vector<TraceEvent> events;
           for (const auto& [lane, name, start_s, end_s] : ranks[r]) {
             if (lane < 0 || lane >= lanes || !(start_s <= end_s))
-              throw Error(ErrorCode::kInvalidArgument, "runtime_trace_document: rank " + std::to_string(r) +
-                                                           " event '" + name + "' has lane " + std::to_string(lane) +
-                                                           " (lanes 0.." + std::to_string(lanes - 1) +
-                                                           ") or ends before it starts");
+              throw Error(ErrorCode::kInvalidArgument,
+                          "runtime_trace_document: rank " + std::to_string(r) + " event '" + name +
+                              "' has lane " + std::to_string(lane) + " (lanes 0.." +
+                              std::to_string(lanes - 1) + ") or ends before it starts");
             events.push_back({static_cast<int32_t>(r), lane, name, start_s, end_s});
           }
           texts.push_back(ChromeCompleteEvents(events, RuntimeTraceLayout()));
@@ -290,31 +319,37 @@ void RegisterProgramBindings(nb::module_& m, PlanOf plan_of) {
       },
       nb::arg("ranks"), "A Chrome trace document of per-rank (lane, name, start_s, end_s) events.");
   nb::class_<ProgramHandle>(m, "Program", "One rank's lowered program of a plan (fcp/lowering.h).")
-      .def("__init__",
-           [plan_of](ProgramHandle* self, nb::handle plan, int64_t rank) {
-             const Plan& p = plan_of(plan);
-             if (rank < 0 || rank >= p.workers)
-               throw Error(ErrorCode::kInvalidArgument, "program: rank " + std::to_string(rank) +
-                                                            " is not in [0, " + std::to_string(p.workers) + ")");
-             nb::gil_scoped_release release;
-             new (self) ProgramHandle(p, static_cast<int32_t>(rank));
-           },
-           nb::arg("plan"), nb::arg("rank"))
+      .def(
+          "__init__",
+          [plan_of](ProgramHandle* self, nb::handle plan, int64_t rank) {
+            const Plan& p = plan_of(plan);
+            if (rank < 0 || rank >= p.workers)
+              throw Error(ErrorCode::kInvalidArgument, "program: rank " + std::to_string(rank) +
+                                                           " is not in [0, " +
+                                                           std::to_string(p.workers) + ")");
+            nb::gil_scoped_release release;
+            new (self) ProgramHandle(p, static_cast<int32_t>(rank));
+          },
+          nb::arg("plan"), nb::arg("rank"))
       .def_prop_ro("rank", [](ProgramHandle& h) { return h.program().rank; })
       .def_prop_ro("workers", [](ProgramHandle& h) { return h.program().workers; })
       .def_prop_ro("total_tokens", [](ProgramHandle& h) { return h.program().total_tokens; })
-      .def_prop_ro("dataloader_begin", [](ProgramHandle& h) { return h.program().dataloader_begin; })
+      .def_prop_ro("dataloader_begin",
+                   [](ProgramHandle& h) { return h.program().dataloader_begin; })
       .def_prop_ro("dataloader_end", [](ProgramHandle& h) { return h.program().dataloader_end; })
       .def_prop_ro("local_rows", [](ProgramHandle& h) { return h.program().local_rows; })
-      .def("pool_rows", [](ProgramHandle& h, const std::string& pass) {
-        return pass == "backward" ? h.program().backward.pool_rows
-                                  : (h.pass(pass), h.program().forward.pool_rows);
-      })
-      .def_prop_ro("partial_rows", [](ProgramHandle& h) { return h.program().backward.partial_rows; })
-      .def("num_stages", [](ProgramHandle& h, const std::string& pass) {
-        return pass == "backward" ? h.program().backward.stages.size()
-                                  : (h.pass(pass), h.program().forward.stages.size());
-      })
+      .def("pool_rows",
+           [](ProgramHandle& h, const std::string& pass) {
+             return pass == "backward" ? h.program().backward.pool_rows
+                                       : (h.pass(pass), h.program().forward.pool_rows);
+           })
+      .def_prop_ro("partial_rows",
+                   [](ProgramHandle& h) { return h.program().backward.partial_rows; })
+      .def("num_stages",
+           [](ProgramHandle& h, const std::string& pass) {
+             return pass == "backward" ? h.program().backward.stages.size()
+                                       : (h.pass(pass), h.program().forward.stages.size());
+           })
       .def("vector",
            [](ProgramHandle& h, const std::string& name) {
              const RankProgram& p = h.program();
@@ -331,26 +366,33 @@ void RegisterProgramBindings(nb::module_& m, PlanOf plan_of) {
            [](ProgramHandle& h) {
              static const int64_t kEmpty = 0;
              const size_t shape[2] = {h.segments().size() / 6, 6};
-             return Table(h.segments().empty() ? &kEmpty : h.segments().data(), 2, shape, nb::find(&h));
+             return Table(h.segments().empty() ? &kEmpty : h.segments().data(), 2, shape,
+                          nb::find(&h));
            })
-      .def("table",
-           [](ProgramHandle& h, const std::string& pass, const std::string& name) {
-             const PassTables& t = h.pass(pass);
-             const std::pair<const char*, const StageTable*> tables[] = {
-                 {"kv_recv", &t.kv_recv}, {"kv_send", &t.kv_send}, {"dkv_recv", &t.dkv_recv},
-                 {"dkv_send", &t.dkv_send}, {"compute", &t.compute}};
-             for (const auto& [n, tab] : tables)
-               if (name == n) return nb::make_tuple(TableView(*tab, nb::find(&h)), VecView(tab->offsets, nb::find(&h)));
-             throw Error(ErrorCode::kInvalidArgument, "program.table: no table '" + name + "'");
-           },
-           nb::arg("pass"), nb::arg("name"), "(rows, per-stage offsets) of one table of a pass.")
+      .def(
+          "table",
+          [](ProgramHandle& h, const std::string& pass, const std::string& name) {
+            const PassTables& t = h.pass(pass);
+            const std::pair<const char*, const StageTable*> tables[] = {{"kv_recv", &t.kv_recv},
+                                                                        {"kv_send", &t.kv_send},
+                                                                        {"dkv_recv", &t.dkv_recv},
+                                                                        {"dkv_send", &t.dkv_send},
+                                                                        {"compute", &t.compute}};
+            for (const auto& [n, tab] : tables)
+              if (name == n)
+                return nb::make_tuple(TableView(*tab, nb::find(&h)),
+                                      VecView(tab->offsets, nb::find(&h)));
+            throw Error(ErrorCode::kInvalidArgument, "program.table: no table '" + name + "'");
+          },
+          nb::arg("pass"), nb::arg("name"), "(rows, per-stage offsets) of one table of a pass.")
       // noconvert: a buffer of another dtype or layout is an error, never a
       // silent temporary copy (the kernel would write into the copy).
-      .def("forward_stage", &ProgramHandle::Forward, nb::arg("stage"), nb::arg("scale"), nb::arg("early"),
-           Buf("q"), Buf("k"), Buf("v"), Buf("k_pool"), Buf("v_pool"), Buf("o"), Buf("lse"))
-      .def("backward_stage", &ProgramHandle::Backward, nb::arg("stage"), nb::arg("scale"), Buf("q"), Buf("k"),
-           Buf("v"), Buf("k_pool"), Buf("v_pool"), Buf("do"), Buf("lse"), Buf("delta"), Buf("dq"), Buf("dk"),
-           Buf("dv"), Buf("dk_partial"), Buf("dv_partial"));
+      .def("forward_stage", &ProgramHandle::Forward, nb::arg("stage"), nb::arg("scale"),
+           nb::arg("early"), Buf("q"), Buf("k"), Buf("v"), Buf("k_pool"), Buf("v_pool"), Buf("o"),
+           Buf("lse"))
+      .def("backward_stage", &ProgramHandle::Backward, nb::arg("stage"), nb::arg("scale"), Buf("q"),
+           Buf("k"), Buf("v"), Buf("k_pool"), Buf("v_pool"), Buf("do"), Buf("lse"), Buf("delta"),
+           Buf("dq"), Buf("dk"), Buf("dv"), Buf("dk_partial"), Buf("dv_partial"));
 }
 
 }  // namespace fcp::python

@@ -18,7 +18,8 @@ constexpr uint64_t kRandomOrderSeed = 0x9e3779b97f4a7c15ULL;
 Plan MakeFcpNoPipelinePlan(const std::vector<int64_t>& lengths, const PlannerConfig& config) {
   Plan plan = baselines::FcpAssignment(lengths, config, "fcp-nopipe");
   const std::vector<RequiredPair> required = RequiredPairs(plan.sequences, plan.blocks, plan.mask);
-  baselines::BuildPullStages(plan, required, baselines::PullEdges(plan, required), /*pipelined=*/false);
+  baselines::BuildPullStages(plan, required, baselines::PullEdges(plan, required),
+                             /*pipelined=*/false);
   baselines::FinishPlan(plan, config.coalesce);
   return plan;
 }
@@ -34,7 +35,8 @@ Plan MakeFcpRandomOrderPlan(const std::vector<int64_t>& lengths, const PlannerCo
     size_t end = begin;
     while (end < edges.size() && edges[end].dst == edges[begin].dst) ++end;
     // Fisher-Yates with the engine's raw output: identical on every platform.
-    for (size_t i = end - begin; i > 1; --i) std::swap(edges[begin + i - 1], edges[begin + rng() % i]);
+    for (size_t i = end - begin; i > 1; --i)
+      std::swap(edges[begin + i - 1], edges[begin + rng() % i]);
     for (size_t k = begin; k < end; ++k)
       edges[k].stage = static_cast<int32_t>((k - begin) / config.coalesce);
     begin = end;

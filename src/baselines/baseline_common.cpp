@@ -57,7 +57,8 @@ void AddRing(Plan& plan, const std::vector<int32_t>& ring_blocks, const Required
     }
     if (first_remote_use < 0) continue;
     for (int32_t s = first_remote_use; s < k; ++s)
-      plan.backward[s + 1].send_dkv.push_back({block, worker((jm + s) % k), worker((jm + s + 1) % k)});
+      plan.backward[s + 1].send_dkv.push_back(
+          {block, worker((jm + s) % k), worker((jm + s + 1) % k)});
   }
 }
 
@@ -152,8 +153,10 @@ void FinishPlan(Plan& plan, int32_t min_coalesce) {
   for (const ForwardStage& s : plan.forward)
     coalesce = std::max(coalesce, MostTransfersAtOneWorker(s.send, plan.workers, sends, receives));
   for (const BackwardStage& s : plan.backward) {
-    coalesce = std::max(coalesce, MostTransfersAtOneWorker(s.send_kv, plan.workers, sends, receives));
-    coalesce = std::max(coalesce, MostTransfersAtOneWorker(s.send_dkv, plan.workers, sends, receives));
+    coalesce =
+        std::max(coalesce, MostTransfersAtOneWorker(s.send_kv, plan.workers, sends, receives));
+    coalesce =
+        std::max(coalesce, MostTransfersAtOneWorker(s.send_dkv, plan.workers, sends, receives));
   }
   plan.coalesce = coalesce;
 }

@@ -46,7 +46,8 @@ Plan MakeMagiPlan(const std::vector<int64_t>& lengths, const PlannerConfig& conf
   const int32_t cap = (count + n - 1) / n;
   std::vector<int32_t> order(count);
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return area[a] > area[b]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return area[a] > area[b]; });
   using Load = std::tuple<int64_t, int32_t>;  // area so far, rank
   std::priority_queue<Load, std::vector<Load>, std::greater<Load>> heap;
   for (int32_t w = 0; w < n; ++w) heap.push({0, w});
@@ -61,7 +62,8 @@ Plan MakeMagiPlan(const std::vector<int64_t>& lengths, const PlannerConfig& conf
 
   // 3. One fetch stage overlapping the local work, then the remote work.
   const std::vector<RequiredPair> required = RequiredPairs(plan.sequences, plan.blocks, plan.mask);
-  baselines::BuildPullStages(plan, required, baselines::PullEdges(plan, required), /*pipelined=*/true);
+  baselines::BuildPullStages(plan, required, baselines::PullEdges(plan, required),
+                             /*pipelined=*/true);
   baselines::FinishPlan(plan, 1);
   return plan;
 }

@@ -28,7 +28,8 @@ void AppendComplete(const TraceEvent& e, const ChromeTraceLayout& layout, std::o
   out << "{\"ph\": \"X\", \"name\": " << Quoted(e.name);
   if (layout.track_category) {
     const bool named = e.track >= 0 && static_cast<size_t>(e.track) < layout.tracks.size();
-    out << ", \"cat\": " << Quoted(named ? layout.tracks[static_cast<size_t>(e.track)] : std::string());
+    out << ", \"cat\": "
+        << Quoted(named ? layout.tracks[static_cast<size_t>(e.track)] : std::string());
   }
   out << ", \"pid\": " << e.worker << ", \"tid\": " << e.track << ", \"ts\": " << Micros(e.start_s)
       << ", \"dur\": " << Micros(e.end_s - e.start_s) << "}";
@@ -49,20 +50,22 @@ bool WriteHead(const ChromeTraceLayout& layout, int32_t processes, std::ostream&
   const std::string label = Quoted(layout.process_label + " ");  // "worker " with its quotes
   for (int32_t p = 0; p < processes; ++p) {
     if (p > 0) out << ",\n";
-    out << "{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": " << p << ", \"args\": {\"name\": "
-        << label.substr(0, label.size() - 1) << p << "\"}},\n";
+    out << "{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": " << p
+        << ", \"args\": {\"name\": " << label.substr(0, label.size() - 1) << p << "\"}},\n";
     out << "{\"ph\": \"M\", \"name\": \"process_sort_index\", \"pid\": " << p
         << ", \"args\": {\"sort_index\": " << p << "}}";
     for (size_t track = 0; track < layout.tracks.size(); ++track)
-      out << ",\n{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": " << p << ", \"tid\": " << track
-          << ", \"args\": {\"name\": " << Quoted(layout.tracks[track]) << "}}";
+      out << ",\n{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": " << p
+          << ", \"tid\": " << track << ", \"args\": {\"name\": " << Quoted(layout.tracks[track])
+          << "}}";
   }
   return processes > 0;
 }
 
 }  // namespace
 
-std::string ChromeCompleteEvents(std::span<const TraceEvent> events, const ChromeTraceLayout& layout) {
+std::string ChromeCompleteEvents(std::span<const TraceEvent> events,
+                                 const ChromeTraceLayout& layout) {
   std::ostringstream out;
   for (size_t i = 0; i < events.size(); ++i) {
     if (i > 0) out << ",\n";
@@ -83,8 +86,8 @@ void WriteChromeTraceDocument(const ChromeTraceLayout& layout, int32_t processes
   out << "\n]}\n";
 }
 
-void WriteChromeTrace(const ChromeTraceLayout& layout, int32_t processes, std::span<const TraceEvent> events,
-                      std::ostream& out) {
+void WriteChromeTrace(const ChromeTraceLayout& layout, int32_t processes,
+                      std::span<const TraceEvent> events, std::ostream& out) {
   // Streamed event by event: a 100k-event simulator trace is not held twice.
   bool any = WriteHead(layout, processes, out);
   for (const TraceEvent& e : events) {

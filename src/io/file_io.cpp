@@ -39,9 +39,10 @@ std::string ReadInputFile(const std::string& path, const std::string& what, uint
     // Text formats never hold a NUL byte: stop at once on one (/dev/zero, a
     // binary file given by mistake) instead of reading up to the limit.
     if (const void* nul = std::memchr(chunk, '\0', got))
-      throw Error(ErrorCode::kParse, what + ": " + name + " holds a NUL byte at offset " +
-                                         std::to_string(text.size() + (static_cast<const char*>(nul) - chunk)) +
-                                         ": not a text file");
+      throw Error(ErrorCode::kParse,
+                  what + ": " + name + " holds a NUL byte at offset " +
+                      std::to_string(text.size() + (static_cast<const char*>(nul) - chunk)) +
+                      ": not a text file");
     text.append(chunk, got);
     if (got < sizeof chunk) break;
   }
@@ -50,7 +51,8 @@ std::string ReadInputFile(const std::string& path, const std::string& what, uint
   return text;
 }
 
-AtomicFile::AtomicFile(const std::string& path, const std::string& what) : path_(path), what_(what) {
+AtomicFile::AtomicFile(const std::string& path, const std::string& what)
+    : path_(path), what_(what) {
   if (path == "-")
     throw Error(ErrorCode::kInvalidArgument,
                 what + ": '-' (standard output) is not a file; the caller writes standard output");
@@ -75,7 +77,8 @@ AtomicFile::AtomicFile(const std::string& path, const std::string& what) : path_
   target_ = p.string();
   // Hidden, next to the destination (rename stays within one file system),
   // unique per process so concurrent writers do not share a temporary.
-  temp_ = (p.parent_path() / ("." + p.filename().string() + ".tmp." + std::to_string(getpid()))).string();
+  temp_ = (p.parent_path() / ("." + p.filename().string() + ".tmp." + std::to_string(getpid())))
+              .string();
   file_ = std::fopen(temp_.c_str(), "wb");
   if (!file_) {
     const int e = errno;
@@ -93,7 +96,8 @@ void AtomicFile::Fail(const std::string& action, int error_number) {
   file_ = nullptr;
   if (!temp_.empty()) std::remove(temp_.c_str());
   temp_.clear();
-  throw Error(ErrorCode::kIo, what_ + ": " + action + " '" + path_ + "': " + std::strerror(error_number));
+  throw Error(ErrorCode::kIo,
+              what_ + ": " + action + " '" + path_ + "': " + std::strerror(error_number));
 }
 
 void AtomicFile::Write(const void* data, size_t bytes) {
@@ -109,7 +113,8 @@ void AtomicFile::Commit() {
   file_ = nullptr;
   if (closed != 0) Fail("failed writing", errno);
   if (temp_.empty()) return;  // written in place
-  if (std::rename(temp_.c_str(), target_.c_str()) != 0) Fail("cannot rename the temporary over", errno);
+  if (std::rename(temp_.c_str(), target_.c_str()) != 0)
+    Fail("cannot rename the temporary over", errno);
   temp_.clear();
 }
 

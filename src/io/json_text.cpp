@@ -101,7 +101,8 @@ std::string QuoteNlohmannMessage(const std::string& message) {
   }
   std::string token = message.substr(at + marker.size());
   if (!token.empty() && token.back() == '\'') token.pop_back();
-  return message.substr(0, at + marker.size()) + QuoteForError(token) + "'";  // nlohmann's text: ASCII
+  return message.substr(0, at + marker.size()) + QuoteForError(token) +
+         "'";  // nlohmann's text: ASCII
 }
 
 // nlohmann's own DOM builder (nlohmann::detail::json_sax_dom_parser, what
@@ -121,8 +122,12 @@ class StrictDomBuilder {
                    const JsonElementSink* sink = nullptr)
       : dom_(result, /*allow_exceptions=*/true), streamed_(streamed), sink_(sink) {}
 
-  bool null() { return Scalar([](Dom& d) { return d.null(); }); }
-  bool boolean(bool value) { return Scalar([&](Dom& d) { return d.boolean(value); }); }
+  bool null() {
+    return Scalar([](Dom& d) { return d.null(); });
+  }
+  bool boolean(bool value) {
+    return Scalar([&](Dom& d) { return d.boolean(value); });
+  }
   bool number_integer(Json::number_integer_t value) {
     return Scalar([&](Dom& d) { return d.number_integer(value); });
   }
@@ -132,8 +137,12 @@ class StrictDomBuilder {
   bool number_float(Json::number_float_t value, const Json::string_t& text) {
     return Scalar([&](Dom& d) { return d.number_float(value, text); });
   }
-  bool string(Json::string_t& value) { return Scalar([&](Dom& d) { return d.string(value); }); }
-  bool binary(Json::binary_t& value) { return Scalar([&](Dom& d) { return d.binary(value); }); }
+  bool string(Json::string_t& value) {
+    return Scalar([&](Dom& d) { return d.string(value); });
+  }
+  bool binary(Json::binary_t& value) {
+    return Scalar([&](Dom& d) { return d.binary(value); });
+  }
   bool start_object(std::size_t elements) {
     Open();
     if (depth_ == open_.size()) open_.emplace_back();
@@ -260,7 +269,9 @@ std::string QuoteJson(const nlohmann::json& value) {
   AppendBounded(value, text, kQuotedInputBytes);
   if (text.size() <= kQuotedInputBytes) return QuoteForError(text);
   std::string out = QuoteForError(text.substr(0, kQuotedInputBytes)) + "...";
-  if (value.is_string()) out += " (a string of " + std::to_string(value.get_ref<const std::string&>().size()) + " bytes)";
+  if (value.is_string())
+    out +=
+        " (a string of " + std::to_string(value.get_ref<const std::string&>().size()) + " bytes)";
   return out;
 }
 

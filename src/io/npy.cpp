@@ -77,13 +77,15 @@ std::vector<int64_t> ParseShape(const std::string& tuple, const std::string& wha
 
 std::string ShapeText(const std::vector<int64_t>& shape) {
   std::string s = "(";
-  for (size_t i = 0; i < shape.size(); ++i) s += std::to_string(shape[i]) + (shape.size() == 1 ? "," : (i + 1 < shape.size() ? ", " : ""));
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += std::to_string(shape[i]) + (shape.size() == 1 ? "," : (i + 1 < shape.size() ? ", " : ""));
   return s + ")";
 }
 
 std::FILE* OpenOrThrow(const std::string& path, const char* mode) {
   std::FILE* f = std::fopen(path.c_str(), mode);
-  if (!f) throw Error(ErrorCode::kIo, "npy " + path + ": cannot open (" + std::strerror(errno) + ")");
+  if (!f)
+    throw Error(ErrorCode::kIo, "npy " + path + ": cannot open (" + std::strerror(errno) + ")");
   return f;
 }
 
@@ -120,9 +122,12 @@ NpyHeader ParseNpyHeader(const std::string& bytes, const std::string& what) {
     ParseFail(what, "not an .npy file (bad magic)");
   const int major = static_cast<unsigned char>(bytes[6]);
   size_t len_bytes = 0;
-  if (major == 1) len_bytes = 2;
-  else if (major == 2 || major == 3) len_bytes = 4;
-  else ParseFail(what, "unsupported format version " + std::to_string(major));
+  if (major == 1)
+    len_bytes = 2;
+  else if (major == 2 || major == 3)
+    len_bytes = 4;
+  else
+    ParseFail(what, "unsupported format version " + std::to_string(major));
   if (bytes.size() < 8 + len_bytes) ParseFail(what, "truncated header");
   uint64_t header_len = 0;
   for (size_t i = 0; i < len_bytes; ++i)
@@ -131,7 +136,8 @@ NpyHeader ParseNpyHeader(const std::string& bytes, const std::string& what) {
   if (bytes.size() < start + header_len) ParseFail(what, "truncated header");
   const std::string dict = bytes.substr(start, header_len);
   std::string descr = DictValue(dict, "descr", what);
-  if (descr.size() >= 2 && (descr.front() == '\'' || descr.front() == '"')) descr = descr.substr(1, descr.size() - 2);
+  if (descr.size() >= 2 && (descr.front() == '\'' || descr.front() == '"'))
+    descr = descr.substr(1, descr.size() - 2);
   if (descr != "<f4" && descr != "=f4" && descr != "f4")
     ParseFail(what, "dtype must be little-endian float32 '<f4', got '" + descr + "'");
   const std::string fortran = DictValue(dict, "fortran_order", what);
@@ -156,7 +162,8 @@ NpyHeader ReadNpyHeader(const std::string& path) {
     if (got >= 8 + len_bytes) {
       for (size_t i = 0; i < len_bytes; ++i)
         header_len |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[8 + i])) << (8 * i);
-      if (header_len > (1u << 24)) ParseFail(path, "header length " + std::to_string(header_len) + " is implausible");
+      if (header_len > (1u << 24))
+        ParseFail(path, "header length " + std::to_string(header_len) + " is implausible");
       const size_t want = 8 + len_bytes + header_len;
       bytes.resize(want);
       if (want > got) got += std::fread(bytes.data() + got, 1, want - got, f);
@@ -167,8 +174,8 @@ NpyHeader ReadNpyHeader(const std::string& path) {
   const int64_t size = FileSize(f, path);
   const int64_t need = header.data_offset_bytes + header.elements() * 4;
   if (size < need)
-    ParseFail(path, "file has " + std::to_string(size) + " bytes but shape " + ShapeText(header.shape) +
-                        " needs " + std::to_string(need));
+    ParseFail(path, "file has " + std::to_string(size) + " bytes but shape " +
+                        ShapeText(header.shape) + " needs " + std::to_string(need));
   return header;
 }
 
@@ -176,16 +183,17 @@ std::vector<float> ReadNpyRows(const std::string& path, const NpyHeader& header,
                                int64_t row_end) {
   const int64_t rows = header.shape.empty() ? 1 : header.shape[0];
   if (row_begin < 0 || row_end < row_begin || row_end > rows)
-    throw Error(ErrorCode::kInvalidArgument, "npy " + path + ": row range [" + std::to_string(row_begin) + ", " +
-                                                 std::to_string(row_end) + ") outside " +
-                                                 std::to_string(rows) + " rows");
+    throw Error(ErrorCode::kInvalidArgument,
+                "npy " + path + ": row range [" + std::to_string(row_begin) + ", " +
+                    std::to_string(row_end) + ") outside " + std::to_string(rows) + " rows");
   const int64_t row_elems = header.row_elements();
   std::vector<float> data(static_cast<size_t>((row_end - row_begin) * row_elems));
   if (data.empty()) return data;
   std::FILE* f = OpenOrThrow(path, "rb");
   FileCloser closer{f};
   if (std::fseek(f, header.data_offset_bytes + row_begin * row_elems * 4, SEEK_SET) != 0)
-    throw Error(ErrorCode::kIo, "npy " + path + ": cannot seek to row " + std::to_string(row_begin));
+    throw Error(ErrorCode::kIo,
+                "npy " + path + ": cannot seek to row " + std::to_string(row_begin));
   if (std::fread(data.data(), 4, data.size(), f) != data.size())
     throw Error(ErrorCode::kParse, "npy " + path + ": truncated data");
   return data;
@@ -198,7 +206,8 @@ std::vector<float> ReadNpy(const std::string& path, std::vector<int64_t>* shape)
 }
 
 std::string NpyHeaderBytes(const std::vector<int64_t>& shape) {
-  std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': " + ShapeText(shape) + ", }";
+  std::string dict =
+      "{'descr': '<f4', 'fortran_order': False, 'shape': " + ShapeText(shape) + ", }";
   // Total (magic + version + length + dict + '\n') is padded to 64 bytes.
   size_t prefix = 10;
   if (dict.size() + 1 + prefix > 65535 + 10) prefix = 12;
@@ -243,7 +252,8 @@ void CreateNpy(const std::string& path, const std::vector<int64_t>& shape) {
     ok = std::fseek(f, static_cast<long>(header.size() + data_bytes - 1), SEEK_SET) == 0 &&
          std::fputc(0, f) != EOF;
   }
-  if (!ok) throw Error(ErrorCode::kIo, "npy " + path + ": cannot create (" + std::strerror(errno) + ")");
+  if (!ok)
+    throw Error(ErrorCode::kIo, "npy " + path + ": cannot create (" + std::strerror(errno) + ")");
 }
 
 void WriteNpyRows(const std::string& path, const std::vector<int64_t>& shape, int64_t row_begin,
@@ -251,15 +261,16 @@ void WriteNpyRows(const std::string& path, const std::vector<int64_t>& shape, in
   NpyHeader h;
   h.shape = shape;
   const int64_t row_elems = h.row_elements();
-  const int64_t offset = static_cast<int64_t>(NpyHeaderBytes(shape).size()) + row_begin * row_elems * 4;
+  const int64_t offset =
+      static_cast<int64_t>(NpyHeaderBytes(shape).size()) + row_begin * row_elems * 4;
   if (rows == 0) return;
   std::FILE* f = OpenOrThrow(path, "r+b");
   FileCloser closer{f};
   const size_t n = static_cast<size_t>(rows * row_elems);
   // A full disk shows at the write, the flush or the close: each names its cause.
   const auto fail = [&] {
-    throw Error(ErrorCode::kIo, "npy " + path + ": cannot write rows at " + std::to_string(row_begin) +
-                                    ": " + std::strerror(errno));
+    throw Error(ErrorCode::kIo, "npy " + path + ": cannot write rows at " +
+                                    std::to_string(row_begin) + ": " + std::strerror(errno));
   };
   if (std::fseek(f, static_cast<long>(offset), SEEK_SET) != 0 || std::fwrite(data, 4, n, f) != n ||
       std::fflush(f) != 0)

@@ -3,14 +3,14 @@
 // plans; the reader uses nlohmann::json and checks every field's type.
 #include <algorithm>
 #include <array>
-#include <optional>
-#include <tuple>
 #include <charconv>
 #include <cmath>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -134,7 +134,8 @@ std::vector<T> ReadInt32Tuples(const json& v, const std::string& where, const ch
     }
     if (!ok) {
       const std::string w = where + "[" + std::to_string(i) + "]";
-      if (!e.is_array() || e.size() != K) ParseFail(w, std::string("must be ") + shape + ", got " + detail::QuoteJson(e));
+      if (!e.is_array() || e.size() != K)
+        ParseFail(w, std::string("must be ") + shape + ", got " + detail::QuoteJson(e));
       for (size_t k = 0; k < K; ++k) Int32(e[k], w + "[" + std::to_string(k) + "]");
     }
     out.push_back(std::apply([](auto... fields) { return T{fields...}; }, x));
@@ -200,38 +201,47 @@ std::string WritePlanJson(const Plan& plan) {
     AppendInt(out, plan.sequences[i]);
   }
   out += "],\n";
-  AppendLines(out, "blocks", plan.blocks, [&](const Block& b) {
-    out += "{\"worker\": ";
-    AppendInt(out, b.worker);
-    out += ", \"segments\": [";
-    for (size_t i = 0; i < b.segments.size(); ++i) {
-      if (i) out += ", ";
-      out += '[';
-      AppendInt(out, b.segments[i].seq);
-      out += ", ";
-      AppendInt(out, b.segments[i].start);
-      out += ", ";
-      AppendInt(out, b.segments[i].length);
-      out += ']';
-    }
-    out += "]}";
-  }, /*last=*/false);
-  AppendLines(out, "forward", plan.forward, [&](const ForwardStage& s) {
-    out += "{\"send\": ";
-    AppendTransfers(out, s.send);
-    out += ", \"compute\": ";
-    AppendPairs(out, s.compute);
-    out += '}';
-  }, /*last=*/false);
-  AppendLines(out, "backward", plan.backward, [&](const BackwardStage& s) {
-    out += "{\"send_kv\": ";
-    AppendTransfers(out, s.send_kv);
-    out += ", \"send_dkv\": ";
-    AppendTransfers(out, s.send_dkv);
-    out += ", \"compute\": ";
-    AppendPairs(out, s.compute);
-    out += '}';
-  }, /*last=*/true);
+  AppendLines(
+      out, "blocks", plan.blocks,
+      [&](const Block& b) {
+        out += "{\"worker\": ";
+        AppendInt(out, b.worker);
+        out += ", \"segments\": [";
+        for (size_t i = 0; i < b.segments.size(); ++i) {
+          if (i) out += ", ";
+          out += '[';
+          AppendInt(out, b.segments[i].seq);
+          out += ", ";
+          AppendInt(out, b.segments[i].start);
+          out += ", ";
+          AppendInt(out, b.segments[i].length);
+          out += ']';
+        }
+        out += "]}";
+      },
+      /*last=*/false);
+  AppendLines(
+      out, "forward", plan.forward,
+      [&](const ForwardStage& s) {
+        out += "{\"send\": ";
+        AppendTransfers(out, s.send);
+        out += ", \"compute\": ";
+        AppendPairs(out, s.compute);
+        out += '}';
+      },
+      /*last=*/false);
+  AppendLines(
+      out, "backward", plan.backward,
+      [&](const BackwardStage& s) {
+        out += "{\"send_kv\": ";
+        AppendTransfers(out, s.send_kv);
+        out += ", \"send_dkv\": ";
+        AppendTransfers(out, s.send_dkv);
+        out += ", \"compute\": ";
+        AppendPairs(out, s.compute);
+        out += '}';
+      },
+      /*last=*/true);
   out += "}\n";
   return out;
 }
@@ -252,8 +262,8 @@ void ReadBlock(const json& v, const std::string& where, Plan& plan) {
     const std::string w = where + ".segments[" + std::to_string(k) + "]";
     if (!segments[k].is_array() || segments[k].size() != 3)
       ParseFail(w, "must be [seq, start, length], got " + detail::QuoteJson(segments[k]));
-    block.segments.push_back(
-        {Int32(segments[k][0], w + "[0]"), Int(segments[k][1], w + "[1]"), Int(segments[k][2], w + "[2]")});
+    block.segments.push_back({Int32(segments[k][0], w + "[0]"), Int(segments[k][1], w + "[1]"),
+                              Int(segments[k][2], w + "[2]")});
   }
   plan.blocks.push_back(std::move(block));
 }

@@ -20,7 +20,8 @@ std::string Trace::ChromeEvents(int32_t rank) const {
 
 std::string ChromeTraceDocument(const std::vector<std::string>& rank_events) {
   std::ostringstream out;
-  WriteChromeTraceDocument(RuntimeTraceLayout(), static_cast<int32_t>(rank_events.size()), rank_events, out);
+  WriteChromeTraceDocument(RuntimeTraceLayout(), static_cast<int32_t>(rank_events.size()),
+                           rank_events, out);
   return out.str();
 }
 

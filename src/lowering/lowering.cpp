@@ -79,7 +79,8 @@ class SlotAllocator {
  public:
   int64_t Allocate(int64_t rows, int64_t first_stage, int64_t last_stage) {
     std::erase_if(live_, [&](const Live& l) { return l.last_stage < first_stage; });
-    std::sort(live_.begin(), live_.end(), [](const Live& a, const Live& b) { return a.row < b.row; });
+    std::sort(live_.begin(), live_.end(),
+              [](const Live& a, const Live& b) { return a.row < b.row; });
     int64_t row = 0;
     for (const Live& l : live_) {
       if (l.row - row >= rows) break;
@@ -114,7 +115,8 @@ const std::vector<Transfer>& KvSends(const BackwardStage& s) { return s.send_kv;
 template <typename Stage>
 class PassLowering {
  public:
-  PassLowering(const Plan& plan, const std::vector<Stage>& stages, RankProgram& program, const char* pass)
+  PassLowering(const Plan& plan, const std::vector<Stage>& stages, RankProgram& program,
+               const char* pass)
       : plan_(plan), stages_(stages), p_(program), me_(program.rank), pass_(pass) {}
 
   // Receipts of K/V, their last uses, and their pool slots; fills kv_recv,
@@ -125,8 +127,9 @@ class PassLowering {
     for (size_t t = 0; t < stages_.size(); ++t)
       for (const Transfer& tr : KvSends(stages_[t]))
         if (tr.dst == me_) {
-          if (Owned(tr.block)) Broken(Where(t) + ": rank " + std::to_string(me_) + " receives its own block " +
-                                      std::to_string(tr.block));
+          if (Owned(tr.block))
+            Broken(Where(t) + ": rank " + std::to_string(me_) + " receives its own block " +
+                   std::to_string(tr.block));
           receipts_of[tr.block].push_back(receipts_.size());
           receipts_.push_back({tr.block, static_cast<int64_t>(t), static_cast<int64_t>(t)});
         }
@@ -142,8 +145,8 @@ class PassLowering {
             id = r;
           }
       if (!found)
-        Broken(Where(t) + ": rank " + std::to_string(me_) + " uses K/V of block " + std::to_string(block) +
-               " it does not hold");
+        Broken(Where(t) + ": rank " + std::to_string(me_) + " uses K/V of block " +
+               std::to_string(block) + " it does not hold");
       return receipts_[id];
     };
     for (size_t t = 0; t < stages_.size(); ++t) {
@@ -163,7 +166,8 @@ class PassLowering {
     out.pool_rows = pool.peak_rows();
     for (size_t t = 0; t < stages_.size(); ++t) {
       int64_t live = 0;
-      for (const Receipt& r : receipts_) live += r.stage <= static_cast<int64_t>(t) && static_cast<int64_t>(t) <= r.last_use;
+      for (const Receipt& r : receipts_)
+        live += r.stage <= static_cast<int64_t>(t) && static_cast<int64_t>(t) <= r.last_use;
       out.peak_slots = std::max(out.peak_slots, live);
     }
     size_t next_receipt = 0;
@@ -175,9 +179,14 @@ class PassLowering {
           sp.kv_recv.push_back({tr.block, tr.src, r.pool_row, Tokens(tr.block)});
         }
         if (tr.src == me_) {
-          if (tr.dst == me_) Broken(Where(t) + ": block " + std::to_string(tr.block) + " sent to itself");
-          if (Owned(tr.block)) sp.kv_send.push_back({tr.block, tr.dst, false, p_.block_row[tr.block], Tokens(tr.block)});
-          else sp.kv_send.push_back({tr.block, tr.dst, true, holding(tr.block, t).pool_row, Tokens(tr.block)});
+          if (tr.dst == me_)
+            Broken(Where(t) + ": block " + std::to_string(tr.block) + " sent to itself");
+          if (Owned(tr.block))
+            sp.kv_send.push_back(
+                {tr.block, tr.dst, false, p_.block_row[tr.block], Tokens(tr.block)});
+          else
+            sp.kv_send.push_back(
+                {tr.block, tr.dst, true, holding(tr.block, t).pool_row, Tokens(tr.block)});
         }
       }
       for (const BlockPair& pr : stages_[t].compute) {
@@ -247,15 +256,16 @@ void LowerPartials(const Plan& plan, RankProgram& p) {
                std::to_string(tr.block));
       auto it = open.find(tr.block);
       if (it == open.end())
-        Broken(where(t) + ": rank " + std::to_string(me) + " sends dK/dV of block " + std::to_string(tr.block) +
-               " with no partial");
+        Broken(where(t) + ": rank " + std::to_string(me) + " sends dK/dV of block " +
+               std::to_string(tr.block) + " with no partial");
       gens[it->second].last = static_cast<int64_t>(t);
       send_gen[t].push_back(static_cast<int64_t>(it->second));
       open.erase(it);
     }
     for (const Transfer& tr : s.send_dkv) {
       if (tr.dst != me) continue;
-      recv_gen[t].push_back(plan.blocks[tr.block].worker == me ? -1 : static_cast<int64_t>(open_gen(tr.block, t)));
+      recv_gen[t].push_back(
+          plan.blocks[tr.block].worker == me ? -1 : static_cast<int64_t>(open_gen(tr.block, t)));
     }
   }
   if (!open.empty())
@@ -263,9 +273,11 @@ void LowerPartials(const Plan& plan, RankProgram& p) {
            std::to_string(open.begin()->first) + " to the owner");
   std::vector<size_t> order(gens.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return gens[a].first < gens[b].first; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return gens[a].first < gens[b].first; });
   SlotAllocator pool;
-  for (size_t i : order) gens[i].row = pool.Allocate(plan.blocks[gens[i].block].tokens(), gens[i].first, gens[i].last);
+  for (size_t i : order)
+    gens[i].row = pool.Allocate(plan.blocks[gens[i].block].tokens(), gens[i].first, gens[i].last);
   p.backward.partial_rows = pool.peak_rows();
   for (size_t t = 0; t < plan.backward.size(); ++t) {
     StageProgram& sp = p.backward.stages[t];
@@ -277,10 +289,12 @@ void LowerPartials(const Plan& plan, RankProgram& p) {
     size_t si = 0, ri = 0;
     for (const Transfer& tr : plan.backward[t].send_dkv) {
       const int64_t rows = plan.blocks[tr.block].tokens();
-      if (tr.src == me) sp.dkv_send.push_back({tr.block, tr.dst, gens[send_gen[t][si++]].row, rows});
+      if (tr.src == me)
+        sp.dkv_send.push_back({tr.block, tr.dst, gens[send_gen[t][si++]].row, rows});
       if (tr.dst == me) {
         const int64_t g = recv_gen[t][ri++];
-        sp.dkv_recv.push_back({tr.block, tr.src, g >= 0, g >= 0 ? gens[g].row : p.block_row[tr.block], rows});
+        sp.dkv_recv.push_back(
+            {tr.block, tr.src, g >= 0, g >= 0 ? gens[g].row : p.block_row[tr.block], rows});
       }
     }
   }
@@ -301,7 +315,8 @@ void LowerLayout(const Plan& plan, RankProgram& p) {
     }
     for (const Segment& s : block.segments) {
       const int64_t g0 = seq_offset[s.seq] + s.start;
-      const int64_t lo = std::max(g0, p.dataloader_begin), hi = std::min(g0 + s.length, p.dataloader_end);
+      const int64_t lo = std::max(g0, p.dataloader_begin),
+                    hi = std::min(g0 + s.length, p.dataloader_end);
       for (int64_t g = lo; g < hi; ++g) dl_owner[g - p.dataloader_begin] = block.worker;
       if (!mine) continue;
       for (int64_t t = 0; t < s.length; ++t) {
@@ -320,13 +335,15 @@ void LowerLayout(const Plan& plan, RankProgram& p) {
   }
   p.in_send_counts.assign(p.workers, 0);
   for (int32_t w : dl_owner) {
-    if (w < 0) Broken("a token of rank " + std::to_string(me) + "'s dataloader share is in no block");
+    if (w < 0)
+      Broken("a token of rank " + std::to_string(me) + "'s dataloader share is in no block");
     ++p.in_send_counts[w];
   }
   std::vector<int64_t> next(p.workers, 0);
   for (int32_t w = 1; w < p.workers; ++w) next[w] = next[w - 1] + p.in_send_counts[w - 1];
   p.in_send_rows.resize(dl_owner.size());
-  for (size_t r = 0; r < dl_owner.size(); ++r) p.in_send_rows[next[dl_owner[r]]++] = static_cast<int64_t>(r);
+  for (size_t r = 0; r < dl_owner.size(); ++r)
+    p.in_send_rows[next[dl_owner[r]]++] = static_cast<int64_t>(r);
 }
 
 }  // namespace
@@ -341,8 +358,8 @@ std::vector<SegmentPair> BlockPairSegments(const Plan& plan, int32_t q_block, in
   for (const Segment& qs : qb.segments) {
     int64_t k_row = 0;
     for (const Segment& ks : kb.segments) {
-      if (ks.seq == qs.seq &&
-          AllowedPairs(plan.mask, {qs.start, qs.start + qs.length}, {ks.start, ks.start + ks.length}) > 0)
+      if (ks.seq == qs.seq && AllowedPairs(plan.mask, {qs.start, qs.start + qs.length},
+                                           {ks.start, ks.start + ks.length}) > 0)
         out.push_back({q_row, k_row, qs.start, ks.start, qs.length, ks.length});
       k_row += ks.length;
     }
@@ -353,8 +370,9 @@ std::vector<SegmentPair> BlockPairSegments(const Plan& plan, int32_t q_block, in
 
 RankProgram LowerPlan(const Plan& plan, int32_t rank) {
   if (rank < 0 || rank >= plan.workers)
-    throw Error(ErrorCode::kInvalidArgument, "lowering: rank " + std::to_string(rank) + " is not in [0, " +
-                                                 std::to_string(plan.workers) + ")");
+    throw Error(ErrorCode::kInvalidArgument, "lowering: rank " + std::to_string(rank) +
+                                                 " is not in [0, " + std::to_string(plan.workers) +
+                                                 ")");
   CheckIndices(plan);
   RankProgram p;
   p.rank = rank;
@@ -379,12 +397,14 @@ RankProgram LowerPlan(const Plan& plan, int32_t rank) {
     return true;
   };
   if (!p.forward.stages.empty())
-    for (ComputeCall& c : p.forward.stages[0].compute) c.early = self_sourced(c.q_block) && self_sourced(c.kv_block);
+    for (ComputeCall& c : p.forward.stages[0].compute)
+      c.early = self_sourced(c.q_block) && self_sourced(c.kv_block);
 
   // Final stages, for every block (receivers order their returns by them).
   p.forward_final_stage.assign(plan.blocks.size(), -1);
   for (size_t t = 0; t < plan.forward.size(); ++t)
-    for (const BlockPair& pr : plan.forward[t].compute) p.forward_final_stage[pr.q_block] = static_cast<int32_t>(t);
+    for (const BlockPair& pr : plan.forward[t].compute)
+      p.forward_final_stage[pr.q_block] = static_cast<int32_t>(t);
   // The backward's outputs go home in two parts: dq after the block's last
   // query compute; dk, dv after its last key compute on the owner and the
   // last partial the owner receives.
@@ -400,7 +420,8 @@ RankProgram LowerPlan(const Plan& plan, int32_t rank) {
         dkv_last[pr.kv_block] = std::max(dkv_last[pr.kv_block], st);
     }
     for (const Transfer& tr : plan.backward[t].send_dkv)
-      if (tr.dst == plan.blocks[tr.block].worker) dkv_last[tr.block] = std::max(dkv_last[tr.block], st);
+      if (tr.dst == plan.blocks[tr.block].worker)
+        dkv_last[tr.block] = std::max(dkv_last[tr.block], st);
   }
   return p;
 }

@@ -95,8 +95,8 @@ std::string SimResultJson(const SimResult& r, bool per_worker) {
       // Flat numbers, one per field, as every other per-worker statistic
       // (Python turns each field into one array).
       const size_t k = workers.size();
-      for (const auto& [pass, bounds] : {std::pair{"forward", &r.forward_bounds},
-                                         std::pair{"backward", &r.backward_bounds}}) {
+      for (const auto& [pass, bounds] :
+           {std::pair{"forward", &r.forward_bounds}, std::pair{"backward", &r.backward_bounds}}) {
         if (k >= bounds->workers.size()) continue;
         const std::string prefix = std::string(pass) + "_bound_";
         w[prefix + "compute_s"] = bounds->workers[k].compute_s;

@@ -45,9 +45,8 @@ HardwareProfile GpuX() {
   // blocks, low below 2K, saturating from 4K; FA3 paper: ~650 TFLOP/s = 0.66 of peak
   // for causal hdim 128 at 16K+). Points between are read off that shape; approximate
   // until calibrated on a real GPU (load a measured curve with LoadProfileJson).
-  p.efficiency = {{128, 0.07},  {256, 0.14},   {512, 0.25},   {1024, 0.38},
-                  {2048, 0.50}, {4096, 0.58},  {8192, 0.62},  {16384, 0.645},
-                  {32768, 0.655}, {65536, 0.66}};
+  p.efficiency = {{128, 0.07},  {256, 0.14},  {512, 0.25},    {1024, 0.38},   {2048, 0.50},
+                  {4096, 0.58}, {8192, 0.62}, {16384, 0.645}, {32768, 0.655}, {65536, 0.66}};
   return p;
 }
 
@@ -73,9 +72,8 @@ HardwareProfile GpuY() {
   // Forward causal FA4 on B200: public FA4 numbers reach ~1.6 PFLOP/s (~0.70 of peak)
   // on long sequences; DESIGN.md: B200 needs larger blocks to saturate, so the curve
   // is gpu-x's shifted about one octave right. Approximate until calibrated.
-  p.efficiency = {{128, 0.04},  {256, 0.08},   {512, 0.15},   {1024, 0.27},
-                  {2048, 0.40}, {4096, 0.52},  {8192, 0.61},  {16384, 0.66},
-                  {32768, 0.69}, {65536, 0.70}};
+  p.efficiency = {{128, 0.04},  {256, 0.08},  {512, 0.15},   {1024, 0.27},  {2048, 0.40},
+                  {4096, 0.52}, {8192, 0.61}, {16384, 0.66}, {32768, 0.69}, {65536, 0.70}};
   return p;
 }
 
@@ -98,7 +96,8 @@ void HardwareProfile::validate() const {
   // Rates of at least one per second: below that, times run past what a
   // double holds and the simulation stalls instead of naming the field.
   const auto rate = [&](const char* field, double v) {
-    if (!(v >= 1) || !std::isfinite(v)) fail(fmt::format("{} must be >= 1 per second, got {:g}", field, v));
+    if (!(v >= 1) || !std::isfinite(v))
+      fail(fmt::format("{} must be >= 1 per second, got {:g}", field, v));
   };
   const auto non_negative = [&](const char* field, double v) {
     if (!(v >= 0) || !std::isfinite(v)) fail(fmt::format("{} must be >= 0, got {:g}", field, v));
@@ -132,8 +131,8 @@ std::vector<std::string> BuiltinProfileNames() { return {"gpu-x", "gpu-y"}; }
 HardwareProfile BuiltinProfile(const std::string& name) {
   if (name == "gpu-x") return GpuX();
   if (name == "gpu-y") return GpuY();
-  throw Error(ErrorCode::kInvalidArgument,
-              "profile: unknown built-in profile '" + QuoteForError(name) + "' (available: gpu-x, gpu-y)");
+  throw Error(ErrorCode::kInvalidArgument, "profile: unknown built-in profile '" +
+                                               QuoteForError(name) + "' (available: gpu-x, gpu-y)");
 }
 
 HardwareProfile ParseProfileJson(const std::string& text) {
@@ -178,7 +177,8 @@ HardwareProfile ParseProfileJson(const std::string& text) {
     if (!g.is_number_integer() ||
         (g.is_number_unsigned() ? g.get<uint64_t>() > uint64_t{INT32_MAX}
                                 : g.get<int64_t>() < INT32_MIN || g.get<int64_t>() > INT32_MAX))
-      ParseFail("field 'gpus_per_node' must be an integer in [1, 2^31), got " + detail::QuoteJson(g));
+      ParseFail("field 'gpus_per_node' must be an integer in [1, 2^31), got " +
+                detail::QuoteJson(g));
     p.gpus_per_node = g.get<int32_t>();
   }
   if (j.contains("efficiency")) {
@@ -260,8 +260,8 @@ double EquivalentKernelTokens(int64_t q_tokens, int64_t token_pairs) {
 
 double AttentionTime_s(const HardwareProfile& profile, double flops, double kernel_tokens,
                        bool backward) {
-  double rate = profile.peak_flops * profile.compute_sm_fraction *
-                KernelEfficiency(profile, kernel_tokens);
+  double rate =
+      profile.peak_flops * profile.compute_sm_fraction * KernelEfficiency(profile, kernel_tokens);
   if (backward) rate *= profile.backward_efficiency_ratio;
   return flops / rate;
 }

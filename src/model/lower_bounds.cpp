@@ -32,7 +32,8 @@ PassBounds ComputePassBounds(const HardwareProfile& profile,
   b.workers.resize(n);
   for (int32_t w = 0; w < n; ++w) {
     if (!NonNegative(busy_compute_s[w]))
-      BadInput("worker " + std::to_string(w) + " has busy compute " + std::to_string(busy_compute_s[w]));
+      BadInput("worker " + std::to_string(w) + " has busy compute " +
+               std::to_string(busy_compute_s[w]));
     b.workers[w].compute_s = busy_compute_s[w];
     b.mean_compute_s += busy_compute_s[w] / n;
     b.max_compute_s = std::max(b.max_compute_s, busy_compute_s[w]);
@@ -41,8 +42,8 @@ PassBounds ComputePassBounds(const HardwareProfile& profile,
   std::vector<PortBytes> bytes(n);
   for (const PortFlow& f : flows) {
     if (f.src < 0 || f.src >= n || f.dst < 0 || f.dst >= n || f.src == f.dst)
-      BadInput("flow " + std::to_string(f.src) + " -> " + std::to_string(f.dst) + " is not between two of " +
-               std::to_string(n) + " workers");
+      BadInput("flow " + std::to_string(f.src) + " -> " + std::to_string(f.dst) +
+               " is not between two of " + std::to_string(n) + " workers");
     if (!NonNegative(f.bytes)) BadInput("flow of " + std::to_string(f.bytes) + " bytes");
     if (SameNode(profile, f.src, f.dst)) {
       bytes[f.src].nvlink_out_bytes += f.bytes;

@@ -148,13 +148,13 @@ class KernelCoster {
     // Seconds per token pair of each merged query segment, stored in place.
     seconds_per_pair_.resize(std::max(seconds_per_pair_.size(), index_.segment_count()));
     for (int32_t s : touched_) {
-      const double kernel_tokens =
-          EquivalentKernelTokens(index_.seg(s).length, segment_pairs_[s]);
+      const double kernel_tokens = EquivalentKernelTokens(index_.seg(s).length, segment_pairs_[s]);
       seconds_per_pair_[s] = AttentionTime_s(profile_, flops_per_pair_, kernel_tokens, false);
     }
     std::vector<PairCost> costs(pairs.size());
     for (const Entry& e : entries_) {
-      costs[e.pair].forward_s += static_cast<double>(e.token_pairs) * seconds_per_pair_[e.q_segment];
+      costs[e.pair].forward_s +=
+          static_cast<double>(e.token_pairs) * seconds_per_pair_[e.q_segment];
       costs[e.pair].token_pairs += e.token_pairs;
     }
     for (int32_t s : touched_) segment_pairs_[s] = 0;
@@ -227,8 +227,14 @@ class PassSimulator {
  public:
   PassSimulator(const Plan& plan, const HardwareProfile& profile, const SimConfig& config,
                 const PassInput& in, double trace_offset_s, std::vector<TraceEvent>* trace)
-      : plan_(plan), profile_(profile), config_(config), in_(in), n_(plan.workers),
-        net_(profile, plan.workers), trace_offset_s_(trace_offset_s), trace_(trace) {}
+      : plan_(plan),
+        profile_(profile),
+        config_(config),
+        in_(in),
+        n_(plan.workers),
+        net_(profile, plan.workers),
+        trace_offset_s_(trace_offset_s),
+        trace_(trace) {}
 
   PassOutput Run() {
     Setup();
@@ -258,7 +264,8 @@ class PassSimulator {
       if (workers_[w].c_done + 1 < in_.stages || Stalled(workers_[w].channel[0]) ||
           Stalled(workers_[w].channel[1]))
         throw Error(ErrorCode::kInternal, "simulate: worker " + std::to_string(w) +
-                                              " stalled in stage " + std::to_string(workers_[w].c_stage));
+                                              " stalled in stage " +
+                                              std::to_string(workers_[w].c_stage));
     PassOutput out;
     out.time_s = end_time_;
     out.busy_s.resize(n_);
@@ -281,17 +288,17 @@ class PassSimulator {
   };
   // A channel's send groups and receive groups, each running the stages in order.
   struct Channel {
-    int32_t s_stage = -1;     // the send group in flight
-    int32_t s_left = 0;       // its sends not yet delivered
-    int32_t r_stage = -1;     // the last receive group opened
-    int32_t r_done = -1;      // last stage whose receives (and all before) have arrived
+    int32_t s_stage = -1;          // the send group in flight
+    int32_t s_left = 0;            // its sends not yet delivered
+    int32_t r_stage = -1;          // the last receive group opened
+    int32_t r_done = -1;           // last stage whose receives (and all before) have arrived
     std::vector<int32_t> blocked;  // sends of its send group waiting for their data
   };
   // A compute stream and the channels of a worker.
   struct WorkerState {
-    int32_t c_stage = 0;      // the compute stage running or next
-    bool c_started = false;   // its pairs are loaded into `pending`
-    int32_t c_done = -1;      // last stage whose compute is complete
+    int32_t c_stage = 0;     // the compute stage running or next
+    bool c_started = false;  // its pairs are loaded into `pending`
+    int32_t c_done = -1;     // last stage whose compute is complete
     std::array<Channel, kChannels> channel;
     bool busy = false;
     bool launched = false;
@@ -314,8 +321,12 @@ class PassSimulator {
   }
   int ChannelOf(const StageTransfer& t) const { return t.kind == TransferKind::kDkv ? 1 : 0; }
   // Key of a block's output part in out_left_ and the out-flow index.
-  static size_t OutputKey(int32_t block, OutputPart part) { return 2 * static_cast<size_t>(block) + part; }
-  bool Stalled(const Channel& c) const { return c.r_done + 1 < in_.stages || c.s_stage < in_.stages; }
+  static size_t OutputKey(int32_t block, OutputPart part) {
+    return 2 * static_cast<size_t>(block) + part;
+  }
+  bool Stalled(const Channel& c) const {
+    return c.r_done + 1 < in_.stages || c.s_stage < in_.stages;
+  }
 
   void Setup() {
     const size_t cells = static_cast<size_t>(in_.stages) * n_;
@@ -378,7 +389,8 @@ class PassSimulator {
     out_left_.assign(keys, 0);
     for (const PairTask& p : in_.pairs) {
       ++out_left_[OutputKey(p.q_block, kRowsPart)];
-      if (in_.backward && plan_.blocks[p.kv_block].worker == p.worker) ++out_left_[OutputKey(p.kv_block, kKvPart)];
+      if (in_.backward && plan_.blocks[p.kv_block].worker == p.worker)
+        ++out_left_[OutputKey(p.kv_block, kKvPart)];
     }
     if (in_.backward)
       for (const StageTransfer& t : in_.transfers)
@@ -407,9 +419,7 @@ class PassSimulator {
     net_.Start(src, dst, bytes, tag);
   }
 
-  void Push(double time, EventKind kind, int64_t a) {
-    events_.push({time, next_seq_++, kind, a});
-  }
+  void Push(double time, EventKind kind, int64_t a) { events_.push({time, next_seq_++, kind, a}); }
 
   void Touch(int32_t w, double t) {
     workers_[w].last_activity_s = std::max(workers_[w].last_activity_s, t);
@@ -471,7 +481,8 @@ class PassSimulator {
   //    group t-1 has arrived.
   bool MayOpenReceives(const WorkerState& s, int ch, int32_t t) const {
     const Channel& x = s.channel[ch];
-    if (ch == 1) return config_.transfers == TransferMode::kPull ? x.r_done >= t - 1 : s.c_done >= t - 1;
+    if (ch == 1)
+      return config_.transfers == TransferMode::kPull ? x.r_done >= t - 1 : s.c_done >= t - 1;
     return x.r_done >= t - 1 && (t <= 1 || s.c_done >= t - 1);
   }
 
@@ -530,7 +541,8 @@ class PassSimulator {
       if (!s.busy && s.c_stage < in_.stages) {
         if (!s.c_started && s.c_done == s.c_stage - 1 && s.channel[0].r_done >= s.c_stage - 1) {
           const size_t c = Cell(s.c_stage, w);
-          s.pending.assign(pair_list_.begin() + pair_begin_[c], pair_list_.begin() + pair_begin_[c + 1]);
+          s.pending.assign(pair_list_.begin() + pair_begin_[c],
+                           pair_list_.begin() + pair_begin_[c + 1]);
           s.pending_head = 0;
           s.c_started = true;
           s.launched = false;
@@ -542,7 +554,8 @@ class PassSimulator {
           if (it != s.pending.end()) {
             const int32_t p = *it;
             *it = -1;
-            while (s.pending_head < s.pending.size() && s.pending[s.pending_head] < 0) ++s.pending_head;
+            while (s.pending_head < s.pending.size() && s.pending[s.pending_head] < 0)
+              ++s.pending_head;
             double seconds = in_.pairs[p].seconds;
             if (!s.launched) {
               seconds += profile_.kernel_launch_s;
@@ -614,8 +627,8 @@ class PassSimulator {
         Touch(t.src, now_);
         Touch(t.dst, now_);
         if (trace_) {
-          const std::string name = std::string(t.kind == TransferKind::kKv ? "kv " : "dkv ") +
-                                   std::to_string(t.block);
+          const std::string name =
+              std::string(t.kind == TransferKind::kKv ? "kv " : "dkv ") + std::to_string(t.block);
           trace_->push_back({t.src, 1, name + " -> " + std::to_string(t.dst),
                              trace_offset_s_ + transfer_start_s_[index], trace_offset_s_ + now_});
           trace_->push_back({t.dst, 2, name + " <- " + std::to_string(t.src),
@@ -635,8 +648,8 @@ class PassSimulator {
         Touch(f.src, now_);
         Touch(f.dst, now_);
         if (trace_)
-          trace_->push_back({f.dst, 2, "reshuffle in " + std::to_string(f.block),
-                             trace_offset_s_, trace_offset_s_ + now_});
+          trace_->push_back({f.dst, 2, "reshuffle in " + std::to_string(f.block), trace_offset_s_,
+                             trace_offset_s_ + now_});
         --in_flows_left_;
         if (config_.reshuffle == ReshuffleMode::kBlocking) {
           if (in_flows_left_ == 0)
@@ -683,7 +696,8 @@ class PassSimulator {
   void OutputFinal(size_t key) {
     if (config_.reshuffle == ReshuffleMode::kNone) return;
     if (config_.reshuffle == ReshuffleMode::kOverlapped) {
-      for (int32_t k = out_flow_begin_[key]; k < out_flow_begin_[key + 1]; ++k) StartOut(out_flow_list_[k]);
+      for (int32_t k = out_flow_begin_[key]; k < out_flow_begin_[key + 1]; ++k)
+        StartOut(out_flow_list_[k]);
       return;
     }
     if (parts_not_final_ > 0 || all_out_started_) return;
@@ -781,7 +795,8 @@ void AddStagePairs(const Plan& plan, KernelCoster& coster, const std::vector<Blo
 // The pass's bounds from its inputs, not from the event loop: each worker's
 // kernel times plus one launch per stage it computes in (what its compute
 // stream must run), and every stage and reshuffle flow.
-PassBounds PassLowerBounds(const Plan& plan, const HardwareProfile& profile, const PassInput& pass) {
+PassBounds PassLowerBounds(const Plan& plan, const HardwareProfile& profile,
+                           const PassInput& pass) {
   std::vector<double> busy_s(plan.workers, 0);
   std::vector<int32_t> last_stage(plan.workers, -1);
   for (const PairTask& p : pass.pairs) {
@@ -801,9 +816,12 @@ PassBounds PassLowerBounds(const Plan& plan, const HardwareProfile& profile, con
 
 const char* ReshuffleModeName(ReshuffleMode mode) {
   switch (mode) {
-    case ReshuffleMode::kNone: return "none";
-    case ReshuffleMode::kBlocking: return "blocking";
-    case ReshuffleMode::kOverlapped: return "overlap";
+    case ReshuffleMode::kNone:
+      return "none";
+    case ReshuffleMode::kBlocking:
+      return "blocking";
+    case ReshuffleMode::kOverlapped:
+      return "overlap";
   }
   return "?";
 }
@@ -822,14 +840,15 @@ TransferMode ParseTransferMode(const std::string& name) {
 ReshuffleMode ParseReshuffleMode(const std::string& name) {
   for (auto m : {ReshuffleMode::kNone, ReshuffleMode::kBlocking, ReshuffleMode::kOverlapped})
     if (name == ReshuffleModeName(m)) return m;
-  throw Error(ErrorCode::kInvalidArgument,
-              "simulate: unknown reshuffle mode '" + name + "' (expected none, blocking or overlap)");
+  throw Error(ErrorCode::kInvalidArgument, "simulate: unknown reshuffle mode '" + name +
+                                               "' (expected none, blocking or overlap)");
 }
 
 void SimConfig::validate() const {
- if (dkv_dtype_bytes < 0)
+  if (dkv_dtype_bytes < 0)
     throw Error(ErrorCode::kInvalidArgument,
-                "simulate: dkv_dtype_bytes must be >= 0 (0 = the plan's dtype), got " + std::to_string(dkv_dtype_bytes));
+                "simulate: dkv_dtype_bytes must be >= 0 (0 = the plan's dtype), got " +
+                    std::to_string(dkv_dtype_bytes));
 }
 
 namespace {
@@ -848,19 +867,22 @@ void CheckSimInputs(const Plan& plan, const HardwareProfile& profile, const SimC
     // Compared without overflowing start + length.
     for (const Segment& s : plan.blocks[b].segments)
       if (s.seq < 0 || static_cast<size_t>(s.seq) >= plan.sequences.size() || s.start < 0 ||
-          s.length < 0 || s.length > plan.sequences[s.seq] || s.start > plan.sequences[s.seq] - s.length)
+          s.length < 0 || s.length > plan.sequences[s.seq] ||
+          s.start > plan.sequences[s.seq] - s.length)
         BadPlan("block " + std::to_string(b) + " has a segment outside its sequence");
   }
 }
 
 std::vector<double> BlockTokens(const Plan& plan) {
   std::vector<double> block_tokens(plan.blocks.size());
-  for (size_t b = 0; b < plan.blocks.size(); ++b) block_tokens[b] = static_cast<double>(plan.blocks[b].tokens());
+  for (size_t b = 0; b < plan.blocks.size(); ++b)
+    block_tokens[b] = static_cast<double>(plan.blocks[b].tokens());
   return block_tokens;
 }
 
 // The forward pass's stage transfers (K/V) and pair tasks.
-PassInput ForwardPassInput(const Plan& plan, KernelCoster& coster, const std::vector<double>& block_tokens) {
+PassInput ForwardPassInput(const Plan& plan, KernelCoster& coster,
+                           const std::vector<double>& block_tokens) {
   const double kv_bytes_per_token = static_cast<double>(KvTransferBytes(plan.attention, 1));
   PassInput fwd;
   fwd.stages = static_cast<int32_t>(plan.forward.size());
@@ -876,8 +898,9 @@ PassInput ForwardPassInput(const Plan& plan, KernelCoster& coster, const std::ve
 }
 
 // The backward pass's stage transfers (K/V and dK/dV partials) and pair tasks.
-PassInput BackwardPassInput(const Plan& plan, const HardwareProfile& profile, const SimConfig& config,
-                            KernelCoster& coster, const std::vector<double>& block_tokens) {
+PassInput BackwardPassInput(const Plan& plan, const HardwareProfile& profile,
+                            const SimConfig& config, KernelCoster& coster,
+                            const std::vector<double>& block_tokens) {
   const AttentionShape& a = plan.attention;
   const double kv_bytes_per_token = static_cast<double>(KvTransferBytes(a, 1));
   const double backward_scale = kBackwardFlopsFactor / profile.backward_efficiency_ratio;
@@ -893,7 +916,8 @@ PassInput BackwardPassInput(const Plan& plan, const HardwareProfile& profile, co
     }
     for (const Transfer& x : s.send_dkv) {
       CheckTransfer(plan, x, "backward send_dkv");
-      const int32_t element_bytes = config.dkv_dtype_bytes > 0 ? config.dkv_dtype_bytes : a.dtype_bytes;
+      const int32_t element_bytes =
+          config.dkv_dtype_bytes > 0 ? config.dkv_dtype_bytes : a.dtype_bytes;
       const double bytes = 2.0 * a.heads_kv * a.head_dim * element_bytes * block_tokens[x.block];
       bwd.transfers.push_back({x.block, x.src, x.dst, t, TransferKind::kDkv, bytes});
     }
@@ -905,13 +929,14 @@ PassInput BackwardPassInput(const Plan& plan, const HardwareProfile& profile, co
 // The reshuffle's flows of both passes, when it is charged.
 void AddReshuffleFlows(const Plan& plan, const SimConfig& config, PassInput& fwd, PassInput& bwd) {
   const AttentionShape& a = plan.attention;
-  const double qkv_bytes = static_cast<double>(a.heads_q + 2 * a.heads_kv) * a.head_dim * a.dtype_bytes;
+  const double qkv_bytes =
+      static_cast<double>(a.heads_q + 2 * a.heads_kv) * a.head_dim * a.dtype_bytes;
   const double o_bytes = static_cast<double>(a.heads_q) * a.head_dim * a.dtype_bytes;
   if (config.reshuffle != ReshuffleMode::kNone && plan.total_tokens() > 0) {
-    fwd.in_flows = ReshufflePieces(plan, qkv_bytes, true);   // Q, K, V in
-    fwd.out_flows = ReshufflePieces(plan, o_bytes, false);   // O out
-    bwd.in_flows = ReshufflePieces(plan, o_bytes, true);     // dO in
-    bwd.out_flows = ReshufflePieces(plan, o_bytes, false);    // dQ out
+    fwd.in_flows = ReshufflePieces(plan, qkv_bytes, true);                       // Q, K, V in
+    fwd.out_flows = ReshufflePieces(plan, o_bytes, false);                       // O out
+    bwd.in_flows = ReshufflePieces(plan, o_bytes, true);                         // dO in
+    bwd.out_flows = ReshufflePieces(plan, o_bytes, false);                       // dQ out
     for (ReshuffleFlow f : ReshufflePieces(plan, qkv_bytes - o_bytes, false)) {  // dK, dV out
       f.part = kKvPart;
       bwd.out_flows.push_back(f);
@@ -943,12 +968,15 @@ std::pair<PassOutput, PassOutput> RunPasses(const Plan& plan, const HardwareProf
 
 // Per-worker FLOPs and bytes, counted from the passes' inputs, and the
 // transfer and flow counts.
-void CountWorkAndTraffic(const Plan& plan, const PassInput& fwd, const PassInput& bwd, SimResult& r) {
+void CountWorkAndTraffic(const Plan& plan, const PassInput& fwd, const PassInput& bwd,
+                         SimResult& r) {
   r.worker_stats.resize(plan.workers);
   const double flops_per_pair = ForwardFlops(plan.attention, 1);
-  for (const PairTask& p : fwd.pairs) r.worker_stats[p.worker].forward_flops += flops_per_pair * p.token_pairs;
+  for (const PairTask& p : fwd.pairs)
+    r.worker_stats[p.worker].forward_flops += flops_per_pair * p.token_pairs;
   for (const PairTask& p : bwd.pairs)
-    r.worker_stats[p.worker].backward_flops += kBackwardFlopsFactor * flops_per_pair * p.token_pairs;
+    r.worker_stats[p.worker].backward_flops +=
+        kBackwardFlopsFactor * flops_per_pair * p.token_pairs;
   for (const StageTransfer& t : fwd.transfers) {
     r.worker_stats[t.src].forward_kv_bytes_sent += t.bytes;
     r.worker_stats[t.dst].forward_kv_bytes_received += t.bytes;
@@ -1023,7 +1051,8 @@ SimResult Simulate(const Plan& plan, const HardwareProfile& profile, const SimCo
   r.planner = plan.planner;
   r.profile = profile.name;
   r.workers = n;
-  const auto [f_out, b_out] = RunPasses(plan, profile, config, fwd, bwd, config.record_trace ? &r.trace : nullptr);
+  const auto [f_out, b_out] =
+      RunPasses(plan, profile, config, fwd, bwd, config.record_trace ? &r.trace : nullptr);
   r.forward_time_s = f_out.time_s;
   r.backward_time_s = b_out.time_s;
   r.total_time_s = f_out.time_s + b_out.time_s;

@@ -174,8 +174,10 @@ class WorkerIndex {
     position_[IdOf(rank)] = at;
   }
   void Restore(int32_t at) {
-    if (at > 0 && heap_[at] < heap_[(at - 1) / kArity]) SiftUp(at);
-    else SiftDown(at);
+    if (at > 0 && heap_[at] < heap_[(at - 1) / kArity])
+      SiftUp(at);
+    else
+      SiftDown(at);
   }
   void SiftUp(int32_t at) {
     const Rank e = heap_[at];
@@ -204,7 +206,7 @@ class WorkerIndex {
   }
 
   std::vector<Rank> heap_;
-  std::vector<int32_t> position_;      // each worker's place in heap_, -1 if absent
+  std::vector<int32_t> position_;          // each worker's place in heap_, -1 if absent
   mutable std::vector<int32_t> frontier_;  // Visit's scratch (single-threaded use)
 };
 using AscendingIndex = WorkerIndex<false>;
@@ -418,9 +420,9 @@ class LoadModel {
   // on first use: small batches never use most of them).
   int Fill(int32_t w, const std::vector<int32_t>& owned) {
     const int victim = oldest_;
-    FCP_CHECK(table_used_[victim] != step_,
-              "local search: more than " + std::to_string(count_.size()) +
-                  " dependency tables asked for in one step");
+    FCP_CHECK(table_used_[victim] != step_, "local search: more than " +
+                                                std::to_string(count_.size()) +
+                                                " dependency tables asked for in one step");
     if (count_[victim].empty()) count_[victim].assign(tokens_.size(), 0);
     ClearTable(victim);
     if (table_worker_[victim] >= 0) table_of_[table_worker_[victim]] = -1;
@@ -529,7 +531,9 @@ class LoadModel {
     delta_[light] = light_delta;
   }
   std::span<const int32_t> changed() const { return {changed_.data(), changed_count_}; }
-  double traffic_after(int32_t w) const { return loads_.traffic[w] + static_cast<double>(delta_[w]); }
+  double traffic_after(int32_t w) const {
+    return loads_.traffic[w] + static_cast<double>(delta_[w]);
+  }
   bool in_changed(int32_t w) const { return delta_stamp_[w] == stamp_; }
 
   // Whether the evaluated exchange, applied as remove-all then add-all
@@ -817,9 +821,12 @@ class Assigner {
   }
   void MakeModel() {
     const int64_t most = MostCount();
-    if (most <= std::numeric_limits<uint8_t>::max()) MakeModel<uint8_t>();
-    else if (most <= std::numeric_limits<uint16_t>::max()) MakeModel<uint16_t>();
-    else MakeModel<int32_t>();
+    if (most <= std::numeric_limits<uint8_t>::max())
+      MakeModel<uint8_t>();
+    else if (most <= std::numeric_limits<uint16_t>::max())
+      MakeModel<uint16_t>();
+    else
+      MakeModel<int32_t>();
   }
   // f(model) for the scratch.
   template <typename F>
@@ -832,7 +839,8 @@ class Assigner {
     ComputeNeeds();
     // LPT orders: by work, and by the larger normalised share (vector LPT).
     std::vector<double> size(items_.size());
-    for (size_t i = 0; i < items_.size(); ++i) size[i] = targets_.Load(item_work_[i], item_traffic_[i]);
+    for (size_t i = 0; i < items_.size(); ++i)
+      size[i] = targets_.Load(item_work_[i], item_traffic_[i]);
     compute_order_.resize(items_.size());
     std::iota(compute_order_.begin(), compute_order_.end(), 0);
     vector_order_ = compute_order_;
@@ -854,7 +862,9 @@ class Assigner {
     item_traffic_.assign(items_.size(), 0);
     item_send_.assign(items_.size(), 0);
     for (size_t i = 0; i < items_.size(); ++i) {
-      const auto outside = [&](int32_t block) { return item_of_[block] != static_cast<int32_t>(i); };
+      const auto outside = [&](int32_t block) {
+        return item_of_[block] != static_cast<int32_t>(i);
+      };
       for (int32_t b : items_[i].blocks) {
         int64_t users_outside = 0;
         for (int32_t q : users_.row(b)) users_outside += outside(q);
@@ -876,7 +886,7 @@ class Assigner {
   void BuildItemDeps() {
     item_deps_.offset.assign(1, 0);
     item_deps_.offset.reserve(items_.size() + 1);
-    item_deps_.items.reserve(in_.pairs->size());  // at most one entry per pair
+    item_deps_.items.reserve(in_.pairs->size());                 // at most one entry per pair
     std::vector<int32_t> slot(in_.sharding->blocks.size(), -1);  // kv -> its entry in the row
     for (const Item& item : items_) {
       const size_t first = item_deps_.items.size();
@@ -908,7 +918,8 @@ class Assigner {
         return a.seq != b.seq ? a.seq < b.seq : a.start < b.start;
       });
       for (const Segment& x : segments) {
-        const TokenRange keys = AttendedKeys(in_.mask, {x.start, x.start + x.length}, lengths[x.seq]);
+        const TokenRange keys =
+            AttendedKeys(in_.mask, {x.start, x.start + x.length}, lengths[x.seq]);
         std::vector<SequenceNeed>& needs = item_needs_.items;  // row i is the tail
         const bool in_row = needs.size() > static_cast<size_t>(item_needs_.offset.back());
         if (in_row && needs.back().seq == x.seq) {
@@ -961,7 +972,9 @@ class Assigner {
   struct HomeTokens {
     int32_t worker[2] = {-1, -1};
     int64_t tokens[2] = {0, 0};
-    int64_t At(int32_t w) const { return w == worker[0] ? tokens[0] : w == worker[1] ? tokens[1] : 0; }
+    int64_t At(int32_t w) const {
+      return w == worker[0] ? tokens[0] : w == worker[1] ? tokens[1] : 0;
+    }
   };
   // Every item on the dataloader worker holding most of its tokens
   // (`homes`, in dataloader ids) where the slots allow, else its second
@@ -975,8 +988,10 @@ class Assigner {
       const Item& item = items_[i];
       const int32_t home = homes[i].worker[0] >= 0 ? homes[i].worker[0] : in_.dataloader[i];
       int32_t to = -1;
-      if (slots.Fits(item, home)) to = home;
-      else if (homes[i].worker[1] >= 0 && slots.Fits(item, homes[i].worker[1])) to = homes[i].worker[1];
+      if (slots.Fits(item, home))
+        to = home;
+      else if (homes[i].worker[1] >= 0 && slots.Fits(item, homes[i].worker[1]))
+        to = homes[i].worker[1];
       // Nearest by id, the home's node first (workers of a node are
       // consecutive ids), ties: the lower id. The first pass stays inside
       // the node (O(node_workers), not O(N): at N = 4096 the scan was a
@@ -1082,8 +1097,10 @@ class Assigner {
         const int32_t h = homes[x].worker[k];
         if (h < 0) continue;
         const double t = static_cast<double>(homes[x].tokens[k]);
-        if (h / node == w / node) in -= t;
-        else cross[h] += sign * t;
+        if (h / node == w / node)
+          in -= t;
+        else
+          cross[h] += sign * t;
       }
       cross[w] += sign * in;
     };
@@ -1237,10 +1254,11 @@ class Assigner {
       int32_t y = -1;
       int64_t best_gain = 0;
       for (int32_t candidate : owned[b]) {
-        if (items_[candidate].slots != items_[x].slots || items_[candidate].small != items_[x].small)
+        if (items_[candidate].slots != items_[x].slots ||
+            items_[candidate].small != items_[x].small)
           continue;
-        const int64_t gain = homes[x].At(b) + homes[candidate].At(a) - homes[x].At(a) -
-                             homes[candidate].At(b);
+        const int64_t gain =
+            homes[x].At(b) + homes[candidate].At(a) - homes[x].At(a) - homes[candidate].At(b);
         const double shift = item_work_[x] - item_work_[candidate];
         if (gain > best_gain && model.compute(a) - shift <= max_compute &&
             model.compute(b) + shift <= max_compute) {
@@ -1298,8 +1316,8 @@ class Assigner {
       }
       Assignment best = start;
       for (const double allowance : kLevelComputeAllowance) {
-        caps.max_compute = std::max(largest_compute, total_compute / n_ /
-                                                         (1 - allowance * in_.judge.max_imbalance));
+        caps.max_compute = std::max(largest_compute,
+                                    total_compute / n_ / (1 - allowance * in_.judge.max_imbalance));
         caps.max_traffic = largest_traffic;
         caps.raise_least = false;
         model.Start(CountLoads(in_, users_, block_tokens_, start.owner));
@@ -1338,7 +1356,8 @@ class Assigner {
       HomeTokens& h = homes[i];
       for (int32_t w : touched) {  // the two largest; ties: the lower id
         const auto beats = [&](int k) {
-          return at[w] > h.tokens[k] || (at[w] == h.tokens[k] && (h.worker[k] < 0 || w < h.worker[k]));
+          return at[w] > h.tokens[k] ||
+                 (at[w] == h.tokens[k] && (h.worker[k] < 0 || w < h.worker[k]));
         };
         if (beats(0)) {
           h.worker[1] = h.worker[0], h.tokens[1] = h.tokens[0];
@@ -1363,7 +1382,6 @@ class Assigner {
     return owned_;
   }
 
-
   bool TimeMode() const { return in_.judge.objective == PlannerObjective::kTime; }
 
   // The local search from `from` with each partner policy (one when
@@ -1371,8 +1389,7 @@ class Assigner {
   // better on most paper batches, the mixed one on the rest (and on time);
   // time mode runs the mixed one.
   template <typename Model>
-  void Search(Model& model, const Loads& from, Assignment& best,
-              bool refining = false) {
+  void Search(Model& model, const Loads& from, Assignment& best, bool refining = false) {
     const std::vector<Partners> policies =
         TimeMode() ? std::vector<Partners>{Partners::kMixed}
         : refining ? std::vector<Partners>{Partners::kBinding}
@@ -1430,7 +1447,8 @@ class Assigner {
       Collect(by_compute[cls], slots, item, kComputeCandidates, candidates);
       Collect(by_traffic[cls], slots, item, kTrafficCandidates, candidates);
       const auto consider = [&](int32_t w) {
-        if (slots.Fits(item, w) && std::find(candidates.begin(), candidates.end(), w) == candidates.end())
+        if (slots.Fits(item, w) &&
+            std::find(candidates.begin(), candidates.end(), w) == candidates.end())
           candidates.push_back(w);
       };
       const int32_t home = in_.dataloader[i];
@@ -1440,7 +1458,8 @@ class Assigner {
           hulls.ForLatestWorkers(n.seq, kAffinityCandidates, consider);
       if (candidates.empty())  // every indexed candidate was infeasible: scan all
         for (int32_t w = 0; w < n_ && candidates.empty(); ++w) consider(w);
-      FCP_CHECK(!candidates.empty(), "assignment: no worker has room for item " + std::to_string(i));
+      FCP_CHECK(!candidates.empty(),
+                "assignment: no worker has room for item " + std::to_string(i));
 
       const auto item_traffic = [&](int32_t w) {
         return affinity ? hulls.Marginal(w, needs) + item_send_[i] : item_traffic_[i];
@@ -1454,7 +1473,8 @@ class Assigner {
         bool better = best < 0;
         if (!better) {
           const double tolerance = 1e-12 * std::max(load, best_load);
-          if (load < best_load - tolerance) better = true;
+          if (load < best_load - tolerance)
+            better = true;
           else if (load <= best_load + tolerance)  // ties: the dataloader worker, then the lower id
             better = (w == home) != (best == home) ? w == home : w < best;
         }
@@ -1496,8 +1516,8 @@ class Assigner {
   // kept only when no worker it changes ends above the caps.
   template <typename Model>
   Assignment Improve(Model& model, Partners policy,
-                     const std::optional<Leveling>& leveling = std::nullopt,
-                     double cost_ratio = 0, ReshuffleLoad* reshuffle = nullptr) {
+                     const std::optional<Leveling>& leveling = std::nullopt, double cost_ratio = 0,
+                     ReshuffleLoad* reshuffle = nullptr) {
     // Copies: the loops below call Evaluate, which as far as the compiler
     // knows could write *leveling.
     const bool leveled = leveling.has_value();
@@ -1523,9 +1543,7 @@ class Assigner {
     };
     const bool raising = leveled && level.raise_least;
     // Partners are the lightest by compute and by this.
-    const auto partner_key = [&](int32_t w) {
-      return leveled ? load(w) : model.traffic(w);
-    };
+    const auto partner_key = [&](int32_t w) { return leveled ? load(w) : model.traffic(w); };
     double total_traffic = 0;
     DescendingIndex by_load(n_);
     AscendingIndex by_compute(n_), by_traffic(n_);
@@ -1549,9 +1567,7 @@ class Assigner {
     std::vector<int32_t> partners;
     for (int64_t step = 0; step < max_steps && budget > 0; ++step) {
       // (The cap bounds the largest traffic.)
-      if (raising &&
-          1 - total_traffic / n_ / level.max_traffic <= level.stop_imbalance)
-        break;
+      if (raising && 1 - total_traffic / n_ / level.max_traffic <= level.stop_imbalance) break;
       // Plain variables, not a structured binding: lambdas below capture
       // them, which Clang before 16 rejects for bindings.
       const double max_load = by_load.first_key();
@@ -1566,8 +1582,9 @@ class Assigner {
       for (const AscendingIndex* index : {&by_compute, &by_traffic}) {
         const bool binding = (index == &by_compute) == compute_bound;
         const int swap_partners = leveled ? kLevelPartners : kSwapPartners;
-        const int quota =
-            policy == Partners::kMixed ? swap_partners / 2 : binding ? swap_partners : 0;
+        const int quota = policy == Partners::kMixed ? swap_partners / 2
+                          : binding                  ? swap_partners
+                                                     : 0;
         if (quota == 0) continue;
         int taken = 0;
         index->Visit([&](int32_t w, double) {
@@ -1625,11 +1642,11 @@ class Assigner {
             // leave either side at the limit.
             const double shift = give_work - o.work;
             const bool compute_blocked =
-                leveled ? light_now + shift > level.max_compute ||
-                               heavy_now - shift > level.max_compute
+                leveled
+                    ? light_now + shift > level.max_compute || heavy_now - shift > level.max_compute
                 : by_cost ? light_now + shift >= max_load || heavy_now - shift >= max_load
-                         : (light_now + shift) / targets.compute >= max_load ||
-                               (heavy_now - shift) / targets.compute >= max_load;
+                          : (light_now + shift) / targets.compute >= max_load ||
+                                (heavy_now - shift) / targets.compute >= max_load;
             if (compute_blocked) continue;
             if (budget-- <= 0) break;
             if (partner_table[p] < 0) partner_table[p] = model.Table(light, owned[light]);
@@ -1697,7 +1714,8 @@ class Assigner {
   // two-slot one, in the order of `mine`. They depend on `give` only through
   // its slot class, and the lightest workers stay partners for many steps:
   // cached per worker and class until its items change (ForgetOffers).
-  const std::vector<Offer>& OffersOf(int32_t w, const Item& give, const std::vector<int32_t>& mine) {
+  const std::vector<Offer>& OffersOf(int32_t w, const Item& give,
+                                     const std::vector<int32_t>& mine) {
     Offers& offers =
         offers_[static_cast<size_t>(w) * kOfferClasses + 2 * (give.slots - 1) + give.small];
     if (offers.valid) return offers.list;
@@ -1749,7 +1767,7 @@ class Assigner {
   Targets targets_;
   std::optional<std::variant<LoadModel<uint8_t>, LoadModel<uint16_t>, LoadModel<int32_t>>> model_;
   std::vector<std::vector<int32_t>> owned_;  // Owned's
-  std::vector<Offers> offers_;                // OffersOf's, per worker and slot class
+  std::vector<Offers> offers_;               // OffersOf's, per worker and slot class
 };
 
 }  // namespace
@@ -1798,7 +1816,8 @@ bool Better(const Assignment& a, const Assignment& b, const Judge& judge) {
   // Costs within kCostTie are a tie, broken by total traffic: the cost sees
   // only the worst worker, and fewer transfers also mean fewer pieces of a
   // sequence computed apart.
-  const double ca = Cost(a, judge.pairs_per_traffic_token), cb = Cost(b, judge.pairs_per_traffic_token);
+  const double ca = Cost(a, judge.pairs_per_traffic_token),
+               cb = Cost(b, judge.pairs_per_traffic_token);
   if (std::abs(ca - cb) > kCostTie * std::max(ca, cb)) return ca < cb;
   return std::accumulate(a.traffic.begin(), a.traffic.end(), 0.0) <
          std::accumulate(b.traffic.begin(), b.traffic.end(), 0.0);

@@ -62,8 +62,8 @@ struct Judge {
 struct AssignmentInput {
   int32_t workers = 1;
   const Sharding* sharding = nullptr;
-  std::vector<int64_t> block_work;   // allowed token pairs of each block as a query block
-  std::vector<int32_t> dataloader;   // dataloader worker of each item's first token
+  std::vector<int64_t> block_work;  // allowed token pairs of each block as a query block
+  std::vector<int32_t> dataloader;  // dataloader worker of each item's first token
   const std::vector<RequiredPair>* pairs = nullptr;  // sorted by (q, kv)
   const std::vector<int64_t>* lengths = nullptr;     // sequence lengths
   Mask mask;

@@ -38,13 +38,15 @@ Buckets BucketIndices(int32_t rows, size_t n, Index index, Key key) {
 // Buckets of `order` (indices) by key(index) in [0, rows); stable.
 template <typename Key>
 Buckets BucketBy(int32_t rows, std::span<const int32_t> order, Key key) {
-  return BucketIndices(rows, order.size(), [&](size_t j) { return order[j]; }, key);
+  return BucketIndices(
+      rows, order.size(), [&](size_t j) { return order[j]; }, key);
 }
 
 // Buckets of the indices 0 .. n-1 (no index array needed).
 template <typename Key>
 Buckets BucketBy(int32_t rows, size_t n, Key key) {
-  return BucketIndices(rows, n, [](size_t j) { return static_cast<int32_t>(j); }, key);
+  return BucketIndices(
+      rows, n, [](size_t j) { return static_cast<int32_t>(j); }, key);
 }
 
 }  // namespace fcp::detail

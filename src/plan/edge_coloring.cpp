@@ -17,7 +17,8 @@ constexpr int32_t kNone = -1;
 class ColorTable {
  public:
   ColorTable(int32_t vertices, int32_t colors)
-      : colors_(colors), words_((colors + 63) / 64),
+      : colors_(colors),
+        words_((colors + 63) / 64),
         at_(static_cast<size_t>(vertices) * colors, kNone),
         used_(static_cast<size_t>(vertices) * words_, 0) {}
   int32_t at(int32_t vertex, int32_t color) const {
@@ -130,7 +131,8 @@ void CheckEdgeColoring(int32_t left_count, int32_t right_count,
     fail("uses " + std::to_string(coloring.num_colors) + " colours, max degree is " +
          std::to_string(delta));
   if (coloring.color.size() != edges.size()) fail("not every edge has a colour");
-  std::vector<int32_t> seen(static_cast<size_t>(left_count + right_count) * std::max(delta, 1), kNone);
+  std::vector<int32_t> seen(static_cast<size_t>(left_count + right_count) * std::max(delta, 1),
+                            kNone);
   for (size_t e = 0; e < edges.size(); ++e) {
     const int32_t c = coloring.color[e];
     if (c < 0 || c >= delta) fail("edge " + std::to_string(e) + " has colour " + std::to_string(c));

@@ -82,16 +82,15 @@ struct StepCost {
 };
 StepCost StepCostOf(const detail::Assignment& a, const std::vector<Block>& blocks,
                     const std::vector<int32_t>& rename, const std::vector<int64_t>& offsets,
-                    double pairs_per_traffic_token, double reshuffle_weight,
-                    int32_t node_workers) {
+                    double pairs_per_traffic_token, double reshuffle_weight, int32_t node_workers) {
   const int32_t n = static_cast<int32_t>(a.compute.size());
   const std::vector<double> moved =
       ReshuffleTokens(blocks, a.owner, rename, offsets, n, node_workers);
   StepCost cost;
   for (int32_t w = 0; w < n; ++w)
     cost.base = std::max({cost.base, a.compute[w], pairs_per_traffic_token * a.traffic[w]});
-  cost.reshuffle = pairs_per_traffic_token * reshuffle_weight *
-                   *std::max_element(moved.begin(), moved.end());
+  cost.reshuffle =
+      pairs_per_traffic_token * reshuffle_weight * *std::max_element(moved.begin(), moved.end());
   return cost;
 }
 
@@ -147,7 +146,8 @@ double PortProxy(const std::vector<Block>& blocks, const std::vector<RequiredPai
   double forward = 0, backward = 0;
   for (int32_t w = 0; w < n; ++w) {
     const int32_t p = rename[w];
-    forward = std::max({forward, compute[w], r * (kv_in[p] + fwd_in[p]), r * (kv_out[p] + fwd_out[p])});
+    forward =
+        std::max({forward, compute[w], r * (kv_in[p] + fwd_in[p]), r * (kv_out[p] + fwd_out[p])});
     const double kv = kv_in[p] + kv_out[p];
     backward = std::max({backward, kBackwardComputeRatio * compute[w], r * (kv + bwd_in[p]),
                          r * (kv + bwd_out[p])});
@@ -232,8 +232,8 @@ double HomeImbalance(const detail::ShardBase& base, const std::vector<int64_t>& 
       for (const Segment& s : block.segments) {
         int64_t start = s.start;
         ForEachDataloaderRun(s, offsets, workers, [&](int32_t home, int64_t n) {
-          work[home] += static_cast<double>(
-              detail::QueryWork(Block{0, {{s.seq, start, n}}}, lengths, mask));
+          work[home] +=
+              static_cast<double>(detail::QueryWork(Block{0, {{s.seq, start, n}}}, lengths, mask));
           start += n;
         });
       }
@@ -400,8 +400,8 @@ std::unique_ptr<Candidate> Assign(detail::HeavySplit split, const std::vector<in
 // the local search; nothing when no size changes or the sizes promise
 // less than kMinResizeGain.
 std::unique_ptr<Candidate> ResizePieces(const Candidate& c, const std::vector<int64_t>& lengths,
-                                      const PlannerConfig& config, const Plan& header,
-                                      const Common& common) {
+                                        const PlannerConfig& config, const Plan& header,
+                                        const Common& common) {
   const std::vector<detail::Item>& items = c.sharding.items;
   std::vector<int32_t> item_worker;
   item_worker.reserve(items.size());
@@ -443,7 +443,7 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
                                             config.workers, config.mask),
                       SequenceOffsets(lengths)};
   const auto split = [&](int32_t max_split,
-                          detail::PieceCounts counts = detail::PieceCounts::kPowersOfTwo) {
+                         detail::PieceCounts counts = detail::PieceCounts::kPowersOfTwo) {
     return detail::SplitHeavy(common.base, lengths, config.mask, config.heavy_fraction, max_split,
                               counts);
   };
@@ -466,10 +466,11 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
                                common.offsets});
     // No heavy split: its fillers are cut from light items anywhere in the
     // batch, which moves them (all-short batches: 4.2% of the tokens).
-    home = Shard(detail::SplitHeavy(home_common->base, lengths, config.mask, 0, 0),
-                 lengths, config, plan, *home_common);
-    home->assignment = home->search->Home(
-        config.node_workers, judge.pairs_per_traffic_token * ReshuffleTrafficTokens(config.attention));
+    home = Shard(detail::SplitHeavy(home_common->base, lengths, config.mask, 0, 0), lengths, config,
+                 plan, *home_common);
+    home->assignment =
+        home->search->Home(config.node_workers, judge.pairs_per_traffic_token *
+                                                    ReshuffleTrafficTokens(config.attention));
   }
   // The shed layout (issue 17): the first candidate's items, each at home,
   // the overloaded homes shedding their densest items (Shed, which leaves
@@ -494,10 +495,9 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
     // heavy blocks in two pieces cannot be balanced.
     const double least_imbalance =
         ComputeImbalanceLowerBound(common.base, coarse_split, config.workers);
-    const bool cannot_win =
-        least_imbalance > config.max_imbalance + kBoundMargin &&
-        (detail::WithinBound(best->assignment, judge) ||
-         least_imbalance > detail::Cost(best->assignment, 0) + kBoundMargin);
+    const bool cannot_win = least_imbalance > config.max_imbalance + kBoundMargin &&
+                            (detail::WithinBound(best->assignment, judge) ||
+                             least_imbalance > detail::Cost(best->assignment, 0) + kBoundMargin);
     // The self-check assigns it anyway and checks that it loses.
     if (!cannot_win || config.self_check) {
       std::unique_ptr<Candidate> coarse =
@@ -517,8 +517,8 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   detail::Judge resize_judge = judge;
   resize_judge.max_imbalance = std::min(judge.max_imbalance, kResizeAbove);
   const auto resize = [&](std::unique_ptr<Candidate> c) {
-    for (int round = 0;
-         round < kResizeRounds && !detail::WithinBound(c->assignment, resize_judge); ++round) {
+    for (int round = 0; round < kResizeRounds && !detail::WithinBound(c->assignment, resize_judge);
+         ++round) {
       std::unique_ptr<Candidate> resized = ResizePieces(*c, lengths, config, plan, common);
       if (!resized || !detail::Better(resized->assignment, c->assignment, judge)) break;
       c = std::move(resized);
@@ -547,8 +547,7 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
                 "planner: a candidate beyond its compute lower bound is within the bound");
       if (hopeless) continue;
       rescue = resize(std::move(rescue));
-      if (detail::Better(rescue->assignment, best->assignment, judge))
-        best = std::move(rescue);
+      if (detail::Better(rescue->assignment, best->assignment, judge)) best = std::move(rescue);
     }
   }
   // A plan within the bound on compute but not on traffic (the search may
@@ -623,8 +622,7 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   }
   plan.block_size = block_size;
   plan.blocks = std::move(*blocks);
-  for (size_t b = 0; b < plan.blocks.size(); ++b)
-    plan.blocks[b].worker = rename[chosen->owner[b]];
+  for (size_t b = 0; b < plan.blocks.size(); ++b) plan.blocks[b].worker = rename[chosen->owner[b]];
 
   // 3-5. Transfer graph, colouring, coalesced forward and backward stages.
   BuildStages(plan, *pairs, config.self_check);

@@ -42,9 +42,12 @@ void Mask::validate() const {
 
 const char* MaskKindName(MaskKind kind) {
   switch (kind) {
-    case MaskKind::kCausal: return "causal";
-    case MaskKind::kFull: return "full";
-    case MaskKind::kSlidingWindow: return "sliding_window";
+    case MaskKind::kCausal:
+      return "causal";
+    case MaskKind::kFull:
+      return "full";
+    case MaskKind::kSlidingWindow:
+      return "sliding_window";
   }
   return "?";
 }
@@ -53,8 +56,8 @@ MaskKind ParseMaskKind(const std::string& name) {
   if (name == "causal") return MaskKind::kCausal;
   if (name == "full") return MaskKind::kFull;
   if (name == "sliding_window") return MaskKind::kSlidingWindow;
-  throw Error(ErrorCode::kInvalidArgument,
-              "mask: unknown kind '" + QuoteForError(name) + "' (expected causal, full or sliding_window)");
+  throw Error(ErrorCode::kInvalidArgument, "mask: unknown kind '" + QuoteForError(name) +
+                                               "' (expected causal, full or sliding_window)");
 }
 
 int64_t AllowedPairs(const Mask& mask, TokenRange queries, TokenRange keys) {

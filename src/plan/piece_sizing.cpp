@@ -21,12 +21,12 @@ constexpr int64_t kGranuleTokens = 64;
 // and its bounds leave room.
 struct Movable {
   SplitItem* split = nullptr;
-  double rate = 0;                // work per piece token
-  int64_t lo = 0, hi = 0;         // piece tokens, in granules
-  std::vector<int32_t> workers;   // distinct, ascending
-  std::vector<int32_t> count;     // sub-items on each
-  std::vector<int32_t> worker_of; // per sub-item: index into workers
-  std::vector<double> size;       // per sub-item, tokens
+  double rate = 0;                 // work per piece token
+  int64_t lo = 0, hi = 0;          // piece tokens, in granules
+  std::vector<int32_t> workers;    // distinct, ascending
+  std::vector<int32_t> count;      // sub-items on each
+  std::vector<int32_t> worker_of;  // per sub-item: index into workers
+  std::vector<double> size;        // per sub-item, tokens
 };
 
 // Water-filling: the piece tokens t[k] each worker takes, summing to
@@ -54,8 +54,8 @@ void Level(const std::vector<double>& others, const std::vector<int32_t>& count,
   for (double kink : kinks) {
     const double sum = sum_at(kink);
     if (sum >= total) {
-      level = sum > below_sum ? below + (total - below_sum) * (kink - below) / (sum - below_sum)
-                              : kink;
+      level =
+          sum > below_sum ? below + (total - below_sum) * (kink - below) / (sum - below_sum) : kink;
       break;
     }
     below = kink;
@@ -98,7 +98,8 @@ std::vector<int64_t> Round(const std::vector<double>& granules, int64_t total, i
 }  // namespace
 
 std::optional<double> SizePieces(const ShardBase& base, HeavySplit& split, const Mask& mask,
-                const std::vector<int32_t>& sub_item_worker, std::vector<double> compute) {
+                                 const std::vector<int32_t>& sub_item_worker,
+                                 std::vector<double> compute) {
   const int64_t b = base.block_size;
   const int64_t granule = std::gcd(b, kGranuleTokens);
   const int64_t granules = b / granule;

@@ -36,6 +36,7 @@ namespace fcp::detail {
 // the model above, before rounding), or nothing when no size changed; call
 // BuildSubItems then. Deterministic.
 std::optional<double> SizePieces(const ShardBase& base, HeavySplit& split, const Mask& mask,
-                const std::vector<int32_t>& sub_item_worker, std::vector<double> compute);
+                                 const std::vector<int32_t>& sub_item_worker,
+                                 std::vector<double> compute);
 
 }  // namespace fcp::detail

@@ -31,13 +31,14 @@ void AttentionShape::validate() const {
   if (bytes_per_token > (int64_t{1} << 22))
     throw Error(ErrorCode::kInvalidArgument,
                 "attention: (2 * heads_q + 2 * heads_kv) * head_dim * dtype_bytes must be <= "
-                "2^22 bytes per token, got heads_q " + std::to_string(heads_q) + ", heads_kv " +
-                    std::to_string(heads_kv) + ", head_dim " + std::to_string(head_dim) +
-                    ", dtype_bytes " + std::to_string(dtype_bytes));
+                "2^22 bytes per token, got heads_q " +
+                    std::to_string(heads_q) + ", heads_kv " + std::to_string(heads_kv) +
+                    ", head_dim " + std::to_string(head_dim) + ", dtype_bytes " +
+                    std::to_string(dtype_bytes));
   if (heads_q % heads_kv != 0)
-    throw Error(ErrorCode::kInvalidArgument,
-                "attention: heads_q (" + std::to_string(heads_q) +
-                    ") must be a multiple of heads_kv (" + std::to_string(heads_kv) + ")");
+    throw Error(ErrorCode::kInvalidArgument, "attention: heads_q (" + std::to_string(heads_q) +
+                                                 ") must be a multiple of heads_kv (" +
+                                                 std::to_string(heads_kv) + ")");
 }
 
 int64_t Plan::total_tokens() const {

@@ -68,7 +68,8 @@ PlanMetrics ComputePlanMetrics(const Plan& plan, int32_t gpus_per_node) {
   m.forward_stages = static_cast<int32_t>(plan.forward.size());
   m.backward_stages = static_cast<int32_t>(plan.backward.size());
 
-  std::vector<double> compute(n), traffic(n), sent(n), received(n), nic_sent(n), nic_received(n), tokens(n);
+  std::vector<double> compute(n), traffic(n), sent(n), received(n), nic_sent(n), nic_received(n),
+      tokens(n);
   for (int32_t w = 0; w < n; ++w) {
     const WorkerMetrics& x = m.workers[w];
     compute[w] = x.forward_flops;
@@ -103,9 +104,9 @@ PlanMetrics ComputePlanMetrics(const Plan& plan, int32_t gpus_per_node) {
   for (const ForwardStage& stage : plan.forward)
     for (const BlockPair& p : stage.compute) needed_tokens[p.q_block] += block_tokens[p.kv_block];
   for (int64_t tokens : needed_tokens)
-    m.traffic_lower_bound_bytes = std::max(
-        m.traffic_lower_bound_bytes,
-        KvTransferBytes(plan.attention, std::max<int64_t>(0, tokens - plan.token_cap)));
+    m.traffic_lower_bound_bytes =
+        std::max(m.traffic_lower_bound_bytes,
+                 KvTransferBytes(plan.attention, std::max<int64_t>(0, tokens - plan.token_cap)));
   for (const WorkerMetrics& x : m.workers)
     m.max_traffic_bytes = std::max(m.max_traffic_bytes, x.traffic_bytes());
 
@@ -121,17 +122,21 @@ PlanMetrics ComputePlanMetrics(const Plan& plan, int32_t gpus_per_node) {
         m.workers[b.worker].reshuffle_tokens_in += tokens;
       });
   const int64_t bytes_per_token_in =
-      (int64_t{plan.attention.heads_q} + 2 * int64_t{plan.attention.heads_kv}) * plan.attention.head_dim *
-      plan.attention.dtype_bytes;
+      (int64_t{plan.attention.heads_q} + 2 * int64_t{plan.attention.heads_kv}) *
+      plan.attention.head_dim * plan.attention.dtype_bytes;
   const int64_t bytes_per_token_out =
       int64_t{plan.attention.heads_q} * plan.attention.head_dim * plan.attention.dtype_bytes;
   for (WorkerMetrics& x : m.workers) {
-    x.reshuffle_bytes_in = x.reshuffle_tokens_in * bytes_per_token_in + x.reshuffle_tokens_out * bytes_per_token_out;
-    x.reshuffle_bytes_out = x.reshuffle_tokens_in * bytes_per_token_out + x.reshuffle_tokens_out * bytes_per_token_in;
+    x.reshuffle_bytes_in =
+        x.reshuffle_tokens_in * bytes_per_token_in + x.reshuffle_tokens_out * bytes_per_token_out;
+    x.reshuffle_bytes_out =
+        x.reshuffle_tokens_in * bytes_per_token_out + x.reshuffle_tokens_out * bytes_per_token_in;
     m.max_worker_reshuffle_tokens =
         std::max(m.max_worker_reshuffle_tokens, x.reshuffle_tokens_in + x.reshuffle_tokens_out);
-    m.max_worker_reshuffle_bytes_in = std::max(m.max_worker_reshuffle_bytes_in, x.reshuffle_bytes_in);
-    m.max_worker_reshuffle_bytes_out = std::max(m.max_worker_reshuffle_bytes_out, x.reshuffle_bytes_out);
+    m.max_worker_reshuffle_bytes_in =
+        std::max(m.max_worker_reshuffle_bytes_in, x.reshuffle_bytes_in);
+    m.max_worker_reshuffle_bytes_out =
+        std::max(m.max_worker_reshuffle_bytes_out, x.reshuffle_bytes_out);
   }
   m.reshuffle_bytes = m.reshuffle_tokens * (bytes_per_token_in + bytes_per_token_out);
   ReshuffleFloorConfig floor;

@@ -68,7 +68,8 @@ void CheckHeader(const Plan& plan) {
     if (total > kMaxTotalTokens) Fail("sequences hold more than 2^40 tokens");
     // Allowed token pairs, summed over any set of block pairs, stay in int64.
     squares += static_cast<__int128>(plan.sequences[s]) * plan.sequences[s];
-    if (squares > kMaxTokenPairs) Fail("sequences hold more than 2^62 token pairs (sum of length^2)");
+    if (squares > kMaxTokenPairs)
+      Fail("sequences hold more than 2^62 token pairs (sum of length^2)");
   }
 }
 
@@ -147,10 +148,9 @@ void CheckPairsComputedOnce(std::vector<BlockPair> computed,
   for (size_t c = 0; c < computed.size(); ++c) {
     if (c > 0 && computed[c] == computed[c - 1])
       Fail(std::string(pass) + ": pair " + PairText(computed[c]) + " is computed more than once");
-    while (r < required.size() &&
-           (required[r].q_block < computed[c].q_block ||
-            (required[r].q_block == computed[c].q_block &&
-             required[r].kv_block < computed[c].kv_block)))
+    while (r < required.size() && (required[r].q_block < computed[c].q_block ||
+                                   (required[r].q_block == computed[c].q_block &&
+                                    required[r].kv_block < computed[c].kv_block)))
       Fail(std::string(pass) + ": required pair [" + std::to_string(required[r].q_block) + ", " +
            std::to_string(required[r].kv_block) + "] is never computed");
     if (r == required.size() || required[r].q_block != computed[c].q_block ||
@@ -259,7 +259,8 @@ void CheckBackward(const Plan& plan, const std::vector<RequiredPair>& required,
   if (!pending.empty()) {
     // Report the smallest (worker, block) so the message is deterministic.
     const uint64_t first = *std::min_element(pending.begin(), pending.end());
-    Fail("backward: worker " + std::to_string(first >> 32) + " never returns its partial dK/dV of block " +
+    Fail("backward: worker " + std::to_string(first >> 32) +
+         " never returns its partial dK/dV of block " +
          std::to_string(static_cast<uint32_t>(first)) + " to the owner");
   }
   CheckPairsComputedOnce(std::move(computed), required, "backward");

@@ -26,7 +26,8 @@ void PlannerConfig::validate(const std::vector<int64_t>& lengths) const {
     if (lengths[s] < 1)
       fail("sequence " + std::to_string(s) + " has length " + std::to_string(lengths[s]) +
            " (must be >= 1)");
-    if (lengths[s] > (int64_t{1} << 31)) fail("sequence " + std::to_string(s) + " is longer than 2^31 tokens");
+    if (lengths[s] > (int64_t{1} << 31))
+      fail("sequence " + std::to_string(s) + " is longer than 2^31 tokens");
     total += lengths[s];
     if (total > (int64_t{1} << 40)) fail("the batch holds more than 2^40 tokens");
   }

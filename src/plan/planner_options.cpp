@@ -18,7 +18,7 @@ constexpr PlannerFieldRef Ref(PlannerField<T> field) {
   return field;
 }
 // The row's accessor of config.member (a captureless lambda as a function pointer).
-#define FCP_FIELD(member) Ref(+[](PlannerConfig& c) -> auto& { return c.member; })
+#define FCP_FIELD(member) Ref(+[](PlannerConfig & c) -> auto& { return c.member; })
 
 }  // namespace
 
@@ -27,64 +27,120 @@ constexpr PlannerFieldRef Ref(PlannerField<T> field) {
 // that static initialisers elsewhere may use it.
 const std::vector<PlannerOption>& PlannerOptions() {
   static const std::vector<PlannerOption> options = {
-      {.field = "workers", .flag = "workers", .help = "Number of workers N",
-       .ref = FCP_FIELD(workers), .checked = true, .min = 1, .max = 1 << 20, .max_text = "2^20"},
-      {.field = "block_size", .flag = "block-size", .help = "Tokens per block",
-       .ref = FCP_FIELD(block_size), .checked = true, .min = 1},
-      {.field = "coalesce", .flag = "coalesce", .help = "Sub-stages coalesced per stage (c)",
-       .ref = FCP_FIELD(coalesce), .checked = true, .min = 1},
-      {.field = "heads_q", .flag = "heads-q", .help = "Query heads",
+      {.field = "workers",
+       .flag = "workers",
+       .help = "Number of workers N",
+       .ref = FCP_FIELD(workers),
+       .checked = true,
+       .min = 1,
+       .max = 1 << 20,
+       .max_text = "2^20"},
+      {.field = "block_size",
+       .flag = "block-size",
+       .help = "Tokens per block",
+       .ref = FCP_FIELD(block_size),
+       .checked = true,
+       .min = 1},
+      {.field = "coalesce",
+       .flag = "coalesce",
+       .help = "Sub-stages coalesced per stage (c)",
+       .ref = FCP_FIELD(coalesce),
+       .checked = true,
+       .min = 1},
+      {.field = "heads_q",
+       .flag = "heads-q",
+       .help = "Query heads",
        .ref = FCP_FIELD(attention.heads_q)},
-      {.field = "heads_kv", .flag = "heads-kv", .help = "Key/value heads",
+      {.field = "heads_kv",
+       .flag = "heads-kv",
+       .help = "Key/value heads",
        .ref = FCP_FIELD(attention.heads_kv)},
-      {.field = "head_dim", .flag = "head-dim", .help = "Head dimension",
+      {.field = "head_dim",
+       .flag = "head-dim",
+       .help = "Head dimension",
        .ref = FCP_FIELD(attention.head_dim)},
-      {.field = "dtype_bytes", .flag = "dtype-bytes", .help = "Bytes per element",
+      {.field = "dtype_bytes",
+       .flag = "dtype-bytes",
+       .help = "Bytes per element",
        .ref = FCP_FIELD(attention.dtype_bytes)},
-      {.field = "token_cap", .flag = "token-cap",
+      {.field = "token_cap",
+       .flag = "token-cap",
        .help = "Max tokens per worker (default ceil(T/N))",
-       .ref = FCP_FIELD(token_cap), .checked = true, .min = 0, .min_note = " (0 = ceil(T/N))",
+       .ref = FCP_FIELD(token_cap),
+       .checked = true,
+       .min = 0,
+       .min_note = " (0 = ceil(T/N))",
        .show_default = false},
-      {.field = "heavy_fraction", .flag = "heavy-fraction",
+      {.field = "heavy_fraction",
+       .flag = "heavy-fraction",
        .help = "fcp: split query blocks heavier than this fraction of a worker's mean work "
                "(0 = never)",
-       .ref = FCP_FIELD(heavy_fraction), .checked = true, .min = 0,
+       .ref = FCP_FIELD(heavy_fraction),
+       .checked = true,
+       .min = 0,
        .min_note = " (0 = no splitting)",
        .recorded = true},
-      {.field = "max_split", .flag = "max-split",
+      {.field = "max_split",
+       .flag = "max-split",
        .help = "fcp: most pieces a heavy block is split into (but see --rescue-max-split)",
-       .ref = FCP_FIELD(max_split), .checked = true, .min = 1, .recorded = true},
-      {.field = "network_flops_per_byte", .flag = "network-flops-per-byte",
+       .ref = FCP_FIELD(max_split),
+       .checked = true,
+       .min = 1,
+       .recorded = true},
+      {.field = "network_flops_per_byte",
+       .flag = "network-flops-per-byte",
        .help = "fcp: attention FLOPs per network byte of the cluster; picks the heavy-block "
                "split by the worst worker's FLOPs + bytes x this (0 = as configured)",
-       .ref = FCP_FIELD(network_flops_per_byte), .checked = true, .min = 0,
-       .min_note = " (0 = no split search)", .recorded = true},
-      {.field = "max_imbalance", .flag = "max-imbalance",
+       .ref = FCP_FIELD(network_flops_per_byte),
+       .checked = true,
+       .min = 0,
+       .min_note = " (0 = no split search)",
+       .recorded = true},
+      {.field = "max_imbalance",
+       .flag = "max-imbalance",
        .help = "fcp: with a network ratio, the cheapest plan whose compute and traffic "
                "imbalance are within this (>= 1: no bound)",
-       .ref = FCP_FIELD(max_imbalance), .checked = true, .min = 0, .min_note = " (>= 1: no bound)",
+       .ref = FCP_FIELD(max_imbalance),
+       .checked = true,
+       .min = 0,
+       .min_note = " (>= 1: no bound)",
        .recorded = true},
-      {.field = "rescue_max_split", .flag = "rescue-max-split",
+      {.field = "rescue_max_split",
+       .flag = "rescue-max-split",
        .help = "fcp: a plan outside --max-imbalance is planned again with heavy blocks in 3, "
                "5, 6, 8 pieces (not above this) until one is within it (0 = never)",
-       .ref = FCP_FIELD(rescue_max_split), .checked = true, .min = 0,
+       .ref = FCP_FIELD(rescue_max_split),
+       .checked = true,
+       .min = 0,
        .min_note = " (0 = no rescue)",
        .recorded = true},
-      {.field = "traffic_leveling", .flag = "traffic-leveling",
+      {.field = "traffic_leveling",
+       .flag = "traffic-leveling",
        .help = "fcp: a plan with balanced compute and unbalanced traffic gets exchanges that level "
                "the traffic without raising the largest cost",
-       .ref = FCP_FIELD(traffic_leveling), .recorded = true},
-      {.field = "local_search_rounds", .flag = "local-search",
+       .ref = FCP_FIELD(traffic_leveling),
+       .recorded = true},
+      {.field = "local_search_rounds",
+       .flag = "local-search",
        .help = "fcp: local-search effort after the greedy assignment (0 = off)",
-       .ref = FCP_FIELD(local_search_rounds), .checked = true, .min = 0, .recorded = true},
-      {.field = "reshuffle_locality", .flag = "reshuffle-locality",
+       .ref = FCP_FIELD(local_search_rounds),
+       .checked = true,
+       .min = 0,
+       .recorded = true},
+      {.field = "reshuffle_locality",
+       .flag = "reshuffle-locality",
        .help = "fcp: exchanges that keep blocks on their dataloader worker (fewer tokens "
                "reshuffled; false when the training loop feeds the plan's layout)",
-       .ref = FCP_FIELD(reshuffle_locality), .recorded = true},
-      {.field = "node_workers", .flag = "node-workers",
+       .ref = FCP_FIELD(reshuffle_locality),
+       .recorded = true},
+      {.field = "node_workers",
+       .flag = "node-workers",
        .help = "fcp: workers per node (consecutive ids); reshuffle flows inside a node are not "
                "charged when the home layout is weighed",
-       .ref = FCP_FIELD(node_workers), .checked = true, .min = 1, .recorded = true},
+       .ref = FCP_FIELD(node_workers),
+       .checked = true,
+       .min = 1,
+       .recorded = true},
   };
   return options;
 }
@@ -183,8 +239,7 @@ void CheckPlannerOptionRanges(const PlannerConfig& config) {
                         std::string("planner: ") + o.field + " must be " + what + ", got " + text);
           };
           const double x = static_cast<double>(value);
-          if (!(x >= o.min) || !std::isfinite(x))
-            fail(fmt::format(">= {}{}", o.min, o.min_note));
+          if (!(x >= o.min) || !std::isfinite(x)) fail(fmt::format(">= {}{}", o.min, o.min_note));
           if (x > o.max) fail(std::string("<= ") + o.max_text);
         },
         o.ref);
@@ -199,9 +254,13 @@ std::vector<std::pair<std::string, double>> RecordedPlannerOptions(const Planner
 }
 
 PlannerConfig PlannerConfigOf(const Plan& plan) {
-  PlannerConfig c{.workers = plan.workers, .block_size = plan.block_size,
-                  .coalesce = plan.coalesce, .mask = plan.mask, .attention = plan.attention,
-                  .token_cap = plan.token_cap, .planner = plan.planner};
+  PlannerConfig c{.workers = plan.workers,
+                  .block_size = plan.block_size,
+                  .coalesce = plan.coalesce,
+                  .mask = plan.mask,
+                  .attention = plan.attention,
+                  .token_cap = plan.token_cap,
+                  .planner = plan.planner};
   for (const auto& [name, value] : plan.planner_options)
     for (const PlannerOption* o : RecordedRows())
       if (name == o->field) SetRecorded(*o, c, value);

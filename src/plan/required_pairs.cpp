@@ -29,8 +29,9 @@ SequenceIndex::SequenceIndex(const std::vector<int64_t>& sequences,
       // Written so that no sum can overflow, whatever a plan file holds.
       if (s.start < 0 || s.start > sequences[s.seq] || s.length > sequences[s.seq] - s.start)
         fail(where() + "[seq, start, length] = [" + std::to_string(s.seq) + ", " +
-             std::to_string(s.start) + ", " + std::to_string(s.length) + "] lies outside sequence " +
-             std::to_string(s.seq) + " of length " + std::to_string(sequences[s.seq]));
+             std::to_string(s.start) + ", " + std::to_string(s.length) +
+             "] lies outside sequence " + std::to_string(s.seq) + " of length " +
+             std::to_string(sequences[s.seq]));
       ++begin_[s.seq + 1];
     }
   }
@@ -75,12 +76,12 @@ namespace {
 // The pieces of a sequence that overlap `keys`: [first, last).
 std::pair<const SequenceIndex::Piece*, const SequenceIndex::Piece*> KeyPieces(
     std::span<const SequenceIndex::Piece> pieces, TokenRange keys) {
-  const SequenceIndex::Piece* first =
-      std::upper_bound(pieces.data(), pieces.data() + pieces.size(), keys.begin,
-                       [](int64_t token, const SequenceIndex::Piece& p) { return token < p.start + p.length; });
-  const SequenceIndex::Piece* last =
-      std::lower_bound(first, pieces.data() + pieces.size(), keys.end,
-                       [](const SequenceIndex::Piece& p, int64_t token) { return p.start < token; });
+  const SequenceIndex::Piece* first = std::upper_bound(
+      pieces.data(), pieces.data() + pieces.size(), keys.begin,
+      [](int64_t token, const SequenceIndex::Piece& p) { return token < p.start + p.length; });
+  const SequenceIndex::Piece* last = std::lower_bound(
+      first, pieces.data() + pieces.size(), keys.end,
+      [](const SequenceIndex::Piece& p, int64_t token) { return p.start < token; });
   return {first, last};
 }
 
@@ -104,8 +105,9 @@ std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,
   for (const Block& block : blocks) {
     int64_t row = 0;
     for (const Segment& s : block.segments) {
-      key_pieces.push_back(KeyPieces(
-          index.pieces(s.seq), AttendedKeys(mask, {s.start, s.start + s.length}, sequences[s.seq])));
+      key_pieces.push_back(
+          KeyPieces(index.pieces(s.seq),
+                    AttendedKeys(mask, {s.start, s.start + s.length}, sequences[s.seq])));
       row += key_pieces.back().second - key_pieces.back().first;
     }
     row_candidates.push_back(row);

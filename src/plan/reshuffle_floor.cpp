@@ -80,7 +80,8 @@ int64_t DensestCover(const Mask& mask, const std::vector<Run>& runs, Wide excess
 
 void ReshuffleFloorConfig::validate() const {
   if (workers < 1) BadInput("workers must be >= 1, got " + std::to_string(workers));
-  if (token_cap < 0) BadInput("token_cap must be >= 0 (0 = ceil(T/N)), got " + std::to_string(token_cap));
+  if (token_cap < 0)
+    BadInput("token_cap must be >= 0 (0 = ceil(T/N)), got " + std::to_string(token_cap));
   if (!std::isfinite(max_work_ratio) || max_work_ratio <= 0)
     BadInput("max_work_ratio must be a finite number > 0, got " + std::to_string(max_work_ratio));
   mask.validate();
@@ -92,14 +93,15 @@ ReshuffleFloor ComputeReshuffleFloor(const std::vector<int64_t>& sequences,
   int64_t total_tokens = 0;
   for (int64_t length : sequences) {
     if (length < 0) BadInput("sequence length " + std::to_string(length) + " is negative");
-    if (__builtin_add_overflow(total_tokens, length, &total_tokens)) BadInput("token counts overflow int64");
+    if (__builtin_add_overflow(total_tokens, length, &total_tokens))
+      BadInput("token counts overflow int64");
   }
   const int32_t n = config.workers;
   const int64_t even_cap = total_tokens / n + (total_tokens % n != 0);
   const int64_t cap = config.token_cap > 0 ? config.token_cap : even_cap;
   if (cap < even_cap)
-    BadInput("token_cap " + std::to_string(cap) + " is below ceil(T/N) = " + std::to_string(even_cap) +
-             ": no plan fits");
+    BadInput("token_cap " + std::to_string(cap) +
+             " is below ceil(T/N) = " + std::to_string(even_cap) + ": no plan fits");
 
   // Each home's share as runs of one sequence, and its work.
   std::vector<std::vector<Run>> runs(n);
@@ -111,7 +113,8 @@ ReshuffleFloor ComputeReshuffleFloor(const std::vector<int64_t>& sequences,
     const int64_t home_end = DataloaderBegin(total_tokens, n, r + 1);
     int64_t token = DataloaderBegin(total_tokens, n, r);
     while (token < home_end) {
-      while (seq_begin + sequences[seq] <= token) seq_begin += sequences[seq++];  // skips empty ones
+      while (seq_begin + sequences[seq] <= token)
+        seq_begin += sequences[seq++];  // skips empty ones
       const int64_t stop = std::min(home_end, seq_begin + sequences[seq]);
       const Run run{sequences[seq], token - seq_begin, stop - seq_begin};
       runs[r].push_back(run);
@@ -130,7 +133,8 @@ ReshuffleFloor ComputeReshuffleFloor(const std::vector<int64_t>& sequences,
   Wide excess = 0;
   std::vector<Run> overloaded_runs;
   for (int32_t r = 0; r < n; ++r) {
-    const int64_t share = DataloaderBegin(total_tokens, n, r + 1) - DataloaderBegin(total_tokens, n, r);
+    const int64_t share =
+        DataloaderBegin(total_tokens, n, r + 1) - DataloaderBegin(total_tokens, n, r);
     if (work[r] <= target) {
       f.spare_tokens += cap - share;
       continue;

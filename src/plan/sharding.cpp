@@ -101,7 +101,7 @@ std::vector<SplitItem> ChooseSplits(const ShardBase& base, double bound, int32_t
     if (static_cast<double>(item.work) <= bound) break;
     if (item.small || !AllFull(item, b) || removed[i]) continue;
     int32_t p = 2;
-    while (p < split_limit && static_cast<double>(item.work) / p > bound)
+    while (p<split_limit&& static_cast<double>(item.work) / p> bound)
       p = counts == PieceCounts::kPowersOfTwo ? p * 2 : p + 1;
     if (p > split_limit) break;
     const size_t fillers_needed = static_cast<size_t>(p - item.slots);
@@ -405,7 +405,8 @@ Sharding FinishSharding(const ShardBase& base, const HeavySplit& split,
   for (size_t i = 0; i < base.items.size(); ++i) {
     if (removed[i]) continue;
     Item& item = start_item(base.items[i], base.items[i].blocks.size());
-    for (const Block& block : base.items[i].blocks) AppendIsolated(block, lengths, blocks, item.blocks);
+    for (const Block& block : base.items[i].blocks)
+      AppendIsolated(block, lengths, blocks, item.blocks);
   }
   // The sub-items' blocks, cut from base's.
   size_t next = 0;
@@ -423,8 +424,8 @@ Sharding FinishSharding(const ShardBase& base, const HeavySplit& split,
   Buckets by_seq = BucketBy(static_cast<int32_t>(lengths.size()), blocks.size(),
                             [&](int32_t k) { return blocks[k].segments.front().seq; });
   for (size_t seq = 0; seq < lengths.size(); ++seq)
-    std::sort(by_seq.items.begin() + by_seq.begin[seq], by_seq.items.begin() + by_seq.begin[seq + 1],
-              [&](int32_t x, int32_t y) {
+    std::sort(by_seq.items.begin() + by_seq.begin[seq],
+              by_seq.items.begin() + by_seq.begin[seq + 1], [&](int32_t x, int32_t y) {
                 return blocks[x].segments.front().start < blocks[y].segments.front().start;
               });
   std::vector<int32_t> id(blocks.size());

@@ -47,7 +47,8 @@ TokenLayout::TokenLayout(const Plan& plan) {
 std::vector<int64_t> TokenLayout::WorkerOrder(int32_t worker) const {
   if (worker < 0 || worker >= workers())
     throw Error(ErrorCode::kInvalidArgument, "token layout: worker " + std::to_string(worker) +
-                                                 " is not in [0, " + std::to_string(workers()) + ")");
+                                                 " is not in [0, " + std::to_string(workers()) +
+                                                 ")");
   std::vector<int64_t> order(worker_offsets_[worker + 1] - worker_offsets_[worker]);
   auto out = order.begin();
   for (int64_t i = block_offsets_[worker]; i < block_offsets_[worker + 1]; ++i)
@@ -63,8 +64,8 @@ std::vector<int64_t> TokenLayout::Order() const {
   // Each piece knows its planned position: one pass over the blocks suffices.
   for (const std::vector<Piece>& pieces : block_pieces_)
     for (const Piece& p : pieces)
-      std::iota(order.begin() + p.planned_position,
-                order.begin() + p.planned_position + p.length, p.global_begin);
+      std::iota(order.begin() + p.planned_position, order.begin() + p.planned_position + p.length,
+                p.global_begin);
   return order;
 }
 

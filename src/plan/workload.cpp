@@ -36,7 +36,8 @@ int64_t SampleLength(const WorkloadConfig& c, std::mt19937_64& rng) {
     case LengthDistribution::kBimodal:
       // One sequence in 200 is very long (half to all of max_len); the rest
       // are short documents of up to 4K tokens.
-      if (Uniform01(rng) < 0.005) return UniformInt(rng, std::max(c.min_len, c.max_len / 2), c.max_len);
+      if (Uniform01(rng) < 0.005)
+        return UniformInt(rng, std::max(c.min_len, c.max_len / 2), c.max_len);
       return UniformInt(rng, c.min_len, std::min<int64_t>(c.max_len, 4096));
     case LengthDistribution::kLognormal:
       // Truncated to [min_len, max_len] by rejection, not clamped, so no spike
@@ -60,10 +61,14 @@ int64_t SampleLength(const WorkloadConfig& c, std::mt19937_64& rng) {
 
 const char* LengthDistributionName(LengthDistribution dist) {
   switch (dist) {
-    case LengthDistribution::kLognormal: return "lognormal";
-    case LengthDistribution::kUniform: return "uniform";
-    case LengthDistribution::kFixed: return "fixed";
-    case LengthDistribution::kBimodal: return "bimodal";
+    case LengthDistribution::kLognormal:
+      return "lognormal";
+    case LengthDistribution::kUniform:
+      return "uniform";
+    case LengthDistribution::kFixed:
+      return "fixed";
+    case LengthDistribution::kBimodal:
+      return "bimodal";
   }
   return "?";
 }
@@ -72,9 +77,8 @@ LengthDistribution ParseLengthDistribution(const std::string& name) {
   for (auto d : {LengthDistribution::kLognormal, LengthDistribution::kUniform,
                  LengthDistribution::kFixed, LengthDistribution::kBimodal})
     if (name == LengthDistributionName(d)) return d;
-  throw Error(ErrorCode::kInvalidArgument,
-              "workload: unknown distribution '" + name +
-                  "' (expected lognormal, uniform, fixed or bimodal)");
+  throw Error(ErrorCode::kInvalidArgument, "workload: unknown distribution '" + name +
+                                               "' (expected lognormal, uniform, fixed or bimodal)");
 }
 
 void WorkloadConfig::validate() const {
@@ -93,8 +97,9 @@ void WorkloadConfig::validate() const {
   if (static_cast<double>(workers) * static_cast<double>(tokens_per_worker) > 0x1.0p40)
     fail("workers * tokens_per_worker exceeds 2^40 tokens");
   // At least ceil(T / max_len) sequences: refused before any is sampled.
-  const double fewest = std::ceil(static_cast<double>(workers) * static_cast<double>(tokens_per_worker) /
-                                  static_cast<double>(max_len));
+  const double fewest =
+      std::ceil(static_cast<double>(workers) * static_cast<double>(tokens_per_worker) /
+                static_cast<double>(max_len));
   if (fewest > static_cast<double>(kMaxSequences))
     fail("the batch would hold at least " + std::to_string(static_cast<int64_t>(fewest)) +
          " sequences, more than 2^27 (raise max_len or lower the tokens)");

@@ -15,11 +15,13 @@ const std::vector<PlannerInfo>& Planners() {
          &MakeFcpPlan},
         {"ring", "Ring attention, zig-zag: 2N chunks per sequence, K/V relayed around the ring",
          &MakeRingPlan},
-        {"bytescale", "ByteScale-like: short sequences whole, long ones on a length-sized ring group",
+        {"bytescale",
+         "ByteScale-like: short sequences whole, long ones on a length-sized ring group",
          &MakeByteScalePlan},
         {"wlb", "WLB-LLM-like: ring or bytescale, whichever the cost model predicts faster",
          &MakeWlbPlan},
-        {"magi", "MagiAttention-like: ceil(T/8N) chunks, compute-only LPT, one uncontrolled fetch stage",
+        {"magi",
+         "MagiAttention-like: ceil(T/8N) chunks, compute-only LPT, one uncontrolled fetch stage",
          &MakeMagiPlan},
         {"fcp-nopipe", "FCP ablation: FCP's assignment, all transfers then all compute",
          &MakeFcpNoPipelinePlan},
@@ -54,8 +56,8 @@ Plan MakePlan(const std::vector<int64_t>& lengths, const PlannerConfig& config) 
     try {
       ValidatePlan(plan);
     } catch (const Error& e) {
-      throw Error(ErrorCode::kInternal, "planner '" + config.planner +
-                                            "' produced an invalid plan: " + e.what());
+      throw Error(ErrorCode::kInternal,
+                  "planner '" + config.planner + "' produced an invalid plan: " + e.what());
     }
   }
   return plan;

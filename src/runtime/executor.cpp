@@ -95,7 +95,11 @@ class Runner {
  public:
   Runner(const Plan& plan, Communicator& comm, const ExecutorOptions& options, Trace* trace,
          ExecutorStats* stats)
-      : plan_(plan), comm_(comm), options_(options), trace_(trace ? trace : &own_trace_), stats_(stats) {
+      : plan_(plan),
+        comm_(comm),
+        options_(options),
+        trace_(trace ? trace : &own_trace_),
+        stats_(stats) {
     dims_ = {plan.attention.heads_q, plan.attention.heads_kv, plan.attention.head_dim,
              1.0f / std::sqrt(static_cast<float>(plan.attention.head_dim))};
     if (options.make_kernel) {
@@ -111,7 +115,8 @@ class Runner {
     kvrow_ = dims_.kv_row_floats();
     kv_rows_ = {kvrow_};
     for (int32_t b : prog_.owned_blocks)
-      local_row_block_.insert(local_row_block_.end(), static_cast<size_t>(plan.blocks[b].tokens()), b);
+      local_row_block_.insert(local_row_block_.end(), static_cast<size_t>(plan.blocks[b].tokens()),
+                              b);
   }
 
   RankOutputs Run(const RankInputs& in);
@@ -122,12 +127,13 @@ class Runner {
   void ReshuffleIn(const RankInputs& in);
   void ForwardStages(ReturnGroup& ret_o);
   void BackwardStages(ReturnGroup& ret_dq, ReturnGroup& ret_dkv);
-  ReturnGroup MakeReturn(FlightGroup group, int32_t tag, std::string name, std::vector<Field> fields,
-                         const std::vector<int32_t>& final_stage,
+  ReturnGroup MakeReturn(FlightGroup group, int32_t tag, std::string name,
+                         std::vector<Field> fields, const std::vector<int32_t>& final_stage,
                          std::function<const float*(size_t, int64_t)> row_ptr);
 
   // ---- communication bookkeeping ----
-  void Post(Communicator::Request r, std::string name, TraceLane lane, FlightGroup group = kStageGroup) {
+  void Post(Communicator::Request r, std::string name, TraceLane lane,
+            FlightGroup group = kStageGroup) {
     flights_.push_back({r, std::move(name), lane, group, trace_->NowUs()});
   }
   void Poll() {
@@ -163,8 +169,10 @@ class Runner {
     }
     std::vector<Flight> keep;
     for (Flight& f : flights_) {
-      if (f.group != kStageGroup) keep.push_back(f);
-      else Record(f);
+      if (f.group != kStageGroup)
+        keep.push_back(f);
+      else
+        Record(f);
     }
     flights_ = std::move(keep);
   }
@@ -237,10 +245,11 @@ class Runner {
                         lse_.data() + q0 * dims_.heads_q});
     } else {
       float* dkv = kv_rows_.K(c.dkv_in_partial ? partial_.data() : dkv_.data(), c.dkv_row);
-      kernel_->Backward(dims_, plan_.mask, segs,
-                        {q_.data() + q0 * qrow_, kv, kv + c.kv_rows * kvrow_, do_.data() + q0 * qrow_,
-                         lse_.data() + q0 * dims_.heads_q, delta_.data() + q0 * dims_.heads_q,
-                         dq_.data() + q0 * qrow_, dkv, dkv + c.kv_rows * kvrow_});
+      kernel_->Backward(
+          dims_, plan_.mask, segs,
+          {q_.data() + q0 * qrow_, kv, kv + c.kv_rows * kvrow_, do_.data() + q0 * qrow_,
+           lse_.data() + q0 * dims_.heads_q, delta_.data() + q0 * dims_.heads_q,
+           dq_.data() + q0 * qrow_, dkv, dkv + c.kv_rows * kvrow_});
     }
     const double end = trace_->NowUs();
     trace_->Add(label + " q" + std::to_string(c.q_block) + " kv" + std::to_string(c.kv_block),
@@ -253,13 +262,17 @@ class Runner {
   // two ranks match in order.
   void PostKv(const StageProgram& sp, const std::string& label) {
     for (const KvRecv& r : sp.kv_recv)
-      Post(comm_.Irecv(kv_rows_.K(pool_.data(), r.pool_row), kv_rows_.Floats(r.rows) * 4, r.src, kTagKv),
-           label + " recv kv" + std::to_string(r.block) + " from " + std::to_string(r.src), TraceLane::kRecv);
+      Post(comm_.Irecv(kv_rows_.K(pool_.data(), r.pool_row), kv_rows_.Floats(r.rows) * 4, r.src,
+                       kTagKv),
+           label + " recv kv" + std::to_string(r.block) + " from " + std::to_string(r.src),
+           TraceLane::kRecv);
     for (const KvSend& s : sp.kv_send) {
       const int64_t bytes = kv_rows_.Floats(s.rows) * 4;
       stats_->bytes_sent += bytes;
-      Post(comm_.Isend(kv_rows_.K(s.from_pool ? pool_.data() : kv_.data(), s.row), bytes, s.dst, kTagKv),
-           label + " send kv" + std::to_string(s.block) + " to " + std::to_string(s.dst), TraceLane::kSend);
+      Post(comm_.Isend(kv_rows_.K(s.from_pool ? pool_.data() : kv_.data(), s.row), bytes, s.dst,
+                       kTagKv),
+           label + " send kv" + std::to_string(s.block) + " to " + std::to_string(s.dst),
+           TraceLane::kSend);
     }
   }
 
@@ -300,7 +313,8 @@ class Runner {
       if (rows == 0) continue;
       g.incoming.push_back({b, std::vector<float>(static_cast<size_t>(rows * g.width))});
       Post(comm_.Irecv(g.incoming.back().second.data(), rows * g.width * 4, owner, g.tag),
-           g.name + " b" + std::to_string(b) + " from " + std::to_string(owner), TraceLane::kReshuffle, g.group);
+           g.name + " b" + std::to_string(b) + " from " + std::to_string(owner),
+           TraceLane::kReshuffle, g.group);
     }
   }
 
@@ -321,14 +335,16 @@ class Runner {
                             g.fields[fi].dst + (r.dl_row + i) * g.fields[fi].width);
           continue;
         }
-        std::vector<float>& buf = g.outgoing.emplace_back(static_cast<size_t>(RunRows(runs) * g.width));
+        std::vector<float>& buf =
+            g.outgoing.emplace_back(static_cast<size_t>(RunRows(runs) * g.width));
         float* out = buf.data();
         for (const RowRun& r : runs)
           for (int64_t i = 0; i < r.count; ++i)
             for (size_t fi = 0; fi < g.fields.size(); ++fi)
               out = std::copy_n(g.row_ptr(fi, first + r.block_row + i), g.fields[fi].width, out);
         Post(comm_.Isend(buf.data(), static_cast<int64_t>(buf.size() * 4), d, g.tag),
-             g.name + " b" + std::to_string(b) + " to " + std::to_string(d), TraceLane::kReshuffle, g.group);
+             g.name + " b" + std::to_string(b) + " to " + std::to_string(d), TraceLane::kReshuffle,
+             g.group);
       }
     }
   }
@@ -404,7 +420,8 @@ void Runner::ReshuffleIn(const RankInputs& in) {
     }
   }
   std::vector<float> in_recv(static_cast<size_t>(P.local_rows * in_width));
-  Post(comm_.Ialltoallv(in_send.data(), P.in_send_counts, in_recv.data(), P.in_recv_counts, in_width * 4),
+  Post(comm_.Ialltoallv(in_send.data(), P.in_send_counts, in_recv.data(), P.in_recv_counts,
+                        in_width * 4),
        "reshuffle in", TraceLane::kReshuffle, kReshuffleInGroup);
   // Unpacks rows [first, first + count) of the in_recv_rows order.
   auto unpack_in = [&](const float* rows, int64_t first, int64_t count) {
@@ -440,8 +457,8 @@ void Runner::ReshuffleIn(const RankInputs& in) {
   }
 }
 
-ReturnGroup Runner::MakeReturn(FlightGroup group, int32_t tag, std::string name, std::vector<Field> fields,
-                               const std::vector<int32_t>& final_stage,
+ReturnGroup Runner::MakeReturn(FlightGroup group, int32_t tag, std::string name,
+                               std::vector<Field> fields, const std::vector<int32_t>& final_stage,
                                std::function<const float*(size_t, int64_t)> row_ptr) {
   ReturnGroup g;
   g.group = group;
@@ -499,10 +516,14 @@ void Runner::BackwardStages(ReturnGroup& ret_dq, ReturnGroup& ret_dkv) {
     }
     for (const DkvSend& s : sp.dkv_send) {
       // A relay forwards what it received for the block with its own share.
-      AbsorbPartials([&](const DkvRecv& r) { return r.into_partial && r.block == s.block && r.row == s.partial_row; });
+      AbsorbPartials([&](const DkvRecv& r) {
+        return r.into_partial && r.block == s.block && r.row == s.partial_row;
+      });
       stats_->bytes_sent += kv_rows_.Floats(s.rows) * 4;
-      Post(comm_.Isend(kv_rows_.K(partial_.data(), s.partial_row), kv_rows_.Floats(s.rows) * 4, s.dst, kTagDkv),
-           label + " send dkv" + std::to_string(s.block) + " to " + std::to_string(s.dst), TraceLane::kSend);
+      Post(comm_.Isend(kv_rows_.K(partial_.data(), s.partial_row), kv_rows_.Floats(s.rows) * 4,
+                       s.dst, kTagDkv),
+           label + " send dkv" + std::to_string(s.block) + " to " + std::to_string(s.dst),
+           TraceLane::kSend);
     }
     for (const ComputeCall& c : sp.compute) {
       Compute(c, true, label);
@@ -513,7 +534,9 @@ void Runner::BackwardStages(ReturnGroup& ret_dq, ReturnGroup& ret_dkv) {
     for (const DkvSend& s : sp.dkv_send)
       std::fill_n(kv_rows_.K(partial_.data(), s.partial_row), kv_rows_.Floats(s.rows), 0.0f);
     SendReturns(ret_dq, stage);
-    AbsorbPartials([&](const DkvRecv& r) { return !r.into_partial && P.backward_dkv_final_stage[r.block] == stage; });
+    AbsorbPartials([&](const DkvRecv& r) {
+      return !r.into_partial && P.backward_dkv_final_stage[r.block] == stage;
+    });
     SendReturns(ret_dkv, stage);
   }
   AbsorbPartials([](const DkvRecv&) { return true; });  // none is left in a valid plan
@@ -531,11 +554,12 @@ RankOutputs Runner::Run(const RankInputs& in) {
   RankOutputs out;
   out.o.resize(static_cast<size_t>(dl_rows * qrow_));
   out.lse.resize(static_cast<size_t>(dl_rows * dims_.heads_q));
-  ReturnGroup ret_o = MakeReturn(
-      kReturnOGroup, kTagReturnO, "return o", {{qrow_, out.o.data()}, {dims_.heads_q, out.lse.data()}},
-      P.forward_final_stage, [this](size_t fi, int64_t row) -> const float* {
-        return fi == 0 ? o_.data() + row * qrow_ : lse_.data() + row * dims_.heads_q;
-      });
+  ReturnGroup ret_o =
+      MakeReturn(kReturnOGroup, kTagReturnO, "return o",
+                 {{qrow_, out.o.data()}, {dims_.heads_q, out.lse.data()}}, P.forward_final_stage,
+                 [this](size_t fi, int64_t row) -> const float* {
+                   return fi == 0 ? o_.data() + row * qrow_ : lse_.data() + row * dims_.heads_q;
+                 });
   ForwardStages(ret_o);
   stats_->forward_s = (trace_->NowUs() - run_start) * 1e-6;
 
@@ -553,14 +577,16 @@ RankOutputs Runner::Run(const RankInputs& in) {
   out.dq.resize(static_cast<size_t>(dl_rows * qrow_));
   out.dk.resize(static_cast<size_t>(dl_rows * kvrow_));
   out.dv.resize(out.dk.size());
-  ReturnGroup ret_dq = MakeReturn(kReturnDqGroup, kTagReturnDq, "return dq", {{qrow_, out.dq.data()}},
-                                  P.backward_dq_final_stage, [this](size_t, int64_t row) -> const float* {
-                                    return dq_.data() + row * qrow_;
-                                  });
-  ReturnGroup ret_dkv = MakeReturn(
-      kReturnDkvGroup, kTagReturnDkv, "return dkv", {{kvrow_, out.dk.data()}, {kvrow_, out.dv.data()}},
-      P.backward_dkv_final_stage,
-      [this](size_t fi, int64_t row) -> const float* { return dkv_.data() + LocalKvOffset(row, fi == 1); });
+  ReturnGroup ret_dq =
+      MakeReturn(kReturnDqGroup, kTagReturnDq, "return dq", {{qrow_, out.dq.data()}},
+                 P.backward_dq_final_stage,
+                 [this](size_t, int64_t row) -> const float* { return dq_.data() + row * qrow_; });
+  ReturnGroup ret_dkv =
+      MakeReturn(kReturnDkvGroup, kTagReturnDkv, "return dkv",
+                 {{kvrow_, out.dk.data()}, {kvrow_, out.dv.data()}}, P.backward_dkv_final_stage,
+                 [this](size_t fi, int64_t row) -> const float* {
+                   return dkv_.data() + LocalKvOffset(row, fi == 1);
+                 });
   BackwardStages(ret_dq, ret_dkv);
 
   // 5. The last outputs' trip home.
@@ -576,9 +602,9 @@ RankOutputs Runner::Run(const RankInputs& in) {
 RankOutputs ExecutePlan(const Plan& plan, Communicator& comm, const RankInputs& inputs,
                         const ExecutorOptions& options, Trace* trace, ExecutorStats* stats) {
   if (plan.workers != comm.size())
-    throw Error(ErrorCode::kInvalidArgument, "executor: plan is for " + std::to_string(plan.workers) +
-                                                 " workers but the job has " + std::to_string(comm.size()) +
-                                                 " ranks");
+    throw Error(ErrorCode::kInvalidArgument,
+                "executor: plan is for " + std::to_string(plan.workers) +
+                    " workers but the job has " + std::to_string(comm.size()) + " ranks");
   ExecutorStats local_stats;
   Runner runner(plan, comm, options, trace, stats ? stats : &local_stats);
   return runner.Run(inputs);

@@ -11,11 +11,11 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <map>
+#include <string>
 #include <utility>
 #include <vector>
-#include <cstdint>
-#include <string>
 
 #include "fcp/plan_json.h"
 #include "fcp/required_pairs.h"
@@ -29,14 +29,20 @@ Plan BuildPlan(FuzzedDataProvider& in) {
   plan.planner = "fuzz";
   plan.workers = in.ConsumeIntegralInRange<int32_t>(1, 6);
   switch (in.ConsumeIntegralInRange(0, 2)) {
-    case 0: plan.mask = {MaskKind::kCausal, 0}; break;
-    case 1: plan.mask = {MaskKind::kFull, 0}; break;
-    default: plan.mask = {MaskKind::kSlidingWindow, in.ConsumeIntegralInRange<int64_t>(1, 20)};
+    case 0:
+      plan.mask = {MaskKind::kCausal, 0};
+      break;
+    case 1:
+      plan.mask = {MaskKind::kFull, 0};
+      break;
+    default:
+      plan.mask = {MaskKind::kSlidingWindow, in.ConsumeIntegralInRange<int64_t>(1, 20)};
   }
   plan.coalesce = in.ConsumeIntegralInRange<int32_t>(1, 3);
   plan.block_size = 8;
   const int n_seq = in.ConsumeIntegralInRange(1, 4);
-  for (int s = 0; s < n_seq; ++s) plan.sequences.push_back(in.ConsumeIntegralInRange<int64_t>(1, 24));
+  for (int s = 0; s < n_seq; ++s)
+    plan.sequences.push_back(in.ConsumeIntegralInRange<int64_t>(1, 24));
   // Cut every sequence into pieces and deal them to K blocks.
   const int32_t n_blocks = in.ConsumeIntegralInRange<int32_t>(1, 8);
   plan.blocks.resize(n_blocks);
@@ -100,8 +106,12 @@ void MutateList(FuzzedDataProvider& in, std::vector<T>& list, std::vector<T>& el
   if (list.empty()) return;
   const size_t i = in.ConsumeIntegralInRange<size_t>(0, list.size() - 1);
   switch (in.ConsumeIntegralInRange(0, 2)) {
-    case 0: list.erase(list.begin() + static_cast<std::ptrdiff_t>(i)); break;
-    case 1: list.push_back(list[i]); break;
+    case 0:
+      list.erase(list.begin() + static_cast<std::ptrdiff_t>(i));
+      break;
+    case 1:
+      list.push_back(list[i]);
+      break;
     default:  // move it to another stage
       elsewhere.push_back(list[i]);
       list.erase(list.begin() + static_cast<std::ptrdiff_t>(i));
@@ -120,12 +130,16 @@ void Mutate(FuzzedDataProvider& in, Plan& plan) {
     const size_t u = in.ConsumeIntegralInRange<size_t>(0, n - 1);
     switch (in.ConsumeIntegralInRange(0, 7)) {
       case 0:
-        if (forward) MutateList(in, plan.forward[t].send, plan.forward[u].send);
-        else MutateList(in, plan.backward[t].send_kv, plan.backward[u].send_kv);
+        if (forward)
+          MutateList(in, plan.forward[t].send, plan.forward[u].send);
+        else
+          MutateList(in, plan.backward[t].send_kv, plan.backward[u].send_kv);
         break;
       case 1:
-        if (forward) MutateList(in, plan.forward[t].compute, plan.forward[u].compute);
-        else MutateList(in, plan.backward[t].compute, plan.backward[u].compute);
+        if (forward)
+          MutateList(in, plan.forward[t].compute, plan.forward[u].compute);
+        else
+          MutateList(in, plan.backward[t].compute, plan.backward[u].compute);
         break;
       case 2:
         if (!forward) MutateList(in, plan.backward[t].send_dkv, plan.backward[u].send_dkv);
@@ -152,10 +166,17 @@ void Mutate(FuzzedDataProvider& in, Plan& plan) {
         break;
       case 6:  // a header field
         switch (in.ConsumeIntegralInRange(0, 3)) {
-          case 0: plan.workers = SmallId(in); break;
-          case 1: plan.coalesce = SmallId(in); break;
-          case 2: plan.token_cap = SmallId(in); break;
-          default: plan.mask.window = SmallId(in);
+          case 0:
+            plan.workers = SmallId(in);
+            break;
+          case 1:
+            plan.coalesce = SmallId(in);
+            break;
+          case 2:
+            plan.token_cap = SmallId(in);
+            break;
+          default:
+            plan.mask.window = SmallId(in);
         }
         break;
       default: {  // a segment

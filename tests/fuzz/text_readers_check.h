@@ -30,7 +30,8 @@ inline bool CheckProfileText(const std::string& text) {
   // What was read is a valid profile, and writes to text that reads again.
   profile.validate();
   const HardwareProfile again = ParseProfileJson(WriteProfileJson(profile));
-  if (again.efficiency.size() != profile.efficiency.size() || again.gpus_per_node != profile.gpus_per_node)
+  if (again.efficiency.size() != profile.efficiency.size() ||
+      again.gpus_per_node != profile.gpus_per_node)
     throw std::logic_error("profile JSON round trip changed the profile");
   return true;
 }

@@ -22,7 +22,8 @@ int main() {
     fcp::ValidatePlan(plan);  // throws on any broken rule of PLAN_FORMAT.md
     int64_t tokens = 0;
     for (const fcp::Block& block : plan.blocks) tokens += block.tokens();
-    if (plan.planner != "fcp" || plan.workers != 4 || plan.sequences != lengths || tokens != 16788) {
+    if (plan.planner != "fcp" || plan.workers != 4 || plan.sequences != lengths ||
+        tokens != 16788) {
       std::fprintf(stderr, "plan_only: unexpected plan (planner %s, %d workers, %lld tokens)\n",
                    plan.planner.c_str(), plan.workers, static_cast<long long>(tokens));
       return 1;

@@ -67,17 +67,22 @@ double RunAndCompare(const Plan& plan) {
   options.kernel.kv_tile_rows = 8;
   ExecutorStats stats;
   const RankOutputs out = ExecutePlan(plan, comm, in, options, nullptr, &stats);
-  const auto ref = ReferenceAttention(plan.sequences, plan.mask, dims, q.data(), k.data(), v.data(), d_o.data());
+  const auto ref =
+      ReferenceAttention(plan.sequences, plan.mask, dims, q.data(), k.data(), v.data(), d_o.data());
   // The worst per-rank relative error bounds the relative error of the
   // whole array (a weighted mean of the per-rank squared ratios).
-  const std::vector<std::pair<const std::vector<float>*, std::pair<const std::vector<double>*, int64_t>>> arrays = {
-      {&out.o, {&ref.o, dims.q_row_floats()}},   {&out.lse, {&ref.lse, dims.heads_q}},
-      {&out.dq, {&ref.dq, dims.q_row_floats()}}, {&out.dk, {&ref.dk, dims.kv_row_floats()}},
-      {&out.dv, {&ref.dv, dims.kv_row_floats()}}};
+  const std::vector<
+      std::pair<const std::vector<float>*, std::pair<const std::vector<double>*, int64_t>>>
+      arrays = {{&out.o, {&ref.o, dims.q_row_floats()}},
+                {&out.lse, {&ref.lse, dims.heads_q}},
+                {&out.dq, {&ref.dq, dims.q_row_floats()}},
+                {&out.dk, {&ref.dk, dims.kv_row_floats()}},
+                {&out.dv, {&ref.dv, dims.kv_row_floats()}}};
   double worst = 0;
   for (const auto& [got, want] : arrays) {
     const int64_t width = want.second;
-    const double err = RelativeError(got->data(), want.first->data() + r0 * width, (r1 - r0) * width);
+    const double err =
+        RelativeError(got->data(), want.first->data() + r0 * width, (r1 - r0) * width);
     worst = std::max(worst, std::isfinite(err) ? err : 1.0);
   }
   std::vector<int64_t> scaled = {static_cast<int64_t>(std::ceil(worst * 1e12))};
@@ -197,7 +202,8 @@ TEST(MpiCommunicator, WaitGivesUpAfterTimeout) {
 INSTANTIATE_TEST_SUITE_P(Masks, ExecutorMpi,
                          ::testing::Values(Case{"causal_gqa", {MaskKind::kCausal, 0}, 4, 2},
                                            Case{"full_mha", {MaskKind::kFull, 0}, 2, 2},
-                                           Case{"window_gqa", {MaskKind::kSlidingWindow, 20}, 4, 1}),
+                                           Case{
+                                               "window_gqa", {MaskKind::kSlidingWindow, 20}, 4, 1}),
                          [](const auto& info) { return info.param.name; });
 
 }  // namespace

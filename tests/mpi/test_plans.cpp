@@ -66,7 +66,8 @@ Plan MakeGreedyTestPlan(const TestPlanSpec& spec) {
   std::iota(order.begin(), order.end(), 0);
   std::mt19937_64 rng(spec.seed);
   std::shuffle(order.begin(), order.end(), rng);
-  for (size_t i = 0; i < order.size(); ++i) plan.blocks[order[i]].worker = static_cast<int32_t>(i % spec.workers);
+  for (size_t i = 0; i < order.size(); ++i)
+    plan.blocks[order[i]].worker = static_cast<int32_t>(i % spec.workers);
   SetTokenCap(plan);
 
   const auto required = RequiredPairs(plan.sequences, plan.blocks, plan.mask);

@@ -19,11 +19,13 @@ int main(int argc, char** argv) {
     spec.sequences = {1, 16, 37, 5, 32, 60, 9, 1, 23};
     spec.workers = std::stoi(argv[2]);
     spec.mask.kind = fcp::ParseMaskKind(argv[3]);
-    if (spec.mask.kind == fcp::MaskKind::kSlidingWindow) spec.mask.window = argc > 6 ? std::stoll(argv[6]) : 20;
+    if (spec.mask.kind == fcp::MaskKind::kSlidingWindow)
+      spec.mask.window = argc > 6 ? std::stoll(argv[6]) : 20;
     spec.coalesce = std::stoi(argv[4]);
     spec.attention = {4, 2, 8, 4};
     const std::string kind = argv[1];
-    const fcp::Plan plan = kind == "ring" ? fcp::testing::MakeRingTestPlan(spec) : fcp::testing::MakeGreedyTestPlan(spec);
+    const fcp::Plan plan = kind == "ring" ? fcp::testing::MakeRingTestPlan(spec)
+                                          : fcp::testing::MakeGreedyTestPlan(spec);
     fcp::ValidatePlan(plan);
     fcp::WritePlanJsonFile(plan, argv[5]);
   } catch (const std::exception& e) {

@@ -116,8 +116,10 @@ double ReplanSeconds(const Plan& p) {
       const Plan again = MakePlan(p.sequences, c);
       seconds = SecondsSince(start);
       if (!(again == p))
-        fmt::print("note: re-planning this batch with planner '{}' gives a different plan "
-                   "(made by another version or settings)\n", p.planner);
+        fmt::print(
+            "note: re-planning this batch with planner '{}' gives a different plan "
+            "(made by another version or settings)\n",
+            p.planner);
     } catch (const Error& e) {
       fmt::print("note: not re-planned with the file's settings: {}\n", e.what());
     }
@@ -130,8 +132,9 @@ void AddInspectCommand(CLI::App& app) {
   auto profile = std::make_shared<std::string>("gpu-x");
   CLI::App* inspect = app.add_subcommand("inspect", "Summarise a plan: balance, traffic, stages");
   inspect->add_option("--plan", *path, "Plan file ('-' = stdin)")->required();
-  inspect->add_option("--profile", *profile,
-                      "Hardware profile whose node size splits traffic into NVLink and NIC bytes")
+  inspect
+      ->add_option("--profile", *profile,
+                   "Hardware profile whose node size splits traffic into NVLink and NIC bytes")
       ->capture_default_str();
   inspect->callback([path, profile] {
     const int32_t gpus_per_node = ResolveProfile(*profile).gpus_per_node;

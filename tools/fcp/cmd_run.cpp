@@ -2,6 +2,7 @@
 // inputs for it, and compare outputs with the float64 reference.
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -9,10 +10,9 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
-#include <condition_variable>
-#include <mutex>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -87,8 +87,8 @@ NpyHeader CheckedHeader(const std::string& path, int64_t tokens, int32_t heads, 
     std::string got;
     for (int64_t d : h.shape) got += (got.empty() ? "" : ", ") + std::to_string(d);
     throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("input {}: shape ({}) does not match the plan's [T={}, {}, {}]", path, got,
-                            tokens, heads, head_dim));
+                fmt::format("input {}: shape ({}) does not match the plan's [T={}, {}, {}]", path,
+                            got, tokens, heads, head_dim));
   }
   return h;
 }
@@ -132,7 +132,8 @@ CheckResult CheckOutputs(const Plan& plan, const std::string& inputs, const std:
     const NpyHeader h = ReadNpyHeader(path);
     const std::vector<int64_t> want =
         width > 0 ? std::vector<int64_t>{T, heads, width} : std::vector<int64_t>{T, heads};
-    if (h.shape != want) throw Error(ErrorCode::kInvalidArgument, "check: " + path + " has the wrong shape");
+    if (h.shape != want)
+      throw Error(ErrorCode::kInvalidArgument, "check: " + path + " has the wrong shape");
     return ReadNpyRows(path, h, 0, T);
   };
   const int32_t hq = dims.heads_q, hkv = dims.heads_kv, hd = dims.head_dim;
@@ -142,10 +143,12 @@ CheckResult CheckOutputs(const Plan& plan, const std::string& inputs, const std:
   const bool backward = std::filesystem::exists(InPath(outputs, "dq"));
   std::vector<float> d_o;
   if (backward) d_o = read(InPath(inputs, "do"), hq, hd);
-  const ReferenceAttentionResult ref = ReferenceAttention(plan.sequences, plan.mask, dims, q.data(), k.data(),
-                                                          v.data(), backward ? d_o.data() : nullptr);
+  const ReferenceAttentionResult ref =
+      ReferenceAttention(plan.sequences, plan.mask, dims, q.data(), k.data(), v.data(),
+                         backward ? d_o.data() : nullptr);
   CheckResult result;
-  auto compare = [&](const char* name, int32_t heads, int32_t width, const std::vector<double>& want) {
+  auto compare = [&](const char* name, int32_t heads, int32_t width,
+                     const std::vector<double>& want) {
     const auto got = read(InPath(outputs, name), heads, width);
     const double err = RelativeError(got.data(), want.data(), static_cast<int64_t>(want.size()));
     result.errors.push_back({name, err});
@@ -164,8 +167,8 @@ CheckResult CheckOutputs(const Plan& plan, const std::string& inputs, const std:
 void PrintCheck(const CheckResult& r, double tolerance) {
   std::string line;
   for (const auto& [name, err] : r.errors) line += fmt::format(" {} {:.2e}", name, err);
-  fmt::print("check: relative error vs float64 reference:{} (tolerance {:.0e}): {}\n", line, tolerance,
-             r.passed ? "matched the reference" : "MISMATCH");
+  fmt::print("check: relative error vs float64 reference:{} (tolerance {:.0e}): {}\n", line,
+             tolerance, r.passed ? "matched the reference" : "MISMATCH");
 }
 
 // ---- fcp run ---------------------------------------------------------------
@@ -206,8 +209,9 @@ void Agreed(Communicator& comm, const std::function<void()>& step) {
   std::vector<char> text(1024, '\0');
   if (comm.rank() == first) std::strncpy(text.data(), error.c_str(), text.size() - 1);
   comm.Broadcast(text.data(), static_cast<int64_t>(text.size()), static_cast<int32_t>(first));
-  throw AgreedError(ErrorCode::kInvalidArgument,
-                   fmt::format("run: rank {}: {} (reported by rank {})", comm.rank(), text.data(), first));
+  throw AgreedError(
+      ErrorCode::kInvalidArgument,
+      fmt::format("run: rank {}: {} (reported by rank {})", comm.rank(), text.data(), first));
 }
 
 // All ranks hold equal values of `value`, or an error naming `what`.
@@ -246,17 +250,19 @@ void RequireDevice(const RunOptions& opt) {
   if (opt.device != "cuda") return;
 #ifdef FCP_WITH_CUDA
   if (PluginCudaDeviceCount() == 0)
-    throw Error(ErrorCode::kBackend, "run: --device cuda: no CUDA device (cudaGetDeviceCount found none)");
+    throw Error(ErrorCode::kBackend,
+                "run: --device cuda: no CUDA device (cudaGetDeviceCount found none)");
 #else
-  throw Error(ErrorCode::kBackend, "run: --device cuda: this fcp was built without CUDA (FCP_WITH_CUDA=OFF)");
+  throw Error(ErrorCode::kBackend,
+              "run: --device cuda: this fcp was built without CUDA (FCP_WITH_CUDA=OFF)");
 #endif
 }
 
 // The kernel factory of --device: empty for the CPU kernel. Rank r computes
 // on device r mod (device count), so one process per GPU under mpirun and
 // all in-process workers on a one-GPU machine both work.
-std::function<std::unique_ptr<AttentionKernel>(std::function<void()>)> KernelFactory(const RunOptions& opt,
-                                                                                    int32_t rank) {
+std::function<std::unique_ptr<AttentionKernel>(std::function<void()>)> KernelFactory(
+    const RunOptions& opt, int32_t rank) {
   if (opt.device != "cuda") return {};
 #ifdef FCP_WITH_CUDA
   return [rank](std::function<void()> progress) {
@@ -350,8 +356,8 @@ Plan ReadAgreedPlan(Communicator& comm, const RunOptions& opt) {
   Agreed(comm, [&] {
     if (plan.workers != comm.size())
       throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("plan {} is for {} workers but mpirun started {} ranks", opt.plan_path,
-                              plan.workers, comm.size()));
+                  fmt::format("plan {} is for {} workers but mpirun started {} ranks",
+                              opt.plan_path, plan.workers, comm.size()));
   });
   return plan;
 }
@@ -463,8 +469,8 @@ void WriteAgreedOutputs(Communicator& comm, const RunOptions& opt, const Plan& p
 void PrintRunSummary(Communicator& comm, const RunOptions& opt, const Plan& plan,
                      const ExecutorStats& stats, double total_s) {
   const auto us = [](double s) { return static_cast<int64_t>(s * 1e6); };
-  std::vector<int64_t> sums = {us(stats.compute_s),     us(stats.transfer_s),
-                               us(stats.exposed_wait_s), us(stats.reshuffle_s),
+  std::vector<int64_t> sums = {us(stats.compute_s),        us(stats.transfer_s),
+                               us(stats.exposed_wait_s),   us(stats.reshuffle_s),
                                us(stats.reshuffle_wait_s), stats.bytes_sent};
   std::vector<int64_t> maxes = {us(total_s), us(stats.forward_s), us(stats.backward_s),
                                 stats.peak_received_blocks};
@@ -472,18 +478,21 @@ void PrintRunSummary(Communicator& comm, const RunOptions& opt, const Plan& plan
   comm.AllreduceSum(sums);
   if (comm.rank() != 0) return;
   const double transfer = sums[1] * 1e-6, exposed = sums[2] * 1e-6;
-  fmt::print("run: {} ranks{} on {}, {} tokens, {} blocks, mask {}, {}: {:.3f} s (forward {:.3f} s{})\n",
-             comm.size(), opt.in_process ? " (in-process)" : "", opt.device, plan.total_tokens(),
-             plan.blocks.size(), MaskKindName(plan.mask.kind),
-             opt.backward ? "forward+backward" : "forward", maxes[0] * 1e-6, maxes[1] * 1e-6,
-             opt.backward ? fmt::format(", backward {:.3f} s", maxes[2] * 1e-6) : std::string());
-  fmt::print("  compute {:.3f} s, stage transfers {:.3f} s of which exposed {:.3f} s: {:.1f}% hidden "
-             "behind compute (summed over ranks); {:.1f} MiB sent\n",
-             sums[0] * 1e-6, transfer, exposed,
-             transfer > 0 ? 100.0 * (1 - exposed / transfer) : 100.0, sums[5] / 1048576.0);
-  fmt::print("  reshuffles {:.3f} s of which exposed {:.3f} s; peak received K/V blocks held {} "
-             "(coalesce {})\n",
-             sums[3] * 1e-6, sums[4] * 1e-6, maxes[3], plan.coalesce);
+  fmt::print(
+      "run: {} ranks{} on {}, {} tokens, {} blocks, mask {}, {}: {:.3f} s (forward {:.3f} s{})\n",
+      comm.size(), opt.in_process ? " (in-process)" : "", opt.device, plan.total_tokens(),
+      plan.blocks.size(), MaskKindName(plan.mask.kind),
+      opt.backward ? "forward+backward" : "forward", maxes[0] * 1e-6, maxes[1] * 1e-6,
+      opt.backward ? fmt::format(", backward {:.3f} s", maxes[2] * 1e-6) : std::string());
+  fmt::print(
+      "  compute {:.3f} s, stage transfers {:.3f} s of which exposed {:.3f} s: {:.1f}% hidden "
+      "behind compute (summed over ranks); {:.1f} MiB sent\n",
+      sums[0] * 1e-6, transfer, exposed, transfer > 0 ? 100.0 * (1 - exposed / transfer) : 100.0,
+      sums[5] / 1048576.0);
+  fmt::print(
+      "  reshuffles {:.3f} s of which exposed {:.3f} s; peak received K/V blocks held {} "
+      "(coalesce {})\n",
+      sums[3] * 1e-6, sums[4] * 1e-6, maxes[3], plan.coalesce);
   fmt::print("  outputs written to {}\n", opt.out);
   std::fflush(stdout);
 }
@@ -534,7 +543,8 @@ void MakeInputs(const std::string& plan_path, const std::string& out, uint64_t s
   // Validated: the array shapes come from the plan (negative lengths, zero heads).
   const Plan plan = ReadValidPlan(plan_path);
   const int64_t T = plan.total_tokens();
-  const int32_t hq = plan.attention.heads_q, hkv = plan.attention.heads_kv, hd = plan.attention.head_dim;
+  const int32_t hq = plan.attention.heads_q, hkv = plan.attention.heads_kv,
+                hd = plan.attention.head_dim;
   CreateOutputDirectory(out, "make-inputs");
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -547,8 +557,9 @@ void MakeInputs(const std::string& plan_path, const std::string& out, uint64_t s
   write("k", hkv);
   write("v", hkv);
   write("do", hq);
-  fmt::print("make-inputs: wrote q, k, v, do for {} tokens ({} query heads, {} key/value heads, head dim {}) to {}\n",
-             T, hq, hkv, hd, out);
+  fmt::print(
+      "make-inputs: wrote q, k, v, do for {} tokens ({} query heads, {} key/value heads, head dim {}) to {}\n",
+      T, hq, hkv, hd, out);
 }
 
 }  // namespace
@@ -557,7 +568,8 @@ void AddRunCommands(CLI::App& app) {
   auto opt = std::make_shared<RunOptions>();
   CLI::App* run = app.add_subcommand("run", "Execute a plan under mpirun (one rank per worker)");
   run->add_option("--plan", opt->plan_path, "Plan file")->required();
-  run->add_option("--inputs", opt->inputs, "Directory with q.npy, k.npy, v.npy (and do.npy)")->required();
+  run->add_option("--inputs", opt->inputs, "Directory with q.npy, k.npy, v.npy (and do.npy)")
+      ->required();
   run->add_option("--out", opt->out, "Directory for o.npy, lse.npy (and dq, dk, dv)")->required();
   run->add_flag("--backward", opt->backward, "Also run the backward pass");
   run->add_option("--trace", opt->trace_path, "Write a Chrome trace of real timings per rank");
@@ -576,20 +588,26 @@ void AddRunCommands(CLI::App& app) {
   run->add_option("--kv-tile", opt->kv_tile, "Key rows per kernel tile (at most the block size)")
       ->check(CLI::Range(1, kMaxTileRows))
       ->capture_default_str();
-  run->add_option("--device", opt->device, "Compute on the CPU or on CUDA GPUs (rank r on GPU r mod count)")
+  run->add_option("--device", opt->device,
+                  "Compute on the CPU or on CUDA GPUs (rank r on GPU r mod count)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
-  run->add_flag("--in-process", opt->in_process,
-                "Run the plan's workers as threads of this process, without mpirun (they share the GPU)");
-  run->add_option("--debug-exit-rank", opt->debug_exit_rank, "Testing: this rank dies at --debug-exit-stage")
+  run->add_flag(
+      "--in-process", opt->in_process,
+      "Run the plan's workers as threads of this process, without mpirun (they share the GPU)");
+  run->add_option("--debug-exit-rank", opt->debug_exit_rank,
+                  "Testing: this rank dies at --debug-exit-stage")
       ->group("");
-  run->add_option("--debug-exit-stage", opt->debug_exit_stage, "Testing: forward stage where it dies")->group("");
+  run->add_option("--debug-exit-stage", opt->debug_exit_stage,
+                  "Testing: forward stage where it dies")
+      ->group("");
   run->callback([opt] { Run(*opt); });
 
   auto plan_path = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();
   auto seed = std::make_shared<uint64_t>(1);
-  CLI::App* make = app.add_subcommand("make-inputs", "Write random q, k, v, do .npy inputs for a plan");
+  CLI::App* make =
+      app.add_subcommand("make-inputs", "Write random q, k, v, do .npy inputs for a plan");
   make->add_option("--plan", *plan_path, "Plan file")->required();
   make->add_option("--out", *out, "Directory to write")->required();
   make->add_option("--seed", *seed, "Random seed")->check(kNotNegative)->capture_default_str();

@@ -33,10 +33,11 @@ std::string Percent(double x) { return fmt::format("{:.1f}%", 100 * x); }
 
 // One pass's bound terms in ms: the largest (which is the bound), then the rest.
 std::string PassBoundsLine(const PassBounds& b) {
-  return fmt::format("{:.3f} ms ({}); compute max {:.3f} / mean {:.3f}, NIC in {:.3f} / out {:.3f}, "
-                     "NVLink in {:.3f} / out {:.3f}",
-                     b.bound_s * 1e3, b.binding, b.max_compute_s * 1e3, b.mean_compute_s * 1e3,
-                     b.nic_in_s * 1e3, b.nic_out_s * 1e3, b.nvlink_in_s * 1e3, b.nvlink_out_s * 1e3);
+  return fmt::format(
+      "{:.3f} ms ({}); compute max {:.3f} / mean {:.3f}, NIC in {:.3f} / out {:.3f}, "
+      "NVLink in {:.3f} / out {:.3f}",
+      b.bound_s * 1e3, b.binding, b.max_compute_s * 1e3, b.mean_compute_s * 1e3, b.nic_in_s * 1e3,
+      b.nic_out_s * 1e3, b.nvlink_in_s * 1e3, b.nvlink_out_s * 1e3);
 }
 
 void PrintSimSummary(const Plan& plan, const SimResult& r) {
@@ -47,19 +48,22 @@ void PrintSimSummary(const Plan& plan, const SimResult& r) {
              r.bound_s * 1e3, r.bound_ratio);
   fmt::print("    forward  {}\n", PassBoundsLine(r.forward_bounds));
   fmt::print("    backward {}\n", PassBoundsLine(r.backward_bounds));
-  fmt::print("  MFU:       {} (normalised by saturated kernel efficiency {}; by this batch's "
-             "single-GPU efficiency {}: {})\n",
-             Percent(r.mfu), Percent(r.normalized_mfu), Percent(r.reference_efficiency),
-             Percent(r.batch_normalized_mfu));
+  fmt::print(
+      "  MFU:       {} (normalised by saturated kernel efficiency {}; by this batch's "
+      "single-GPU efficiency {}: {})\n",
+      Percent(r.mfu), Percent(r.normalized_mfu), Percent(r.reference_efficiency),
+      Percent(r.batch_normalized_mfu));
   fmt::print("  imbalance: compute {}, traffic {} (forward K/V), all traffic {}\n",
              Percent(r.compute_imbalance), Percent(r.traffic_imbalance),
              Percent(r.total_traffic_imbalance));
-  fmt::print("  per worker: busy {:.3f} ms mean, exposed communication {:.3f} ms mean / {:.3f} ms max\n",
-             r.mean_busy_s * 1e3, r.mean_exposed_comm_s * 1e3, r.max_exposed_comm_s * 1e3);
-  fmt::print("  plan: {} blocks, {} forward / {} backward stages, coalesce {}, token cap {}; "
-             "{} transfers, {} reshuffle flows\n",
-             plan.blocks.size(), plan.forward.size(), plan.backward.size(), plan.coalesce,
-             plan.token_cap, r.transfers, r.reshuffle_flows);
+  fmt::print(
+      "  per worker: busy {:.3f} ms mean, exposed communication {:.3f} ms mean / {:.3f} ms max\n",
+      r.mean_busy_s * 1e3, r.mean_exposed_comm_s * 1e3, r.max_exposed_comm_s * 1e3);
+  fmt::print(
+      "  plan: {} blocks, {} forward / {} backward stages, coalesce {}, token cap {}; "
+      "{} transfers, {} reshuffle flows\n",
+      plan.blocks.size(), plan.forward.size(), plan.backward.size(), plan.coalesce, plan.token_cap,
+      r.transfers, r.reshuffle_flows);
   if (r.workers <= 16) {
     fmt::print("  {:>6} {:>10} {:>12} {:>10} {:>12} {:>12}\n", "worker", "busy ms", "exposed ms",
                "idle ms", "fwd GFLOP", "fwd KV MiB");
@@ -130,8 +134,8 @@ void WriteCsv(const std::string& path, const CompareOptions& o, const std::vecto
           "mean_busy_s,mean_exposed_comm_s,max_exposed_comm_s,plan_token_cap,plan_coalesce,"
           "forward_stages,blocks,plan_s,sim_s,bound_s,bound_ratio";
   for (const char* pass : {"forward", "backward"})
-    for (const char* term : {"mean_compute_s", "max_compute_s", "nic_in_s", "nic_out_s", "nvlink_in_s",
-                             "nvlink_out_s", "bound_s", "binding"})
+    for (const char* term : {"mean_compute_s", "max_compute_s", "nic_in_s", "nic_out_s",
+                             "nvlink_in_s", "nvlink_out_s", "bound_s", "binding"})
       file << ',' << pass << "_bound_" << term;
   file << '\n';
   for (const Row& r : rows) {
@@ -144,13 +148,13 @@ void WriteCsv(const std::string& path, const CompareOptions& o, const std::vecto
         r.reshuffle, s.profile, s.forward_time_s, s.backward_time_s, s.total_time_s, s.mfu,
         s.normalized_mfu, s.batch_normalized_mfu, s.reference_efficiency, s.compute_imbalance,
         s.traffic_imbalance, s.total_traffic_imbalance, s.mean_busy_s, s.mean_exposed_comm_s,
-        s.max_exposed_comm_s, r.plan.token_cap, r.plan.coalesce, r.plan.forward.size(),
-        r.blocks, r.plan_s, r.sim_s);
+        s.max_exposed_comm_s, r.plan.token_cap, r.plan.coalesce, r.plan.forward.size(), r.blocks,
+        r.plan_s, r.sim_s);
     file << fmt::format(",{:.9g},{:.9g}", s.bound_s, s.bound_ratio);
     for (const PassBounds* b : {&s.forward_bounds, &s.backward_bounds})
       file << fmt::format(",{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{}", b->mean_compute_s,
-                          b->max_compute_s, b->nic_in_s, b->nic_out_s, b->nvlink_in_s, b->nvlink_out_s,
-                          b->bound_s, b->binding);
+                          b->max_compute_s, b->nic_in_s, b->nic_out_s, b->nvlink_in_s,
+                          b->nvlink_out_s, b->bound_s, b->binding);
     file << '\n';
   }
   WriteOutput(path, file.str(), "compare: csv");
@@ -158,7 +162,8 @@ void WriteCsv(const std::string& path, const CompareOptions& o, const std::vecto
 
 void RunCompare(CompareOptions& o) {
   const HardwareProfile profile = ResolveProfile(o.profile);
-  o.planner.network_flops_per_byte = o.network_flops_per_byte.value_or(NetworkFlopsPerByte(profile));
+  o.planner.network_flops_per_byte =
+      o.network_flops_per_byte.value_or(NetworkFlopsPerByte(profile));
   o.planner.mask.kind = ParseMaskKind(o.mask);
   o.planner.mask.window = o.window;
   if (o.planner.mask.kind == MaskKind::kSlidingWindow && o.window == 0)
@@ -182,7 +187,8 @@ void RunCompare(CompareOptions& o) {
   });
   const std::vector<int32_t>& workers = o.workers;
   const std::vector<std::string>& planners = o.planners;
-  if (workers.empty() || planners.empty()) throw UsageError("compare: empty --workers or --planners");
+  if (workers.empty() || planners.empty())
+    throw UsageError("compare: empty --workers or --planners");
   CheckFlags([&] {
     for (const std::string& p : planners) FindPlanner(p);  // unknown names fail before any work
   });
@@ -197,7 +203,8 @@ void RunCompare(CompareOptions& o) {
       WorkloadConfig wc = o.workload;
       wc.workers = n;
       wc.seed = first_seed + k;
-      const std::vector<int64_t> lengths = file_lengths.empty() ? GenerateWorkload(wc) : file_lengths;
+      const std::vector<int64_t> lengths =
+          file_lengths.empty() ? GenerateWorkload(wc) : file_lengths;
       const double tokens_per_worker =
           static_cast<double>(SequenceOffsets(lengths).back()) / static_cast<double>(n);
       for (const std::string& name : planners) {
@@ -224,25 +231,27 @@ void RunCompare(CompareOptions& o) {
       }
     }
 
-  fmt::print("compare: {}, block {}, coalesce {}, mask {}, profile {}; "
-             "reshuffle: fcp* {}, baselines {}; transfers {}\n",
-             file_lengths.empty()
-                 ? fmt::format("{} tokens per worker, dist {}", o.workload.tokens_per_worker, o.dist)
-                 : fmt::format("lengths from {} ({} tokens)", o.lengths_path,
-                               SequenceOffsets(file_lengths).back()),
-             o.planner.block_size, o.planner.coalesce, o.mask, profile.name, o.reshuffle,
-             o.baseline_reshuffle, o.transfers);
-  fmt::print("{:>5} {:>5} {:<17} {:>10} {:>7} {:>7} {:>7} {:>8} {:>8} {:>9} {:>8} {:>8} {:>7}\n", "N",
-             "seed", "planner", "time ms", "MFU", "normMFU", "batchN", "comp-imb", "traf-imb",
+  fmt::print(
+      "compare: {}, block {}, coalesce {}, mask {}, profile {}; "
+      "reshuffle: fcp* {}, baselines {}; transfers {}\n",
+      file_lengths.empty()
+          ? fmt::format("{} tokens per worker, dist {}", o.workload.tokens_per_worker, o.dist)
+          : fmt::format("lengths from {} ({} tokens)", o.lengths_path,
+                        SequenceOffsets(file_lengths).back()),
+      o.planner.block_size, o.planner.coalesce, o.mask, profile.name, o.reshuffle,
+      o.baseline_reshuffle, o.transfers);
+  fmt::print("{:>5} {:>5} {:<17} {:>10} {:>7} {:>7} {:>7} {:>8} {:>8} {:>9} {:>8} {:>8} {:>7}\n",
+             "N", "seed", "planner", "time ms", "MFU", "normMFU", "batchN", "comp-imb", "traf-imb",
              "exposed", "plan s", "sim s", "/bound");
   for (const Row& r : rows) {
     const SimResult& s = r.sim;
-    fmt::print("{:>5} {:>5} {:<17} {:>10.3f} {:>7} {:>7} {:>7} {:>8} {:>8} {:>7.2f}ms {:>8.3f} {:>8.3f} "
-               "{:>6.3f}x\n",
-               r.workers, r.seed, r.planner, s.total_time_s * 1e3, Percent(s.mfu),
-               Percent(s.normalized_mfu), Percent(s.batch_normalized_mfu),
-               Percent(s.compute_imbalance), Percent(s.traffic_imbalance),
-               s.mean_exposed_comm_s * 1e3, r.plan_s, r.sim_s, s.bound_ratio);
+    fmt::print(
+        "{:>5} {:>5} {:<17} {:>10.3f} {:>7} {:>7} {:>7} {:>8} {:>8} {:>7.2f}ms {:>8.3f} {:>8.3f} "
+        "{:>6.3f}x\n",
+        r.workers, r.seed, r.planner, s.total_time_s * 1e3, Percent(s.mfu),
+        Percent(s.normalized_mfu), Percent(s.batch_normalized_mfu), Percent(s.compute_imbalance),
+        Percent(s.traffic_imbalance), s.mean_exposed_comm_s * 1e3, r.plan_s, r.sim_s,
+        s.bound_ratio);
   }
   // FCP's speedup over each baseline (MFU ratio = time ratio on the same batch).
   bool header = false;
@@ -280,7 +289,8 @@ void AddSimulateCommands(CLI::App& app) {
   sim->add_option("--trace", so->trace, "Write a Chrome trace (Perfetto) to this file");
   sim->add_option("--reshuffle", so->reshuffle, "overlap | blocking | none")->capture_default_str();
   sim->add_option("--transfers", so->transfers, kTransfersHelp)->capture_default_str();
-  sim->add_option("--dkv-bytes", so->dkv_bytes, "Bytes per element of partial dK/dV transfers (0 = the plan's dtype)")
+  sim->add_option("--dkv-bytes", so->dkv_bytes,
+                  "Bytes per element of partial dK/dV transfers (0 = the plan's dtype)")
       ->capture_default_str();
   CLI::Option* json_flag = sim->add_flag("--json", so->json, "Print the result as JSON");
   sim->add_flag("--per-worker", so->per_worker, "With --json: include per-worker statistics")
@@ -315,8 +325,10 @@ void AddSimulateCommands(CLI::App& app) {
   });
 
   auto co = std::make_shared<CompareOptions>();
-  CLI::App* cmp = app.add_subcommand("compare", "Plan and simulate one batch per N with several planners");
-  cmp->add_option("--dist", co->dist, "lognormal | uniform | fixed | bimodal")->capture_default_str();
+  CLI::App* cmp =
+      app.add_subcommand("compare", "Plan and simulate one batch per N with several planners");
+  cmp->add_option("--dist", co->dist, "lognormal | uniform | fixed | bimodal")
+      ->capture_default_str();
   cmp->add_option("--lengths", co->lengths_path, "Use this lengths file instead of --dist");
   cmp->add_option("--workers", co->workers, "Comma-separated worker counts")
       ->delimiter(',')
@@ -325,19 +337,22 @@ void AddSimulateCommands(CLI::App& app) {
   cmp->add_option("--planners", co->planners, "Comma-separated planner names")
       ->delimiter(',')
       ->capture_default_str();
-  cmp->add_option("--profile", co->profile, "gpu-x, gpu-y or a JSON profile")->capture_default_str();
+  cmp->add_option("--profile", co->profile, "gpu-x, gpu-y or a JSON profile")
+      ->capture_default_str();
   cmp->add_option("--csv", co->csv, "Also write one CSV row per (N, seed, planner)");
   cmp->add_option("--tokens-per-worker", co->workload.tokens_per_worker, "Tokens per worker")
       ->capture_default_str();
   cmp->add_option("--max-len", co->workload.max_len, "Longest sequence")->capture_default_str();
   cmp->add_option("--min-len", co->workload.min_len, "Shortest sequence")->capture_default_str();
-  cmp->add_option("--mu", co->workload.lognormal_mu, "lognormal: mean of ln(length)")->capture_default_str();
+  cmp->add_option("--mu", co->workload.lognormal_mu, "lognormal: mean of ln(length)")
+      ->capture_default_str();
   cmp->add_option("--sigma", co->workload.lognormal_sigma, "lognormal: std dev of ln(length)")
       ->capture_default_str();
   cmp->add_option("--seed", co->workload.seed, "First workload seed")
       ->check(kNotNegative)
       ->capture_default_str();
-  cmp->add_option("--seeds", co->seeds, "Batches per N (seeds seed..seed+k-1)")->capture_default_str();
+  cmp->add_option("--seeds", co->seeds, "Batches per N (seeds seed..seed+k-1)")
+      ->capture_default_str();
   // The planner's flags as `fcp plan` has them, but N (--workers is a list
   // here), the network ratio (the profile's unless given) and the reshuffle
   // locality (set from --reshuffle per planner).
@@ -346,10 +361,12 @@ void AddSimulateCommands(CLI::App& app) {
                   "fcp: the planner's network ratio (default: the profile's; 0 = balance only)");
   cmp->add_option("--mask", co->mask, "causal | full | sliding_window")->capture_default_str();
   cmp->add_option("--window", co->window, "Window for --mask sliding_window");
-  cmp->add_option("--reshuffle", co->reshuffle, "Reshuffle of fcp* planners: overlap | blocking | none")
+  cmp->add_option("--reshuffle", co->reshuffle,
+                  "Reshuffle of fcp* planners: overlap | blocking | none")
       ->capture_default_str();
-  cmp->add_option("--baseline-reshuffle", co->baseline_reshuffle,
-                  "Reshuffle of the baselines (they change the dataloader instead): none | blocking | overlap")
+  cmp->add_option(
+         "--baseline-reshuffle", co->baseline_reshuffle,
+         "Reshuffle of the baselines (they change the dataloader instead): none | blocking | overlap")
       ->capture_default_str();
   cmp->add_option("--transfers", co->transfers, kTransfersHelp)->capture_default_str();
   cmp->add_flag("--validate", co->validate, "ValidatePlan every plan (slow at large N)");

@@ -65,7 +65,9 @@ void AddWorkloadCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--sigma", options->config.lognormal_sigma, "lognormal: std dev of ln(length)")
       ->capture_default_str();
-  cmd->add_option("--seed", options->config.seed, "Random seed")->check(kNotNegative)->capture_default_str();
+  cmd->add_option("--seed", options->config.seed, "Random seed")
+      ->check(kNotNegative)
+      ->capture_default_str();
   cmd->add_option("--out", options->out, "Output file, one length per line ('-' = stdout)")
       ->capture_default_str();
   cmd->add_flag("--stats", options->stats, "Print length, token and FLOP shares to stderr");

@@ -31,9 +31,10 @@ const Plugin& LoadPlugin() {
       return;
     }
     plugin.device_count = reinterpret_cast<int32_t (*)()>(dlsym(handle, "fcp_cuda_device_count"));
-    plugin.make_kernel =
-        reinterpret_cast<AttentionKernel* (*)(const CudaKernelOptions*)>(dlsym(handle, "fcp_make_cuda_kernel"));
-    if (!plugin.device_count || !plugin.make_kernel) error = "run: --device cuda: " + path + " is not the fcp CUDA backend";
+    plugin.make_kernel = reinterpret_cast<AttentionKernel* (*)(const CudaKernelOptions*)>(
+        dlsym(handle, "fcp_make_cuda_kernel"));
+    if (!plugin.device_count || !plugin.make_kernel)
+      error = "run: --device cuda: " + path + " is not the fcp CUDA backend";
   });
   if (!error.empty()) throw Error(ErrorCode::kBackend, error);
   return plugin;

@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <CLI/CLI.hpp>
 
 #include "fcp/cost_model.h"
 #include "fcp/cuda_attention.h"
@@ -42,7 +42,8 @@ int Main(const Options& opt) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
-  if (fcp::CudaDeviceCount() == 0) throw fcp::Error(fcp::ErrorCode::kBackend, "gpu bench: no CUDA device");
+  if (fcp::CudaDeviceCount() == 0)
+    throw fcp::Error(fcp::ErrorCode::kBackend, "gpu bench: no CUDA device");
   const fcp::Mask mask{fcp::ParseMaskKind(opt.mask), opt.window};
   mask.validate();
   const fcp::AttentionDims dims{opt.heads_q, opt.heads_kv, opt.head_dim,
@@ -50,9 +51,10 @@ int Main(const Options& opt) {
   dims.validate();
   const std::string device = fcp::CudaDeviceName(opt.device);
   const double peak = fcp::MeasureBf16MatmulRate(opt.device, opt.gemm_n, 10);
-  fmt::print("device {}: measured bf16 matrix rate {:.1f} TFLOP/s (cuBLAS {}^3)\n", device, peak * 1e-12, opt.gemm_n);
-  fmt::print("{:>7} {:>12} {:>12} {:>8} {:>12} {:>12} {:>8}\n", "tokens", "fwd ms", "fwd TFLOP/s", "fwd eff",
-             "bwd ms", "bwd TFLOP/s", "bwd eff");
+  fmt::print("device {}: measured bf16 matrix rate {:.1f} TFLOP/s (cuBLAS {}^3)\n", device,
+             peak * 1e-12, opt.gemm_n);
+  fmt::print("{:>7} {:>12} {:>12} {:>8} {:>12} {:>12} {:>8}\n", "tokens", "fwd ms", "fwd TFLOP/s",
+             "fwd eff", "bwd ms", "bwd TFLOP/s", "bwd eff");
   std::vector<fcp::EfficiencyPoint> forward_curve;
   std::vector<double> backward_ratios;
   std::vector<int64_t> skipped;
@@ -66,15 +68,19 @@ int Main(const Options& opt) {
       skipped.push_back(len);
       continue;
     }
-    const int32_t repeats = std::clamp(static_cast<int32_t>(0.3 / std::max(estimate_s, 1e-6)), 1, 10);
+    const int32_t repeats =
+        std::clamp(static_cast<int32_t>(0.3 / std::max(estimate_s, 1e-6)), 1, 10);
     fcp::CudaKernelOptions ko;
     ko.device = opt.device;
-    const fcp::CudaAttentionTiming t = fcp::TimeCudaAttention(dims, mask, len, repeats, /*backward=*/true, ko);
+    const fcp::CudaAttentionTiming t =
+        fcp::TimeCudaAttention(dims, mask, len, repeats, /*backward=*/true, ko);
     const double pairs = static_cast<double>(fcp::AllowedPairs(mask, {0, len}, {0, len}));
-    const double fwd_flops = 4.0 * dims.heads_q * dims.head_dim * pairs, bwd_flops = fcp::kBackwardFlopsFactor * fwd_flops;
+    const double fwd_flops = 4.0 * dims.heads_q * dims.head_dim * pairs,
+                 bwd_flops = fcp::kBackwardFlopsFactor * fwd_flops;
     const double fwd_rate = fwd_flops / t.forward_s, bwd_rate = bwd_flops / t.backward_s;
-    fmt::print("{:>7} {:>12.3f} {:>12.2f} {:>7.1f}% {:>12.3f} {:>12.2f} {:>7.1f}%\n", len, t.forward_s * 1e3,
-               fwd_rate * 1e-12, 100 * fwd_rate / peak, t.backward_s * 1e3, bwd_rate * 1e-12, 100 * bwd_rate / peak);
+    fmt::print("{:>7} {:>12.3f} {:>12.2f} {:>7.1f}% {:>12.3f} {:>12.2f} {:>7.1f}%\n", len,
+               t.forward_s * 1e3, fwd_rate * 1e-12, 100 * fwd_rate / peak, t.backward_s * 1e3,
+               bwd_rate * 1e-12, 100 * bwd_rate / peak);
     std::fflush(stdout);
     // The profile's fractions must lie in (0, 1].
     forward_curve.push_back({static_cast<double>(len), std::clamp(fwd_rate / peak, 1e-9, 1.0)});
@@ -82,9 +88,11 @@ int Main(const Options& opt) {
     last_s = t.forward_s + t.backward_s;
     last_len = len;
   }
-  if (!skipped.empty()) fmt::print("skipped (time budget {:.0f} s): {}\n", opt.budget_s, fmt::join(skipped, ", "));
+  if (!skipped.empty())
+    fmt::print("skipped (time budget {:.0f} s): {}\n", opt.budget_s, fmt::join(skipped, ", "));
   if (!opt.out.empty()) {
-    if (forward_curve.empty()) throw fcp::Error(fcp::ErrorCode::kInternal, "gpu bench: no length was measured");
+    if (forward_curve.empty())
+      throw fcp::Error(fcp::ErrorCode::kInternal, "gpu bench: no length was measured");
     fcp::HardwareProfile profile = fcp::BuiltinProfile("gpu-x");  // network and latencies
     profile.name = opt.name;
     profile.description = fmt::format(
@@ -117,7 +125,8 @@ int main(int argc, char** argv) {
   app.add_option("--head-dim", opt.head_dim)->capture_default_str();
   app.add_option("--mask", opt.mask, "causal | full | sliding_window")->capture_default_str();
   app.add_option("--window", opt.window, "Window of sliding_window")->capture_default_str();
-  app.add_option("--gemm-n", opt.gemm_n, "Size of the cuBLAS GEMM measuring the matrix rate")->capture_default_str();
+  app.add_option("--gemm-n", opt.gemm_n, "Size of the cuBLAS GEMM measuring the matrix rate")
+      ->capture_default_str();
   app.add_option("--budget-s", opt.budget_s, "Skip lengths that would not fit in this many seconds")
       ->capture_default_str();
   app.add_option("--name", opt.name, "Profile name")->capture_default_str();

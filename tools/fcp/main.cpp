@@ -25,7 +25,8 @@ void RejectIntegerOverflow(CLI::App& app) {
           const char* first = text.data() + (text.size() > 1 && text[0] == '+');
           const auto [ptr, ec] = std::from_chars(first, end, value);
           return ec == std::errc::result_out_of_range && ptr == end
-                     ? "is out of range for a " + std::to_string(8 * sizeof value) + "-bit integer: " + text
+                     ? "is out of range for a " + std::to_string(8 * sizeof value) +
+                           "-bit integer: " + text
                      : std::string();
         },
         "");

@@ -31,7 +31,8 @@ struct Hub {
   const double timeout_s;
   std::mutex mu;
   std::condition_variable cv;
-  std::map<std::tuple<int32_t, int32_t, int32_t>, std::deque<std::vector<char>>> mail;  // (src, dst, tag)
+  std::map<std::tuple<int32_t, int32_t, int32_t>, std::deque<std::vector<char>>>
+      mail;  // (src, dst, tag)
   // Collective rounds.
   int64_t generation = 0;
   int32_t arrived = 0;
@@ -64,8 +65,10 @@ class LocalCommunicator final : public Communicator {
 
   Request Ialltoallv(const void* send, std::span<const int64_t> send_counts, void* recv,
                      std::span<const int64_t> recv_counts, int64_t elem_bytes) override {
-    if (static_cast<int32_t>(send_counts.size()) != size() || static_cast<int32_t>(recv_counts.size()) != size())
-      throw Error(ErrorCode::kInvalidArgument, "local communicator: alltoallv counts need one entry per rank");
+    if (static_cast<int32_t>(send_counts.size()) != size() ||
+        static_cast<int32_t>(recv_counts.size()) != size())
+      throw Error(ErrorCode::kInvalidArgument,
+                  "local communicator: alltoallv counts need one entry per rank");
     const char* s = static_cast<const char*>(send);
     for (int32_t p = 0; p < size(); ++p) {
       Isend(s, send_counts[p] * elem_bytes, p, kAlltoallvTag);
@@ -90,8 +93,9 @@ class LocalCommunicator final : public Communicator {
     const auto deadline = Deadline();
     while (!TestLocked(request))
       if (hub_->cv.wait_until(lock, deadline) == std::cv_status::timeout && !TestLocked(request))
-        throw Error(ErrorCode::kBackend, "local: rank " + std::to_string(rank_) + ": no progress for " +
-                                             std::to_string(hub_->timeout_s) + " s waiting for a peer");
+        throw Error(ErrorCode::kBackend,
+                    "local: rank " + std::to_string(rank_) + ": no progress for " +
+                        std::to_string(hub_->timeout_s) + " s waiting for a peer");
   }
 
   void AllreduceMin(std::span<int64_t> values) override {
@@ -109,15 +113,16 @@ class LocalCommunicator final : public Communicator {
     const std::vector<std::vector<char>> all = Gather(std::move(mine));
     if (root < 0 || root >= static_cast<int32_t>(all.size()))
       throw Error(ErrorCode::kInvalidArgument, "local: Broadcast root " + std::to_string(root) +
-                                                   " is not a rank (0.." + std::to_string(all.size() - 1) + ")");
+                                                   " is not a rank (0.." +
+                                                   std::to_string(all.size() - 1) + ")");
     std::memcpy(data, all[static_cast<size_t>(root)].data(), static_cast<size_t>(bytes));
   }
 
   void Barrier() override { Gather({}); }
 
   [[noreturn]] void Abort(int exit_code) override {
-    throw Error(ErrorCode::kBackend, "local: rank " + std::to_string(rank_) + " aborted with code " +
-                                         std::to_string(exit_code));
+    throw Error(ErrorCode::kBackend, "local: rank " + std::to_string(rank_) +
+                                         " aborted with code " + std::to_string(exit_code));
   }
 
  private:
@@ -138,12 +143,14 @@ class LocalCommunicator final : public Communicator {
 
   void CheckPeer(int32_t peer) const {
     if (peer < 0 || peer >= size())
-      throw Error(ErrorCode::kInvalidArgument, "local communicator: no rank " + std::to_string(peer));
+      throw Error(ErrorCode::kInvalidArgument,
+                  "local communicator: no rank " + std::to_string(peer));
   }
 
   std::chrono::steady_clock::time_point Deadline() const {
-    return std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                  std::chrono::duration<double>(hub_->timeout_s));
+    return std::chrono::steady_clock::now() +
+           std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+               std::chrono::duration<double>(hub_->timeout_s));
   }
 
   Request NewRequest(std::vector<Pending> parts) {
@@ -173,7 +180,8 @@ class LocalCommunicator final : public Communicator {
       std::vector<char>& msg = box->second.front();
       if (static_cast<int64_t>(msg.size()) > it->part.bytes)
         throw Error(ErrorCode::kBackend, "local: message of " + std::to_string(msg.size()) +
-                                             " bytes truncated to " + std::to_string(it->part.bytes));
+                                             " bytes truncated to " +
+                                             std::to_string(it->part.bytes));
       std::copy(msg.begin(), msg.end(), it->part.data);
       box->second.pop_front();
       --reqs_[it->request].unmatched;
@@ -183,9 +191,9 @@ class LocalCommunicator final : public Communicator {
 
   bool TestLocked(Request request) {
     if (request < 0 || request >= static_cast<Request>(reqs_.size()))
-      throw Error(ErrorCode::kInvalidArgument,
-                  "local: Test of unknown request " + std::to_string(request) + " (" +
-                      std::to_string(reqs_.size()) + " issued)");
+      throw Error(ErrorCode::kInvalidArgument, "local: Test of unknown request " +
+                                                   std::to_string(request) + " (" +
+                                                   std::to_string(reqs_.size()) + " issued)");
     Req& req = reqs_[static_cast<size_t>(request)];
     FCP_CHECK(req.busy, "communicator: request " + std::to_string(request) + " already completed");
     MatchLocked();
@@ -212,8 +220,9 @@ class LocalCommunicator final : public Communicator {
     const auto deadline = Deadline();
     while (hub_->generation == gen)
       if (hub_->cv.wait_until(lock, deadline) == std::cv_status::timeout && hub_->generation == gen)
-        throw Error(ErrorCode::kBackend, "local: rank " + std::to_string(rank_) + ": no progress for " +
-                                             std::to_string(hub_->timeout_s) + " s in a collective");
+        throw Error(ErrorCode::kBackend,
+                    "local: rank " + std::to_string(rank_) + ": no progress for " +
+                        std::to_string(hub_->timeout_s) + " s in a collective");
     return hub_->published;
   }
 
@@ -242,9 +251,11 @@ class LocalCommunicator final : public Communicator {
 
 }  // namespace
 
-std::vector<std::unique_ptr<Communicator>> MakeLocalCommunicators(int32_t ranks, const CommunicatorOptions& options) {
+std::vector<std::unique_ptr<Communicator>> MakeLocalCommunicators(
+    int32_t ranks, const CommunicatorOptions& options) {
   if (ranks < 1) throw Error(ErrorCode::kInvalidArgument, "local communicator: ranks must be >= 1");
-  if (!(options.timeout_s > 0)) throw Error(ErrorCode::kInvalidArgument, "local communicator: timeout_s must be > 0");
+  if (!(options.timeout_s > 0))
+    throw Error(ErrorCode::kInvalidArgument, "local communicator: timeout_s must be > 0");
   auto hub = std::make_shared<Hub>(ranks, options.timeout_s);
   std::vector<std::unique_ptr<Communicator>> out;
   for (int32_t r = 0; r < ranks; ++r) out.push_back(std::make_unique<LocalCommunicator>(hub, r));

@@ -21,7 +21,8 @@ void Check(int rc, const char* op) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, text, &len);
-  throw Error(ErrorCode::kBackend, std::string("mpi: ") + op + " failed: " + std::string(text, len));
+  throw Error(ErrorCode::kBackend,
+              std::string("mpi: ") + op + " failed: " + std::string(text, len));
 }
 
 int ToInt(int64_t value, const char* what) {
@@ -76,11 +77,13 @@ class MpiCommunicator final : public Communicator {
 
   Request Ialltoallv(const void* send, std::span<const int64_t> send_counts, void* recv,
                      std::span<const int64_t> recv_counts, int64_t elem_bytes) override {
-    if (static_cast<int32_t>(send_counts.size()) != size_ || static_cast<int32_t>(recv_counts.size()) != size_)
+    if (static_cast<int32_t>(send_counts.size()) != size_ ||
+        static_cast<int32_t>(recv_counts.size()) != size_)
       throw Error(ErrorCode::kInvalidArgument, "mpi: alltoallv counts need one entry per rank");
     const Request r = NewSlot();
     Slot& s = slots_[r];
-    Check(MPI_Type_contiguous(ToInt(elem_bytes, "element bytes"), MPI_BYTE, &s.type), "MPI_Type_contiguous");
+    Check(MPI_Type_contiguous(ToInt(elem_bytes, "element bytes"), MPI_BYTE, &s.type),
+          "MPI_Type_contiguous");
     Check(MPI_Type_commit(&s.type), "MPI_Type_commit");
     // The count arrays must outlive the operation: they live in the slot.
     s.counts.assign(4 * static_cast<size_t>(size_), 0);
@@ -94,16 +97,17 @@ class MpiCommunicator final : public Communicator {
       recv_off += recv_counts[p];
     }
     Check(MPI_Ialltoallv(send, s.counts.data(), s.counts.data() + size_, s.type, recv,
-                         s.counts.data() + 2 * size_, s.counts.data() + 3 * size_, s.type, comm_, &s.req),
+                         s.counts.data() + 2 * size_, s.counts.data() + 3 * size_, s.type, comm_,
+                         &s.req),
           "MPI_Ialltoallv");
     return r;
   }
 
   bool Test(Request request) override {
     if (request < 0 || request >= static_cast<Request>(slots_.size()))
-      throw Error(ErrorCode::kInvalidArgument,
-                  "mpi: Test of unknown request " + std::to_string(request) + " (" +
-                      std::to_string(slots_.size()) + " issued)");
+      throw Error(ErrorCode::kInvalidArgument, "mpi: Test of unknown request " +
+                                                   std::to_string(request) + " (" +
+                                                   std::to_string(slots_.size()) + " issued)");
     Slot& s = slots_[static_cast<size_t>(request)];
     FCP_CHECK(s.busy, "communicator: request " + std::to_string(request) + " already completed");
     int done = 0;
@@ -163,8 +167,9 @@ class MpiCommunicator final : public Communicator {
 
   void Allreduce(std::span<int64_t> values, MPI_Op op) {
     const Request r = NewSlot();
-    Check(MPI_Iallreduce(MPI_IN_PLACE, values.data(), ToInt(static_cast<int64_t>(values.size()), "allreduce count"),
-                         MPI_INT64_T, op, comm_, &slots_[r].req),
+    Check(MPI_Iallreduce(MPI_IN_PLACE, values.data(),
+                         ToInt(static_cast<int64_t>(values.size()), "allreduce count"), MPI_INT64_T,
+                         op, comm_, &slots_[r].req),
           "MPI_Iallreduce");
     Wait(r);
   }

@@ -93,7 +93,8 @@ FCP_HD void AtomicAdd(float* target, float value) {
 
 // Keys [*lo, *hi) of pair p (indices relative to p.k_row) that query index i
 // of the pair attends; every supported mask gives one contiguous range.
-FCP_HD void AllowedKeys(const KernelDims& d, const PairDesc& p, int64_t i, int64_t* lo, int64_t* hi) {
+FCP_HD void AllowedKeys(const KernelDims& d, const PairDesc& p, int64_t i, int64_t* lo,
+                        int64_t* hi) {
   const int64_t qpos = p.q_pos + i;
   int64_t begin = 0, end = p.k_len;
   if (d.mask_kind != kMaskFull) {
@@ -127,8 +128,9 @@ FCP_HD void MergeRow(int32_t head_dim, const float* o2, float lse2, float* o, fl
 
 // Forward of query index i, head h of pair p: merges into o, lse (float32,
 // buffers indexed by the pair's rows).
-FCP_HD void ForwardRow(const KernelDims& d, const PairDesc& p, int64_t i, int32_t h, const uint16_t* q,
-                       const uint16_t* k, const uint16_t* v, float* o, float* lse) {
+FCP_HD void ForwardRow(const KernelDims& d, const PairDesc& p, int64_t i, int32_t h,
+                       const uint16_t* q, const uint16_t* k, const uint16_t* v, float* o,
+                       float* lse) {
   int64_t lo, hi;
   AllowedKeys(d, p, i, &lo, &hi);
   if (lo >= hi) return;
@@ -162,7 +164,8 @@ FCP_HD void ForwardRow(const KernelDims& d, const PairDesc& p, int64_t i, int32_
 
 // Queries [*lo, *hi) of pair p (indices relative to p.q_row) that attend key
 // index j of the pair: the transpose of AllowedKeys, also contiguous.
-FCP_HD void AllowedQueries(const KernelDims& d, const PairDesc& p, int64_t j, int64_t* lo, int64_t* hi) {
+FCP_HD void AllowedQueries(const KernelDims& d, const PairDesc& p, int64_t j, int64_t* lo,
+                           int64_t* hi) {
   const int64_t kpos = p.k_pos + j;
   int64_t begin = 0, end = p.q_len;
   if (d.mask_kind != kMaskFull) {
@@ -182,9 +185,9 @@ FCP_HD void AllowedQueries(const KernelDims& d, const PairDesc& p, int64_t j, in
 // BackwardQueryRow owns dq of (query i, head h); BackwardKeyRow owns dk, dv
 // of (key j, key/value head g) and walks the group's query heads. Both
 // recompute P = exp(scale q.k - lse) and dS = P (dO.v - delta) scale.
-FCP_HD void BackwardQueryRow(const KernelDims& d, const PairDesc& p, int64_t i, int32_t h, const uint16_t* q,
-                             const uint16_t* k, const uint16_t* v, const uint16_t* d_o, const float* lse,
-                             const float* delta, float* dq) {
+FCP_HD void BackwardQueryRow(const KernelDims& d, const PairDesc& p, int64_t i, int32_t h,
+                             const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                             const uint16_t* d_o, const float* lse, const float* delta, float* dq) {
   int64_t lo, hi;
   AllowedKeys(d, p, i, &lo, &hi);
   if (lo >= hi) return;
@@ -211,9 +214,10 @@ FCP_HD void BackwardQueryRow(const KernelDims& d, const PairDesc& p, int64_t i, 
   for (int32_t c = 0; c < hd; ++c) AtomicAdd(dq + q_off + c, acc[c]);
 }
 
-FCP_HD void BackwardKeyRow(const KernelDims& d, const PairDesc& p, int64_t j, int32_t g, const uint16_t* q,
-                           const uint16_t* k, const uint16_t* v, const uint16_t* d_o, const float* lse,
-                           const float* delta, float* dk, float* dv) {
+FCP_HD void BackwardKeyRow(const KernelDims& d, const PairDesc& p, int64_t j, int32_t g,
+                           const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                           const uint16_t* d_o, const float* lse, const float* delta, float* dk,
+                           float* dv) {
   int64_t lo, hi;
   AllowedQueries(d, p, j, &lo, &hi);
   if (lo >= hi) return;
@@ -268,7 +272,8 @@ FCP_HD bool ThreadWork(const KernelDims& d, const PairDesc& p, int64_t t, int64_
 }
 
 // The same for the key pass of the backward: key index and key/value head.
-FCP_HD bool KeyThreadWork(const KernelDims& d, const PairDesc& p, int64_t t, int64_t* j, int32_t* g) {
+FCP_HD bool KeyThreadWork(const KernelDims& d, const PairDesc& p, int64_t t, int64_t* j,
+                          int32_t* g) {
   if (t >= p.k_len * d.heads_kv) return false;
   *j = t / d.heads_kv;
   *g = static_cast<int32_t>(t % d.heads_kv);

@@ -26,10 +26,12 @@ struct Footprint {
 
 inline Footprint FootprintOf(std::span<const SegmentPair> pairs) {
   Footprint f;
-  int64_t q_lo = std::numeric_limits<int64_t>::max(), q_hi = 0, k_lo = std::numeric_limits<int64_t>::max(), k_hi = 0;
+  int64_t q_lo = std::numeric_limits<int64_t>::max(), q_hi = 0,
+          k_lo = std::numeric_limits<int64_t>::max(), k_hi = 0;
   for (const SegmentPair& s : pairs) {
     if (s.q_len < 0 || s.k_len < 0 || s.q_row < 0 || s.k_row < 0)
-      throw Error(ErrorCode::kInvalidArgument, "cuda attention: a segment pair has a negative row or length");
+      throw Error(ErrorCode::kInvalidArgument,
+                  "cuda attention: a segment pair has a negative row or length");
     if (s.q_len == 0 || s.k_len == 0) continue;
     q_lo = std::min(q_lo, s.q_row);
     q_hi = std::max(q_hi, s.q_row + s.q_len);

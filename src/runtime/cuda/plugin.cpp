@@ -7,7 +7,9 @@
 
 extern "C" {
 
-__attribute__((visibility("default"))) int32_t fcp_cuda_device_count() { return fcp::CudaDeviceCount(); }
+__attribute__((visibility("default"))) int32_t fcp_cuda_device_count() {
+  return fcp::CudaDeviceCount();
+}
 
 // Ownership of the kernel passes to the caller (delete through AttentionKernel's
 // virtual destructor). Throws what MakeCudaAttentionKernel throws.

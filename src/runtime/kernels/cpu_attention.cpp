@@ -59,8 +59,11 @@ struct FloatRows {
   const float* data;
   int64_t ld;
 };
-inline FloatRows AsFloat(const float* m, int64_t, int64_t ld, int64_t, std::vector<float>&) { return {m, ld}; }
-inline FloatRows AsFloat(const BFloat16* m, int64_t n, int64_t ld, int64_t width, std::vector<float>& scratch) {
+inline FloatRows AsFloat(const float* m, int64_t, int64_t ld, int64_t, std::vector<float>&) {
+  return {m, ld};
+}
+inline FloatRows AsFloat(const BFloat16* m, int64_t n, int64_t ld, int64_t width,
+                         std::vector<float>& scratch) {
   scratch.resize(static_cast<size_t>(n * width));
   for (int64_t r = 0; r < n; ++r)
     for (int64_t d = 0; d < width; ++d) scratch[r * width + d] = ToFloat(m[r * ld + d]);
@@ -73,7 +76,8 @@ struct ColumnRange {
   int64_t hi;
 };
 
-inline ColumnRange AllowedColumns(const Mask& mask, int64_t q_pos, int64_t k_tile_pos, int64_t k_cols) {
+inline ColumnRange AllowedColumns(const Mask& mask, int64_t q_pos, int64_t k_tile_pos,
+                                  int64_t k_cols) {
   switch (mask.kind) {
     case MaskKind::kFull:
       return {0, k_cols};
@@ -87,7 +91,8 @@ inline ColumnRange AllowedColumns(const Mask& mask, int64_t q_pos, int64_t k_til
 }
 
 // True when no (query, key) pair of the two tiles is allowed.
-inline bool TileEmpty(const Mask& mask, int64_t q_pos, int64_t q_rows, int64_t k_pos, int64_t k_rows) {
+inline bool TileEmpty(const Mask& mask, int64_t q_pos, int64_t q_rows, int64_t k_pos,
+                      int64_t k_rows) {
   return AllowedPairs(mask, {q_pos, q_pos + q_rows}, {k_pos, k_pos + k_rows}) == 0;
 }
 
@@ -173,12 +178,14 @@ class CpuAttentionKernel final : public AttentionKernel {
                         static_cast<int>(cols), static_cast<int>(hd), dims.scale, qpack_.data(),
                         static_cast<int>(hd), k.data, static_cast<int>(k.ld), 0.0f, scores_.data(),
                         static_cast<int>(cols));
-            const bool masked = SoftmaxTile(mask, sp.q_pos + q0, sp.k_pos + k0, rows, group, cols, hd);
+            const bool masked =
+                SoftmaxTile(mask, sp.q_pos + q0, sp.k_pos + k0, rows, group, cols, hd);
             // Masked entries of P are 0; with a non-finite V row, 0 x NaN
             // would reach rows that do not attend it: allowed columns only.
             if (masked && !AllFinite(v.data, cols, v.ld, hd))
               for (int64_t r = 0; r < rows; ++r)
-                AddRowTimes(1.0f, scores_.data() + r * cols, ranges_[r], v.data, v.ld, hd, acc_.data() + r * hd);
+                AddRowTimes(1.0f, scores_.data() + r * cols, ranges_[r], v.data, v.ld, hd,
+                            acc_.data() + r * hd);
             else
               cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
                           static_cast<int>(hd), static_cast<int>(cols), 1.0f, scores_.data(),
@@ -247,7 +254,8 @@ class CpuAttentionKernel final : public AttentionKernel {
               float* s = scores_.data() + r * cols;
               const float lse = io.lse[lse_off + r * dims.heads_q];
               for (int64_t j = 0; j < c.lo; ++j) s[j] = 0.0f;
-              for (int64_t j = c.lo; j < c.hi; ++j) s[j] = ExpNonPositive(std::min(s[j] - lse, 0.0f));
+              for (int64_t j = c.lo; j < c.hi; ++j)
+                s[j] = ExpNonPositive(std::min(s[j] - lse, 0.0f));
               for (int64_t j = std::max(c.hi, c.lo); j < cols; ++j) s[j] = 0.0f;
             }
             // Masked entries of P and dS are 0. When a row of dO, Q or K in
@@ -261,8 +269,8 @@ class CpuAttentionKernel final : public AttentionKernel {
             // dV += P^T dO
             if (masked)
               for (int64_t r = 0; r < rows; ++r)
-                AddColumnsTimesRow(1.0f, scores_.data() + r * cols, ranges_[r], do_in.data + r * do_in.ld, hd,
-                                   io.dv + k_off, ldk);
+                AddColumnsTimesRow(1.0f, scores_.data() + r * cols, ranges_[r],
+                                   do_in.data + r * do_in.ld, hd, io.dv + k_off, ldk);
             else
               cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(cols),
                           static_cast<int>(hd), static_cast<int>(rows), 1.0f, scores_.data(),
@@ -287,10 +295,10 @@ class CpuAttentionKernel final : public AttentionKernel {
             // dQ += scale dS K ; dK += scale dS^T Q
             if (masked) {
               for (int64_t r = 0; r < rows; ++r) {
-                AddRowTimes(dims.scale, dscores_.data() + r * cols, ranges_[r], k_in.data, k_in.ld, hd,
-                            io.dq + q_off + r * ldq);
-                AddColumnsTimesRow(dims.scale, dscores_.data() + r * cols, ranges_[r], q_in.data + r * q_in.ld,
-                                   hd, io.dk + k_off, ldk);
+                AddRowTimes(dims.scale, dscores_.data() + r * cols, ranges_[r], k_in.data, k_in.ld,
+                            hd, io.dq + q_off + r * ldq);
+                AddColumnsTimesRow(dims.scale, dscores_.data() + r * cols, ranges_[r],
+                                   q_in.data + r * q_in.ld, hd, io.dk + k_off, ldk);
               }
             } else {
               cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
@@ -321,8 +329,8 @@ class CpuAttentionKernel final : public AttentionKernel {
   }
 
   // out[0, hd) += alpha * sum over j in c of w[j] * m[j * ld + (0, hd)].
-  static void AddRowTimes(float alpha, const float* w, ColumnRange c, const float* m, int64_t ld, int64_t hd,
-                          float* out) {
+  static void AddRowTimes(float alpha, const float* w, ColumnRange c, const float* m, int64_t ld,
+                          int64_t hd, float* out) {
     for (int64_t j = c.lo; j < c.hi; ++j) {
       const float x = alpha * w[j];
       const float* mj = m + j * ld;
@@ -330,8 +338,8 @@ class CpuAttentionKernel final : public AttentionKernel {
     }
   }
   // For j in c: out[j * ld + (0, hd)] += alpha * w[j] * row[0, hd).
-  static void AddColumnsTimesRow(float alpha, const float* w, ColumnRange c, const float* row, int64_t hd,
-                                 float* out, int64_t ld) {
+  static void AddColumnsTimesRow(float alpha, const float* w, ColumnRange c, const float* row,
+                                 int64_t hd, float* out, int64_t ld) {
     for (int64_t j = c.lo; j < c.hi; ++j) {
       const float x = alpha * w[j];
       float* oj = out + j * ld;
@@ -340,7 +348,8 @@ class CpuAttentionKernel final : public AttentionKernel {
   }
 
   static void CheckPair(const SegmentPair& sp) {
-    if (sp.q_len < 0 || sp.k_len < 0 || sp.q_row < 0 || sp.k_row < 0 || sp.q_pos < 0 || sp.k_pos < 0)
+    if (sp.q_len < 0 || sp.k_len < 0 || sp.q_row < 0 || sp.k_row < 0 || sp.q_pos < 0 ||
+        sp.k_pos < 0)
       throw Error(ErrorCode::kInvalidArgument,
                   "attention kernel: segment pair with a negative row, position or length");
   }
@@ -410,17 +419,20 @@ void AttentionDims::validate() const {
 
 void AttentionKernel::Forward(const AttentionDims&, const Mask&, std::span<const SegmentPair>,
                               const ForwardBuffersOf<BFloat16>&) {
-  throw Error(ErrorCode::kInvalidArgument, "attention kernel: Forward: this kernel takes float32 inputs, not bfloat16");
+  throw Error(ErrorCode::kInvalidArgument,
+              "attention kernel: Forward: this kernel takes float32 inputs, not bfloat16");
 }
 
 void AttentionKernel::Backward(const AttentionDims&, const Mask&, std::span<const SegmentPair>,
                                const BackwardBuffersOf<BFloat16>&) {
-  throw Error(ErrorCode::kInvalidArgument, "attention kernel: Backward: this kernel takes float32 inputs, not bfloat16");
+  throw Error(ErrorCode::kInvalidArgument,
+              "attention kernel: Backward: this kernel takes float32 inputs, not bfloat16");
 }
 
 void CpuKernelOptions::validate() const {
   if (q_tile_rows < 1 || kv_tile_rows < 1)
-    throw Error(ErrorCode::kInvalidArgument, "cpu kernel: q_tile_rows and kv_tile_rows must be >= 1");
+    throw Error(ErrorCode::kInvalidArgument,
+                "cpu kernel: q_tile_rows and kv_tile_rows must be >= 1");
 }
 
 std::unique_ptr<AttentionKernel> MakeCpuAttentionKernel(const CpuKernelOptions& options) {
@@ -432,8 +444,8 @@ void InitForwardOutput(const AttentionDims& dims, int64_t rows, float* o, float*
   std::fill_n(lse, rows * dims.heads_q, kNegInf);
 }
 
-void MergeForwardPartial(const AttentionDims& dims, int64_t rows, const float* o2, const float* lse2,
-                         float* o, float* lse) {
+void MergeForwardPartial(const AttentionDims& dims, int64_t rows, const float* o2,
+                         const float* lse2, float* o, float* lse) {
   for (int64_t r = 0; r < rows; ++r)
     for (int32_t h = 0; h < dims.heads_q; ++h) {
       const int64_t idx = r * dims.heads_q + h;

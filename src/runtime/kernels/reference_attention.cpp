@@ -12,19 +12,21 @@ namespace {
 
 bool Allowed(const Mask& mask, int64_t q, int64_t k) {
   switch (mask.kind) {
-    case MaskKind::kFull: return true;
-    case MaskKind::kCausal: return k <= q;
-    case MaskKind::kSlidingWindow: return k <= q && q - mask.window < k;
+    case MaskKind::kFull:
+      return true;
+    case MaskKind::kCausal:
+      return k <= q;
+    case MaskKind::kSlidingWindow:
+      return k <= q && q - mask.window < k;
   }
   return false;
 }
 
 }  // namespace
 
-ReferenceAttentionResult ReferenceAttention(const std::vector<int64_t>& sequences,
-                                            const Mask& mask, const AttentionDims& dims,
-                                            const float* q, const float* k, const float* v,
-                                            const float* d_o) {
+ReferenceAttentionResult ReferenceAttention(const std::vector<int64_t>& sequences, const Mask& mask,
+                                            const AttentionDims& dims, const float* q,
+                                            const float* k, const float* v, const float* d_o) {
   dims.validate();
   mask.validate();
   int64_t total = 0;
@@ -75,7 +77,8 @@ ReferenceAttentionResult ReferenceAttention(const std::vector<int64_t>& sequence
           for (int64_t d = 0; d < hd; ++d) oi[d] += p[j] * vj[d];
         }
         if (!d_o) continue;
-        // dP_j = dO . v_j ; dS_j = P_j (dP_j - dO . o) ; dq += scale dS_j k_j ; dk_j += scale dS_j q
+        // dP_j = dO . v_j ; dS_j = P_j (dP_j - dO . o) ; dq += scale dS_j k_j ; dk_j += scale dS_j
+        // q
         const float* doi = d_o + ((base + i) * hq + h) * hd;
         double delta = 0;
         for (int64_t d = 0; d < hd; ++d) delta += double{doi[d]} * oi[d];
