@@ -101,6 +101,9 @@ class ProgramHandle {
         forward_(Tabulate(program_.forward)),
         backward_(Tabulate(program_.backward)),
         kernel_(MakeCpuAttentionKernel()) {
+    for (const auto* v : {&program_.forward_final_stage, &program_.backward_dq_final_stage,
+                          &program_.backward_dkv_final_stage})
+      final_stages_.emplace_back(v->begin(), v->end());
     for (const SegmentPair& s : program_.segments)
       segments_.insert(segments_.end(), {s.q_row, s.k_row, s.q_pos, s.k_pos, s.q_len, s.k_len});
   }
@@ -113,6 +116,8 @@ class ProgramHandle {
                 "program: pass must be 'forward' or 'backward', got '" + name + "'");
   }
   const std::vector<int64_t>& segments() const { return segments_; }
+  // forward_final_stage, backward_dq_final_stage, backward_dkv_final_stage.
+  const std::vector<int64_t>& final_stage(size_t i) const { return final_stages_[i]; }
 
   // early: 0 every call, 1 only the early ones, 2 all but the early ones.
   void Forward(int64_t stage, float scale, int early, Input q, Input k, Input v, Input k_pool,
@@ -268,6 +273,7 @@ class ProgramHandle {
   const Mask mask_;
   const AttentionDims dims_;
   const PassTables forward_, backward_;
+  std::vector<std::vector<int64_t>> final_stages_;  // RankProgram's *_final_stage, as int64 for vector()
   std::vector<int64_t> segments_;
   std::unique_ptr<AttentionKernel> kernel_;  // one thread at a time: calls hold the handle
 };
@@ -357,7 +363,8 @@ void RegisterProgramBindings(nb::module_& m, PlanOf plan_of) {
                  {"block_row", &p.block_row},           {"local_token", &p.local_token},
                  {"local_position", &p.local_position}, {"in_send_rows", &p.in_send_rows},
                  {"in_send_counts", &p.in_send_counts}, {"in_recv_rows", &p.in_recv_rows},
-                 {"in_recv_counts", &p.in_recv_counts}};
+                 {"in_recv_counts", &p.in_recv_counts}, {"forward_final_stage", &h.final_stage(0)},
+                 {"backward_dq_final_stage", &h.final_stage(1)}, {"backward_dkv_final_stage", &h.final_stage(2)}};
              for (const auto& [n, v] : vectors)
                if (name == n) return VecView(*v, nb::find(&h));
              throw Error(ErrorCode::kInvalidArgument, "program.vector: no vector '" + name + "'");

@@ -135,3 +135,22 @@ def test_trace_shows_stage_transfers_in_flight_while_the_stage_computes():
     script = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "trace_overlap.py"
     out = subprocess.run([sys.executable, str(script), result["path"]], capture_output=True, text=True, check=True)
     assert "overlapped with compute" in out.stdout
+
+
+def test_partials_never_hold_back_a_later_stage_and_grads_are_deterministic():
+    """The runtime rules of docs/runtime.md on 4 gloo ranks: a received dK/dV partial is
+    not awaited at its stage's end, so on some rank a later backward stage computes
+    before an earlier stage's partial was taken in (the old rule waited for it
+    first); and two runs give bitwise identical gradients."""
+    import json
+    import pathlib
+    results = torch_cases.spawn_ok("rules")
+    assert all(r["identical"] for r in results), [r["identical"] for r in results]
+    events = [e for e in json.loads(pathlib.Path(results[0]["path"]).read_text())["traceEvents"] if e["ph"] == "X"]
+    stage = lambda e: int(e["name"].split()[1][1:])  # "bwd s3 ..." -> 3
+    partials = [e for e in events if e["cat"] == "recv" and " dkv" in e["name"]]
+    assert partials, "no dK/dV partials in the trace"
+    later = [(p["name"], c["name"]) for p in partials for c in events
+             if c["pid"] == p["pid"] and c["cat"] == "compute" and c["name"].startswith("bwd s")
+             and stage(c) > stage(p) and c["ts"] < p["ts"] + p["dur"]]
+    assert later, "every partial was taken in before the next stage computed (the old rule)"

@@ -6,6 +6,7 @@ ranks so rank 0 reports one number per case.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import traceback
@@ -199,6 +200,26 @@ def trace_case(rank, path):
     return {"path": path, "forward_stages": plan.num_forward_stages}
 
 
+def rules_case(rank, path):
+    """The backward twice on one FCP plan (the second under fcp.torch.trace): whether
+    the gradients are bitwise identical on this rank (partials summed in posting order)."""
+    import fcp.torch as ft
+    lengths = [2000, 300, 1, 700, 64, 1031]
+    plan = ft.plan(lengths, block_size=128, coalesce=2, heads_q=8, heads_kv=2, head_dim=64)
+    lo, hi = plan.local_range
+    g = torch.Generator().manual_seed(rank)
+    q, k, v = (torch.randn(hi - lo, h, 64, generator=g) for h in (8, 2, 2))
+    do = torch.randn(hi - lo, 8, 64, generator=g)
+    grads = []
+    for run in range(2):
+        x = [t.clone().requires_grad_() for t in (q, k, v)]
+        with ft.trace(path) if run == 1 else contextlib.nullcontext():
+            ft.attention(*x, plan).backward(do)
+        grads.append([t.grad for t in x])
+    same = all(torch.equal(a, b) for a, b in zip(*grads))
+    return {"path": path, "identical": same}
+
+
 def worker(rank, world, port, what, result_path):
     init(rank, world, port, "cpu:gloo,cuda:nccl" if what.endswith("_cuda") else "gloo")
     try:
@@ -212,6 +233,8 @@ def worker(rank, world, port, what, result_path):
             result = bad_input_cases(rank)
         elif what == "trace":
             result = trace_case(rank, f"{result_path}.trace.json")
+        elif what == "rules":
+            result = rules_case(rank, f"{result_path}.trace.json")
         else:
             import torch_hf_cases
             result = torch_hf_cases.run(what, rank)

@@ -276,6 +276,7 @@ class Plan:
                 self._tables[pass_, name] = (np.array(rows).tolist(), np.array(offsets).tolist())
         self.num_forward_stages = p.num_stages("forward")
         self.num_backward_stages = p.num_stages("backward")
+        self._dkv_final_stage = np.array(p.vector("backward_dkv_final_stage")).tolist()
         self._on_device = {}  # (what, device) -> index tensors / DeviceProgram / stream, made on first use
 
     def _rows(self, name: str, device) -> torch.Tensor:
@@ -561,35 +562,71 @@ def _backward_pass(plan: Plan, q, k, v, o, lse, d_o, scale):
         def compute(t):
             prog.backward_stage(t, scale, q, k, v, k_pool, v_pool, d_o, lse, delta, dq, dk, dv, dk_partial,
                                 dv_partial)
+    # Received dK/dV partials in posting order: (block, into_partial, row, rows, bk, bv, works, name, posted).
+    pending = []
+    dkv_final = plan._dkv_final_stage
+
+    def absorb(take):
+        """Waits for the pending partials `take` selects and adds each into its rows in
+        posting order (stage, then the plan's list order), never arrival order."""
+        keep = []
+        for p in pending:
+            if not take(p):
+                keep.append(p)
+                continue
+            _, into_partial, row, rows, bk, bv, works, name, posted = p
+            t0 = time.perf_counter()
+            for w in works:
+                w.wait()
+            t1 = time.perf_counter()
+            _stats["wait_s"] += t1 - t0
+            # Observed completion: when it was needed (an upper bound on its arrival).
+            _record("recv", name, posted, t1)
+            tk, tv = (dk_partial, dv_partial) if into_partial else (dk, dv)
+            tk[row:row + rows] += bk
+            tv[row:row + rows] += bv
+        pending[:] = keep
+
     for t in range(plan.num_backward_stages):
-        ops, incoming = [], []
+        ops, partial_ops, incoming = [], [], []
         for _, block, src, row, rows in plan.stage_ops("backward", "kv_recv", t):
             ops.append(dist.P2POp(dist.irecv, k_pool[row:row + rows], plan._peer[src], plan.group, plan.tag(t, block, 0)))
             ops.append(dist.P2POp(dist.irecv, v_pool[row:row + rows], plan._peer[src], plan.group, plan.tag(t, block, 1)))
+        # Partials arrive into buffers of their own, posted as a batch of their
+        # own that no stage end waits for (absorb() adds them where needed).
         for _, block, src, into_partial, row, rows in plan.stage_ops("backward", "dkv_recv", t):
             bk, bv = dk_partial.new_empty((rows,) + shape_kv), dk_partial.new_empty((rows,) + shape_kv)
-            incoming.append((into_partial, row, rows, bk, bv))
-            ops.append(dist.P2POp(dist.irecv, bk, plan._peer[src], plan.group, plan.tag(t, block, 2)))
-            ops.append(dist.P2POp(dist.irecv, bv, plan._peer[src], plan.group, plan.tag(t, block, 3)))
+            incoming.append((block, into_partial, row, rows, bk, bv, src))
+            partial_ops.append(dist.P2POp(dist.irecv, bk, plan._peer[src], plan.group, plan.tag(t, block, 2)))
+            partial_ops.append(dist.P2POp(dist.irecv, bv, plan._peer[src], plan.group, plan.tag(t, block, 3)))
+        posted = time.perf_counter()
+        works = _post(partial_ops, comm)
+        for i, (block, into_partial, row, rows, bk, bv, src) in enumerate(incoming):
+            # gloo: one work per op; NCCL coalesces the batch into one work, which every
+            # partial of the batch waits on (on CUDA a wait is a stream dependency).
+            mine = works[2 * i:2 * i + 2] if len(works) == len(partial_ops) else works
+            pending.append((block, into_partial, row, rows, bk, bv, mine,
+                            f"bwd s{t} recv dkv{block} from {src}", posted))
         for _, block, dst, from_pool, row, rows in plan.stage_ops("backward", "kv_send", t):
             kb, vb = (k_pool, v_pool) if from_pool else (k, v)
             ops.append(dist.P2POp(dist.isend, kb[row:row + rows], plan._peer[dst], plan.group, plan.tag(t, block, 0)))
             ops.append(dist.P2POp(dist.isend, vb[row:row + rows], plan._peer[dst], plan.group, plan.tag(t, block, 1)))
         sent = plan.stage_ops("backward", "dkv_send", t)
         for _, block, dst, row, rows in sent:
+            # A relay forwards what it received for the block with its own share.
+            absorb(lambda p: p[1] and p[0] == block and p[2] == row)
             ops.append(dist.P2POp(dist.isend, dk_partial[row:row + rows], plan._peer[dst], plan.group,
                                   plan.tag(t, block, 2)))
             ops.append(dist.P2POp(dist.isend, dv_partial[row:row + rows], plan._peer[dst], plan.group,
                                   plan.tag(t, block, 3)))
         _run_stage(ops, lambda: compute(t), comm, plan, f"bwd s{t}")
-        # Sent partials are zeroed before received ones are added (a slot may be reused).
+        # Sent partials are zeroed (a slot may be reused by a later partial).
         for _, _, _, row, rows in sent:
             dk_partial[row:row + rows].zero_()
             dv_partial[row:row + rows].zero_()
-        for into_partial, row, rows, bk, bv in incoming:
-            tk, tv = (dk_partial, dv_partial) if into_partial else (dk, dv)
-            tk[row:row + rows] += bk
-            tv[row:row + rows] += bv
+        # An owner's dk, dv are final once the partials due by this stage are in.
+        absorb(lambda p: not p[1] and dkv_final[p[0]] == t)
+    absorb(lambda p: True)  # none is left in a valid plan
     return dq, dk, dv
 
 
