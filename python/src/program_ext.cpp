@@ -273,7 +273,8 @@ class ProgramHandle {
   const Mask mask_;
   const AttentionDims dims_;
   const PassTables forward_, backward_;
-  std::vector<std::vector<int64_t>> final_stages_;  // RankProgram's *_final_stage, as int64 for vector()
+  std::vector<std::vector<int64_t>>
+      final_stages_;  // RankProgram's *_final_stage, as int64 for vector()
   std::vector<int64_t> segments_;
   std::unique_ptr<AttentionKernel> kernel_;  // one thread at a time: calls hold the handle
 };
@@ -360,11 +361,16 @@ void RegisterProgramBindings(nb::module_& m, PlanOf plan_of) {
            [](ProgramHandle& h, const std::string& name) {
              const RankProgram& p = h.program();
              const std::pair<const char*, const std::vector<int64_t>*> vectors[] = {
-                 {"block_row", &p.block_row},           {"local_token", &p.local_token},
-                 {"local_position", &p.local_position}, {"in_send_rows", &p.in_send_rows},
-                 {"in_send_counts", &p.in_send_counts}, {"in_recv_rows", &p.in_recv_rows},
-                 {"in_recv_counts", &p.in_recv_counts}, {"forward_final_stage", &h.final_stage(0)},
-                 {"backward_dq_final_stage", &h.final_stage(1)}, {"backward_dkv_final_stage", &h.final_stage(2)}};
+                 {"block_row", &p.block_row},
+                 {"local_token", &p.local_token},
+                 {"local_position", &p.local_position},
+                 {"in_send_rows", &p.in_send_rows},
+                 {"in_send_counts", &p.in_send_counts},
+                 {"in_recv_rows", &p.in_recv_rows},
+                 {"in_recv_counts", &p.in_recv_counts},
+                 {"forward_final_stage", &h.final_stage(0)},
+                 {"backward_dq_final_stage", &h.final_stage(1)},
+                 {"backward_dkv_final_stage", &h.final_stage(2)}};
              for (const auto& [n, v] : vectors)
                if (name == n) return VecView(*v, nb::find(&h));
              throw Error(ErrorCode::kInvalidArgument, "program.vector: no vector '" + name + "'");
