@@ -51,7 +51,7 @@ LAYER_OF_FOLDER = [
 PUBLIC_HEADERS = {
     "error": "plan", "mask": "plan", "plan": "plan", "workload": "plan",
     "plan_metrics": "plan", "reshuffle_floor": "plan", "token_permutation": "plan",
-    "planner": "plan", "planner_options": "plan",
+    "planner": "plan", "planner_options": "plan", "plan_limits": "plan",
     "file_io": "io", "npy": "io", "chrome_trace": "io", "plan_json": "io",
     "lengths_file": "io",
     "cost_model": "model", "lower_bounds": "model", "simulator": "model",

@@ -6,16 +6,13 @@
 
 #include "fcp/error.h"
 #include "fcp/plan.h"
+#include "fcp/plan_limits.h"
 #include "fcp/required_pairs.h"
 
 namespace fcp {
 namespace {
 
-constexpr int32_t kMaxWorkers = 1 << 20;
-// Longest sequence / largest batch the planner accepts (PlannerConfig); the
-// closed-form pair counts stay within int64 below these.
-constexpr int64_t kMaxSequenceTokens = int64_t{1} << 31;
-constexpr int64_t kMaxTotalTokens = int64_t{1} << 40;
+// kMaxWorkers, kMaxSequenceTokens and kMaxTotalTokens: fcp/plan_limits.h.
 constexpr int64_t kMaxTokenPairs = int64_t{1} << 62;
 // Forward K/V traffic, in tokens moved: with <= 2^22 bytes per token
 // (AttentionShape::validate) every byte count of the metrics fits int64.

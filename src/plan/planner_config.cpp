@@ -3,6 +3,7 @@
 #include <string>
 
 #include "fcp/error.h"
+#include "fcp/plan_limits.h"
 #include "fcp/planner.h"
 #include "fcp/planner_options.h"
 #include "fcp/required_pairs.h"
@@ -26,10 +27,10 @@ void PlannerConfig::validate(const std::vector<int64_t>& lengths) const {
     if (lengths[s] < 1)
       fail("sequence " + std::to_string(s) + " has length " + std::to_string(lengths[s]) +
            " (must be >= 1)");
-    if (lengths[s] > (int64_t{1} << 31))
+    if (lengths[s] > kMaxSequenceTokens)
       fail("sequence " + std::to_string(s) + " is longer than 2^31 tokens");
     total += lengths[s];
-    if (total > (int64_t{1} << 40)) fail("the batch holds more than 2^40 tokens");
+    if (total > kMaxTotalTokens) fail("the batch holds more than 2^40 tokens");
   }
   // Fewest candidate block pairs any plan of this batch lists (each sequence
   // spans at least ceil(L / block_size) pieces, sorted: the i-th attends at

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "fcp/error.h"
+#include "fcp/plan_limits.h"
 
 namespace fcp {
 namespace {
@@ -33,7 +34,7 @@ const std::vector<PlannerOption>& PlannerOptions() {
        .ref = FCP_FIELD(workers),
        .checked = true,
        .min = 1,
-       .max = 1 << 20,
+       .max = kMaxWorkers,
        .max_text = "2^20"},
       {.field = "block_size",
        .flag = "block-size",
