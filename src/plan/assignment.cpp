@@ -49,16 +49,7 @@ constexpr std::array<double, 4> kLevelComputeAllowance = {0, 0.25, 0.5, 1};
 constexpr double kShedSlack = 0.02;
 constexpr size_t kShedPartners = 16;
 
-// Compressed rows: row r is items[offset[r] .. offset[r+1]).
-template <typename T>
-struct Rows {
-  std::vector<int32_t> offset;
-  std::vector<T> items;
-  std::span<const T> row(int32_t r) const {
-    return {items.data() + offset[r], items.data() + offset[r + 1]};
-  }
-};
-using Csr = Rows<int32_t>;
+using Csr = Rows<int32_t>;  // Rows: buckets.h
 
 // A K/V block an item needs, and how many of the item's blocks need it.
 struct Dep {

@@ -10,24 +10,29 @@
 
 namespace fcp::detail {
 
-// items[begin[r] .. begin[r+1]) are the indices with key r, in input order.
-struct Buckets {
-  std::vector<int32_t> begin;
-  std::vector<int32_t> items;
-  std::span<const int32_t> row(int32_t r) const {
-    return std::span(items).subspan(begin[r], begin[r + 1] - begin[r]);
+// Compressed rows (CSR): row r is items[offset[r] .. offset[r+1]). The one
+// row-index structure of the planner: buckets, dependency graphs, per-item lists.
+template <typename T>
+struct Rows {
+  std::vector<int32_t> offset;
+  std::vector<T> items;
+  std::span<const T> row(int32_t r) const {
+    return {items.data() + offset[r], items.data() + offset[r + 1]};
   }
 };
+
+// Indices grouped by a key: row r holds the indices with key r, in input order.
+using Buckets = Rows<int32_t>;
 
 // Buckets of the n indices index(0), ..., index(n-1) by key(index) in [0, rows); stable.
 template <typename Index, typename Key>
 Buckets BucketIndices(int32_t rows, size_t n, Index index, Key key) {
   Buckets out;
-  out.begin.assign(static_cast<size_t>(rows) + 1, 0);
-  for (size_t j = 0; j < n; ++j) ++out.begin[key(index(j)) + 1];
-  for (int32_t r = 0; r < rows; ++r) out.begin[r + 1] += out.begin[r];
+  out.offset.assign(static_cast<size_t>(rows) + 1, 0);
+  for (size_t j = 0; j < n; ++j) ++out.offset[key(index(j)) + 1];
+  for (int32_t r = 0; r < rows; ++r) out.offset[r + 1] += out.offset[r];
   out.items.resize(n);
-  std::vector<int32_t> fill(out.begin.begin(), out.begin.end() - 1);
+  std::vector<int32_t> fill(out.offset.begin(), out.offset.end() - 1);
   for (size_t j = 0; j < n; ++j) {
     const int32_t i = index(j);
     out.items[fill[key(i)]++] = i;

@@ -424,8 +424,8 @@ Sharding FinishSharding(const ShardBase& base, const HeavySplit& split,
   Buckets by_seq = BucketBy(static_cast<int32_t>(lengths.size()), blocks.size(),
                             [&](int32_t k) { return blocks[k].segments.front().seq; });
   for (size_t seq = 0; seq < lengths.size(); ++seq)
-    std::sort(by_seq.items.begin() + by_seq.begin[seq],
-              by_seq.items.begin() + by_seq.begin[seq + 1], [&](int32_t x, int32_t y) {
+    std::sort(by_seq.items.begin() + by_seq.offset[seq],
+              by_seq.items.begin() + by_seq.offset[seq + 1], [&](int32_t x, int32_t y) {
                 return blocks[x].segments.front().start < blocks[y].segments.front().start;
               });
   std::vector<int32_t> id(blocks.size());
