@@ -267,7 +267,11 @@ std::vector<int64_t> LengthsFromSequence(nb::handle sequence) {
 std::vector<int64_t> LengthsFrom(nb::handle lengths) {
   if (PyList_CheckExact(lengths.ptr()) || PyTuple_CheckExact(lengths.ptr()))
     return LengthsFromSequence(lengths);
-  const Lengths array = nb::cast<Lengths>(lengths);  // fcp.plan made it int64, 1-D, contiguous
+  // fcp.plan made it int64, 1-D and contiguous. Without conversion: a cast
+  // that converted would read a float array's lengths truncated.
+  Lengths array;
+  if (!nb::try_cast<Lengths>(lengths, array, /*convert=*/false))
+    throw nb::type_error("plan: lengths must be a list, a tuple or a contiguous 1-D int64 array");
   return std::vector<int64_t>(array.data(), array.data() + array.shape(0));
 }
 

@@ -256,3 +256,11 @@ def test_loose_types_and_values_are_refused(call, error):
 
 def test_lengths_from_a_generator():
     assert fcp.plan((n for n in [5, 6, 7]), 2) == fcp.plan([5, 6, 7], 2)
+
+
+def test_extension_refuses_a_float_lengths_array_instead_of_truncating_it():
+    # fcp.plan converts numpy input to int64 itself; the extension underneath
+    # must not convert (and truncate) whatever else reaches it.
+    from fcp import _fcp
+    with pytest.raises(TypeError, match="int64 array"):
+        _fcp.plan(np.array([4096.7, 1000.2]), "causal", 0, "fcp", False, {"workers": 2})
