@@ -42,7 +42,9 @@ std::vector<RequiredPair> Pairs(const std::vector<std::pair<int32_t, int32_t>>& 
 }
 
 // Causal pairs of three blocks, one a worker: (0,0) (1,0) (1,1) (2,0) (2,1) (2,2).
-std::vector<RequiredPair> CausalThree() { return Pairs({{0, 0}, {1, 0}, {1, 1}, {2, 0}, {2, 1}, {2, 2}}); }
+std::vector<RequiredPair> CausalThree() {
+  return Pairs({{0, 0}, {1, 0}, {1, 1}, {2, 0}, {2, 1}, {2, 2}});
+}
 
 TEST(ScheduleTest, TransferEdgesListEachNeededRemoteBlockOnceSorted) {
   const Plan plan = ChainPlan(3, {0, 1, 2}, 1);
