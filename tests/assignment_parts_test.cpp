@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <set>
@@ -45,9 +46,9 @@ TEST(WorkerIndexTest, AscendingOrdersByKeyThenId) {
   EXPECT_EQ(Walk(index, 2), (Order{{3, 0.5}, {1, 1.0}}));  // the walk stops when told
   index.Update(3, 2.0);
   index.Erase(1);
-  index.Erase(1);             // absent: no effect
-  index.Update(1, 0.0);       // absent: no effect
-  index.Update(0, -0.0);      // -0.0 ranks as 0.0
+  index.Erase(1);         // absent: no effect
+  index.Update(1, 0.0);   // absent: no effect
+  index.Update(0, -0.0);  // -0.0 ranks as 0.0
   EXPECT_EQ(Walk(index), (Order{{0, 0.0}, {4, 1.0}, {3, 2.0}, {2, 3.0}}));
 }
 
@@ -170,10 +171,10 @@ TEST(SlotsTest, RandomPlacementsMatchARecount) {
       for (int32_t b : big) pairs_free += b / 2;
       std::vector<int32_t> fits;
       for (int32_t w = 0; w < workers; ++w) {
-        const bool want = item.small          ? small[w] >= 1
-                          : item.slots == 2   ? big[w] >= 2
+        const bool want = item.small        ? small[w] >= 1
+                          : item.slots == 2 ? big[w] >= 2
                           : big[w] % 2 == 1 ? true
-                                              : big[w] >= 2 && pairs_free - 1 >= needed;
+                                            : big[w] >= 2 && pairs_free - 1 >= needed;
         ASSERT_EQ(slots.Fits(item, w), want) << "trial " << trial << " worker " << w;
         ASSERT_EQ(slots.Open(w, false), big[w] > 0);
         ASSERT_EQ(slots.Open(w, true), small[w] > 0);
@@ -205,6 +206,24 @@ Csr UsersOf(const std::vector<std::pair<int32_t, int32_t>>& qk, int32_t blocks) 
   return users;
 }
 
+// Random tokens (1..50) and works (0..500, into in.block_work) of `blocks`
+// blocks, and random (q, kv) pairs, each with probability `density`.
+std::vector<std::pair<int32_t, int32_t>> RandomBlocks(std::mt19937& rng, int32_t blocks,
+                                                      double density, AssignmentInput& in,
+                                                      std::vector<int64_t>& tokens) {
+  tokens.resize(blocks);
+  for (int32_t b = 0; b < blocks; ++b) {
+    tokens[b] = std::uniform_int_distribution<int64_t>(1, 50)(rng);
+    in.block_work.push_back(std::uniform_int_distribution<int64_t>(0, 500)(rng));
+  }
+  std::bernoulli_distribution keep(density);
+  std::vector<std::pair<int32_t, int32_t>> qk;
+  for (int32_t q = 0; q < blocks; ++q)
+    for (int32_t k = 0; k < blocks; ++k)
+      if (keep(rng)) qk.push_back({q, k});
+  return qk;
+}
+
 // Three blocks on workers 0, 1, 1 (tokens 4, 2, 3, work 10, 20, 30), causal
 // pairs. Block 0 goes to worker 1 once (blocks 1 and 2 both need it): worker
 // 0 sends 4, worker 1 receives 4. Blocks 1 and 2 are needed only on worker 1.
@@ -227,17 +246,9 @@ TEST(CountLoadsTest, RandomAssignmentsMatchBruteForceSums) {
     in.workers = std::uniform_int_distribution<int32_t>(1, 7)(rng);
     const int32_t blocks = std::uniform_int_distribution<int32_t>(1, 15)(rng);
     std::vector<int32_t> owner(blocks);
-    std::vector<int64_t> tokens(blocks);
-    for (int32_t b = 0; b < blocks; ++b) {
-      owner[b] = std::uniform_int_distribution<int32_t>(0, in.workers - 1)(rng);
-      tokens[b] = std::uniform_int_distribution<int64_t>(1, 100)(rng);
-      in.block_work.push_back(std::uniform_int_distribution<int64_t>(0, 1000)(rng));
-    }
-    std::bernoulli_distribution keep(0.3);
-    std::vector<std::pair<int32_t, int32_t>> qk;
-    for (int32_t q = 0; q < blocks; ++q)
-      for (int32_t k = 0; k < blocks; ++k)
-        if (keep(rng)) qk.push_back({q, k});
+    for (int32_t& o : owner) o = std::uniform_int_distribution<int32_t>(0, in.workers - 1)(rng);
+    std::vector<int64_t> tokens;
+    const std::vector<std::pair<int32_t, int32_t>> qk = RandomBlocks(rng, blocks, 0.3, in, tokens);
     const Loads loads = CountLoads(in, UsersOf(qk, blocks), tokens, owner);
 
     std::vector<double> compute(in.workers, 0), traffic(in.workers, 0);
@@ -256,6 +267,101 @@ TEST(CountLoadsTest, RandomAssignmentsMatchBruteForceSums) {
     EXPECT_EQ(loads.compute, compute);
     EXPECT_EQ(loads.traffic, traffic);
     EXPECT_EQ(loads.needers, needers);
+  }
+}
+
+// Random exchanges through the load model (one to three items at a time,
+// between random workers) against CountLoads' recount of the new owners:
+// the evaluated traffic before Apply, and all loads after it.
+template <typename Counter>
+void CheckLoadModel(uint32_t seed) {
+  std::mt19937 rng(seed);
+  AssignmentInput in;
+  in.workers = std::uniform_int_distribution<int32_t>(2, 6)(rng);
+  const int32_t n_items = std::uniform_int_distribution<int32_t>(2, 14)(rng);
+  std::vector<Item> items;
+  std::vector<int32_t> item_owner(n_items), owner;
+  std::vector<std::vector<int32_t>> owned(in.workers);
+  for (int32_t i = 0; i < n_items; ++i) {
+    Item item;
+    const int32_t size = std::uniform_int_distribution<int32_t>(1, 2)(rng);
+    item_owner[i] = std::uniform_int_distribution<int32_t>(0, in.workers - 1)(rng);
+    for (int32_t k = 0; k < size; ++k) {
+      item.blocks.push_back(static_cast<int32_t>(owner.size()));
+      owner.push_back(item_owner[i]);
+    }
+    owned[item_owner[i]].push_back(i);
+    items.push_back(item);
+  }
+  const auto blocks = static_cast<int32_t>(owner.size());
+  std::vector<int64_t> tokens;
+  const std::vector<std::pair<int32_t, int32_t>> qk = RandomBlocks(rng, blocks, 0.35, in, tokens);
+  std::bernoulli_distribution keep(0.35);  // whether an exchange takes a second item
+  const Csr users = UsersOf(qk, blocks);
+  Rows<Dep> item_deps;  // per item, (kv, blocks of the item needing kv), kv ascending
+  item_deps.offset.assign(1, 0);
+  for (const Item& item : items) {
+    std::map<int32_t, int32_t> mult;
+    for (auto [q, k] : qk)
+      if (std::find(item.blocks.begin(), item.blocks.end(), q) != item.blocks.end()) ++mult[k];
+    for (auto [kv, m] : mult) item_deps.items.push_back({kv, m});
+    item_deps.offset.push_back(static_cast<int32_t>(item_deps.items.size()));
+  }
+  auto work = [&](int32_t item) {
+    double w = 0;
+    for (int32_t b : items[item].blocks) w += static_cast<double>(in.block_work[b]);
+    return w;
+  };
+
+  LoadModel<Counter> model(in, items, item_deps, users, tokens);
+  model.Start(CountLoads(in, users, tokens, owner));
+  for (int step = 0; step < 200; ++step) {
+    const int32_t a = std::uniform_int_distribution<int32_t>(0, in.workers - 1)(rng);
+    const int32_t b =
+        (a + std::uniform_int_distribution<int32_t>(1, in.workers - 1)(rng)) % in.workers;
+    if (owned[a].empty() || owned[b].empty()) continue;
+    auto pick = [&](const std::vector<int32_t>& from) {
+      return from[std::uniform_int_distribution<size_t>(0, from.size() - 1)(rng)];
+    };
+    const int32_t x = pick(owned[a]), y = pick(owned[b]);
+    int32_t z = owned[b].size() > 1 && keep(rng) ? pick(owned[b]) : -1;
+    if (z == y) z = -1;
+    SCOPED_TRACE(testing::Message() << "seed " << seed << " step " << step);
+    // The recount: owners after giving x to b and y (and z) to a.
+    std::vector<int32_t> after = model.loads().owner;
+    for (int32_t blk : items[x].blocks) after[blk] = b;
+    for (int32_t t : {y, z})
+      if (t >= 0)
+        for (int32_t blk : items[t].blocks) after[blk] = a;
+    const Loads want = CountLoads(in, users, tokens, after);
+
+    model.BeginStep();
+    const int hs = model.Table(a, owned[a]), ls = model.Table(b, owned[b]);
+    model.Evaluate(x, a, hs, {y, z}, b, ls);
+    for (int32_t w = 0; w < in.workers; ++w)
+      ASSERT_EQ(model.in_changed(w) ? model.traffic_after(w) : model.traffic(w), want.traffic[w])
+          << "worker " << w;
+    const double ca = model.compute(a) - work(x) + work(y) + (z >= 0 ? work(z) : 0);
+    const double cb = model.compute(b) + work(x) - work(y) - (z >= 0 ? work(z) : 0);
+    model.Apply(ca, cb);
+    ASSERT_EQ(model.loads().owner, want.owner);
+    ASSERT_EQ(model.loads().compute, want.compute);
+    ASSERT_EQ(model.loads().traffic, want.traffic);
+    ASSERT_EQ(model.loads().needers, want.needers);
+    std::erase(owned[a], x);
+    owned[b].push_back(x);
+    for (int32_t t : {y, z})
+      if (t >= 0) {
+        std::erase(owned[b], t);
+        owned[a].push_back(t);
+      }
+  }
+}
+
+TEST(LoadModelTest, RandomExchangesMatchARecount) {
+  for (uint32_t seed = 1; seed <= 40; ++seed) {
+    CheckLoadModel<int32_t>(seed);
+    CheckLoadModel<uint8_t>(seed);
   }
 }
 
