@@ -1,0 +1,227 @@
+// The schedule (src/plan/schedule.cpp): transfer edges and stages of small
+// hand-drawn plans with worked answers, and the invariants of BuildStages
+// (every stage congestion-free within c, exactly ceil(Delta/c) transfer
+// stages, each pair computed once after its K/V arrives, the backward
+// mirroring the forward) over random small plans.
+#include "fcp/schedule.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <set>
+#include <tuple>
+#include <vector>
+
+#include "fcp/plan.h"
+#include "fcp/required_pairs.h"
+
+namespace fcp {
+namespace {
+
+// One sequence of `owners.size()` blocks of `block_tokens` each, block b on
+// worker owners[b]; block_size = block_tokens, so no block is a short
+// sequence's piece and every local pair runs in stage 0.
+Plan ChainPlan(int32_t workers, const std::vector<int32_t>& owners, int32_t coalesce,
+               int64_t block_tokens = 4) {
+  Plan plan;
+  plan.workers = workers;
+  plan.coalesce = coalesce;
+  plan.block_size = block_tokens;
+  plan.sequences = {block_tokens * static_cast<int64_t>(owners.size())};
+  for (size_t b = 0; b < owners.size(); ++b)
+    plan.blocks.push_back({owners[b], {{0, block_tokens * static_cast<int64_t>(b), block_tokens}}});
+  return plan;
+}
+
+std::vector<RequiredPair> Pairs(const std::vector<std::pair<int32_t, int32_t>>& qk) {
+  std::vector<RequiredPair> pairs;
+  for (auto [q, k] : qk) pairs.push_back({q, k, 1});
+  return pairs;
+}
+
+// Causal pairs of three blocks, one a worker: (0,0) (1,0) (1,1) (2,0) (2,1) (2,2).
+std::vector<RequiredPair> CausalThree() {
+  return Pairs({{0, 0}, {1, 0}, {1, 1}, {2, 0}, {2, 1}, {2, 2}});
+}
+
+TEST(ScheduleTest, TransferEdgesListEachNeededRemoteBlockOnceSorted) {
+  const Plan plan = ChainPlan(3, {0, 1, 2}, 1);
+  const std::vector<Transfer> edges = TransferEdges(plan, CausalThree());
+  // Worker 1 needs block 0; worker 2 needs blocks 0 and 1. (src, dst, block) order.
+  const std::vector<Transfer> expected{{0, 0, 1}, {0, 0, 2}, {1, 1, 2}};
+  EXPECT_EQ(edges, expected);
+}
+
+TEST(ScheduleTest, TransferEdgesSkipLocalAndRepeatedNeeds) {
+  // Blocks 0, 1 on worker 0, block 2 on worker 1: worker 1's block 2 needs
+  // blocks 0 and 1 (two edges); worker 0 needs nothing. Block 3 on worker 1
+  // needs block 0 again: no second edge 0 -> 1 for block 0.
+  const Plan plan = ChainPlan(2, {0, 0, 1, 1}, 1);
+  const std::vector<Transfer> edges =
+      TransferEdges(plan, Pairs({{0, 0}, {1, 0}, {1, 1}, {2, 0}, {2, 1}, {3, 0}, {3, 3}}));
+  const std::vector<Transfer> expected{{0, 0, 1}, {1, 0, 1}};
+  EXPECT_EQ(edges, expected);
+}
+
+TEST(ScheduleTest, OneSubStageAStageGivesWorkedStages) {
+  Plan plan = ChainPlan(3, {0, 1, 2}, 1);
+  const std::vector<RequiredPair> pairs = CausalThree();
+  const std::vector<Transfer> edges = TransferEdges(plan, pairs);
+  // Sub-stage 0: 0 -> 1 (block 0) and 1 -> 2 (block 1), a matching; sub-stage 1: 0 -> 2.
+  BuildStagesFromSubStages(plan, pairs, edges, {0, 1, 0}, 2);
+  ASSERT_EQ(plan.forward.size(), 3u);  // two transfer stages and a last compute
+  EXPECT_EQ(plan.forward[0].send, (std::vector<Transfer>{{0, 0, 1}, {1, 1, 2}}));
+  EXPECT_EQ(plan.forward[1].send, (std::vector<Transfer>{{0, 0, 2}}));
+  EXPECT_TRUE(plan.forward[2].send.empty());
+  EXPECT_EQ(plan.forward[0].compute, (std::vector<BlockPair>{{0, 0}, {1, 1}, {2, 2}}));
+  EXPECT_EQ(plan.forward[1].compute, (std::vector<BlockPair>{{1, 0}, {2, 1}}));
+  EXPECT_EQ(plan.forward[2].compute, (std::vector<BlockPair>{{2, 0}}));
+  // Backward: same pulls and computes, then each dK/dV partial back over the
+  // reversed edge two stages after its K/V went out.
+  ASSERT_EQ(plan.backward.size(), 4u);
+  for (size_t s = 0; s < 3; ++s) {
+    EXPECT_EQ(plan.backward[s].send_kv, plan.forward[s].send) << s;
+    EXPECT_EQ(plan.backward[s].compute, plan.forward[s].compute) << s;
+  }
+  EXPECT_TRUE(plan.backward[3].send_kv.empty());
+  EXPECT_TRUE(plan.backward[3].compute.empty());
+  EXPECT_TRUE(plan.backward[0].send_dkv.empty());
+  EXPECT_TRUE(plan.backward[1].send_dkv.empty());
+  EXPECT_EQ(plan.backward[2].send_dkv, (std::vector<Transfer>{{0, 1, 0}, {1, 2, 1}}));
+  EXPECT_EQ(plan.backward[3].send_dkv, (std::vector<Transfer>{{0, 2, 0}}));
+}
+
+TEST(ScheduleTest, CoalescingMergesSubStagesIntoOneStage) {
+  Plan plan = ChainPlan(3, {0, 1, 2}, 2);
+  const std::vector<RequiredPair> pairs = CausalThree();
+  const std::vector<Transfer> edges = TransferEdges(plan, pairs);
+  BuildStagesFromSubStages(plan, pairs, edges, {0, 1, 0}, 2);
+  ASSERT_EQ(plan.forward.size(), 2u);  // ceil(2 / 2) = 1 transfer stage
+  EXPECT_EQ(plan.forward[0].send, edges);
+  EXPECT_EQ(plan.forward[0].compute, (std::vector<BlockPair>{{0, 0}, {1, 1}, {2, 2}}));
+  EXPECT_EQ(plan.forward[1].compute, (std::vector<BlockPair>{{1, 0}, {2, 0}, {2, 1}}));
+  ASSERT_EQ(plan.backward.size(), 3u);
+  // Reversed, in (dst, src, block) order of the forward edges.
+  EXPECT_EQ(plan.backward[2].send_dkv, (std::vector<Transfer>{{0, 1, 0}, {0, 2, 0}, {1, 2, 1}}));
+}
+
+TEST(ScheduleTest, NoTransfersIsOneComputeStage) {
+  Plan plan = ChainPlan(2, {0, 0, 1}, 4);
+  const std::vector<RequiredPair> pairs = Pairs({{0, 0}, {1, 0}, {1, 1}, {2, 2}});
+  BuildStages(plan, pairs, true);
+  ASSERT_EQ(plan.forward.size(), 1u);
+  ASSERT_EQ(plan.backward.size(), 1u);
+  EXPECT_TRUE(plan.forward[0].send.empty());
+  EXPECT_EQ(plan.forward[0].compute, (std::vector<BlockPair>{{0, 0}, {1, 0}, {1, 1}, {2, 2}}));
+  EXPECT_EQ(plan.backward[0].compute, plan.forward[0].compute);
+}
+
+TEST(ScheduleTest, ShortSequencePieceComputesItsLocalPairWithItsLastRemote) {
+  // One 4-token sequence (shorter than block_size 8) split in two 2-token
+  // pieces on workers 0 and 1: block 1's local pair waits for block 0.
+  Plan plan = ChainPlan(2, {0, 1}, 1, 2);
+  plan.block_size = 8;
+  const std::vector<RequiredPair> pairs = Pairs({{0, 0}, {1, 0}, {1, 1}});
+  BuildStages(plan, pairs, true);
+  ASSERT_EQ(plan.forward.size(), 2u);
+  EXPECT_EQ(plan.forward[0].send, (std::vector<Transfer>{{0, 0, 1}}));
+  EXPECT_EQ(plan.forward[0].compute, (std::vector<BlockPair>{{0, 0}}));
+  EXPECT_EQ(plan.forward[1].compute, (std::vector<BlockPair>{{1, 0}, {1, 1}}));
+}
+
+// Random plans: up to 6 workers, 14 blocks, random owners and pairs, c in 1..4.
+TEST(ScheduleTest, RandomPlansKeepTheScheduleInvariants) {
+  std::mt19937 rng(20);
+  for (int trial = 0; trial < 400; ++trial) {
+    const int32_t workers = std::uniform_int_distribution<int32_t>(1, 6)(rng);
+    const int32_t blocks = std::uniform_int_distribution<int32_t>(1, 14)(rng);
+    const int32_t c = std::uniform_int_distribution<int32_t>(1, 4)(rng);
+    std::vector<int32_t> owners(blocks);
+    for (int32_t& o : owners) o = std::uniform_int_distribution<int32_t>(0, workers - 1)(rng);
+    Plan plan = ChainPlan(workers, owners, c);
+    std::bernoulli_distribution keep(std::uniform_real_distribution<double>(0.05, 0.9)(rng));
+    std::vector<RequiredPair> pairs;
+    for (int32_t q = 0; q < blocks; ++q)
+      for (int32_t k = 0; k < blocks; ++k)
+        if (keep(rng)) pairs.push_back({q, k, 1});
+    SCOPED_TRACE(testing::Message() << "trial " << trial << " workers " << workers << " blocks "
+                                    << blocks << " c " << c << " pairs " << pairs.size());
+
+    // Edges against a brute-force set of (src, dst, block).
+    using Edge = std::tuple<int32_t, int32_t, int32_t>;
+    std::set<Edge> want;
+    for (const RequiredPair& p : pairs)
+      if (owners[p.kv_block] != owners[p.q_block])
+        want.insert({owners[p.kv_block], owners[p.q_block], p.kv_block});
+    const std::vector<Transfer> edges = TransferEdges(plan, pairs);
+    std::vector<Edge> got;
+    for (const Transfer& t : edges) got.push_back({t.src, t.dst, t.block});
+    ASSERT_EQ(got, std::vector<Edge>(want.begin(), want.end()));
+
+    std::vector<int32_t> out(workers, 0), in(workers, 0);
+    for (const Transfer& t : edges) ++out[t.src], ++in[t.dst];
+    const int32_t delta = std::max(*std::max_element(out.begin(), out.end()),
+                                   *std::max_element(in.begin(), in.end()));
+    BuildStages(plan, pairs, true);
+    const size_t transfer_stages = static_cast<size_t>((delta + c - 1) / c);
+    ASSERT_EQ(plan.forward.size(), transfer_stages + 1);
+    ASSERT_EQ(plan.backward.size(), transfer_stages > 0 ? transfer_stages + 2 : 1);
+
+    // Every edge sent once; each stage sends and receives at most c per worker;
+    // stage of arrival of each (block, dst).
+    std::map<std::pair<int32_t, int32_t>, size_t> arrival;
+    std::vector<Transfer> sent;
+    for (size_t s = 0; s < plan.forward.size(); ++s) {
+      std::vector<int32_t> s_out(workers, 0), s_in(workers, 0);
+      for (const Transfer& t : plan.forward[s].send) {
+        EXPECT_LE(++s_out[t.src], c) << "stage " << s;
+        EXPECT_LE(++s_in[t.dst], c) << "stage " << s;
+        arrival[{t.block, t.dst}] = s + 1;
+        sent.push_back(t);
+      }
+    }
+    std::sort(sent.begin(), sent.end(), [](const Transfer& a, const Transfer& b) {
+      return std::tie(a.src, a.dst, a.block) < std::tie(b.src, b.dst, b.block);
+    });
+    EXPECT_EQ(sent, edges);
+
+    // Every pair computed exactly once, no earlier than its K/V arrives.
+    std::multiset<std::pair<int32_t, int32_t>> computed;
+    for (size_t s = 0; s < plan.forward.size(); ++s)
+      for (const BlockPair& bp : plan.forward[s].compute) {
+        computed.insert({bp.q_block, bp.kv_block});
+        const int32_t dst = owners[bp.q_block];
+        if (owners[bp.kv_block] == dst) {
+          EXPECT_EQ(s, 0u) << "local pair " << bp.q_block << "," << bp.kv_block;
+        } else {
+          EXPECT_EQ(s, arrival.at({bp.kv_block, dst}));
+        }
+      }
+    std::multiset<std::pair<int32_t, int32_t>> required;
+    for (const RequiredPair& p : pairs) required.insert({p.q_block, p.kv_block});
+    EXPECT_EQ(computed, required);
+
+    // Backward mirrors the forward; each dK/dV returns two stages after its K/V went out.
+    for (size_t s = 0; s < plan.backward.size(); ++s) {
+      const bool mirrored = s < plan.forward.size();
+      EXPECT_EQ(plan.backward[s].send_kv,
+                mirrored ? plan.forward[s].send : std::vector<Transfer>{});
+      EXPECT_EQ(plan.backward[s].compute,
+                mirrored ? plan.forward[s].compute : std::vector<BlockPair>{});
+      for (const Transfer& t : plan.backward[s].send_dkv) {
+        ASSERT_GE(s, 2u);
+        const std::vector<Transfer>& out_s = plan.forward[s - 2].send;
+        EXPECT_NE(std::find(out_s.begin(), out_s.end(), Transfer{t.block, t.dst, t.src}),
+                  out_s.end());
+      }
+    }
+    size_t dkv = 0;
+    for (const BackwardStage& b : plan.backward) dkv += b.send_dkv.size();
+    EXPECT_EQ(dkv, edges.size());
+  }
+}
+
+}  // namespace
+}  // namespace fcp
