@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fails if a tracked C, C++ or CUDA file is not formatted by .clang-format.
+# Fails if a C, C++ or CUDA file (tracked, or new and not ignored) is not formatted by .clang-format.
 #   scripts/format_check.sh          check (exit 1 and the files' names if not formatted)
 #   scripts/format_check.sh --fix    format them in place
 # The version is pinned (clang-format-14, Debian 12's, installed by scripts/setup.sh):
@@ -8,7 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 FORMAT=clang-format-14
 command -v "$FORMAT" >/dev/null || { echo "format_check.sh: $FORMAT not found (run scripts/setup.sh)" >&2; exit 2; }
-mapfile -t files < <(git ls-files '*.h' '*.cpp' '*.cu' '*.cc')
+# Tracked files and new ones git does not ignore (a new file is checked and
+# fixed before its first commit).
+mapfile -t files < <(git ls-files --cached --others --exclude-standard -- '*.h' '*.cpp' '*.cu' '*.cc')
 ((${#files[@]})) || { echo "format_check.sh: no C++ files tracked" >&2; exit 2; }
 case "${1:-}" in
   --fix) "$FORMAT" -i "${files[@]}"; exit 0 ;;
