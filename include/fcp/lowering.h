@@ -73,8 +73,8 @@ struct KvSend {
 struct DkvRecv {
   int32_t block = 0;
   int32_t src = 0;
-  bool into_partial =
-      false;  // false: add into local rows (r owns it); true: into a partial (relay)
+  // false: add into local rows (r owns the block); true: into a partial (a relay).
+  bool into_partial = false;
   int64_t row = 0;
   int64_t rows = 0;
   bool operator==(const DkvRecv&) const = default;
