@@ -9,8 +9,8 @@
 namespace fcp {
 
 SequenceIndex::SequenceIndex(const std::vector<int64_t>& sequences,
-                             const std::vector<Block>& blocks)
-    : begin_(sequences.size() + 1, 0) {
+                             const std::vector<Block>& blocks) {
+  pieces_.StartCounting(sequences.size());
   const auto fail = [](const std::string& what) {
     throw Error(ErrorCode::kInvalidPlan, "plan: " + what);
   };
@@ -32,19 +32,19 @@ SequenceIndex::SequenceIndex(const std::vector<int64_t>& sequences,
              std::to_string(s.start) + ", " + std::to_string(s.length) +
              "] lies outside sequence " + std::to_string(s.seq) + " of length " +
              std::to_string(sequences[s.seq]));
-      ++begin_[s.seq + 1];
+      pieces_.Count(static_cast<size_t>(s.seq));
     }
   }
-  // One array for all sequences (row seq: pieces_[begin_[seq] .. begin_[seq+1])),
-  // filled in block order as the rows of a vector per sequence would be.
-  for (size_t seq = 0; seq < sequences.size(); ++seq) begin_[seq + 1] += begin_[seq];
-  pieces_.resize(begin_.back());
-  std::vector<int64_t> fill(begin_.begin(), begin_.end() - 1);
+  // One array for all sequences, filled in block order as the rows of a
+  // vector per sequence would be.
+  pieces_.FinishCounting();
+  pieces_.items.resize(static_cast<size_t>(pieces_.offset.back()));
+  std::vector<int64_t> fill = pieces_.RowStarts();
   for (size_t b = 0; b < blocks.size(); ++b)
     for (const Segment& s : blocks[b].segments)
-      pieces_[fill[s.seq]++] = {s.start, s.length, static_cast<int32_t>(b)};
+      pieces_.items[fill[s.seq]++] = {s.start, s.length, static_cast<int32_t>(b)};
   for (size_t seq = 0; seq < sequences.size(); ++seq) {
-    const auto pieces = std::span(pieces_).subspan(begin_[seq], begin_[seq + 1] - begin_[seq]);
+    const auto pieces = pieces_.Slice(std::span(pieces_.items), seq);
     // Most sequences have one piece, and blocks numbered in token order (as
     // the planner's are) list the others in order already.
     const auto by_start = [](const Piece& a, const Piece& b) { return a.start < b.start; };

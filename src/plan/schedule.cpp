@@ -12,6 +12,7 @@ namespace {
 
 using detail::BucketBy;
 using detail::Buckets;
+using detail::RowIndex;
 
 bool TransferLess(const Transfer& a, const Transfer& b) {
   if (a.src != b.src) return a.src < b.src;
@@ -24,15 +25,15 @@ bool TransferLess(const Transfer& a, const Transfer& b) {
 // worker's blocks. Owners are copied into one compact array: the pair loops
 // below look one up per pair, and a Block is much larger than its worker.
 struct PairsByReceiver {
-  std::vector<int32_t> owner;      // of each block
-  std::vector<int32_t> row_begin;  // pairs of query block q: [row_begin[q], row_begin[q+1])
-  Buckets blocks_of;               // the blocks of each worker, ascending
+  std::vector<int32_t> owner;   // of each block
+  RowIndex<int32_t> pair_rows;  // row q: the pairs (and their pair stages) of query block q
+  Buckets blocks_of;            // the blocks of each worker, ascending
 
   // Calls f(k) for every pair k whose query block worker w owns.
   template <typename F>
   void ForEachPair(int32_t w, F f) const {
     for (int32_t q : blocks_of.row(w))
-      for (int32_t k = row_begin[q]; k < row_begin[q + 1]; ++k) f(k);
+      for (int32_t k = pair_rows.offset[q]; k < pair_rows.offset[q + 1]; ++k) f(k);
   }
 };
 
@@ -46,18 +47,18 @@ PairsByReceiver GroupPairs(const Plan& plan, const std::vector<RequiredPair>& pa
     g.owner[b] = plan.blocks[b].worker;
     FCP_CHECK(g.owner[b] >= 0 && g.owner[b] < plan.workers, "block owners in [0, workers)");
   }
-  // Rows by a scan of the sorted pairs: row_begin[b + 1] is the number of
-  // pairs with q_block <= b.
-  g.row_begin.assign(static_cast<size_t>(blocks) + 1, 0);
-  int32_t q = 0;  // row_begin[1 .. q] are set
-  for (size_t k = 0; k < pairs.size(); ++k) {
-    const RequiredPair& p = pairs[k];
+  // Rows by counting: the pairs are sorted by q_block, so row q is where
+  // they already stand.
+  g.pair_rows.StartCounting(static_cast<size_t>(blocks));
+  int32_t q = 0;  // the previous pair's query block
+  for (const RequiredPair& p : pairs) {
     FCP_CHECK(p.q_block >= 0 && p.q_block < blocks && p.kv_block >= 0 && p.kv_block < blocks,
               "pair blocks in range");
     FCP_CHECK(p.q_block >= q, "pairs sorted by q_block");
-    for (; q < p.q_block; ++q) g.row_begin[q + 1] = static_cast<int32_t>(k);
+    q = p.q_block;
+    g.pair_rows.Count(static_cast<size_t>(q));
   }
-  for (; q < blocks; ++q) g.row_begin[q + 1] = static_cast<int32_t>(pairs.size());
+  g.pair_rows.FinishCounting();
   g.blocks_of = BucketBy(plan.workers, plan.blocks.size(), [&](int32_t b) { return g.owner[b]; });
   return g;
 }
@@ -154,10 +155,9 @@ void BuildStagesFromSubStages(Plan& plan, const std::vector<RequiredPair>& pairs
   // one pass, at the efficiency of the whole short sequence instead of two
   // fragments (Figure 10: 89% -> 92%). Blocks of long sequences keep their
   // local pairs in stage 0, where they hide the first transfers.
-  for (size_t q = 0; q + 1 < g.row_begin.size(); ++q) {
+  for (size_t q = 0; q < g.pair_rows.rows(); ++q) {
     const Block& block = plan.blocks[q];
-    const auto row =
-        std::span(pair_stage).subspan(g.row_begin[q], g.row_begin[q + 1] - g.row_begin[q]);
+    const auto row = g.pair_rows.Slice(std::span(pair_stage), q);
     if (block.segments.size() == 1 && plan.sequences[block.segments[0].seq] < plan.block_size) {
       const int32_t last_remote = row.empty() ? 0 : *std::max_element(row.begin(), row.end());
       for (int32_t& stage : row)

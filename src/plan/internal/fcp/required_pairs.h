@@ -18,6 +18,7 @@
 
 #include "fcp/mask.h"
 #include "fcp/plan.h"
+#include "plan/buckets.h"
 
 namespace fcp {
 
@@ -46,13 +47,12 @@ class SequenceIndex {
   // Throws Error(kInvalidPlan) if the segments of `blocks` do not tile every
   // sequence exactly once (gap, overlap, out-of-range seq or token).
   SequenceIndex(const std::vector<int64_t>& sequences, const std::vector<Block>& blocks);
-  std::span<const Piece> pieces(int32_t seq) const {
-    return std::span(pieces_).subspan(begin_[seq], begin_[seq + 1] - begin_[seq]);
-  }
+  std::span<const Piece> pieces(int32_t seq) const { return pieces_.row(seq); }
 
  private:
-  std::vector<int64_t> begin_;  // pieces of sequence s: pieces_[begin_[s] .. begin_[s+1])
-  std::vector<Piece> pieces_;
+  // Row s: the pieces of sequence s. int64_t offsets: a plan file may hold
+  // more segments than an int32_t counts.
+  detail::Rows<Piece, int64_t> pieces_;
 };
 
 // Every required pair, sorted by (q_block, kv_block), each once.
