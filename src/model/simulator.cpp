@@ -304,8 +304,8 @@ class PassSimulator {
     bool launched = false;
     // Pair tasks of the current stage, in plan order; -1 once started, and
     // all before pending_head started (a stage's pairs mostly start in
-    // order, so taking one is O(1), not an O(P) erase: O(P^2) per stage
-    // took 32 s for a 140K-pair stage).
+    // order, so taking one is O(1), not an O(P) erase that makes a stage
+    // O(P^2): docs/simulator.md, at scale).
     std::vector<int32_t> pending;
     size_t pending_head = 0;
     double busy_s = 0;

@@ -465,7 +465,7 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
                                                      /*zigzag=*/false),
                                common.offsets});
     // No heavy split: its fillers are cut from light items anywhere in the
-    // batch, which moves them (all-short batches: 4.2% of the tokens).
+    // batch, which moves them (docs/planner.md, step 7, the home layout).
     home = Shard(detail::SplitHeavy(home_common->base, lengths, config.mask, 0, 0), lengths, config,
                  plan, *home_common);
     home->assignment =
@@ -490,9 +490,9 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
     // Exact pruning. When the lower bound on its compute imbalance breaks
     // the imbalance bound, every coarse plan is outside it, and Better
     // ranks it below a best within it, and below a best outside it that is
-    // no less balanced (the larger imbalance decides). It prunes 9 of 10
-    // paper batches at N = 256 and those tried at N = 1024 and 4096, where
-    // heavy blocks in two pieces cannot be balanced.
+    // no less balanced (the larger imbalance decides). It prunes where heavy
+    // blocks in two pieces cannot be balanced: most large batches
+    // (docs/planner-benchmark.md, exact pruning).
     const double least_imbalance =
         ComputeImbalanceLowerBound(common.base, coarse_split, config.workers);
     const bool cannot_win = least_imbalance > config.max_imbalance + kBoundMargin &&
@@ -508,12 +508,11 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
     }
   }
   // A plan outside the imbalance bound (at most kResizeAbove): its split
-  // items re-sized to level their workers, kept when Better, for a few
-  // rounds (a second took the bimodal batch at N = 64 from 5.4% to 4.9%).
-  // Plans within it are left alone: sizing every plan lowered their
-  // imbalances but not their simulated time (-8% to +8%, +0.6% on average
-  // over 20 changed plans of 50 lognormal batches, N = 16..256) for a third
-  // more planning time.
+  // items re-sized to level their workers, kept when Better, for up to
+  // kResizeRounds rounds (each round starts from the sizes the last one
+  // left). Plans within it are left alone: sizing every plan lowered their
+  // imbalances but not their simulated time, for more planning time
+  // (docs/planner.md, step 6).
   detail::Judge resize_judge = judge;
   resize_judge.max_imbalance = std::min(judge.max_imbalance, kResizeAbove);
   const auto resize = [&](std::unique_ptr<Candidate> c) {
@@ -561,8 +560,8 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   // as many of its dataloader tokens as possible shrinks the reshuffle. Then
   // exchanges bring more blocks home under that renaming without raising
   // any load's maximum (on the chosen plan only: run on every candidate they
-  // cost planning time and, at N = 256 seed 2, steered piece sizing to a
-  // slower plan).
+  // cost planning time and can steer piece sizing to a slower plan;
+  // docs/planner.md, open problem: the reshuffle).
   std::vector<int32_t> rename = detail::LocalityRenaming(
       best->sharding.blocks, best->assignment.owner, lengths, config.workers);
   const double weight = ReshuffleTrafficTokens(config.attention);
@@ -582,8 +581,7 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   // at most kHomeReshuffleShare of the balanced plan's: where the proxy's
   // reshuffle term decides. Closer calls it misjudges: a home layout that
   // still moves much puts heavy blocks on few workers, which then wait
-  // longest for their inputs (lognormal N = 16 seed 1: 44% of the tokens
-  // moved instead of 76%, a 5% lower proxy, 12% slower simulated).
+  // longest for their inputs (docs/planner.md, step 7, the home layout).
   // The shed layout (built where the home layout is not) instead where its
   // port proxy is lower and its busiest reshuffle across nodes at most
   // kShedReshuffleShare of the balanced plan's.

@@ -119,8 +119,8 @@ void CheckTransfers(const Plan& plan, const std::vector<Transfer>& transfers,
   // stages on many workers stay cheap.
   const int32_t n_blocks = static_cast<int32_t>(plan.blocks.size());
   for (const Transfer& t : transfers) {
-    // The context is built only to report a failure (per transfer it was a
-    // third of a large plan's validation time).
+    // The context is built only to report a failure: building its string
+    // for every transfer would dominate a large plan's validation.
     const auto w = [&] { return where + " " + TransferText(t) + ": "; };
     if (t.block < 0 || t.block >= n_blocks) Fail(w() + "block does not exist");
     if (t.src < 0 || t.src >= plan.workers) Fail(w() + "src is not a worker");

@@ -153,7 +153,7 @@ void BuildStagesFromSubStages(Plan& plan, const std::vector<RequiredPair>& pairs
   // sequence shorter than a block) computes its local pairs in the last
   // stage of its remote ones: the kernel then sees each query row's keys in
   // one pass, at the efficiency of the whole short sequence instead of two
-  // fragments (Figure 10: 89% -> 92%). Blocks of long sequences keep their
+  // fragments (docs/planner.md, steps 1 and 9). Blocks of long sequences keep their
   // local pairs in stage 0, where they hide the first transfers.
   for (size_t q = 0; q < g.pair_rows.rows(); ++q) {
     const Block& block = plan.blocks[q];
