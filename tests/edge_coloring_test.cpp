@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "error_message.h"
 #include "fcp/edge_coloring.h"
 #include "fcp/error.h"
 
@@ -77,32 +78,23 @@ TEST(EdgeColoringTest, MaxDegreeCountsSidesSeparately) {
 TEST(EdgeColoringTest, RejectsEndpointsOutOfRange) {
   for (const BipartiteEdge& bad :
        {BipartiteEdge{3, 0}, BipartiteEdge{0, 3}, BipartiteEdge{-1, 0}, BipartiteEdge{0, -2}}) {
-    try {
-      ColorBipartiteEdges(3, 3, {{0, 0}, bad});
-      ADD_FAILURE() << "accepted (" << bad.left << ", " << bad.right << ")";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-      EXPECT_THAT(e.what(), HasSubstr("edge 1"));
-    }
-    try {
-      MaxDegree(3, 3, {{0, 0}, bad});
-      ADD_FAILURE() << "MaxDegree accepted (" << bad.left << ", " << bad.right << ")";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-      EXPECT_THAT(e.what(), HasSubstr("edge 1"));
-    }
+    SCOPED_TRACE("edge (" + std::to_string(bad.left) + ", " + std::to_string(bad.right) + ")");
+    EXPECT_THAT(testing::ExpectedErrorMessage(ErrorCode::kInvalidArgument,
+                                              [&] {
+                                                ColorBipartiteEdges(3, 3, {{0, 0}, bad});
+                                              }),
+                HasSubstr("edge 1"));
+    EXPECT_THAT(testing::ExpectedErrorMessage(ErrorCode::kInvalidArgument,
+                                              [&] {
+                                                MaxDegree(3, 3, {{0, 0}, bad});
+                                              }),
+                HasSubstr("edge 1"));
   }
 }
 
 std::string CheckError(int32_t l, int32_t r, const std::vector<BipartiteEdge>& edges,
                        const EdgeColoring& c) {
-  try {
-    CheckEdgeColoring(l, r, edges, c);
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInternal);
-    return e.what();
-  }
-  return "";
+  return testing::ErrorMessage(ErrorCode::kInternal, [&] { CheckEdgeColoring(l, r, edges, c); });
 }
 
 TEST(EdgeColoringTest, CheckRejectsInvalidColourings) {

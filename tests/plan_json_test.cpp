@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "error_message.h"
 #include "fcp/error.h"
 #include "fcp/plan.h"
 #include "fcp/plan_json.h"
@@ -131,14 +132,7 @@ TEST(PlanJsonTest, EqualPlansGiveIdenticalBytes) {
 
 // Returns the kParse message of ReadPlanJson(text); fails the test if it parses.
 std::string ParseError(const std::string& text) {
-  try {
-    ReadPlanJson(text);
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kParse) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "parsed: " << text;
-  return "";
+  return testing::ExpectedErrorMessage(ErrorCode::kParse, [&] { ReadPlanJson(text); });
 }
 
 struct Malformed {

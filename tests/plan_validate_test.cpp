@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "error_message.h"
 #include "fcp/error.h"
 #include "fcp/plan.h"
 #include "hand_plans.h"
@@ -20,13 +21,7 @@ using testing::TwoWorkerPlan;
 
 // Runs ValidatePlan and returns its kInvalidPlan message ("" if it passed).
 std::string Violation(const Plan& plan, const ValidateOptions& options = {}) {
-  try {
-    ValidatePlan(plan, options);
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidPlan) << e.what();
-    return e.what();
-  }
-  return "";
+  return testing::ErrorMessage(ErrorCode::kInvalidPlan, [&] { ValidatePlan(plan, options); });
 }
 
 TEST(PlanValidateTest, HandDrawnPlansAreValid) {

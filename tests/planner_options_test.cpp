@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "error_message.h"
 #include "fcp/error.h"
 #include "fcp/planner.h"
 
@@ -26,13 +27,8 @@ namespace fcp {
 namespace {
 
 std::string CheckMessage(const PlannerConfig& config) {
-  try {
-    CheckPlannerOptionRanges(config);
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    return e.what();
-  }
-  return "";
+  return testing::ErrorMessage(ErrorCode::kInvalidArgument,
+                               [&] { CheckPlannerOptionRanges(config); });
 }
 
 // Sets the row's field to `value` (a bool: value != 0).

@@ -12,6 +12,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "error_message.h"
 #include "fcp/error.h"
 #include "fcp/plan_json.h"
 #include "fcp/plan_metrics.h"
@@ -806,14 +807,7 @@ INSTANTIATE_TEST_SUITE_P(Paper, PlannerQualityTest,
 
 std::string PlanError(const std::vector<int64_t>& lengths, const PlannerConfig& c,
                       ErrorCode code = ErrorCode::kInvalidArgument) {
-  try {
-    MakePlan(lengths, c);
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "planned";
-  return "";
+  return testing::ExpectedErrorMessage(code, [&] { MakePlan(lengths, c); });
 }
 
 TEST(PlannerTest, ConfigErrorsNameTheField) {

@@ -9,6 +9,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "error_message.h"
 #include "fcp/error.h"
 #include "fcp/lengths_file.h"
 #include "fcp/workload.h"
@@ -153,14 +154,7 @@ TEST(WorkloadTest, BimodalHasShortDocumentsAndRareLongOnes) {
 }
 
 std::string ConfigError(const WorkloadConfig& c) {
-  try {
-    GenerateWorkload(c);
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    return e.what();
-  }
-  ADD_FAILURE() << "accepted";
-  return "";
+  return testing::ExpectedErrorMessage(ErrorCode::kInvalidArgument, [&] { GenerateWorkload(c); });
 }
 
 TEST(WorkloadTest, ConfigErrorsNameTheField) {
@@ -200,14 +194,7 @@ TEST(WorkloadTest, ParseLengthsReadsNumbersAndComments) {
 }
 
 std::string LengthsError(const std::string& text) {
-  try {
-    ParseLengths(text);
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kParse);
-    return e.what();
-  }
-  ADD_FAILURE() << "accepted: " << text;
-  return "";
+  return testing::ExpectedErrorMessage(ErrorCode::kParse, [&] { ParseLengths(text); });
 }
 
 TEST(WorkloadTest, ParseLengthsErrorsNameTheLine) {
