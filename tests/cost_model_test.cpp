@@ -2,8 +2,6 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <gtest/gtest.h>
 
@@ -145,13 +143,10 @@ TEST(CostModelTest, HostileProfiles) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("is a directory"), std::string::npos) << e.what();
   }
-  const std::filesystem::path seeds = std::filesystem::path(FCP_TESTS_DIR) / "fuzz/profiles";
-  for (const auto& entry : std::filesystem::directory_iterator(seeds)) {
-    std::ifstream file(entry.path(), std::ios::binary);
-    std::stringstream text;
-    text << file.rdbuf();
-    EXPECT_TRUE(fuzz::CheckProfileText(text.str())) << entry.path();
-  }
+  fuzz::ForEachSavedInput(std::filesystem::path(FCP_TESTS_DIR) / "fuzz/profiles",
+                          [](const std::filesystem::path& path, const std::string& text) {
+                            EXPECT_TRUE(fuzz::CheckProfileText(text)) << path;
+                          });
   EXPECT_FALSE(fuzz::CheckProfileText("{\"gpus_per_node\": [[[]]]}"));
 }
 

@@ -1,9 +1,7 @@
 // Plan JSON: canonical writer, strict reader, byte-identical round trips and
 // one kParse error naming the field for every kind of malformed input.
 #include <filesystem>
-#include <fstream>
 #include <functional>
-#include <sstream>
 #include <string>
 
 #include <gmock/gmock.h>
@@ -404,19 +402,17 @@ TEST(PlanJsonTest, FuzzCorpusAndRegressionsAreHandled) {
   const std::filesystem::path root = FCP_TESTS_DIR;
   int valid = 0, files = 0;
   for (const char* dir : {"fuzz/corpus", "fuzz/regressions"})
-    for (const auto& entry : std::filesystem::directory_iterator(root / dir)) {
-      std::ifstream file(entry.path(), std::ios::binary);
-      std::stringstream text;
-      text << file.rdbuf();
-      SCOPED_TRACE(entry.path().string());
-      fuzz::Outcome outcome{};
-      EXPECT_NO_THROW(outcome = fuzz::CheckPlanText(text.str()));
-      valid += outcome == fuzz::Outcome::kValid;
-      ++files;
-      if (std::string(dir) == "fuzz/corpus") {
-        EXPECT_EQ(outcome, fuzz::Outcome::kValid);
-      }
-    }
+    fuzz::ForEachSavedInput(root / dir,
+                            [&](const std::filesystem::path& path, const std::string& text) {
+                              SCOPED_TRACE(path.string());
+                              fuzz::Outcome outcome{};
+                              EXPECT_NO_THROW(outcome = fuzz::CheckPlanText(text));
+                              valid += outcome == fuzz::Outcome::kValid;
+                              ++files;
+                              if (std::string(dir) == "fuzz/corpus") {
+                                EXPECT_EQ(outcome, fuzz::Outcome::kValid);
+                              }
+                            });
   EXPECT_GE(valid, 4);
   EXPECT_GT(files, valid);
 }

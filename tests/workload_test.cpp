@@ -1,9 +1,7 @@
 // Workload generators and the lengths-file parser.
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <numeric>
-#include <sstream>
 #include <string>
 
 #include <gmock/gmock.h>
@@ -219,13 +217,10 @@ TEST(WorkloadTest, CarelessLengthsText) {
   EXPECT_THAT(message, HasSubstr("(1000000 bytes)"));
   EXPECT_LT(message.size(), 200u);
   EXPECT_THAT(LengthsError(std::string("5 \x01\n")), HasSubstr("'?'"));
-  const std::filesystem::path seeds = std::filesystem::path(FCP_TESTS_DIR) / "fuzz/lengths";
-  for (const auto& entry : std::filesystem::directory_iterator(seeds)) {
-    std::ifstream file(entry.path(), std::ios::binary);
-    std::stringstream text;
-    text << file.rdbuf();
-    EXPECT_TRUE(fuzz::CheckLengthsText(text.str())) << entry.path();
-  }
+  fuzz::ForEachSavedInput(std::filesystem::path(FCP_TESTS_DIR) / "fuzz/lengths",
+                          [](const std::filesystem::path& path, const std::string& text) {
+                            EXPECT_TRUE(fuzz::CheckLengthsText(text)) << path;
+                          });
   EXPECT_FALSE(fuzz::CheckLengthsText("12 abc"));
 }
 

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "check_common.h"
 #include "fcp/error.h"
 #include "fcp/plan.h"
 #include "fcp/plan_json.h"
@@ -21,32 +22,19 @@ enum class Outcome { kParseError, kInvalidPlan, kValid };
 
 inline Outcome CheckPlanText(const std::string& text) {
   Plan plan;
-  try {
-    plan = ReadPlanJson(text);
-  } catch (const Error& e) {
-    if (e.code() != ErrorCode::kParse)
-      throw std::logic_error(std::string("reader threw a non-kParse error: ") + e.what());
+  if (!PassesOrRejects("reader", ErrorCode::kParse, [&] { plan = ReadPlanJson(text); }))
     return Outcome::kParseError;
-  }
   // A parsed plan writes back to text that parses to the same plan.
   if (!(ReadPlanJson(WritePlanJson(plan)) == plan))
     throw std::logic_error("plan JSON round trip changed the plan");
-  try {
-    ValidatePlan(plan);
-  } catch (const Error& e) {
-    if (e.code() != ErrorCode::kInvalidPlan)
-      throw std::logic_error(std::string("validator threw a non-kInvalidPlan error: ") + e.what());
+  if (!PassesOrRejects("validator", ErrorCode::kInvalidPlan, [&] { ValidatePlan(plan); }))
     return Outcome::kInvalidPlan;
-  }
   const PlanMetrics metrics = ComputePlanMetrics(plan);
   if (metrics.max_tokens > plan.token_cap)
     throw std::logic_error("a valid plan's metrics exceed its token cap");
-  try {  // the stricter check may reject a valid plan, but only with kInvalidPlan
-    ValidatePlan(plan, {.forbid_redundant_transfers = true});
-  } catch (const Error& e) {
-    if (e.code() != ErrorCode::kInvalidPlan)
-      throw std::logic_error(std::string("validator threw a non-kInvalidPlan error: ") + e.what());
-  }
+  // The stricter check may reject a valid plan, but only with kInvalidPlan.
+  PassesOrRejects("validator", ErrorCode::kInvalidPlan,
+                  [&] { ValidatePlan(plan, {.forbid_redundant_transfers = true}); });
   return Outcome::kValid;
 }
 

@@ -128,18 +128,19 @@ void Mutate(FuzzedDataProvider& in, Plan& plan) {
     if (n == 0) continue;
     const size_t t = in.ConsumeIntegralInRange<size_t>(0, n - 1);
     const size_t u = in.ConsumeIntegralInRange<size_t>(0, n - 1);
+    // Stage s's K/V sends and computes in the chosen pass.
+    const auto kv_sends = [&](size_t s) -> std::vector<Transfer>& {
+      return forward ? plan.forward[s].send : plan.backward[s].send_kv;
+    };
+    const auto computes = [&](size_t s) -> std::vector<BlockPair>& {
+      return forward ? plan.forward[s].compute : plan.backward[s].compute;
+    };
     switch (in.ConsumeIntegralInRange(0, 7)) {
       case 0:
-        if (forward)
-          MutateList(in, plan.forward[t].send, plan.forward[u].send);
-        else
-          MutateList(in, plan.backward[t].send_kv, plan.backward[u].send_kv);
+        MutateList(in, kv_sends(t), kv_sends(u));
         break;
       case 1:
-        if (forward)
-          MutateList(in, plan.forward[t].compute, plan.forward[u].compute);
-        else
-          MutateList(in, plan.backward[t].compute, plan.backward[u].compute);
+        MutateList(in, computes(t), computes(u));
         break;
       case 2:
         if (!forward) MutateList(in, plan.backward[t].send_dkv, plan.backward[u].send_dkv);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "check_common.h"
 #include "fcp/cost_model.h"
 #include "fcp/error.h"
 #include "fcp/lengths_file.h"
@@ -20,13 +21,9 @@ namespace fcp::fuzz {
 // True if `text` was read, false if it was rejected as documented.
 inline bool CheckProfileText(const std::string& text) {
   HardwareProfile profile;
-  try {
-    profile = ParseProfileJson(text);
-  } catch (const Error& e) {
-    if (e.code() != ErrorCode::kParse)
-      throw std::logic_error(std::string("profile reader threw a non-kParse error: ") + e.what());
+  if (!PassesOrRejects("profile reader", ErrorCode::kParse,
+                       [&] { profile = ParseProfileJson(text); }))
     return false;
-  }
   // What was read is a valid profile, and writes to text that reads again.
   profile.validate();
   const HardwareProfile again = ParseProfileJson(WriteProfileJson(profile));
@@ -38,13 +35,8 @@ inline bool CheckProfileText(const std::string& text) {
 
 inline bool CheckLengthsText(const std::string& text) {
   std::vector<int64_t> lengths;
-  try {
-    lengths = ParseLengths(text);
-  } catch (const Error& e) {
-    if (e.code() != ErrorCode::kParse)
-      throw std::logic_error(std::string("lengths reader threw a non-kParse error: ") + e.what());
+  if (!PassesOrRejects("lengths reader", ErrorCode::kParse, [&] { lengths = ParseLengths(text); }))
     return false;
-  }
   if (lengths.empty() || static_cast<int64_t>(lengths.size()) > kMaxSequences)
     throw std::logic_error("lengths reader returned an empty or oversize batch");
   for (int64_t len : lengths)
