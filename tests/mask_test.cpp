@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "error_message.h"
 #include "fcp/error.h"
 
 namespace fcp {
@@ -81,7 +82,11 @@ TEST(MaskTest, LargeCountsDoNotOverflow) {
 TEST(MaskTest, RejectsBadWindows) {
   EXPECT_THROW((Mask{MaskKind::kSlidingWindow, 0}).validate(), Error);
   EXPECT_THROW((Mask{MaskKind::kCausal, 8}).validate(), Error);
-  EXPECT_THROW(ParseMaskKind("diagonal"), Error);
+  for (MaskKind kind : {MaskKind::kCausal, MaskKind::kFull, MaskKind::kSlidingWindow})
+    EXPECT_EQ(ParseMaskKind(MaskKindName(kind)), kind);
+  EXPECT_EQ(
+      testing::ExpectedErrorMessage(ErrorCode::kInvalidArgument, [] { ParseMaskKind("diagonal"); }),
+      "mask: unknown kind 'diagonal' (expected causal, full or sliding_window)");
   EXPECT_NO_THROW((Mask{MaskKind::kSlidingWindow, 1}).validate());
 }
 

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "../src/model/network.h"
+#include "error_message.h"
 #include "fcp/baselines.h"
 #include "fcp/error.h"
 #include "fcp/plan_metrics.h"
@@ -554,11 +555,18 @@ TEST(SimulatorTest, RejectsOutOfRangePlans) {
   SimConfig bad;
   bad.dkv_dtype_bytes = -1;
   EXPECT_THROW(Simulate(TwoWorkerPlan(), UnitProfile(), bad), Error);
-  EXPECT_EQ(ParseReshuffleMode("overlap"), ReshuffleMode::kOverlapped);
-  EXPECT_THROW(ParseReshuffleMode("sometimes"), Error);
+  for (ReshuffleMode m :
+       {ReshuffleMode::kNone, ReshuffleMode::kBlocking, ReshuffleMode::kOverlapped})
+    EXPECT_EQ(ParseReshuffleMode(ReshuffleModeName(m)), m);
+  EXPECT_EQ(std::string(ReshuffleModeName(ReshuffleMode::kOverlapped)), "overlap");
+  EXPECT_EQ(testing::ExpectedErrorMessage(ErrorCode::kInvalidArgument,
+                                          [] { ParseReshuffleMode("sometimes"); }),
+            "simulate: unknown reshuffle mode 'sometimes' (expected none, blocking or overlap)");
   EXPECT_EQ(ParseTransferMode("grouped"), TransferMode::kGrouped);
   EXPECT_EQ(TransferModeName(ParseTransferMode("pull")), std::string("pull"));
-  EXPECT_THROW(ParseTransferMode("push"), Error);
+  EXPECT_EQ(
+      testing::ExpectedErrorMessage(ErrorCode::kInvalidArgument, [] { ParseTransferMode("push"); }),
+      "simulate: unknown transfer mode 'push' (expected pull or grouped)");
 }
 
 }  // namespace

@@ -181,7 +181,10 @@ TEST(WorkloadTest, ConfigErrorsNameTheField) {
 TEST(WorkloadTest, DistributionNamesRoundTrip) {
   for (LengthDistribution dist : kAllDists)
     EXPECT_EQ(ParseLengthDistribution(LengthDistributionName(dist)), dist);
-  EXPECT_THROW(ParseLengthDistribution("zipf"), Error);
+  EXPECT_EQ(
+      testing::ExpectedErrorMessage(ErrorCode::kInvalidArgument,
+                                    [] { ParseLengthDistribution("zipf"); }),
+      "workload: unknown distribution 'zipf' (expected lognormal, uniform, fixed or bimodal)");
 }
 
 TEST(WorkloadTest, ParseLengthsReadsNumbersAndComments) {

@@ -20,6 +20,7 @@
 #include "fcp/mask.h"
 #include "fcp/plan_metrics.h"  // Imbalance
 #include "network.h"
+#include "plan/enum_names.h"
 
 namespace fcp {
 namespace {
@@ -814,34 +815,28 @@ PassBounds PassLowerBounds(const Plan& plan, const HardwareProfile& profile,
 
 }  // namespace
 
+constexpr detail::EnumName<ReshuffleMode> kReshuffleModeNames[] = {
+    {ReshuffleMode::kNone, "none"},
+    {ReshuffleMode::kBlocking, "blocking"},
+    {ReshuffleMode::kOverlapped, "overlap"},
+};
+constexpr detail::EnumName<TransferMode> kTransferModeNames[] = {
+    {TransferMode::kPull, "pull"},
+    {TransferMode::kGrouped, "grouped"},
+};
+
 const char* ReshuffleModeName(ReshuffleMode mode) {
-  switch (mode) {
-    case ReshuffleMode::kNone:
-      return "none";
-    case ReshuffleMode::kBlocking:
-      return "blocking";
-    case ReshuffleMode::kOverlapped:
-      return "overlap";
-  }
-  return "?";
+  return detail::NameOf(kReshuffleModeNames, mode);
 }
 
-const char* TransferModeName(TransferMode mode) {
-  return mode == TransferMode::kPull ? "pull" : "grouped";
-}
+const char* TransferModeName(TransferMode mode) { return detail::NameOf(kTransferModeNames, mode); }
 
 TransferMode ParseTransferMode(const std::string& name) {
-  for (auto m : {TransferMode::kPull, TransferMode::kGrouped})
-    if (name == TransferModeName(m)) return m;
-  throw Error(ErrorCode::kInvalidArgument,
-              "simulate: unknown transfer mode '" + name + "' (expected pull or grouped)");
+  return detail::ValueNamed(kTransferModeNames, name, "simulate: unknown transfer mode");
 }
 
 ReshuffleMode ParseReshuffleMode(const std::string& name) {
-  for (auto m : {ReshuffleMode::kNone, ReshuffleMode::kBlocking, ReshuffleMode::kOverlapped})
-    if (name == ReshuffleModeName(m)) return m;
-  throw Error(ErrorCode::kInvalidArgument, "simulate: unknown reshuffle mode '" + name +
-                                               "' (expected none, blocking or overlap)");
+  return detail::ValueNamed(kReshuffleModeNames, name, "simulate: unknown reshuffle mode");
 }
 
 void SimConfig::validate() const {

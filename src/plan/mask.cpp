@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "enum_names.h"
 #include "fcp/error.h"
 
 namespace fcp {
@@ -40,24 +41,16 @@ void Mask::validate() const {
                     std::to_string(window) + " with mask " + MaskKindName(kind));
 }
 
-const char* MaskKindName(MaskKind kind) {
-  switch (kind) {
-    case MaskKind::kCausal:
-      return "causal";
-    case MaskKind::kFull:
-      return "full";
-    case MaskKind::kSlidingWindow:
-      return "sliding_window";
-  }
-  return "?";
-}
+constexpr detail::EnumName<MaskKind> kMaskKindNames[] = {
+    {MaskKind::kCausal, "causal"},
+    {MaskKind::kFull, "full"},
+    {MaskKind::kSlidingWindow, "sliding_window"},
+};
+
+const char* MaskKindName(MaskKind kind) { return detail::NameOf(kMaskKindNames, kind); }
 
 MaskKind ParseMaskKind(const std::string& name) {
-  if (name == "causal") return MaskKind::kCausal;
-  if (name == "full") return MaskKind::kFull;
-  if (name == "sliding_window") return MaskKind::kSlidingWindow;
-  throw Error(ErrorCode::kInvalidArgument, "mask: unknown kind '" + QuoteForError(name) +
-                                               "' (expected causal, full or sliding_window)");
+  return detail::ValueNamed(kMaskKindNames, name, "mask: unknown kind");
 }
 
 int64_t AllowedPairs(const Mask& mask, TokenRange queries, TokenRange keys) {

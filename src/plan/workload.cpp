@@ -5,6 +5,7 @@
 #include <random>
 #include <string>
 
+#include "enum_names.h"
 #include "fcp/error.h"
 
 namespace fcp {
@@ -59,26 +60,19 @@ int64_t SampleLength(const WorkloadConfig& c, std::mt19937_64& rng) {
 
 }  // namespace
 
+constexpr detail::EnumName<LengthDistribution> kDistributionNames[] = {
+    {LengthDistribution::kLognormal, "lognormal"},
+    {LengthDistribution::kUniform, "uniform"},
+    {LengthDistribution::kFixed, "fixed"},
+    {LengthDistribution::kBimodal, "bimodal"},
+};
+
 const char* LengthDistributionName(LengthDistribution dist) {
-  switch (dist) {
-    case LengthDistribution::kLognormal:
-      return "lognormal";
-    case LengthDistribution::kUniform:
-      return "uniform";
-    case LengthDistribution::kFixed:
-      return "fixed";
-    case LengthDistribution::kBimodal:
-      return "bimodal";
-  }
-  return "?";
+  return detail::NameOf(kDistributionNames, dist);
 }
 
 LengthDistribution ParseLengthDistribution(const std::string& name) {
-  for (auto d : {LengthDistribution::kLognormal, LengthDistribution::kUniform,
-                 LengthDistribution::kFixed, LengthDistribution::kBimodal})
-    if (name == LengthDistributionName(d)) return d;
-  throw Error(ErrorCode::kInvalidArgument, "workload: unknown distribution '" + name +
-                                               "' (expected lognormal, uniform, fixed or bimodal)");
+  return detail::ValueNamed(kDistributionNames, name, "workload: unknown distribution");
 }
 
 void WorkloadConfig::validate() const {
