@@ -20,6 +20,7 @@
 #include "fcp/mask.h"
 #include "fcp/plan_metrics.h"  // Imbalance
 #include "network.h"
+#include "plan/buckets.h"
 #include "plan/enum_names.h"
 
 namespace fcp {
@@ -331,36 +332,20 @@ class PassSimulator {
 
   void Setup() {
     const size_t cells = static_cast<size_t>(in_.stages) * n_;
-    // CSR of pair tasks and transfers per (stage, worker).
-    pair_begin_.assign(cells + 1, 0);
-    for (const PairTask& p : in_.pairs) ++pair_begin_[Cell(p.stage, p.worker) + 1];
-    for (size_t c = 0; c < cells; ++c) pair_begin_[c + 1] += pair_begin_[c];
-    pair_list_.resize(in_.pairs.size());
-    {
-      std::vector<int32_t> fill(cells, 0);
-      for (size_t i = 0; i < in_.pairs.size(); ++i) {
-        const size_t c = Cell(in_.pairs[i].stage, in_.pairs[i].worker);
-        pair_list_[pair_begin_[c] + fill[c]++] = static_cast<int32_t>(i);
-      }
-    }
+    // Pair tasks per (stage, worker), in input order.
+    pairs_by_cell_ = detail::BucketBy(cells, in_.pairs.size(), [&](int32_t i) {
+      return Cell(in_.pairs[i].stage, in_.pairs[i].worker);
+    });
     // Sends (by src) and receives (by dst) per (channel, stage, worker).
     const size_t channel_cells = kChannels * cells;
-    for (int side = 0; side < 2; ++side) {
-      std::vector<int32_t>& begin = side == 0 ? send_begin_ : recv_begin_;
-      std::vector<int32_t>& list = side == 0 ? send_list_ : recv_list_;
-      const auto cell = [&](const StageTransfer& t) {
-        return Cell(ChannelOf(t), t.stage, side == 0 ? t.src : t.dst);
-      };
-      begin.assign(channel_cells + 1, 0);
-      for (const StageTransfer& t : in_.transfers) ++begin[cell(t) + 1];
-      for (size_t c = 0; c < channel_cells; ++c) begin[c + 1] += begin[c];
-      list.resize(in_.transfers.size());
-      std::vector<int32_t> fill(channel_cells, 0);
-      for (size_t i = 0; i < in_.transfers.size(); ++i) {
-        const size_t c = cell(in_.transfers[i]);
-        list[begin[c] + fill[c]++] = static_cast<int32_t>(i);
-      }
-    }
+    sends_by_cell_ = detail::BucketBy(channel_cells, in_.transfers.size(), [&](int32_t i) {
+      const StageTransfer& t = in_.transfers[i];
+      return Cell(ChannelOf(t), t.stage, t.src);
+    });
+    recvs_by_cell_ = detail::BucketBy(channel_cells, in_.transfers.size(), [&](int32_t i) {
+      const StageTransfer& t = in_.transfers[i];
+      return Cell(ChannelOf(t), t.stage, t.dst);
+    });
     recv_left_.assign(channel_cells, 0);
     arrivals_.assign(in_.transfers.size(), 0);
     started_.assign(in_.transfers.size(), 0);
@@ -397,17 +382,9 @@ class PassSimulator {
       for (const StageTransfer& t : in_.transfers)
         if (t.kind == TransferKind::kDkv && t.dst == plan_.blocks[t.block].worker)
           ++out_left_[OutputKey(t.block, kKvPart)];
-    out_flow_begin_.assign(keys + 1, 0);
-    for (const ReshuffleFlow& f : in_.out_flows) ++out_flow_begin_[OutputKey(f.block, f.part) + 1];
-    for (size_t k = 0; k < keys; ++k) out_flow_begin_[k + 1] += out_flow_begin_[k];
-    out_flow_list_.resize(in_.out_flows.size());
-    {
-      std::vector<int32_t> fill(keys, 0);
-      for (size_t i = 0; i < in_.out_flows.size(); ++i) {
-        const size_t k = OutputKey(in_.out_flows[i].block, in_.out_flows[i].part);
-        out_flow_list_[out_flow_begin_[k] + fill[k]++] = static_cast<int32_t>(i);
-      }
-    }
+    out_flows_by_key_ = detail::BucketBy(keys, in_.out_flows.size(), [&](int32_t i) {
+      return OutputKey(in_.out_flows[i].block, in_.out_flows[i].part);
+    });
     out_start_s_.assign(in_.out_flows.size(), 0);
     parts_not_final_ = 0;
     for (size_t k = 0; k < keys; ++k)
@@ -459,11 +436,11 @@ class PassSimulator {
     Channel& s = workers_[w].channel[ch];
     s.s_stage = stage;
     if (stage >= in_.stages) return;
-    const size_t c = Cell(ch, stage, w);
-    s.s_left = send_begin_[c + 1] - send_begin_[c];
-    for (int32_t k = send_begin_[c]; k < send_begin_[c + 1]; ++k) {
-      ++arrivals_[send_list_[k]];
-      TryStartTransfer(send_list_[k]);
+    const auto sends = sends_by_cell_.row(Cell(ch, stage, w));
+    s.s_left = static_cast<int32_t>(sends.size());
+    for (int32_t t : sends) {
+      ++arrivals_[t];
+      TryStartTransfer(t);
     }
   }
 
@@ -496,11 +473,12 @@ class PassSimulator {
     Channel& s = workers_[w].channel[ch];
     s.r_stage = stage;
     const size_t c = Cell(ch, stage, w);
-    recv_left_[c] = recv_begin_[c + 1] - recv_begin_[c];
+    const auto receives = recvs_by_cell_.row(c);
+    recv_left_[c] = static_cast<int32_t>(receives.size());
     AdvanceReceived(w, ch);
-    for (int32_t k = recv_begin_[c]; k < recv_begin_[c + 1]; ++k) {
-      ++arrivals_[recv_list_[k]];
-      TryStartTransfer(recv_list_[k]);
+    for (int32_t t : receives) {
+      ++arrivals_[t];
+      TryStartTransfer(t);
     }
   }
 
@@ -541,9 +519,8 @@ class PassSimulator {
       }
       if (!s.busy && s.c_stage < in_.stages) {
         if (!s.c_started && s.c_done == s.c_stage - 1 && s.channel[0].r_done >= s.c_stage - 1) {
-          const size_t c = Cell(s.c_stage, w);
-          s.pending.assign(pair_list_.begin() + pair_begin_[c],
-                           pair_list_.begin() + pair_begin_[c + 1]);
+          const auto pairs = pairs_by_cell_.row(Cell(s.c_stage, w));
+          s.pending.assign(pairs.begin(), pairs.end());
           s.pending_head = 0;
           s.c_started = true;
           s.launched = false;
@@ -697,8 +674,7 @@ class PassSimulator {
   void OutputFinal(size_t key) {
     if (config_.reshuffle == ReshuffleMode::kNone) return;
     if (config_.reshuffle == ReshuffleMode::kOverlapped) {
-      for (int32_t k = out_flow_begin_[key]; k < out_flow_begin_[key + 1]; ++k)
-        StartOut(out_flow_list_[k]);
+      for (int32_t i : out_flows_by_key_.row(key)) StartOut(i);
       return;
     }
     if (parts_not_final_ > 0 || all_out_started_) return;
@@ -727,14 +703,17 @@ class PassSimulator {
   int64_t next_seq_ = 0;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   std::vector<WorkerState> workers_;
-  std::vector<int32_t> pair_begin_, pair_list_, send_begin_, send_list_, recv_begin_, recv_list_;
+  // Indices into in_.pairs and in_.transfers per (stage, worker) and per
+  // (channel, stage, worker) cell, in input order.
+  detail::Buckets pairs_by_cell_, sends_by_cell_, recvs_by_cell_;
   std::vector<int32_t> recv_left_;  // per (channel, stage, worker): receives not yet arrived
   std::vector<int32_t> arrivals_;
   std::vector<char> started_;
   std::vector<double> transfer_start_s_;
   std::vector<std::vector<int32_t>> waiting_;  // transfers waiting for a block's reshuffle
   std::vector<char> in_ready_;
-  std::vector<int32_t> in_left_, out_left_, out_flow_begin_, out_flow_list_;
+  std::vector<int32_t> in_left_, out_left_;
+  detail::Buckets out_flows_by_key_;  // indices into in_.out_flows per OutputKey
   int64_t in_flows_left_ = 0, parts_not_final_ = 0;
 };
 

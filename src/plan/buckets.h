@@ -1,7 +1,7 @@
 // Compressed rows (RowIndex, Rows) and stable bucket (counting) sorts by
 // small integer keys: the planner's O(n + k) replacement for comparison
-// sorts keyed by worker or block ids. Private to the planning layer
-// (src/plan and its internal headers).
+// sorts keyed by worker or block ids. Private to the library: the planning
+// layer (src/plan and its internal headers) and the simulator.
 #pragma once
 
 #include <cstddef>
@@ -54,9 +54,9 @@ using Buckets = Rows<int32_t>;
 
 // Buckets of the n indices index(0), ..., index(n-1) by key(index) in [0, rows); stable.
 template <typename Index, typename Key>
-Buckets BucketIndices(int32_t rows, size_t n, Index index, Key key) {
+Buckets BucketIndices(size_t rows, size_t n, Index index, Key key) {
   Buckets out;
-  out.StartCounting(static_cast<size_t>(rows));
+  out.StartCounting(rows);
   for (size_t j = 0; j < n; ++j) out.Count(key(index(j)));
   out.FinishCounting();
   out.items.resize(n);
@@ -70,14 +70,14 @@ Buckets BucketIndices(int32_t rows, size_t n, Index index, Key key) {
 
 // Buckets of `order` (indices) by key(index) in [0, rows); stable.
 template <typename Key>
-Buckets BucketBy(int32_t rows, std::span<const int32_t> order, Key key) {
+Buckets BucketBy(size_t rows, std::span<const int32_t> order, Key key) {
   return BucketIndices(
       rows, order.size(), [&](size_t j) { return order[j]; }, key);
 }
 
 // Buckets of the indices 0 .. n-1 (no index array needed).
 template <typename Key>
-Buckets BucketBy(int32_t rows, size_t n, Key key) {
+Buckets BucketBy(size_t rows, size_t n, Key key) {
   return BucketIndices(
       rows, n, [](size_t j) { return static_cast<int32_t>(j); }, key);
 }
