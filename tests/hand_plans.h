@@ -10,6 +10,21 @@ namespace fcp::testing {
 // FLOPs per token pair = 4 * 2 * 4 = 32; K/V bytes per token = 2 * 1 * 4 * 2 = 16.
 inline AttentionShape TinyShape() { return AttentionShape{2, 1, 4, 2}; }
 
+// What both hand plans share: one causal sequence of 12 tokens in blocks of
+// 4 in TinyShape, coalesce 1; blocks and stages are each plan's own.
+inline Plan OneSequenceOf12(int32_t workers, int64_t token_cap) {
+  Plan p;
+  p.planner = "hand";
+  p.workers = workers;
+  p.mask = {MaskKind::kCausal, 0};
+  p.attention = TinyShape();
+  p.block_size = 4;
+  p.coalesce = 1;
+  p.token_cap = token_cap;
+  p.sequences = {12};
+  return p;
+}
+
 // Two workers, one causal sequence of 12 tokens in blocks of 4:
 //
 //   seq 0: |  B0 [0,4)  |  B1 [4,8)  |  B2 [8,12) |
@@ -26,15 +41,7 @@ inline AttentionShape TinyShape() { return AttentionShape{2, 1, 4, 2}; }
 //             stage 2:                   | compute (2,0)
 //             stage 3: send_dkv B0 w1->w0
 inline Plan TwoWorkerPlan() {
-  Plan p;
-  p.planner = "hand";
-  p.workers = 2;
-  p.mask = {MaskKind::kCausal, 0};
-  p.attention = TinyShape();
-  p.block_size = 4;
-  p.coalesce = 1;
-  p.token_cap = 8;
-  p.sequences = {12};
+  Plan p = OneSequenceOf12(2, 8);
   p.blocks = {{0, {{0, 0, 4}}}, {1, {{0, 4, 4}}}, {1, {{0, 8, 4}}}};
   p.forward = {{{{0, 0, 1}}, {{0, 0}, {1, 1}, {2, 1}, {2, 2}}}, {{}, {{1, 0}, {2, 0}}}};
   p.backward = {{{{0, 0, 1}}, {}, {{0, 0}, {1, 1}, {2, 1}, {2, 2}}},
@@ -60,15 +67,7 @@ inline Plan TwoWorkerPlan() {
 //             stage 2: send_dkv B0 w1->w0, B1 w2->w1 | compute (2,0)
 //             stage 3: send_dkv B0 w2->w0
 inline Plan ThreeWorkerPlan() {
-  Plan p;
-  p.planner = "hand";
-  p.workers = 3;
-  p.mask = {MaskKind::kCausal, 0};
-  p.attention = TinyShape();
-  p.block_size = 4;
-  p.coalesce = 1;
-  p.token_cap = 4;
-  p.sequences = {12};
+  Plan p = OneSequenceOf12(3, 4);
   p.blocks = {{0, {{0, 0, 4}}}, {1, {{0, 4, 4}}}, {2, {{0, 8, 4}}}};
   p.forward = {{{{0, 0, 1}, {1, 1, 2}}, {{0, 0}, {1, 1}, {2, 2}}},
                {{{0, 0, 2}}, {{1, 0}, {2, 1}}},

@@ -1,6 +1,9 @@
 // ComputePlanMetrics on hand plans, every number counted by hand.
 #include <gtest/gtest.h>
 
+#include <type_traits>
+#include <vector>
+
 #include "fcp/error.h"
 #include "fcp/plan_metrics.h"
 #include "hand_plans.h"
@@ -10,16 +13,22 @@ namespace {
 
 // TinyShape: 32 FLOPs per token pair, 16 K/V bytes per token (64 per 4-token block).
 
+// Expects field `f` of every worker of `m`, in worker order.
+template <typename T>
+void ExpectPerWorker(const PlanMetrics& m, T WorkerMetrics::*f,
+                     const std::vector<std::type_identity_t<T>>& expected) {
+  ASSERT_EQ(m.workers.size(), expected.size());
+  for (size_t w = 0; w < expected.size(); ++w)
+    EXPECT_EQ(m.workers[w].*f, expected[w]) << "worker " << w;
+}
+
 TEST(PlanMetricsTest, ThreeWorkerPlanHandCounted) {
   const PlanMetrics m = ComputePlanMetrics(testing::ThreeWorkerPlan());
   // Token pairs (causal, blocks of 4): diagonal 10, below-diagonal 16.
   //   w0: (0,0) = 10             -> 320 FLOPs
   //   w1: (1,0) + (1,1) = 26      -> 832
   //   w2: (2,0) + (2,1) + (2,2) = 42 -> 1344;  total 2496, mean 832.
-  ASSERT_EQ(m.workers.size(), 3u);
-  EXPECT_DOUBLE_EQ(m.workers[0].forward_flops, 320);
-  EXPECT_DOUBLE_EQ(m.workers[1].forward_flops, 832);
-  EXPECT_DOUBLE_EQ(m.workers[2].forward_flops, 1344);
+  ExpectPerWorker(m, &WorkerMetrics::forward_flops, {320, 832, 1344});
   EXPECT_DOUBLE_EQ(m.total_forward_flops, 2496);
   EXPECT_DOUBLE_EQ(m.max_compute, 1344);
   EXPECT_DOUBLE_EQ(m.max_pair_flops, 16 * 32);
@@ -27,14 +36,10 @@ TEST(PlanMetricsTest, ThreeWorkerPlanHandCounted) {
   // Lower bound: max(2496 / 3 = 832, largest query block = block 2's 1344).
   EXPECT_DOUBLE_EQ(m.compute_lower_bound, 1344);
   // Transfers [0,0,1] [1,1,2] [0,0,2], 64 bytes each.
-  EXPECT_EQ(m.workers[0].kv_blocks_sent, 2);
-  EXPECT_EQ(m.workers[0].kv_blocks_received, 0);
-  EXPECT_EQ(m.workers[1].kv_blocks_sent, 1);
-  EXPECT_EQ(m.workers[1].kv_blocks_received, 1);
-  EXPECT_EQ(m.workers[2].kv_blocks_sent, 0);
-  EXPECT_EQ(m.workers[2].kv_blocks_received, 2);
-  EXPECT_EQ(m.workers[0].bytes_sent, 128);
-  EXPECT_EQ(m.workers[2].bytes_received, 128);
+  ExpectPerWorker(m, &WorkerMetrics::kv_blocks_sent, {2, 1, 0});
+  ExpectPerWorker(m, &WorkerMetrics::kv_blocks_received, {0, 1, 2});
+  ExpectPerWorker(m, &WorkerMetrics::bytes_sent, {128, 64, 0});
+  ExpectPerWorker(m, &WorkerMetrics::bytes_received, {0, 64, 128});
   for (const WorkerMetrics& w : m.workers) EXPECT_EQ(w.traffic_bytes(), 128);
   EXPECT_DOUBLE_EQ(m.traffic_imbalance, 0);
   EXPECT_DOUBLE_EQ(m.send_imbalance, 0.5);     // sent 128, 64, 0: (128 - 64) / 128
@@ -57,12 +62,10 @@ TEST(PlanMetricsTest, ThreeWorkerPlanHandCounted) {
 TEST(PlanMetricsTest, TwoWorkerPlanHandCounted) {
   const PlanMetrics m = ComputePlanMetrics(testing::TwoWorkerPlan());
   // w0: (0,0) = 10 pairs -> 320; w1: 16 + 10 + 16 + 16 + 10 = 68 -> 2176.
-  EXPECT_DOUBLE_EQ(m.workers[0].forward_flops, 320);
-  EXPECT_DOUBLE_EQ(m.workers[1].forward_flops, 2176);
+  ExpectPerWorker(m, &WorkerMetrics::forward_flops, {320, 2176});
   EXPECT_DOUBLE_EQ(m.compute_imbalance, (2176.0 - 1248.0) / 2176.0);
   EXPECT_DOUBLE_EQ(m.compute_lower_bound, 1344);  // block 2 (42 pairs) > 2496 / 2 = 1248
-  EXPECT_EQ(m.workers[0].tokens, 4);
-  EXPECT_EQ(m.workers[1].tokens, 8);
+  ExpectPerWorker(m, &WorkerMetrics::tokens, {4, 8});
   EXPECT_EQ(m.max_tokens, 8);
   EXPECT_DOUBLE_EQ(m.token_imbalance, (8.0 - 6.0) / 8.0);
   EXPECT_EQ(m.transfer_edges, 1);
@@ -108,8 +111,7 @@ TEST(PlanMetricsTest, ReshuffleAcrossSequenceAndShareBoundaries) {
   EXPECT_EQ(m.forward_transfer_stages, 0);
   EXPECT_EQ(m.transfer_stage_lower_bound, 0);
   // Causal pairs: 5x5 -> 15, 3x3 -> 6.
-  EXPECT_DOUBLE_EQ(m.workers[1].forward_flops, 15 * 32);
-  EXPECT_DOUBLE_EQ(m.workers[0].forward_flops, 6 * 32);
+  ExpectPerWorker(m, &WorkerMetrics::forward_flops, {6 * 32, 15 * 32});
 }
 
 // ThreeWorkerPlan on nodes of two GPUs ({w0, w1}, {w2}): [0,0,1] stays on
@@ -119,13 +121,10 @@ TEST(PlanMetricsTest, TrafficSplitsIntoNvlinkAndNic) {
   EXPECT_EQ(m.gpus_per_node, 2);
   EXPECT_EQ(m.nvlink_bytes, 64);
   EXPECT_EQ(m.nic_bytes, 128);
-  EXPECT_EQ(m.workers[0].nvlink_bytes_sent, 64);
-  EXPECT_EQ(m.workers[0].nic_bytes_sent, 64);
-  EXPECT_EQ(m.workers[1].nvlink_bytes_received, 64);
-  EXPECT_EQ(m.workers[1].nic_bytes_sent, 64);
-  EXPECT_EQ(m.workers[1].nic_bytes_received, 0);
-  EXPECT_EQ(m.workers[2].nic_bytes_received, 128);
-  EXPECT_EQ(m.workers[2].nvlink_bytes_received, 0);
+  ExpectPerWorker(m, &WorkerMetrics::nvlink_bytes_sent, {64, 0, 0});
+  ExpectPerWorker(m, &WorkerMetrics::nvlink_bytes_received, {0, 64, 0});
+  ExpectPerWorker(m, &WorkerMetrics::nic_bytes_sent, {64, 64, 0});
+  ExpectPerWorker(m, &WorkerMetrics::nic_bytes_received, {0, 0, 128});
   EXPECT_EQ(m.max_nic_bytes_sent, 64);
   EXPECT_EQ(m.max_nic_bytes_received, 128);
   EXPECT_EQ(m.max_bytes_sent, 128);                    // w0, both links
@@ -147,13 +146,10 @@ TEST(PlanMetricsTest, TrafficSplitsIntoNvlinkAndNic) {
 // w0 the reverse.
 TEST(PlanMetricsTest, ReshuffleBytesPerWorkerAndDirection) {
   const PlanMetrics m = ComputePlanMetrics(testing::TwoWorkerPlan());
-  EXPECT_EQ(m.workers[0].reshuffle_tokens_out, 2);
-  EXPECT_EQ(m.workers[0].reshuffle_tokens_in, 0);
-  EXPECT_EQ(m.workers[1].reshuffle_tokens_in, 2);
-  EXPECT_EQ(m.workers[1].reshuffle_bytes_in, 64);
-  EXPECT_EQ(m.workers[1].reshuffle_bytes_out, 32);
-  EXPECT_EQ(m.workers[0].reshuffle_bytes_in, 32);
-  EXPECT_EQ(m.workers[0].reshuffle_bytes_out, 64);
+  ExpectPerWorker(m, &WorkerMetrics::reshuffle_tokens_out, {2, 0});
+  ExpectPerWorker(m, &WorkerMetrics::reshuffle_tokens_in, {0, 2});
+  ExpectPerWorker(m, &WorkerMetrics::reshuffle_bytes_in, {32, 64});
+  ExpectPerWorker(m, &WorkerMetrics::reshuffle_bytes_out, {64, 32});
   EXPECT_EQ(m.max_worker_reshuffle_bytes_in, 64);
   EXPECT_EQ(m.max_worker_reshuffle_bytes_out, 64);
   // Swapped sequences: each worker takes 4 tokens in and sends 4 out.
