@@ -21,14 +21,20 @@ ReshuffleFloorConfig Config(int32_t workers, int64_t token_cap = 0,
   return c;
 }
 
-// Expects every field of a floor, so a hand-worked case states all of them.
-void ExpectFloor(const ReshuffleFloor& got, const ReshuffleFloor& want) {
-  const auto fields = [](const ReshuffleFloor& f) {
-    return std::tuple(f.tokens, f.shed_tokens, f.pooled_shed_tokens, f.spare_tokens,
-                      f.replacement_tokens, f.overloaded_workers, f.target_token_pairs,
-                      f.excess_token_pairs);
-  };
-  EXPECT_EQ(fields(got), fields(want));
+// A floor's fields in one order, to state a whole hand-worked floor: tokens,
+// shed, pooled shed, spare, replacement tokens, overloaded workers, target
+// and excess token pairs.
+using FloorFields =
+    std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int32_t, double, double>;
+FloorFields Fields(const ReshuffleFloor& f) {
+  return {f.tokens,
+          f.shed_tokens,
+          f.pooled_shed_tokens,
+          f.spare_tokens,
+          f.replacement_tokens,
+          f.overloaded_workers,
+          f.target_token_pairs,
+          f.excess_token_pairs};
 }
 
 // One causal sequence of 8 tokens on 2 workers: w0's rows carry 1+2+3+4 = 10
@@ -37,14 +43,7 @@ void ExpectFloor(const ReshuffleFloor& got, const ReshuffleFloor& want) {
 // its own tokens away: floor 2. With cap 5 it has room: floor 1 (and moving
 // row 8 to w0 gives 18 and 18: the floor is reached).
 TEST(ReshuffleFloorTest, OneSequenceTwoWorkers) {
-  ExpectFloor(ComputeReshuffleFloor({8}, Config(2)), {.tokens = 2,
-                                                      .shed_tokens = 1,
-                                                      .pooled_shed_tokens = 1,
-                                                      .spare_tokens = 0,
-                                                      .replacement_tokens = 1,
-                                                      .overloaded_workers = 1,
-                                                      .target_token_pairs = 18,
-                                                      .excess_token_pairs = 8});
+  EXPECT_EQ(Fields(ComputeReshuffleFloor({8}, Config(2))), FloorFields(2, 1, 1, 0, 1, 1, 18, 8));
   const ReshuffleFloor roomy = ComputeReshuffleFloor({8}, Config(2, 5));
   EXPECT_EQ(roomy.spare_tokens, 1);
   EXPECT_EQ(roomy.tokens, 1);
@@ -77,14 +76,8 @@ TEST(ReshuffleFloorTest, BalancedHomesStay) {
 // two densest pooled (5 + 4) on the others, who have no room: floor 6, though
 // no plan reaches the target at all (a row of 5 is over it anywhere).
 TEST(ReshuffleFloorTest, OneTokenPerWorker) {
-  ExpectFloor(ComputeReshuffleFloor({5, 0, 3}, Config(8)), {.tokens = 6,
-                                                            .shed_tokens = 4,
-                                                            .pooled_shed_tokens = 2,
-                                                            .spare_tokens = 0,
-                                                            .replacement_tokens = 2,
-                                                            .overloaded_workers = 4,
-                                                            .target_token_pairs = 2,
-                                                            .excess_token_pairs = 7});
+  EXPECT_EQ(Fields(ComputeReshuffleFloor({5, 0, 3}, Config(8))),
+            FloorFields(6, 4, 2, 0, 2, 4, 2, 7));
 }
 
 // Full mask, sequences {6, 2} on 2 workers: w0 = 4 rows of 6 = 24, w1 = 2 x 6
@@ -111,22 +104,9 @@ TEST(ReshuffleFloorTest, FullAndSlidingWindowMasks) {
 // the excess 1 + 2 = 3 reaching the others needs only the row of 3, and w0's
 // empty share has room for it: no replacement, floor 2.
 TEST(ReshuffleFloorTest, PooledCoverCountsReplacements) {
-  ExpectFloor(ComputeReshuffleFloor({1, 1, 1, 6}, Config(3)), {.tokens = 4,
-                                                               .shed_tokens = 2,
-                                                               .pooled_shed_tokens = 2,
-                                                               .spare_tokens = 0,
-                                                               .replacement_tokens = 2,
-                                                               .overloaded_workers = 1,
-                                                               .target_token_pairs = 8,
-                                                               .excess_token_pairs = 7});
-  ExpectFloor(ComputeReshuffleFloor({3}, Config(4)), {.tokens = 2,
-                                                      .shed_tokens = 2,
-                                                      .pooled_shed_tokens = 1,
-                                                      .spare_tokens = 1,
-                                                      .replacement_tokens = 0,
-                                                      .overloaded_workers = 2,
-                                                      .target_token_pairs = 1,
-                                                      .excess_token_pairs = 3});
+  EXPECT_EQ(Fields(ComputeReshuffleFloor({1, 1, 1, 6}, Config(3))),
+            FloorFields(4, 2, 2, 0, 2, 1, 8, 7));
+  EXPECT_EQ(Fields(ComputeReshuffleFloor({3}, Config(4))), FloorFields(2, 2, 1, 1, 0, 2, 1, 3));
   // Causal {3, 3, 2} on 2 workers, shares of 4: w0 = 1+2+3 + 1 = 7, w1 = 2+3 +
   // 1+2 = 8; target 7; w1 sheds one row of 3 (excess 1): floor 2.
   EXPECT_EQ(ComputeReshuffleFloor({3, 3, 2}, Config(2)).tokens, 2);
