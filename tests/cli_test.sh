@@ -48,6 +48,15 @@ contains() {
 
 corpus="$src/fuzz/corpus"
 
+# edited_plan_fails <name> <sed script> <command> <text>: the corpus's
+# two-worker plan, edited by the sed script into $tmp/edited.json, makes
+# `fcp <command> --plan` fail with exit 1 and <text> in its message.
+edited_plan_fails() {
+  sed "$2" "$corpus/two_workers.json" >"$tmp/edited.json"
+  expect 1 "$1" -- "$3" --plan "$tmp/edited.json"
+  contains "$1" "$tmp/stderr" "$4"
+}
+
 # The lengths and plan most cases start from.
 setup() {
   "$fcp" workload --workers 4 --tokens-per-worker 1000 --max-len 3000 --seed 3 --out "$tmp/lengths.txt" \
@@ -183,19 +192,13 @@ case_other_errors() {
   printf '{"format": "fcp-plan", "version": 1,' >"$tmp/truncated.json"
   expect 1 "truncated plan JSON" -- validate --plan "$tmp/truncated.json"
   contains "truncated plan" "$tmp/stderr" "not valid JSON"
-  sed 's/"version": 1/"version": 1, "workers": 9/' "$corpus/two_workers.json" >"$tmp/twice.json"
-  expect 1 "a key twice in one object" -- validate --plan "$tmp/twice.json"
-  contains "key twice" "$tmp/stderr" 'the key "workers" appears twice in one object'
-  sed 's/"version": 1/"version": 7/' "$corpus/two_workers.json" >"$tmp/v7.json"
-  expect 1 "wrong plan version" -- validate --plan "$tmp/v7.json"
-  contains "wrong version" "$tmp/stderr" "'version'"
-  sed 's/"coalesce": 1/"coalesce": "one"/' "$corpus/two_workers.json" >"$tmp/type.json"
-  expect 1 "wrongly typed field" -- inspect --plan "$tmp/type.json"
-  contains "wrong type" "$tmp/stderr" "'coalesce'"
-  sed 's/\[\[1, 0\], \[2, 0\]\]/[[1, 0]]/' "$corpus/two_workers.json" >"$tmp/invalid.json"
-  expect 1 "invalid plan (missing pair)" -- validate --plan "$tmp/invalid.json"
-  contains "invalid plan" "$tmp/stderr" "required pair [2, 0] is never computed"
-  expect 1 "invalid plan (inspect)" -- inspect --plan "$tmp/invalid.json"
+  edited_plan_fails "a key twice in one object" 's/"version": 1/"version": 1, "workers": 9/' \
+    validate 'the key "workers" appears twice in one object'
+  edited_plan_fails "wrong plan version" 's/"version": 1/"version": 7/' validate "'version'"
+  edited_plan_fails "wrongly typed field" 's/"coalesce": 1/"coalesce": "one"/' inspect "'coalesce'"
+  edited_plan_fails "invalid plan (missing pair)" 's/\[\[1, 0\], \[2, 0\]\]/[[1, 0]]/' validate \
+    "required pair [2, 0] is never computed"
+  expect 1 "invalid plan (inspect)" -- inspect --plan "$tmp/edited.json"
   expect 1 "infeasible token cap" -- plan --lengths "$tmp/lengths.txt" --workers 4 --token-cap 10 \
     --out "$tmp/x.json"
   contains "token cap" "$tmp/stderr" "below ceil(T/N) = 1000"

@@ -365,6 +365,14 @@ double StepCostOf(const Plan& plan, const PlannerConfig& config) {
                      static_cast<double>(BusiestCrossNodeReshuffle(plan, config.node_workers));
 }
 
+// A random case with 8 query heads on 2 K/V heads (GQA), so that the
+// reshuffle's bytes a token (Q, K, V, O) differ from its K/V bytes.
+Case RandomGqaCase(std::mt19937_64& rng) {
+  Case k = RandomCase(rng);
+  k.config.attention = {8, 2, 16, 2};
+  return k;
+}
+
 // The locality exchanges and the home and shed layouts on random batches:
 // the plan keeps every rule; unless it is one of the layouts it moves no
 // more tokens in the reshuffle than the plan without them and raises
@@ -377,8 +385,7 @@ TEST(PlannerPropertyTest, LocalityExchangesNeverRaiseAMaximum) {
   std::mt19937_64 rng(20261201);
   int fewer = 0, traded = 0;
   for (int trial = 0; trial < 60; ++trial) {
-    Case k = RandomCase(rng);
-    k.config.attention = {8, 2, 16, 2};
+    Case k = RandomGqaCase(rng);
     Plan local;
     CheckPlanProperties(k, &local);
     if (HasFatalFailure()) return;
@@ -418,8 +425,7 @@ TEST(PlannerPropertyTest, TrafficLevelingNeverRaisesTheLargestTrafficOrCost) {
   std::mt19937_64 rng(20261130);
   int leveled = 0, within = 0;
   for (int trial = 0; trial < 80; ++trial) {
-    Case k = RandomCase(rng);
-    k.config.attention = {8, 2, 16, 2};
+    Case k = RandomGqaCase(rng);
     k.config.reshuffle_locality = false;
     Plan plan;
     CheckPlanProperties(k, &plan);
