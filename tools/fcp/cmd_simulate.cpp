@@ -340,17 +340,7 @@ void AddSimulateCommands(CLI::App& app) {
   cmp->add_option("--profile", co->profile, "gpu-x, gpu-y or a JSON profile")
       ->capture_default_str();
   cmp->add_option("--csv", co->csv, "Also write one CSV row per (N, seed, planner)");
-  cmp->add_option("--tokens-per-worker", co->workload.tokens_per_worker, "Tokens per worker")
-      ->capture_default_str();
-  cmp->add_option("--max-len", co->workload.max_len, "Longest sequence")->capture_default_str();
-  cmp->add_option("--min-len", co->workload.min_len, "Shortest sequence")->capture_default_str();
-  cmp->add_option("--mu", co->workload.lognormal_mu, "lognormal: mean of ln(length)")
-      ->capture_default_str();
-  cmp->add_option("--sigma", co->workload.lognormal_sigma, "lognormal: std dev of ln(length)")
-      ->capture_default_str();
-  cmp->add_option("--seed", co->workload.seed, "First workload seed")
-      ->check(kNotNegative)
-      ->capture_default_str();
+  AddWorkloadShapeFlags(*cmp, co->workload, "First workload seed");
   cmp->add_option("--seeds", co->seeds, "Batches per N (seeds seed..seed+k-1)")
       ->capture_default_str();
   // The planner's flags as `fcp plan` has them, but N (--workers is a list

@@ -44,6 +44,21 @@ void PrintStats(const std::vector<int64_t>& lengths) {
 
 }  // namespace
 
+void AddWorkloadShapeFlags(CLI::App& command, WorkloadConfig& config,
+                           const std::string& seed_help) {
+  command
+      .add_option("--tokens-per-worker", config.tokens_per_worker,
+                  "Tokens per worker; the batch holds exactly N times this")
+      ->capture_default_str();
+  command.add_option("--max-len", config.max_len, "Longest sequence")->capture_default_str();
+  command.add_option("--min-len", config.min_len, "Shortest sequence")->capture_default_str();
+  command.add_option("--mu", config.lognormal_mu, "lognormal: mean of ln(length)")
+      ->capture_default_str();
+  command.add_option("--sigma", config.lognormal_sigma, "lognormal: std dev of ln(length)")
+      ->capture_default_str();
+  command.add_option("--seed", config.seed, seed_help)->check(kNotNegative)->capture_default_str();
+}
+
 void AddWorkloadCommand(CLI::App& app) {
   auto options = std::make_shared<WorkloadOptions>();
   CLI::App* cmd = app.add_subcommand("workload", "Generate a batch of sequence lengths");
@@ -56,18 +71,7 @@ void AddWorkloadCommand(CLI::App& app) {
                              LengthDistributionName(LengthDistribution::kBimodal)}));
   cmd->add_option("--workers", options->config.workers, "Number of workers N")
       ->capture_default_str();
-  cmd->add_option("--tokens-per-worker", options->config.tokens_per_worker,
-                  "Tokens per worker; the batch holds exactly N times this")
-      ->capture_default_str();
-  cmd->add_option("--max-len", options->config.max_len, "Longest sequence")->capture_default_str();
-  cmd->add_option("--min-len", options->config.min_len, "Shortest sequence")->capture_default_str();
-  cmd->add_option("--mu", options->config.lognormal_mu, "lognormal: mean of ln(length)")
-      ->capture_default_str();
-  cmd->add_option("--sigma", options->config.lognormal_sigma, "lognormal: std dev of ln(length)")
-      ->capture_default_str();
-  cmd->add_option("--seed", options->config.seed, "Random seed")
-      ->check(kNotNegative)
-      ->capture_default_str();
+  AddWorkloadShapeFlags(*cmd, options->config, "Random seed");
   cmd->add_option("--out", options->out, "Output file, one length per line ('-' = stdout)")
       ->capture_default_str();
   cmd->add_flag("--stats", options->stats, "Print length, token and FLOP shares to stderr");

@@ -14,6 +14,7 @@
 
 #include "fcp/error.h"
 #include "fcp/planner.h"
+#include "fcp/workload.h"
 
 namespace fcp::cli {
 
@@ -29,6 +30,11 @@ void AddRunCommands(CLI::App& app);  // run, make-inputs, check (cmd_run.cpp)
 // default) the help shows: `fcp plan` and `fcp compare` share them.
 void AddPlannerFlags(CLI::App& command, PlannerConfig& config,
                      std::initializer_list<std::string_view> skip = {});
+
+// The flags of the generated batch's shape, bound to `config`: tokens per
+// worker, the length range, the lognormal parameters and the seed (shown as
+// `seed_help`): `fcp workload` and `fcp compare` share them (cmd_workload.cpp).
+void AddWorkloadShapeFlags(CLI::App& command, WorkloadConfig& config, const std::string& seed_help);
 
 // An error already reported on stderr by the command: main() only exits
 // with `exit_code` (used by `fcp run`, whose ranks must print before exiting).
