@@ -18,6 +18,7 @@
 
 #include "fcp/communicator.h"
 #include "fcp/error.h"
+#include "pending_request.h"
 
 namespace fcp {
 namespace {
@@ -190,12 +191,7 @@ class LocalCommunicator final : public Communicator {
   }
 
   bool TestLocked(Request request) {
-    if (request < 0 || request >= static_cast<Request>(reqs_.size()))
-      throw Error(ErrorCode::kInvalidArgument, "local: Test of unknown request " +
-                                                   std::to_string(request) + " (" +
-                                                   std::to_string(reqs_.size()) + " issued)");
-    Req& req = reqs_[static_cast<size_t>(request)];
-    FCP_CHECK(req.busy, "communicator: request " + std::to_string(request) + " already completed");
+    Req& req = detail::PendingRequest(reqs_, request, "local");
     MatchLocked();
     if (req.unmatched > 0) return false;
     req.busy = false;

@@ -12,6 +12,7 @@
 
 #include "fcp/communicator.h"
 #include "fcp/error.h"
+#include "pending_request.h"
 
 namespace fcp {
 namespace {
@@ -104,12 +105,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   bool Test(Request request) override {
-    if (request < 0 || request >= static_cast<Request>(slots_.size()))
-      throw Error(ErrorCode::kInvalidArgument, "mpi: Test of unknown request " +
-                                                   std::to_string(request) + " (" +
-                                                   std::to_string(slots_.size()) + " issued)");
-    Slot& s = slots_[static_cast<size_t>(request)];
-    FCP_CHECK(s.busy, "communicator: request " + std::to_string(request) + " already completed");
+    Slot& s = detail::PendingRequest(slots_, request, "mpi");
     int done = 0;
     Check(MPI_Test(&s.req, &done, MPI_STATUS_IGNORE), "MPI_Test");
     if (done) Release(request);
