@@ -31,32 +31,35 @@ void AppendInt(std::string& out, int64_t v) {
   out.append(buf, end);
 }
 
-void AppendTransfers(std::string& out, const std::vector<Transfer>& transfers) {
+// Appends `items` as one line of integer tuples, [[a, b], [c, d]], the
+// numbers of an item being fields(item) (a std::array).
+template <typename T, typename Fields>
+void AppendTuples(std::string& out, const std::vector<T>& items, Fields fields) {
   out += '[';
-  for (size_t i = 0; i < transfers.size(); ++i) {
+  for (size_t i = 0; i < items.size(); ++i) {
     if (i) out += ", ";
     out += '[';
-    AppendInt(out, transfers[i].block);
-    out += ", ";
-    AppendInt(out, transfers[i].src);
-    out += ", ";
-    AppendInt(out, transfers[i].dst);
+    const auto values = fields(items[i]);
+    for (size_t k = 0; k < values.size(); ++k) {
+      if (k) out += ", ";
+      AppendInt(out, values[k]);
+    }
     out += ']';
   }
   out += ']';
 }
 
+// [block, src, dst] and [q_block, kv_block], as PLAN_FORMAT.md lists them.
+void AppendTransfers(std::string& out, const std::vector<Transfer>& transfers) {
+  AppendTuples(out, transfers, [](const Transfer& t) {
+    return std::array<int64_t, 3>{t.block, t.src, t.dst};
+  });
+}
+
 void AppendPairs(std::string& out, const std::vector<BlockPair>& pairs) {
-  out += '[';
-  for (size_t i = 0; i < pairs.size(); ++i) {
-    if (i) out += ", ";
-    out += '[';
-    AppendInt(out, pairs[i].q_block);
-    out += ", ";
-    AppendInt(out, pairs[i].kv_block);
-    out += ']';
-  }
-  out += ']';
+  AppendTuples(out, pairs, [](const BlockPair& p) {
+    return std::array<int64_t, 2>{p.q_block, p.kv_block};
+  });
 }
 
 // Appends `items` as a JSON array with one item per line, each written by `write`.
@@ -206,18 +209,11 @@ std::string WritePlanJson(const Plan& plan) {
       [&](const Block& b) {
         out += "{\"worker\": ";
         AppendInt(out, b.worker);
-        out += ", \"segments\": [";
-        for (size_t i = 0; i < b.segments.size(); ++i) {
-          if (i) out += ", ";
-          out += '[';
-          AppendInt(out, b.segments[i].seq);
-          out += ", ";
-          AppendInt(out, b.segments[i].start);
-          out += ", ";
-          AppendInt(out, b.segments[i].length);
-          out += ']';
-        }
-        out += "]}";
+        out += ", \"segments\": ";
+        AppendTuples(out, b.segments, [](const Segment& s) {
+          return std::array<int64_t, 3>{s.seq, s.start, s.length};
+        });
+        out += '}';
       },
       /*last=*/false);
   AppendLines(
