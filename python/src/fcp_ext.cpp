@@ -78,6 +78,15 @@ Array<T> VectorView(const std::vector<T>& v, nb::handle owner) {
   return View(v.data(), v.size(), 0, owner);
 }
 
+// A stage list (of Transfer or BlockPair, structs of int32 fields only) as
+// an int32 array with one row per item and a column per field.
+template <typename T>
+Array<int32_t> StageListView(const std::vector<T>& list, nb::handle owner) {
+  static_assert(std::is_standard_layout_v<T> && sizeof(T) % sizeof(int32_t) == 0);
+  return View(reinterpret_cast<const int32_t*>(list.data()), list.size(),
+              sizeof(T) / sizeof(int32_t), owner);
+}
+
 // A fresh array that owns `values` (moved into a capsule).
 template <typename T>
 nb::ndarray<nb::numpy, T> OwnedArray(std::vector<T> values) {
@@ -484,52 +493,45 @@ void BindPlanHeader(PlanClass& cls) {
       });
 }
 
+// The plan's flat block arrays, built (once, without the GIL) on first use.
+const FlatBlocks& BlocksOf(PlanHandle& h) {
+  return WithoutGil([&]() -> const FlatBlocks& { return h.blocks(); });
+}
+
 // Blocks, segments and stages: read-only views into the plan.
 void BindPlanArrays(PlanClass& cls) {
   cls.def("sequences", [](PlanHandle& h) { return VectorView(h.plan().sequences, nb::find(&h)); })
-      .def("block_owner",
-           [](PlanHandle& h) {
-             const FlatBlocks& f = WithoutGil([&]() -> const FlatBlocks& { return h.blocks(); });
-             return VectorView(f.owner, nb::find(&h));
-           })
+      .def("block_owner", [](PlanHandle& h) { return VectorView(BlocksOf(h).owner, nb::find(&h)); })
       .def("block_tokens",
-           [](PlanHandle& h) {
-             const FlatBlocks& f = WithoutGil([&]() -> const FlatBlocks& { return h.blocks(); });
-             return VectorView(f.tokens, nb::find(&h));
-           })
+           [](PlanHandle& h) { return VectorView(BlocksOf(h).tokens, nb::find(&h)); })
       .def("block_segment_offsets",
-           [](PlanHandle& h) {
-             const FlatBlocks& f = WithoutGil([&]() -> const FlatBlocks& { return h.blocks(); });
-             return VectorView(f.segment_offsets, nb::find(&h));
-           })
+           [](PlanHandle& h) { return VectorView(BlocksOf(h).segment_offsets, nb::find(&h)); })
       .def("segments",
            [](PlanHandle& h) {
-             const FlatBlocks& f = WithoutGil([&]() -> const FlatBlocks& { return h.blocks(); });
+             const FlatBlocks& f = BlocksOf(h);
              return View(f.segments.data(), f.segments.size() / 4, 4, nb::find(&h));
            })
       .def("forward_send",
            [](PlanHandle& h, int64_t stage) {
-             const auto& s = StageAt(h.plan().forward, stage, "forward").send;
-             return View(reinterpret_cast<const int32_t*>(s.data()), s.size(), 3, nb::find(&h));
+             return StageListView(StageAt(h.plan().forward, stage, "forward").send, nb::find(&h));
            })
       .def("forward_compute",
            [](PlanHandle& h, int64_t stage) {
-             const auto& c = StageAt(h.plan().forward, stage, "forward").compute;
-             return View(reinterpret_cast<const int32_t*>(c.data()), c.size(), 2, nb::find(&h));
+             return StageListView(StageAt(h.plan().forward, stage, "forward").compute,
+                                  nb::find(&h));
            })
       .def("backward_send_kv",
            [](PlanHandle& h, int64_t stage) {
-             const auto& s = StageAt(h.plan().backward, stage, "backward").send_kv;
-             return View(reinterpret_cast<const int32_t*>(s.data()), s.size(), 3, nb::find(&h));
+             return StageListView(StageAt(h.plan().backward, stage, "backward").send_kv,
+                                  nb::find(&h));
            })
       .def("backward_send_dkv",
            [](PlanHandle& h, int64_t stage) {
-             const auto& s = StageAt(h.plan().backward, stage, "backward").send_dkv;
-             return View(reinterpret_cast<const int32_t*>(s.data()), s.size(), 3, nb::find(&h));
+             return StageListView(StageAt(h.plan().backward, stage, "backward").send_dkv,
+                                  nb::find(&h));
            })
       .def("backward_compute", [](PlanHandle& h, int64_t stage) {
-        const auto& c = StageAt(h.plan().backward, stage, "backward").compute;
-        return View(reinterpret_cast<const int32_t*>(c.data()), c.size(), 2, nb::find(&h));
+        return StageListView(StageAt(h.plan().backward, stage, "backward").compute, nb::find(&h));
       });
 }
 
