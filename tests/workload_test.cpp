@@ -35,13 +35,12 @@ TEST(WorkloadTest, ExactTotalAndLengthBoundsForEveryDistribution) {
             // A max_len far below the lognormal's bulk costs up to 100
             // rejected draws a sample: keep those batches small.
             if (max_len < 4096 && workers * tokens_per_worker > 20000) continue;
-            WorkloadConfig c;
-            c.dist = dist;
-            c.workers = workers;
-            c.tokens_per_worker = tokens_per_worker;
-            c.max_len = max_len;
-            c.seed = seed;
-            const std::vector<int64_t> lengths = GenerateWorkload(c);
+            const std::vector<int64_t> lengths =
+                GenerateWorkload({.dist = dist,
+                                  .workers = workers,
+                                  .tokens_per_worker = tokens_per_worker,
+                                  .max_len = max_len,
+                                  .seed = seed});
             ASSERT_EQ(Sum(lengths), workers * tokens_per_worker)
                 << LengthDistributionName(dist) << " N=" << workers << " max " << max_len;
             for (int64_t len : lengths) {
@@ -52,21 +51,17 @@ TEST(WorkloadTest, ExactTotalAndLengthBoundsForEveryDistribution) {
 }
 
 TEST(WorkloadTest, FixedGivesMaxLenThenTheRemainder) {
-  WorkloadConfig c;
-  c.dist = LengthDistribution::kFixed;
-  c.workers = 2;
-  c.tokens_per_worker = 10;
-  c.max_len = 6;
+  const WorkloadConfig c{
+      .dist = LengthDistribution::kFixed, .workers = 2, .tokens_per_worker = 10, .max_len = 6};
   EXPECT_EQ(GenerateWorkload(c), (std::vector<int64_t>{6, 6, 6, 2}));
 }
 
 TEST(WorkloadTest, UniformRespectsMinLenExceptTheLast) {
-  WorkloadConfig c;
-  c.dist = LengthDistribution::kUniform;
-  c.workers = 8;
-  c.tokens_per_worker = 5000;
-  c.min_len = 100;
-  c.max_len = 300;
+  const WorkloadConfig c{.dist = LengthDistribution::kUniform,
+                         .workers = 8,
+                         .tokens_per_worker = 5000,
+                         .max_len = 300,
+                         .min_len = 100};
   const std::vector<int64_t> lengths = GenerateWorkload(c);
   for (size_t i = 0; i + 1 < lengths.size(); ++i) {
     EXPECT_GE(lengths[i], 100);
@@ -100,11 +95,8 @@ TEST(WorkloadTest, DeterministicPerSeedAndSeedsDiffer) {
 TEST(WorkloadTest, LognormalShapeMatchesThePaper) {
   int reach_128k = 0;
   for (uint64_t seed = 0; seed < 10; ++seed) {
-    WorkloadConfig c;
-    c.workers = 256;
-    c.tokens_per_worker = 32768;
-    c.max_len = 524288;
-    c.seed = seed;
+    const WorkloadConfig c{
+        .workers = 256, .tokens_per_worker = 32768, .max_len = 524288, .seed = seed};
     const std::vector<int64_t> lengths = GenerateWorkload(c);
     int64_t short_tokens = 0;
     for (int64_t len : lengths)
@@ -123,11 +115,7 @@ TEST(WorkloadTest, LognormalShapeMatchesThePaper) {
 // A range holding almost none of the lognormal mass must not make the
 // generator spin (rejection sampling is bounded).
 TEST(WorkloadTest, LognormalWithATinyRangeFinishesQuickly) {
-  WorkloadConfig c;
-  c.workers = 4;
-  c.tokens_per_worker = 4096;
-  c.min_len = 1;
-  c.max_len = 1;
+  WorkloadConfig c{.workers = 4, .tokens_per_worker = 4096, .max_len = 1, .min_len = 1};
   const std::vector<int64_t> lengths = GenerateWorkload(c);
   EXPECT_EQ(lengths.size(), 4u * 4096u);
   c.min_len = 400000;
@@ -136,10 +124,7 @@ TEST(WorkloadTest, LognormalWithATinyRangeFinishesQuickly) {
 }
 
 TEST(WorkloadTest, BimodalHasShortDocumentsAndRareLongOnes) {
-  WorkloadConfig c;
-  c.dist = LengthDistribution::kBimodal;
-  c.workers = 64;
-  c.max_len = 262144;
+  const WorkloadConfig c{.dist = LengthDistribution::kBimodal, .workers = 64, .max_len = 262144};
   const std::vector<int64_t> lengths = GenerateWorkload(c);
   int64_t long_count = 0;
   for (size_t i = 0; i + 1 < lengths.size(); ++i) {
