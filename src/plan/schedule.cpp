@@ -75,34 +75,34 @@ std::vector<Transfer> TransferEdges(const Plan& plan, const std::vector<Required
   // ascending, all in one array receiver by receiver: (dst, block) order. A
   // stable bucket sort by sender then gives (src, dst, block); the senders'
   // edge counts are taken on the way.
-  std::vector<int32_t> needed, needed_begin(static_cast<size_t>(plan.workers) + 1, 0);
+  detail::Rows<int32_t> needed;  // row w: the blocks receiver w needs
   std::vector<int32_t> seen(plan.blocks.size(), -1);
-  // Sender s's edge count goes to from[s + 1]; the prefix sums then make
-  // from[s] where its edges start.
-  std::vector<int32_t> from(static_cast<size_t>(plan.workers) + 1, 0);
-  needed.reserve(pairs.size());  // at most one edge per pair; only the used part is touched
+  RowIndex<int32_t> by_sender;  // the edges' rows by sender, counted on the way
+  by_sender.StartCounting(static_cast<size_t>(plan.workers));
+  needed.items.reserve(pairs.size());  // at most one edge per pair; only the used part is touched
+  needed.offset.assign(1, 0);
   for (int32_t w = 0; w < plan.workers; ++w) {
-    const auto begin = static_cast<int32_t>(needed.size());
-    needed_begin[w] = begin;
+    const int32_t first = needed.offset.back();
     g.ForEachPair(w, [&](int32_t k) {
       const int32_t kv = pairs[k].kv_block;
       if (g.owner[kv] == w || seen[kv] == w) return;
       seen[kv] = w;
-      needed.push_back(kv);
-      ++from[g.owner[kv] + 1];
+      needed.items.push_back(kv);
+      by_sender.Count(static_cast<size_t>(g.owner[kv]));
     });
     // Often already sorted: the rows of a worker's consecutive query blocks
     // of one sequence list their new K/V blocks in ascending order.
-    if (!std::is_sorted(needed.begin() + begin, needed.end()))
-      std::sort(needed.begin() + begin, needed.end());
+    const auto row = needed.items.begin() + first;
+    if (!std::is_sorted(row, needed.items.end())) std::sort(row, needed.items.end());
+    needed.offset.push_back(static_cast<int32_t>(needed.items.size()));
   }
-  needed_begin[plan.workers] = static_cast<int32_t>(needed.size());
-  for (int32_t s = 0; s < plan.workers; ++s) from[s + 1] += from[s];
-  std::vector<Transfer> edges(needed.size());
+  by_sender.FinishCounting();
+  std::vector<int32_t> next = by_sender.RowStarts();
+  std::vector<Transfer> edges(needed.items.size());
   for (int32_t w = 0; w < plan.workers; ++w)
-    for (int32_t i = needed_begin[w]; i < needed_begin[w + 1]; ++i) {
-      const int32_t kv = needed[i], src = g.owner[kv];
-      edges[from[src]++] = {kv, src, w};
+    for (int32_t kv : needed.row(w)) {
+      const int32_t src = g.owner[kv];
+      edges[next[src]++] = {kv, src, w};
     }
   return edges;
 }
