@@ -141,26 +141,14 @@ std::string ConfigError(const WorkloadConfig& c) {
 }
 
 TEST(WorkloadTest, ConfigErrorsNameTheField) {
-  WorkloadConfig c;
-  c.workers = 0;
-  EXPECT_THAT(ConfigError(c), HasSubstr("workers must be >= 1, got 0"));
-  c = {};
-  c.tokens_per_worker = 0;
-  EXPECT_THAT(ConfigError(c), HasSubstr("tokens_per_worker must be >= 1"));
-  c = {};
-  c.min_len = 0;
-  EXPECT_THAT(ConfigError(c), HasSubstr("min_len must be >= 1"));
-  c = {};
-  c.min_len = 10;
-  c.max_len = 9;
-  EXPECT_THAT(ConfigError(c), HasSubstr("max_len (9) must be >= min_len (10)"));
-  c = {};
-  c.lognormal_sigma = 0;
-  EXPECT_THAT(ConfigError(c), HasSubstr("sigma must be > 0"));
-  c = {};
-  c.workers = 1 << 20;
-  c.tokens_per_worker = int64_t{1} << 21;
-  EXPECT_THAT(ConfigError(c), HasSubstr("exceeds 2^40 tokens"));
+  EXPECT_THAT(ConfigError({.workers = 0}), HasSubstr("workers must be >= 1, got 0"));
+  EXPECT_THAT(ConfigError({.tokens_per_worker = 0}), HasSubstr("tokens_per_worker must be >= 1"));
+  EXPECT_THAT(ConfigError({.min_len = 0}), HasSubstr("min_len must be >= 1"));
+  EXPECT_THAT(ConfigError({.max_len = 9, .min_len = 10}),
+              HasSubstr("max_len (9) must be >= min_len (10)"));
+  EXPECT_THAT(ConfigError({.lognormal_sigma = 0}), HasSubstr("sigma must be > 0"));
+  EXPECT_THAT(ConfigError({.workers = 1 << 20, .tokens_per_worker = int64_t{1} << 21}),
+              HasSubstr("exceeds 2^40 tokens"));
 }
 
 TEST(WorkloadTest, DistributionNamesRoundTrip) {
