@@ -68,6 +68,10 @@ struct ExecutorOptions {
   // The library itself never exits; `fcp run --debug-exit-rank` (the
   // liveness tests' fault injection) sets a hook that does.
   std::function<void(int32_t stage)> before_forward_stage;
+  // Called on this rank before it posts each message of the input reshuffle
+  // (the Q|K|V rows of `block` it holds, for the block's owner `dst`), in
+  // posting order. Empty: nothing. Tests delay a message with it.
+  std::function<void(int32_t block, int32_t dst)> before_reshuffle_send;
 };
 
 struct ExecutorStats {
