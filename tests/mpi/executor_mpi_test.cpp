@@ -175,7 +175,8 @@ int64_t CallNotWaitingFor(const RankProgram& p, int32_t late) {
 
 // Rank 0 holds back its last input-reshuffle message for 0.5 s. Its
 // receiver must start a stage-0 call that does not need that message before
-// the message arrives. The old rule (one all-to-all; only `early` calls
+// the message arrives, and every rank's outputs, forward and backward, must
+// be bitwise those of a run without the delay. The old rule (one all-to-all; only `early` calls
 // before it completes) fails this: every non-early call waited for all of
 // it. Row sizes are tiny, so rank 0's other messages go out eagerly and do
 // not need its progress while it sleeps.
@@ -204,18 +205,23 @@ TEST(ExecutorMpiReshuffle, CallsStartAsTheirBlocksArrive) {
       const int64_t T = plan.total_tokens();
       const int64_t rows = DataloaderBegin(T, plan.workers, comm.rank() + 1) -
                            DataloaderBegin(T, plan.workers, comm.rank());
-      RankInputs in{std::vector<float>(rows * 2, 0.5f),
-                    std::vector<float>(rows * 2, 0.25f),
-                    std::vector<float>(rows * 2, 1.0f),
-                    {}};
+      std::mt19937_64 rng(17 + comm.rank());
+      const RankInputs in{Random(rows * 2, rng), Random(rows * 2, rng), Random(rows * 2, rng),
+                          Random(rows * 2, rng)};
       ExecutorOptions options;
+      options.backward = true;
+      const RankOutputs undelayed = ExecutePlan(plan, comm, in, options, nullptr, nullptr);
       if (comm.rank() == 0)
         options.before_reshuffle_send = [&](int32_t block, int32_t dst) {
           if (block == late.block && dst == late.dst) usleep(500000);
         };
       Trace trace;
-      ExecutePlan(plan, comm, in, options, &trace, nullptr);
-      int64_t ok = 1;
+      const RankOutputs out = ExecutePlan(plan, comm, in, options, &trace, nullptr);
+      // Calls ran in another order, yet every output row took its calls in
+      // the same order: bitwise the same results.
+      int64_t ok = out.o == undelayed.o && out.lse == undelayed.lse && out.dq == undelayed.dq &&
+                   out.dk == undelayed.dk && out.dv == undelayed.dv;
+      EXPECT_TRUE(ok) << what << ": outputs depend on arrival times (rank " << comm.rank() << ")";
       if (comm.rank() == late.dst) {
         const ComputeCall& c = receiver.forward.stages[0].compute[call];
         const std::string compute =
@@ -229,7 +235,7 @@ TEST(ExecutorMpiReshuffle, CallsStartAsTheirBlocksArrive) {
         EXPECT_GE(compute_start, 0) << what << ": no event " << compute;
         EXPECT_GE(arrived, 0) << what << ": no event " << arrival;
         EXPECT_LT(compute_start, arrived) << what << ": " << compute << " waited for " << arrival;
-        ok = compute_start >= 0 && arrived >= 0 && compute_start < arrived;
+        ok = ok && compute_start >= 0 && arrived >= 0 && compute_start < arrived;
       }
       std::vector<int64_t> verdict = {ok};
       comm.AllreduceMin(verdict);
