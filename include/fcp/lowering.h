@@ -53,10 +53,11 @@
 // is one call, in the plan's stage and list order (stage 0: early calls
 // first, each part in that order); every row of r's blocks is in exactly
 // one reshuffle piece of each InputReshuffle, and what a rank sends another
-// is, message by message, what that rank receives from it; a call reads only slots
-// received in an earlier stage and not yet freed; live slots never share
-// rows. Cost: O(blocks + segments + transfers + pairs + local rows), slot
-// allocation O(live slots) per receipt. Pure: same plan and rank, same program.
+// is, message by message, what that rank receives from it; a call reads
+// only slots received in an earlier stage and not yet freed; live slots
+// never share rows. Cost: O(blocks + segments + transfers + pairs + local and dataloader
+// rows), slot allocation O(live slots) per receipt, the reshuffle pieces
+// sorted in O(P log P). Pure: same plan and rank, same program.
 #pragma once
 
 #include <cstdint>

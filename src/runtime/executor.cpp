@@ -39,8 +39,8 @@ struct RowRun {
 
 // Communication groups: stage transfers are awaited at the end of their
 // stage; the others (reshuffles) when their data is needed. Received dK/dV
-// partials and input-reshuffle pieces are no group: IncomingPartial,
-// Arrivals.
+// partials are no group (IncomingPartial), nor are the input reshuffles'
+// receives until their reshuffle ends (Arrivals).
 enum FlightGroup : int32_t {
   kStageGroup = 0,
   kReshuffleInGroup = 1,
@@ -291,7 +291,7 @@ class Runner {
   }
 
   // Posts the K/V receives (into their pool slots) of one stage and starts
-  // its sends (StartSends). Both sides walk the plan's transfer list in
+  // its sends (PostReadySends). Both sides walk the plan's transfer list in
   // order, so messages between two ranks match in order.
   void PostKv(const StageProgram& sp, const std::string& label) {
     for (const KvRecv& r : sp.kv_recv)
