@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <exception>
 #include <random>
@@ -26,9 +27,8 @@
 namespace fcp {
 namespace {
 
-void ExpectExact(const Plan& plan, bool backward) {
+void ExpectExact(const Plan& plan, bool backward, ExecutorOptions options = {}) {
   ValidatePlan(plan);
-  ExecutorOptions options;
   options.backward = backward;
   options.kernel.q_tile_rows = 8;
   options.kernel.kv_tile_rows = 16;
@@ -83,6 +83,28 @@ TEST(ExecutorLocal, RegisteredPlanners) {
       config.attention = {4, 2, 8, 4};
       ExpectExact(MakePlan(Spec(3, mask, 2).sequences, config), /*backward=*/true);
     }
+}
+
+// Every sender holds back its first input-reshuffle message for 30 ms, so
+// calls run out of plan order (those whose blocks are in overtake) and the
+// stage sends of late blocks are posted later; results stay exact.
+TEST(ExecutorLocal, HeldBackReshuffleMessages) {
+  ExecutorOptions options;
+  options.before_reshuffle_send = [](int32_t, int32_t) {
+    thread_local bool first = true;
+    if (first) std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    first = false;
+  };
+  for (const Mask& mask : kMasks) {
+    PlannerConfig config;
+    config.workers = 4;
+    config.block_size = 8;
+    config.coalesce = 2;
+    config.mask = mask;
+    config.attention = {4, 2, 8, 4};
+    ExpectExact(MakePlan(Spec(4, mask, 2).sequences, config), /*backward=*/true, options);
+    ExpectExact(testing::MakeRingTestPlan(Spec(3, mask, 1)), /*backward=*/true, options);
+  }
 }
 
 TEST(ExecutorLocal, RankCountMismatchIsAnError) {

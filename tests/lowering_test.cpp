@@ -3,7 +3,9 @@
 // plans with relays, every registered planner): every pair of a rank's query
 // blocks is one call, in plan order; calls and relays read only K/V received
 // in an earlier stage into rows no later receipt has overwritten; partials
-// are read by their own block only; the reshuffle tables of all ranks agree;
+// are read by their own block only; the reshuffle tables of all ranks agree,
+// as one all-to-all and as messages per (block, dataloader rank) in need
+// order;
 // the calls' segments cover every allowed token pair exactly once.
 #include <gtest/gtest.h>
 
@@ -11,6 +13,8 @@
 #include <map>
 #include <random>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "fcp/error.h"
@@ -94,6 +98,106 @@ TEST(Lowering, ThreeWorkerPlanRankOne) {
   EXPECT_EQ(b[2].dkv_recv, (std::vector<DkvRecv>{{1, 2, false, 0, 4}}));
 }
 
+// Two workers, sequences {4, 4} (tokens 0-3 at rank 0, 4-7 at rank 1),
+// block size 4: B0 = tokens 0-1 and 6-7 on w1, B1 = tokens 2-3 on w0, B2 =
+// tokens 4-5 on w0. B0 and B2 are exchanged in stage 0, w0 lists (B2, B2)
+// before (B1, B1).
+// A hand plan's header: one head of dimension 2, coalesce 1; blocks and
+// stages to be filled in.
+Plan HandPlan(int32_t workers, MaskKind mask, int64_t block_size, int64_t token_cap,
+              std::vector<int64_t> sequences) {
+  Plan p;
+  p.planner = "hand";
+  p.workers = workers;
+  p.mask = {mask, 0};
+  p.attention = {1, 1, 2, 4};
+  p.block_size = block_size;
+  p.coalesce = 1;
+  p.token_cap = token_cap;
+  p.sequences = std::move(sequences);
+  return p;
+}
+
+Plan ReshufflePlan() {
+  Plan p = HandPlan(2, MaskKind::kCausal, 4, 4, {4, 4});
+  p.blocks = {{1, {{0, 0, 2}, {1, 2, 2}}}, {0, {{0, 2, 2}}}, {0, {{1, 0, 2}}}};
+  p.forward = {{{{0, 1, 0}, {2, 0, 1}}, {{0, 0}, {2, 2}, {1, 1}}}, {{}, {{1, 0}, {0, 2}}}};
+  p.backward = {{{{0, 1, 0}, {2, 0, 1}}, {}, {{0, 0}, {2, 2}, {1, 1}}},
+                {{}, {}, {{1, 0}, {0, 2}}},
+                {{}, {{0, 0, 1}, {2, 1, 0}}, {}}};
+  return p;
+}
+
+// Worked by hand. Needs (stage, position): forward, B0 and B2 are sent by
+// their owners first thing in stage 0, (0, 0); w0's calls come after its one
+// send, so (B2, B2) is (0, 1) and (B1, B1) (0, 2). Backward: the first call
+// with the block as query: B0 (0, 0) on w1, B2 (0, 0) and B1 (0, 1) on w0.
+TEST(Lowering, ReshufflePiecesAndTheirOrder) {
+  const Plan plan = ReshufflePlan();
+  ValidatePlan(plan);
+  using Need = std::pair<int64_t, int64_t>;
+  EXPECT_EQ(ReshuffleNeed(plan, false), (std::vector<Need>{{0, 0}, {0, 2}, {0, 0}}));
+  EXPECT_EQ(ReshuffleNeed(plan, true), (std::vector<Need>{{0, 0}, {0, 1}, {0, 0}}));
+
+  // Rank 0 owns B1 (local rows 0-1) and B2 (rows 2-3); its share is tokens 0-3.
+  const RankProgram p0 = LowerPlan(plan, 0);
+  const InputReshuffle& in0 = p0.reshuffle_in;
+  EXPECT_EQ(in0.self, (std::vector<ReshufflePiece>{{1, 0, 0, {2, 3}, {0, 1}}}));
+  EXPECT_EQ(in0.recv, (std::vector<ReshufflePiece>{{2, 1, 0, {}, {2, 3}}}));
+  EXPECT_EQ(in0.send, (std::vector<ReshufflePiece>{{0, 0, 1, {0, 1}, {}}}));
+  EXPECT_EQ(in0.recv_begin, (std::vector<int64_t>{0, 0, 0}));
+  EXPECT_EQ(in0.recv_end, (std::vector<int64_t>{0, 0, 1}));
+  EXPECT_EQ(p0.do_in, in0);  // one piece each way: the order cannot differ
+  // (B1, B1) holds only rank 0's tokens: early, and first in stage 0.
+  const auto& c0 = p0.forward.stages[0].compute;
+  ASSERT_EQ(c0.size(), 2u);
+  EXPECT_EQ(c0[0].q_block, 1);
+  EXPECT_TRUE(c0[0].early);
+  EXPECT_EQ(c0[1].q_block, 2);
+  EXPECT_FALSE(c0[1].early);
+  EXPECT_FALSE(p0.backward.stages[0].compute[1].early);  // backward: plan order, no flag
+  EXPECT_EQ(p0.backward.stages[0].compute[0].q_block, 2);
+
+  // Rank 1 owns B0 (rows 0-3 = tokens 0, 1, 6, 7); its share is tokens 4-7.
+  const RankProgram p1 = LowerPlan(plan, 1);
+  const InputReshuffle& in1 = p1.reshuffle_in;
+  EXPECT_EQ(in1.recv, (std::vector<ReshufflePiece>{{0, 0, 1, {}, {0, 1}}}));
+  EXPECT_EQ(in1.self, (std::vector<ReshufflePiece>{{0, 1, 1, {2, 3}, {2, 3}}}));
+  EXPECT_EQ(in1.send, (std::vector<ReshufflePiece>{{2, 1, 0, {0, 1}, {}}}));
+  EXPECT_EQ(in1.recv_begin, (std::vector<int64_t>{0, 0, 0}));
+  EXPECT_EQ(in1.recv_end, (std::vector<int64_t>{1, 0, 0}));
+  EXPECT_FALSE(p1.forward.stages[0].compute[0].early);  // B0 needs rank 0's tokens
+}
+
+// Rank 2 of a 3-rank plan receives pieces of three blocks from rank 0 and
+// one more from rank 1; they are posted by need, not by block id, and rank
+// 0 sends them in the same order. Sequences {1, 1, 3, 1, 3}: tokens 0, 1,
+// 2-4, 5, 6-8; shares 0-2, 3-5, 6-8. B0 = token 0, B1 = token 1, B2 =
+// tokens 2-4, all on w2, which computes B2, B1, B0 in that order (full
+// mask: each block attends itself only); B3 = token 5 on w1, B4 = tokens
+// 6-8 on w0.
+TEST(Lowering, PiecesArePostedByNeed) {
+  Plan p = HandPlan(3, MaskKind::kFull, 3, 5, {1, 1, 3, 1, 3});
+  p.blocks = {
+      {2, {{0, 0, 1}}}, {2, {{1, 0, 1}}}, {2, {{2, 0, 3}}}, {1, {{3, 0, 1}}}, {0, {{4, 0, 3}}}};
+  p.forward = {{{}, {{2, 2}, {1, 1}, {0, 0}, {3, 3}, {4, 4}}}};
+  p.backward = {{{}, {}, {{0, 0}, {1, 1}, {2, 2}, {3, 3}, {4, 4}}}};
+  ValidatePlan(p);
+  const RankProgram p2 = LowerPlan(p, 2);
+  std::vector<std::pair<int32_t, int32_t>> order;  // (block, src)
+  for (const ReshufflePiece& x : p2.reshuffle_in.recv) order.push_back({x.block, x.src});
+  EXPECT_EQ(order, (std::vector<std::pair<int32_t, int32_t>>{{2, 0}, {2, 1}, {1, 0}, {0, 0}}));
+  order.clear();
+  for (const ReshufflePiece& x : p2.do_in.recv) order.push_back({x.block, x.src});
+  EXPECT_EQ(order, (std::vector<std::pair<int32_t, int32_t>>{{0, 0}, {1, 0}, {2, 0}, {2, 1}}));
+  EXPECT_EQ(p2.reshuffle_in.recv_begin[2], 0);
+  EXPECT_EQ(p2.reshuffle_in.recv_end[2], 2);
+  const RankProgram p0 = LowerPlan(p, 0);
+  std::vector<int32_t> sent;
+  for (const ReshufflePiece& x : p0.reshuffle_in.send) sent.push_back(x.block);
+  EXPECT_EQ(sent, (std::vector<int32_t>{2, 1, 0}));
+}
+
 TEST(Lowering, RankOutsideTheWorkersIsAnError) {
   EXPECT_THROW(LowerPlan(testing::ThreeWorkerPlan(), 3), Error);
   EXPECT_THROW(LowerPlan(testing::ThreeWorkerPlan(), -1), Error);
@@ -160,6 +264,17 @@ TEST(Lowering, IndexOutOfRangeIsAnInvalidPlanNamingIt) {
   EXPECT_THROW(BlockPairSegments(testing::ThreeWorkerPlan(), 0, 3), Error);
 }
 
+// Block b is p.rank's and all its tokens are in p.rank's dataloader share.
+bool SelfSourced(const Plan& plan, const RankProgram& p, int32_t b) {
+  if (plan.blocks[b].worker != p.rank) return false;
+  const std::vector<int64_t> offsets = SequenceOffsets(plan.sequences);
+  for (const Segment& s : plan.blocks[b].segments) {
+    const int64_t g = offsets[s.seq] + s.start;
+    if (g < p.dataloader_begin || g + s.length > p.dataloader_end) return false;
+  }
+  return true;
+}
+
 // Symbolic run of one pass of one rank's program over its pool: every row
 // carries the (block, row in block) it holds; reads must see the block they
 // name, and no receipt may land on rows read in the same stage.
@@ -192,6 +307,17 @@ void CheckPass(const Plan& plan, const Stages& stages, const PassProgram& pass,
     for (const BlockPair& pr : stages[t].compute)
       if (plan.blocks[pr.q_block].worker == p.rank) mine.push_back(pr);
     ASSERT_EQ(sp.compute.size(), mine.size()) << where;
+    if (!backward && t == 0) {  // early calls first, each part in plan order
+      std::vector<BlockPair> early, late;
+      for (size_t i = 0; i < mine.size(); ++i)
+        (SelfSourced(plan, p, mine[i].q_block) && SelfSourced(plan, p, mine[i].kv_block) ? early
+                                                                                         : late)
+            .push_back(mine[i]);
+      mine = early;
+      mine.insert(mine.end(), late.begin(), late.end());
+      for (size_t i = 0; i < mine.size(); ++i)
+        ASSERT_EQ(sp.compute[i].early, i < early.size()) << where;
+    }
     for (size_t i = 0; i < mine.size(); ++i) {
       const ComputeCall& c = sp.compute[i];
       ASSERT_EQ(c.q_block, mine[i].q_block) << where;
@@ -237,6 +363,79 @@ void CheckPass(const Plan& plan, const Stages& stages, const PassProgram& pass,
   for (int32_t b : partial) ASSERT_EQ(b, -1) << what << ": a partial never sent";
 }
 
+// The input reshuffle as messages (reshuffle_in, or do_in): every local row
+// of a rank is in one piece it receives or keeps, every dataloader row in
+// one it sends or keeps; what r sends w is, piece by piece and in order,
+// what w receives from r, row for row the same tokens; receives are in
+// (need, block) order with each block's pieces adjacent as recv_begin/end
+// say, sends in (need, owner, block) order.
+void CheckPieces(const Plan& plan, const std::vector<RankProgram>& programs, bool backward,
+                 const std::string& what) {
+  using Need = std::pair<int64_t, int64_t>;
+  const std::vector<Need> need = ReshuffleNeed(plan, backward);
+  const std::string w0 = what + (backward ? " do_in" : " reshuffle_in");
+  for (const RankProgram& p : programs) {
+    const InputReshuffle& in = backward ? p.do_in : p.reshuffle_in;
+    const std::string w = w0 + " rank " + std::to_string(p.rank);
+    std::vector<int> local(static_cast<size_t>(p.local_rows), 0);
+    std::vector<int> dl(static_cast<size_t>(p.dataloader_end - p.dataloader_begin), 0);
+    for (const ReshufflePiece& x : in.self) {
+      ASSERT_EQ(x.src, p.rank) << w;
+      ASSERT_EQ(x.dst, p.rank) << w;
+      ASSERT_EQ(x.local_rows.size(), x.dataloader_rows.size()) << w;
+      for (size_t i = 0; i < x.local_rows.size(); ++i)
+        ASSERT_EQ(p.local_token[x.local_rows[i]], p.dataloader_begin + x.dataloader_rows[i]) << w;
+    }
+    for (const auto* list : {&in.self, &in.recv})
+      for (const ReshufflePiece& x : *list) {
+        ASSERT_EQ(plan.blocks[x.block].worker, p.rank) << w;
+        for (int64_t r : x.local_rows) ++local[r];
+      }
+    for (const auto* list : {&in.self, &in.send})
+      for (const ReshufflePiece& x : *list)
+        for (int64_t r : x.dataloader_rows) ++dl[r];
+    for (int n : local) ASSERT_EQ(n, 1) << w << ": a local row in no piece, or in two";
+    for (int n : dl) ASSERT_EQ(n, 1) << w << ": a dataloader row in no piece, or in two";
+    for (size_t i = 0; i < in.recv.size(); ++i) {
+      const ReshufflePiece& x = in.recv[i];
+      ASSERT_NE(x.src, p.rank) << w;
+      ASSERT_GE(static_cast<int64_t>(i), in.recv_begin[x.block]) << w;
+      ASSERT_LT(static_cast<int64_t>(i), in.recv_end[x.block]) << w;
+      if (i > 0) {
+        ASSERT_LE(std::pair(need[in.recv[i - 1].block], in.recv[i - 1].block),
+                  std::pair(need[x.block], x.block))
+            << w << ": receives not in need order";
+      }
+    }
+    for (size_t i = 1; i < in.send.size(); ++i) {
+      const ReshufflePiece &a = in.send[i - 1], &b = in.send[i];
+      ASSERT_LT(std::tuple(need[a.block], a.dst, a.block),
+                std::tuple(need[b.block], b.dst, b.block))
+          << w << ": sends not in need order";
+    }
+  }
+  for (const RankProgram& src : programs)
+    for (const RankProgram& dst : programs) {
+      if (src.rank == dst.rank) continue;
+      const InputReshuffle& s = backward ? src.do_in : src.reshuffle_in;
+      const InputReshuffle& d = backward ? dst.do_in : dst.reshuffle_in;
+      std::vector<const ReshufflePiece*> sent, got;
+      for (const ReshufflePiece& x : s.send)
+        if (x.dst == dst.rank) sent.push_back(&x);
+      for (const ReshufflePiece& x : d.recv)
+        if (x.src == src.rank) got.push_back(&x);
+      ASSERT_EQ(sent.size(), got.size()) << w0;
+      for (size_t i = 0; i < sent.size(); ++i) {
+        ASSERT_EQ(sent[i]->block, got[i]->block) << w0 << ": messages would not match in order";
+        ASSERT_EQ(sent[i]->dataloader_rows.size(), got[i]->local_rows.size()) << w0;
+        for (size_t r = 0; r < got[i]->local_rows.size(); ++r)
+          ASSERT_EQ(src.dataloader_begin + sent[i]->dataloader_rows[r],
+                    dst.local_token[got[i]->local_rows[r]])
+              << w0;
+      }
+    }
+}
+
 void CheckPlan(const Plan& plan, const std::string& what) {
   ValidatePlan(plan);
   std::vector<RankProgram> programs;
@@ -260,6 +459,7 @@ void CheckPlan(const Plan& plan, const std::string& what) {
   int64_t required = 0;
   for (int64_t len : plan.sequences) required += AllowedPairs(plan.mask, {0, len}, {0, len});
   EXPECT_EQ(covered_pairs, required) << what;
+  for (bool backward : {false, true}) CheckPieces(plan, programs, backward, what);
   // Reshuffle: what r sends to w, in order, is what w receives from r, in order.
   for (const RankProgram& src : programs) {
     int64_t sent = 0;

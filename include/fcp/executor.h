@@ -6,9 +6,13 @@
 // Each rank runs its program (fcp/lowering.h, LowerPlan), which resolves the
 // plan's stage rules into buffer rows. Steps on each rank r (N ranks, T tokens):
 //  1. reshuffle in: rows of the dataloader share [DataloaderBegin(r),
-//     DataloaderBegin(r+1)) go to the owners of their tokens in the plan (one
-//     all-to-all-v of q|k|v|do rows). While it is in flight, stage-0 pairs
-//     whose query and key blocks hold only tokens r already had are computed.
+//     DataloaderBegin(r+1)) go to the owners of their tokens in the plan, one
+//     message of q|k|v rows per (block, dataloader rank), posted at the start
+//     in the order the owners need them (RankProgram::reshuffle_in). Each
+//     call runs as soon as its own blocks are in, overtaking earlier calls
+//     that still wait unless it writes their output rows (so results do not
+//     depend on arrival order); an owned block's stage send starts once the
+//     block is in.
 //  2. forward stages: receive buffers of stage t are posted, sends of stage t
 //     start, the stage's pairs are computed (the kernel drives MPI progress
 //     between tiles), then the stage's transfers are awaited. A received
@@ -20,7 +24,9 @@
 //     dataloader ranks that hold its tokens; receivers post all receives up
 //     front and collect them at the end, so the trip overlaps the remaining
 //     forward and the whole backward.
-//  4. backward stages: as forward with send_kv, plus send_dkv of partial
+//  4. backward stages: dO comes in at the backward's start by the same
+//     pieces (RankProgram::do_in), each call waiting for its query block's;
+//     then as forward with send_kv, plus send_dkv of partial
 //     dK/dV. The receiver takes a partial into a buffer of its own that no
 //     stage end waits for, and adds it into its own (owner or relay) where
 //     that is needed, in posting order (so the sums do not depend on timing).
@@ -68,16 +74,20 @@ struct ExecutorOptions {
   // The library itself never exits; `fcp run --debug-exit-rank` (the
   // liveness tests' fault injection) sets a hook that does.
   std::function<void(int32_t stage)> before_forward_stage;
+  // Called on this rank before it posts each message of the input reshuffle
+  // (the Q|K|V rows of `block` it holds, for the block's owner `dst`), in
+  // posting order. Empty: nothing. Tests delay a message with it.
+  std::function<void(int32_t block, int32_t dst)> before_reshuffle_send;
 };
 
 struct ExecutorStats {
-  double forward_s = 0;              // reshuffle in + forward stages
-  double backward_s = 0;             // backward stages + reshuffle out
-  double compute_s = 0;              // time inside the kernel
-  double transfer_s = 0;             // per stage: first post to last transfer completion, summed
-  double exposed_wait_s = 0;         // per stage: time blocked waiting for transfers, summed
-  double reshuffle_s = 0;            // the all-to-all-v's from start to completion, summed
-  double reshuffle_wait_s = 0;       // time blocked waiting for them
+  double forward_s = 0;         // reshuffle in + forward stages
+  double backward_s = 0;        // dO in + backward stages + reshuffle out
+  double compute_s = 0;         // time inside the kernel
+  double transfer_s = 0;        // per stage: first post to last transfer completion, summed
+  double exposed_wait_s = 0;    // per stage: time blocked waiting for transfers, summed
+  double reshuffle_s = 0;       // each reshuffle's messages, first post to last completion, summed
+  double reshuffle_wait_s = 0;  // time blocked on them (calls waiting for their inputs too)
   int64_t peak_received_blocks = 0;  // K/V blocks held in receive buffers at once
   int64_t bytes_sent = 0;            // stage transfers only
 };

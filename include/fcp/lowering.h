@@ -32,20 +32,36 @@
 // at kv_row (local rows or the pool), backward accumulating dK/dV at dkv_row
 // (local rows when r owns kv_block, else the partial pool); the kernel's
 // segment pairs are segments[segment_begin, segment_end), rows relative to
-// q_row and kv_row. Merge order of the forward is the order of the calls.
+// q_row and kv_row. Merge order of the forward is the order of the calls:
+// the plan's, except that forward stage 0 lists its `early` calls first.
 //
-// Reshuffle: dataloader rows in_send_rows (grouped by destination, counts
-// in_send_counts) arrive at local rows in_recv_rows (grouped by source,
-// counts in_recv_counts). The way back is the same tables reversed.
+// Reshuffle, as one all-to-all (the torch executor): dataloader rows
+// in_send_rows (grouped by destination, counts in_send_counts) arrive at
+// local rows in_recv_rows (grouped by source, counts in_recv_counts). The way
+// back is the same tables reversed.
+//
+// Reshuffle, as messages (the MPI executor; the simulator's flows): one
+// piece per (block, dataloader rank holding some of its tokens), the
+// block's rows of that share in the block's row order. `reshuffle_in`
+// carries Q|K|V before the forward, `do_in` dO before the backward; each
+// lists the pieces r receives and sends in the order they are posted: by
+// when the owner first needs the block (ReshuffleNeed), so the blocks needed
+// first arrive first. Both sides of a rank pair derive that order from the
+// plan, so their messages match under MPI's non-overtaking rule.
 //
 // Invariants (checked by lowering_test): every plan pair of r's query blocks
-// is one call, in the plan's stage and list order; a call reads only slots
-// received in an earlier stage and not yet freed; live slots never share
-// rows. Cost: O(blocks + segments + transfers + pairs + local rows), slot
-// allocation O(live slots) per receipt. Pure: same plan and rank, same program.
+// is one call, in the plan's stage and list order (stage 0: early calls
+// first, each part in that order); every row of r's blocks is in exactly
+// one reshuffle piece of each InputReshuffle, and what a rank sends another
+// is, message by message, what that rank receives from it; a call reads
+// only slots received in an earlier stage and not yet freed; live slots
+// never share rows. Cost: O(blocks + segments + transfers + pairs + local and dataloader
+// rows), slot allocation O(live slots) per receipt, the reshuffle pieces
+// sorted in O(P log P). Pure: same plan and rank, same program.
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "fcp/attention_kernel.h"
@@ -100,7 +116,8 @@ struct ComputeCall {
   int64_t dkv_row = 0;          // backward only
   int64_t segment_begin = 0, segment_end = 0;
   // Forward stage 0 only: both blocks hold only tokens of r's own dataloader
-  // share, so the call can run before the reshuffle in has arrived.
+  // share, so the call can run before the reshuffle in has arrived (the
+  // torch executor runs these while its all-to-all is in flight).
   bool early = false;
   bool operator==(const ComputeCall&) const = default;
 };
@@ -122,6 +139,31 @@ struct PassProgram {
   bool operator==(const PassProgram&) const = default;
 };
 
+// One message of an input reshuffle: the rows of `block` that dataloader
+// rank `src` holds, for the block's owner `dst`, in the block's row order.
+// dataloader_rows (0-based in src's share) is filled on src, local_rows on
+// dst; a piece with src == dst is a local copy with both.
+struct ReshufflePiece {
+  int32_t block = 0;
+  int32_t src = 0;
+  int32_t dst = 0;
+  std::vector<int64_t> dataloader_rows;
+  std::vector<int64_t> local_rows;
+  bool operator==(const ReshufflePiece&) const = default;
+};
+
+// One input reshuffle (Q|K|V, or dO) of rank r. `recv` holds the pieces of
+// r's blocks from other ranks, the pieces of one block adjacent (by source
+// rank), blocks in need order; `recv_begin[b]`, `recv_end[b]` delimit block
+// b's (empty when r does not own b or has all its tokens). `send` holds r's
+// pieces for other ranks sorted by (the owner's need of the block, owner,
+// block). `self` the pieces r keeps, by block id.
+struct InputReshuffle {
+  std::vector<ReshufflePiece> recv, send, self;
+  std::vector<int64_t> recv_begin, recv_end;  // per plan block
+  bool operator==(const InputReshuffle&) const = default;
+};
+
 struct RankProgram {
   int32_t rank = 0;
   int32_t workers = 1;
@@ -136,6 +178,8 @@ struct RankProgram {
   std::vector<int64_t> in_send_counts;  // per rank
   std::vector<int64_t> in_recv_rows;    // local rows, by source rank (and global token)
   std::vector<int64_t> in_recv_counts;  // per rank
+  InputReshuffle reshuffle_in;          // Q|K|V, before the forward
+  InputReshuffle do_in;                 // dO, before the backward
   std::vector<SegmentPair> segments;    // of all calls, both passes
   PassProgram forward, backward;
   // Per plan block (any owner): the stage after which its (o, lse), its dq,
@@ -155,6 +199,16 @@ struct RankProgram {
 // validates the plan first, tools/fcp/cmd_run.cpp) and fcp.Program
 // (python/src/program_ext.cpp, on a plan its handle has validated).
 RankProgram LowerPlan(const Plan& plan, int32_t rank);
+
+// When the owner of each block first needs it from an input reshuffle, as
+// (stage, position), per plan block; (INT64_MAX, 0) when never. Forward
+// (Q|K|V): the first stage that sends the block (position: its index among
+// the owner's sends of the stage, which are posted when the stage begins) or
+// computes with it as query or local key (position: the owner's send count
+// of the stage plus the call's index among the owner's calls). Backward
+// (dO): the first call with the block as query. Pieces are posted in
+// (need, block) order. O(pairs + transfers).
+std::vector<std::pair<int64_t, int64_t>> ReshuffleNeed(const Plan& plan, bool backward);
 
 // The kernel's segment pairs of plan pair (q_block, kv_block), rows relative
 // to the first row of each block (rows of a block follow its segment order).

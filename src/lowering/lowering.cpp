@@ -1,8 +1,10 @@
 #include "fcp/lowering.h"
 
 #include <algorithm>
+#include <climits>
 #include <map>
 #include <string>
+#include <tuple>
 
 #include "fcp/error.h"
 
@@ -346,7 +348,102 @@ void LowerLayout(const Plan& plan, RankProgram& p) {
     p.in_send_rows[next[dl_owner[r]]++] = static_cast<int64_t>(r);
 }
 
+using Need = std::pair<int64_t, int64_t>;
+
+// Every reshuffle piece that touches rank p.rank (it holds the tokens or owns
+// the block), blocks by id, a block's pieces by source rank. Needs
+// p.block_row. O(blocks + segments + dataloader runs + rows of the pieces).
+std::vector<ReshufflePiece> ReshufflePieces(const Plan& plan, const RankProgram& p) {
+  const int32_t me = p.rank;
+  const std::vector<int64_t> offsets = SequenceOffsets(plan.sequences);
+  std::vector<ReshufflePiece> out;
+  std::vector<ReshufflePiece> pieces;  // of one block
+  for (size_t b = 0; b < plan.blocks.size(); ++b) {
+    const int32_t owner = plan.blocks[b].worker;
+    const bool mine = owner == me;
+    pieces.clear();
+    int64_t row = 0;  // within the block
+    for (const Segment& s : plan.blocks[b].segments) {
+      int64_t g = offsets[s.seq] + s.start;
+      ForEachDataloaderRun(s, offsets, plan.workers, [&](int32_t d, int64_t n) {
+        if (mine || d == me) {
+          auto it = std::find_if(pieces.begin(), pieces.end(),
+                                 [&](const ReshufflePiece& x) { return x.src == d; });
+          if (it == pieces.end()) {
+            pieces.push_back({static_cast<int32_t>(b), d, owner, {}, {}});
+            it = pieces.end() - 1;
+          }
+          for (int64_t i = 0; i < n; ++i) {
+            if (d == me) it->dataloader_rows.push_back(g + i - p.dataloader_begin);
+            if (mine) it->local_rows.push_back(p.block_row[b] + row + i);
+          }
+        }
+        g += n;
+        row += n;
+      });
+    }
+    std::sort(pieces.begin(), pieces.end(),
+              [](const ReshufflePiece& a, const ReshufflePiece& c) { return a.src < c.src; });
+    out.insert(out.end(), pieces.begin(), pieces.end());
+  }
+  return out;
+}
+
+// The pieces split into recv, send and self, each in its posting order.
+InputReshuffle OrderReshuffle(const std::vector<ReshufflePiece>& pieces, int32_t me,
+                              const std::vector<Need>& need) {
+  InputReshuffle r;
+  for (const ReshufflePiece& x : pieces)
+    (x.src == me && x.dst == me ? r.self : x.dst == me ? r.recv : r.send).push_back(x);
+  // Stable: a block's pieces stay adjacent, by source rank.
+  std::stable_sort(r.recv.begin(), r.recv.end(),
+                   [&](const ReshufflePiece& a, const ReshufflePiece& b) {
+                     return std::pair(need[a.block], a.block) < std::pair(need[b.block], b.block);
+                   });
+  std::stable_sort(r.send.begin(), r.send.end(),
+                   [&](const ReshufflePiece& a, const ReshufflePiece& b) {
+                     return std::tuple(need[a.block], a.dst, a.block) <
+                            std::tuple(need[b.block], b.dst, b.block);
+                   });
+  r.recv_begin.assign(need.size(), 0);
+  r.recv_end.assign(need.size(), 0);
+  for (size_t i = r.recv.size(); i-- > 0;) {
+    const int32_t b = r.recv[i].block;
+    if (r.recv_end[b] == 0) r.recv_end[b] = static_cast<int64_t>(i) + 1;
+    r.recv_begin[b] = static_cast<int64_t>(i);
+  }
+  return r;
+}
+
 }  // namespace
+
+std::vector<Need> ReshuffleNeed(const Plan& plan, bool backward) {
+  CheckIndices(plan);
+  std::vector<Need> need(plan.blocks.size(), Need{INT64_MAX, 0});
+  auto use = [&](int32_t b, int64_t t, int64_t pos) { need[b] = std::min(need[b], Need{t, pos}); };
+  const auto owner = [&](int32_t b) { return plan.blocks[b].worker; };
+  std::vector<int64_t> sends(plan.workers), calls(plan.workers);
+  const size_t stages = backward ? plan.backward.size() : plan.forward.size();
+  for (size_t st = 0; st < stages; ++st) {
+    const int64_t t = static_cast<int64_t>(st);
+    std::fill(sends.begin(), sends.end(), 0);
+    std::fill(calls.begin(), calls.end(), 0);
+    const std::vector<BlockPair>& compute =
+        backward ? plan.backward[st].compute : plan.forward[st].compute;
+    if (!backward)
+      for (const Transfer& tr : plan.forward[st].send) {
+        if (tr.src == owner(tr.block)) use(tr.block, t, sends[tr.src]);
+        ++sends[tr.src];
+      }
+    for (const BlockPair& pr : compute) {
+      const int32_t w = owner(pr.q_block);
+      const int64_t pos = sends[w] + calls[w]++;
+      use(pr.q_block, t, pos);
+      if (!backward && owner(pr.kv_block) == w) use(pr.kv_block, t, pos);
+    }
+  }
+  return need;
+}
 
 std::vector<SegmentPair> BlockPairSegments(const Plan& plan, int32_t q_block, int32_t kv_block) {
   std::vector<SegmentPair> out;
@@ -381,6 +478,11 @@ RankProgram LowerPlan(const Plan& plan, int32_t rank) {
   p.dataloader_begin = DataloaderBegin(p.total_tokens, p.workers, rank);
   p.dataloader_end = DataloaderBegin(p.total_tokens, p.workers, rank + 1);
   LowerLayout(plan, p);
+  {
+    const std::vector<ReshufflePiece> pieces = ReshufflePieces(plan, p);
+    p.reshuffle_in = OrderReshuffle(pieces, rank, ReshuffleNeed(plan, false));
+    p.do_in = OrderReshuffle(pieces, rank, ReshuffleNeed(plan, true));
+  }
 
   PassLowering<ForwardStage>(plan, plan.forward, p, "forward").LowerKv(p.forward);
   PassLowering<BackwardStage>(plan, plan.backward, p, "backward").LowerKv(p.backward);
@@ -396,9 +498,13 @@ RankProgram LowerPlan(const Plan& plan, int32_t rank) {
     }
     return true;
   };
-  if (!p.forward.stages.empty())
-    for (ComputeCall& c : p.forward.stages[0].compute)
-      c.early = self_sourced(c.q_block) && self_sourced(c.kv_block);
+  // They go first: no reshuffle holds them up, and both executors merge in
+  // call order (the merge order the MPI executor has always had).
+  if (!p.forward.stages.empty()) {
+    std::vector<ComputeCall>& calls = p.forward.stages[0].compute;
+    for (ComputeCall& c : calls) c.early = self_sourced(c.q_block) && self_sourced(c.kv_block);
+    std::stable_partition(calls.begin(), calls.end(), [](const ComputeCall& c) { return c.early; });
+  }
 
   // Final stages, for every block (receivers order their returns by them).
   p.forward_final_stage.assign(plan.blocks.size(), -1);

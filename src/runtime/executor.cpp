@@ -19,6 +19,8 @@ constexpr int32_t kTagDkv = 12;
 constexpr int32_t kTagReturnO = 13;
 constexpr int32_t kTagReturnDq = 14;
 constexpr int32_t kTagReturnDkv = 15;
+constexpr int32_t kTagReshuffleIn = 16;
+constexpr int32_t kTagReshuffleDo = 17;
 
 // One column group of a row returned to the dataloader layout: `width`
 // floats per row; rows land at dst + dataloader_row * width.
@@ -37,13 +39,15 @@ struct RowRun {
 
 // Communication groups: stage transfers are awaited at the end of their
 // stage; the others (reshuffles) when their data is needed. Received dK/dV
-// partials are no group: IncomingPartial.
+// partials are no group (IncomingPartial), nor are the input reshuffles'
+// receives until their reshuffle ends (Arrivals).
 enum FlightGroup : int32_t {
   kStageGroup = 0,
   kReshuffleInGroup = 1,
   kReturnOGroup = 2,
   kReturnDqGroup = 3,
   kReturnDkvGroup = 4,
+  kReshuffleDoGroup = 5,
 };
 
 // K/V (and dK/dV) are kept per block as [K rows; V rows]: the block (or
@@ -73,6 +77,24 @@ struct IncomingPartial {
   DkvRecv recv;
   std::vector<float> data;
   Flight flight;
+};
+
+// An input reshuffle (fcp/lowering.h, InputReshuffle) on this rank: its
+// receives, each piece into a buffer of its own, unpacked into the local rows
+// when a call or a send first asks for the block (Runner::Arrived), and the
+// buffers of its sends, alive until they complete.
+struct Arrivals {
+  const InputReshuffle* spec = nullptr;
+  std::string name;
+  FlightGroup group = kReshuffleInGroup;
+  int64_t width = 0;  // floats per row
+  std::function<void(int64_t local_row, const float* row)> unpack;
+  std::vector<std::vector<float>> data;  // per receive piece
+  std::vector<Flight> flights;           // per receive piece
+  std::vector<char> unpacked;            // per receive piece
+  std::vector<size_t> in_flight;         // receive pieces not yet seen complete
+  std::vector<int64_t> missing;          // per plan block: pieces not yet unpacked
+  std::deque<std::vector<float>> outgoing;
 };
 
 // Outputs of owned blocks going home to the dataloader layout, block by
@@ -117,6 +139,9 @@ class Runner {
     for (int32_t b : prog_.owned_blocks)
       local_row_block_.insert(local_row_block_.end(), static_cast<size_t>(plan.blocks[b].tokens()),
                               b);
+    send_blocked_.assign(static_cast<size_t>(prog_.workers), 0);
+    q_blocked_.assign(plan.blocks.size(), 0);
+    kv_blocked_.assign(plan.blocks.size(), 0);
   }
 
   RankOutputs Run(const RankInputs& in);
@@ -125,6 +150,7 @@ class Runner {
   // ---- the steps of Run ----
   void CheckInputs(const RankInputs& in) const;
   void ReshuffleIn(const RankInputs& in);
+  void ReshuffleDo(const RankInputs& in);
   void ForwardStages(ReturnGroup& ret_o);
   void BackwardStages(ReturnGroup& ret_dq, ReturnGroup& ret_dkv);
   ReturnGroup MakeReturn(FlightGroup group, int32_t tag, std::string name,
@@ -141,6 +167,13 @@ class Runner {
       if (f.end_us < 0 && comm_.Test(f.request)) f.end_us = trace_->NowUs();
     for (IncomingPartial& p : partials_in_)
       if (p.flight.end_us < 0 && comm_.Test(p.flight.request)) p.flight.end_us = trace_->NowUs();
+    for (Arrivals* a : {&qkv_in_, &do_in_})
+      std::erase_if(a->in_flight, [&](size_t i) {
+        Flight& f = a->flights[i];
+        if (f.end_us < 0 && comm_.Test(f.request)) f.end_us = trace_->NowUs();
+        return f.end_us >= 0;
+      });
+    PostReadySends(false);
   }
   void Finish(Flight& f) {
     if (f.end_us < 0) {
@@ -257,23 +290,208 @@ class Runner {
     stats_->compute_s += (end - start) * 1e-6;
   }
 
-  // Posts the K/V receives (into their pool slots) and sends of one stage.
-  // Both sides walk the plan's transfer list in order, so messages between
-  // two ranks match in order.
+  // Posts the K/V receives (into their pool slots) of one stage and starts
+  // its sends (PostReadySends). Both sides walk the plan's transfer list in
+  // order, so messages between two ranks match in order.
   void PostKv(const StageProgram& sp, const std::string& label) {
     for (const KvRecv& r : sp.kv_recv)
       Post(comm_.Irecv(kv_rows_.K(pool_.data(), r.pool_row), kv_rows_.Floats(r.rows) * 4, r.src,
                        kTagKv),
            label + " recv kv" + std::to_string(r.block) + " from " + std::to_string(r.src),
            TraceLane::kRecv);
-    for (const KvSend& s : sp.kv_send) {
+    sends_ = {&sp, label, std::vector<char>(sp.kv_send.size(), 0), sp.kv_send.size()};
+    PostReadySends(false);
+  }
+
+  // Posts the current stage's K/V sends whose data is here: an owned block
+  // once the reshuffle has brought it (the simulator's rule), a relay at
+  // once; never one ahead of an earlier send to the same rank, whose
+  // receives were posted in list order. `wait`: waits for each block instead.
+  void PostReadySends(bool wait) {
+    if (sends_.left == 0) return;
+    ++send_epoch_;
+    const StageProgram& sp = *sends_.sp;
+    for (size_t i = 0; i < sp.kv_send.size(); ++i) {
+      const KvSend& s = sp.kv_send[i];
+      if (sends_.posted[i] || send_blocked_[s.dst] == send_epoch_) continue;
+      if (!s.from_pool && !Arrived(qkv_in_, s.block)) {
+        if (!wait) {
+          send_blocked_[s.dst] = send_epoch_;
+          continue;
+        }
+        Await(qkv_in_, s.block);
+      }
+      sends_.posted[i] = 1;
+      --sends_.left;
       const int64_t bytes = kv_rows_.Floats(s.rows) * 4;
       stats_->bytes_sent += bytes;
       Post(comm_.Isend(kv_rows_.K(s.from_pool ? pool_.data() : kv_.data(), s.row), bytes, s.dst,
                        kTagKv),
-           label + " send kv" + std::to_string(s.block) + " to " + std::to_string(s.dst),
+           sends_.label + " send kv" + std::to_string(s.block) + " to " + std::to_string(s.dst),
            TraceLane::kSend);
     }
+  }
+
+  // ---- input reshuffles: one message per (block, dataloader rank) ----
+  // Posts the receives of `spec`, then packs and posts its sends, each in
+  // the lowering's order (the owner's need), then copies the rows that stay.
+  // pack(dataloader_row, out) writes one row of `width` floats.
+  template <class Pack>
+  void StartReshuffle(Arrivals& a, const InputReshuffle& spec, std::string name, FlightGroup group,
+                      int32_t tag, int64_t width, Pack pack,
+                      std::function<void(int64_t, const float*)> unpack) {
+    a = {};
+    a.spec = &spec;
+    a.name = std::move(name);
+    a.group = group;
+    a.width = width;
+    a.unpack = std::move(unpack);
+    a.data.resize(spec.recv.size());
+    a.unpacked.assign(spec.recv.size(), 0);
+    a.missing.assign(plan_.blocks.size(), 0);
+    for (size_t i = 0; i < spec.recv.size(); ++i) {
+      const ReshufflePiece& x = spec.recv[i];
+      const int64_t rows = static_cast<int64_t>(x.local_rows.size());
+      a.data[i].resize(static_cast<size_t>(rows * width));
+      a.flights.push_back(
+          {comm_.Irecv(a.data[i].data(), rows * width * 4, x.src, tag),
+           a.name + " b" + std::to_string(x.block) + " from " + std::to_string(x.src),
+           TraceLane::kReshuffle, group, trace_->NowUs()});
+      a.in_flight.push_back(i);
+      ++a.missing[x.block];
+    }
+    for (const ReshufflePiece& x : spec.send) {
+      if (tag == kTagReshuffleIn && options_.before_reshuffle_send)
+        options_.before_reshuffle_send(x.block, x.dst);
+      std::vector<float>& buf = a.outgoing.emplace_back(x.dataloader_rows.size() * width);
+      for (size_t i = 0; i < x.dataloader_rows.size(); ++i)
+        pack(x.dataloader_rows[i], buf.data() + i * width);
+      Post(comm_.Isend(buf.data(), static_cast<int64_t>(buf.size() * 4), x.dst, tag),
+           a.name + " b" + std::to_string(x.block) + " to " + std::to_string(x.dst),
+           TraceLane::kReshuffle, group);
+    }
+    std::vector<float> row(static_cast<size_t>(width));
+    for (const ReshufflePiece& x : spec.self)
+      for (size_t i = 0; i < x.dataloader_rows.size(); ++i) {
+        pack(x.dataloader_rows[i], row.data());
+        a.unpack(x.local_rows[i], row.data());
+      }
+  }
+
+  // True when every piece of block b has arrived; unpacks those that have.
+  bool Arrived(Arrivals& a, int32_t b) {
+    if (a.missing.empty() || a.missing[b] == 0) return true;
+    for (int64_t i = a.spec->recv_begin[b]; i < a.spec->recv_end[b]; ++i) {
+      if (a.unpacked[i] || a.flights[i].end_us < 0) continue;
+      const ReshufflePiece& x = a.spec->recv[i];
+      for (size_t r = 0; r < x.local_rows.size(); ++r)
+        a.unpack(x.local_rows[r], a.data[i].data() + r * a.width);
+      a.unpacked[i] = 1;
+      a.data[i] = {};
+      --a.missing[b];
+    }
+    return a.missing[b] == 0;
+  }
+  // Blocks (each wait has the communicator's deadline) until block b's
+  // pieces have arrived, and unpacks them. `record`: the wait goes into the
+  // trace and the stats (RunCalls records its own).
+  void Await(Arrivals& a, int32_t b, bool record = true) {
+    if (Arrived(a, b)) return;
+    const double wait_start = trace_->NowUs();
+    for (int64_t i = a.spec->recv_begin[b]; i < a.spec->recv_end[b]; ++i) Finish(a.flights[i]);
+    Arrived(a, b);
+    if (!record) return;
+    const double wait_end = trace_->NowUs();
+    trace_->Add("wait " + a.name + " b" + std::to_string(b), TraceLane::kWait, wait_start,
+                wait_end);
+    stats_->reshuffle_wait_s += (wait_end - wait_start) * 1e-6;
+  }
+  // Waits for the rest of the reshuffle, receives and sends, and records it.
+  void FinishArrivals(Arrivals& a) {
+    if (!a.spec) return;
+    for (size_t b = 0; b < a.missing.size(); ++b) Await(a, static_cast<int32_t>(b));
+    for (Flight& f : a.flights) flights_.push_back(f);
+    FinishGroup(a.group, a.name);
+    a = {};
+  }
+
+  bool InputsReady(const ComputeCall& c, bool backward) {
+    if (backward) return Arrived(do_in_, c.q_block);
+    return Arrived(qkv_in_, c.q_block) && (c.kv_in_pool || Arrived(qkv_in_, c.kv_block));
+  }
+  void AwaitInputs(const ComputeCall& c, bool backward) {
+    if (backward) return Await(do_in_, c.q_block, false);
+    Await(qkv_in_, c.q_block, false);
+    if (!c.kv_in_pool) Await(qkv_in_, c.kv_block, false);
+  }
+
+  // The first call from `head` on that may run now: its inputs are here and
+  // no earlier call still to run writes its output rows (forward: o, lse of
+  // the query block; backward: dq of the query block, dK/dV of the key
+  // block). calls.size(): none.
+  size_t FirstRunnable(const std::vector<ComputeCall>& calls, const std::vector<char>& done,
+                       size_t head, bool backward) {
+    ++call_epoch_;
+    for (size_t i = head; i < calls.size(); ++i) {
+      if (done[i]) continue;
+      const ComputeCall& c = calls[i];
+      const bool free = q_blocked_[c.q_block] != call_epoch_ &&
+                        (!backward || kv_blocked_[c.kv_block] != call_epoch_);
+      if (free && InputsReady(c, backward)) return i;
+      q_blocked_[c.q_block] = call_epoch_;
+      if (backward) kv_blocked_[c.kv_block] = call_epoch_;
+    }
+    return calls.size();
+  }
+
+  // Runs a stage's calls as their inputs arrive: in plan order, except that
+  // a call whose inputs are here goes ahead of earlier ones still waiting
+  // when it writes none of their output rows (FirstRunnable). So every
+  // output row takes its calls in plan order and the results do not depend
+  // on arrival times. With nothing runnable it polls while reshuffle pieces
+  // keep arriving; after kStallUs without one it blocks on the first
+  // waiting call's inputs, so the communicator's deadline bounds the wait.
+  void RunCalls(const std::vector<ComputeCall>& calls, bool backward, const std::string& label) {
+    constexpr double kStallUs = 200e3;
+    std::vector<char> done(calls.size(), 0);
+    size_t head = 0;
+    while (head < calls.size()) {
+      size_t run = FirstRunnable(calls, done, head, backward);
+      if (run == calls.size()) {
+        const double wait_start = trace_->NowUs();
+        double last_arrival = wait_start;
+        size_t in_flight = qkv_in_.in_flight.size() + do_in_.in_flight.size();
+        while (run == calls.size()) {
+          Poll();
+          run = FirstRunnable(calls, done, head, backward);
+          const size_t now_in_flight = qkv_in_.in_flight.size() + do_in_.in_flight.size();
+          if (now_in_flight != in_flight) {
+            in_flight = now_in_flight;
+            last_arrival = trace_->NowUs();
+          } else if (run == calls.size() && trace_->NowUs() - last_arrival > kStallUs) {
+            AwaitInputs(calls[head], backward);
+            run = head;
+          }
+        }
+        const double wait_end = trace_->NowUs();
+        trace_->Add("wait inputs " + label, TraceLane::kWait, wait_start, wait_end);
+        stats_->reshuffle_wait_s += (wait_end - wait_start) * 1e-6;
+      }
+      if (backward) EnsureDelta(calls[run].q_block);
+      Compute(calls[run], backward, label);
+      done[run] = 1;
+      Poll();
+      while (head < calls.size() && done[head]) ++head;
+    }
+  }
+
+  // delta = rowsum(o * do) of block b's rows, once its dO is here.
+  void EnsureDelta(int32_t b) {
+    if (delta_done_[b]) return;
+    const int64_t row = prog_.block_row[b];
+    ComputeDelta(dims_, plan_.blocks[b].tokens(), o_.data() + row * qrow_, do_.data() + row * qrow_,
+                 delta_.data() + row * dims_.heads_q);
+    delta_done_[b] = 1;
   }
 
   // ---- returning outputs to the dataloader layout ----
@@ -383,6 +601,18 @@ class Runner {
   std::vector<float> partial_;  // the backward's dK/dV partial pool
   std::vector<Flight> flights_;
   std::deque<IncomingPartial> partials_in_;  // in posting order
+  Arrivals qkv_in_, do_in_;
+  // The current stage's K/V sends (PostReadySends).
+  struct StageSends {
+    const StageProgram* sp = nullptr;
+    std::string label;
+    std::vector<char> posted;
+    size_t left = 0;
+  } sends_;
+  std::vector<int64_t> send_blocked_;            // per rank: stamp of the scan that blocked it
+  std::vector<int64_t> q_blocked_, kv_blocked_;  // per block: stamp of the RunCalls scan
+  int64_t send_epoch_ = 0, call_epoch_ = 0;
+  std::vector<char> delta_done_;  // per block
 };
 
 void Runner::CheckInputs(const RankInputs& in) const {
@@ -399,62 +629,41 @@ void Runner::CheckInputs(const RankInputs& in) const {
   if (options_.backward) check_size(in.d_o, qrow_, "do");
 }
 
-// 1. Reshuffle in: q | k | v | do rows to their owners with one all-to-all-v;
-// while it flies, the stage-0 calls on my own dataloader tokens.
+// 1. Reshuffle in: the q | k | v rows of each (block, dataloader rank) pair
+// to the block's owner as one message, posted in the order the owner needs
+// them; the forward's calls and sends take each block as it arrives.
 void Runner::ReshuffleIn(const RankInputs& in) {
   const RankProgram& P = prog_;
-  const int64_t dl_rows = P.dataloader_end - P.dataloader_begin;
-  const bool bwd = options_.backward;
   q_.assign(static_cast<size_t>(P.local_rows * qrow_), 0.0f);
   kv_.assign(static_cast<size_t>(2 * P.local_rows * kvrow_), 0.0f);
-  if (bwd) do_.assign(q_.size(), 0.0f);
-  const int64_t in_width = qrow_ + 2 * kvrow_ + (bwd ? qrow_ : 0);
-  std::vector<float> in_send(static_cast<size_t>(dl_rows * in_width));
-  {
-    float* out = in_send.data();
-    for (int64_t r : P.in_send_rows) {
-      out = std::copy_n(in.q.data() + r * qrow_, qrow_, out);
-      out = std::copy_n(in.k.data() + r * kvrow_, kvrow_, out);
-      out = std::copy_n(in.v.data() + r * kvrow_, kvrow_, out);
-      if (bwd) out = std::copy_n(in.d_o.data() + r * qrow_, qrow_, out);
-    }
-  }
-  std::vector<float> in_recv(static_cast<size_t>(P.local_rows * in_width));
-  Post(comm_.Ialltoallv(in_send.data(), P.in_send_counts, in_recv.data(), P.in_recv_counts,
-                        in_width * 4),
-       "reshuffle in", TraceLane::kReshuffle, kReshuffleInGroup);
-  // Unpacks rows [first, first + count) of the in_recv_rows order.
-  auto unpack_in = [&](const float* rows, int64_t first, int64_t count) {
-    for (int64_t i = 0; i < count; ++i) {
-      const int64_t row = P.in_recv_rows[first + i];
-      const float* src = rows + i * in_width;
-      std::copy_n(src, qrow_, q_.data() + row * qrow_);
-      std::copy_n(src + qrow_, kvrow_, kv_.data() + LocalKvOffset(row, false));
-      std::copy_n(src + qrow_ + kvrow_, kvrow_, kv_.data() + LocalKvOffset(row, true));
-      if (bwd) std::copy_n(src + qrow_ + 2 * kvrow_, qrow_, do_.data() + row * qrow_);
-    }
-  };
-  // My own rows need no network: take them from the send buffer now.
-  int64_t self_send_first = 0, self_recv_first = 0;
-  for (int32_t w = 0; w < P.rank; ++w) {
-    self_send_first += P.in_send_counts[w];
-    self_recv_first += P.in_recv_counts[w];
-  }
-  unpack_in(in_send.data() + self_send_first * in_width, self_recv_first, P.in_recv_counts[P.rank]);
-
+  StartReshuffle(
+      qkv_in_, P.reshuffle_in, "reshuffle in", kReshuffleInGroup, kTagReshuffleIn,
+      qrow_ + 2 * kvrow_,
+      [&](int64_t r, float* out) {
+        out = std::copy_n(in.q.data() + r * qrow_, qrow_, out);
+        out = std::copy_n(in.k.data() + r * kvrow_, kvrow_, out);
+        std::copy_n(in.v.data() + r * kvrow_, kvrow_, out);
+      },
+      [this](int64_t row, const float* src) {
+        std::copy_n(src, qrow_, q_.data() + row * qrow_);
+        std::copy_n(src + qrow_, kvrow_, kv_.data() + LocalKvOffset(row, false));
+        std::copy_n(src + qrow_ + kvrow_, kvrow_, kv_.data() + LocalKvOffset(row, true));
+      });
   o_.assign(q_.size(), 0.0f);
   lse_.assign(static_cast<size_t>(P.local_rows * dims_.heads_q), 0.0f);
   InitForwardOutput(dims_, P.local_rows, o_.data(), lse_.data());
+}
 
-  if (!P.forward.stages.empty())
-    for (const ComputeCall& c : P.forward.stages[0].compute)
-      if (c.early) Compute(c, false, "fwd s0 early");
-  FinishGroup(kReshuffleInGroup, "reshuffle in");
-  int64_t first = 0;
-  for (int32_t w = 0; w < P.workers; ++w) {
-    if (w != P.rank) unpack_in(in_recv.data() + first * in_width, first, P.in_recv_counts[w]);
-    first += P.in_recv_counts[w];
-  }
+// The backward's input: dO rows by the same pieces, in the order the
+// backward's calls need them (the first call with the block as query).
+void Runner::ReshuffleDo(const RankInputs& in) {
+  do_.assign(q_.size(), 0.0f);
+  delta_.assign(lse_.size(), 0.0f);
+  delta_done_.assign(plan_.blocks.size(), 0);
+  StartReshuffle(
+      do_in_, prog_.do_in, "reshuffle do", kReshuffleDoGroup, kTagReshuffleDo, qrow_,
+      [&](int64_t r, float* out) { std::copy_n(in.d_o.data() + r * qrow_, qrow_, out); },
+      [this](int64_t row, const float* src) { std::copy_n(src, qrow_, do_.data() + row * qrow_); });
 }
 
 ReturnGroup Runner::MakeReturn(FlightGroup group, int32_t tag, std::string name,
@@ -483,14 +692,12 @@ void Runner::ForwardStages(ReturnGroup& ret_o) {
     const std::string label = "fwd s" + std::to_string(t);
     const double stage_start = trace_->NowUs();
     PostKv(sp, label);
-    for (const ComputeCall& c : sp.compute) {
-      if (t == 0 && c.early) continue;
-      Compute(c, false, label);
-      Poll();
-    }
+    RunCalls(sp.compute, false, label);
+    PostReadySends(true);
     FinishStage(stage_start, label);
     SendReturns(ret_o, static_cast<int32_t>(t));
   }
+  FinishArrivals(qkv_in_);  // pieces of blocks no stage used
   pool_ = {};
 }
 
@@ -525,10 +732,8 @@ void Runner::BackwardStages(ReturnGroup& ret_dq, ReturnGroup& ret_dkv) {
            label + " send dkv" + std::to_string(s.block) + " to " + std::to_string(s.dst),
            TraceLane::kSend);
     }
-    for (const ComputeCall& c : sp.compute) {
-      Compute(c, true, label);
-      Poll();
-    }
+    RunCalls(sp.compute, true, label);
+    PostReadySends(true);
     FinishStage(stage_start, label);
     // A sent partial's rows start the next partial that reuses them at zero.
     for (const DkvSend& s : sp.dkv_send)
@@ -540,6 +745,7 @@ void Runner::BackwardStages(ReturnGroup& ret_dq, ReturnGroup& ret_dkv) {
     SendReturns(ret_dkv, stage);
   }
   AbsorbPartials([](const DkvRecv&) { return true; });  // none is left in a valid plan
+  FinishArrivals(do_in_);
   pool_ = {};
   partial_ = {};
 }
@@ -570,8 +776,7 @@ RankOutputs Runner::Run(const RankInputs& in) {
   }
 
   const double bwd_start = trace_->NowUs();
-  delta_.resize(lse_.size());
-  ComputeDelta(dims_, P.local_rows, o_.data(), do_.data(), delta_.data());
+  ReshuffleDo(in);
   dq_.assign(q_.size(), 0.0f);
   dkv_.assign(kv_.size(), 0.0f);
   out.dq.resize(static_cast<size_t>(dl_rows * qrow_));

@@ -6,6 +6,9 @@
 // agree on every verdict (AllreduceMin), so all ranks pass or fail together.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -15,6 +18,7 @@
 #include "fcp/communicator.h"
 #include "fcp/error.h"
 #include "fcp/executor.h"
+#include "fcp/lowering.h"
 #include "fcp/planner.h"
 #include "fcp/planner_registry.h"
 #include "fcp/reference_attention.h"
@@ -145,6 +149,99 @@ TEST_P(ExecutorMpi, RegisteredPlanners) {
       EXPECT_LT(RunAndCompare(plan), 1e-4) << info.name << " coalesce " << coalesce;
     }
   }
+}
+
+// ---- the input reshuffle's rule (docs/runtime.md, step 1) ----------------
+
+// A stage-0 call on rank `dst` that reads neither block `late` (as query or
+// local key) nor a query block an earlier call waits on `late` for, and that
+// needs some piece from another rank (not early): under the one rule it
+// starts as soon as its own pieces are in, whatever `late` does. -1: none.
+int64_t CallNotWaitingFor(const RankProgram& p, int32_t late) {
+  if (p.forward.stages.empty()) return -1;
+  const auto& calls = p.forward.stages[0].compute;
+  std::vector<int32_t> blocked_q;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const ComputeCall& c = calls[i];
+    const bool reads_late = c.q_block == late || (!c.kv_in_pool && c.kv_block == late);
+    if (reads_late) blocked_q.push_back(c.q_block);
+    if (reads_late || c.early ||
+        std::find(blocked_q.begin(), blocked_q.end(), c.q_block) != blocked_q.end())
+      continue;
+    return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+// Rank 0 holds back its last input-reshuffle message for 0.5 s. Its
+// receiver must start a stage-0 call that does not need that message before
+// the message arrives, and every rank's outputs, forward and backward, must
+// be bitwise those of a run without the delay. The old rule (one all-to-all; only `early` calls
+// before it completes) fails this: every non-early call waited for all of
+// it. Row sizes are tiny, so rank 0's other messages go out eagerly and do
+// not need its progress while it sleeps.
+TEST(ExecutorMpiReshuffle, CallsStartAsTheirBlocksArrive) {
+  Communicator& comm = *g_comm;
+  int checked = 0;
+  for (const PlannerInfo& info : Planners())
+    for (const Mask& mask : {Mask{MaskKind::kCausal, 0}, Mask{MaskKind::kFull, 0}}) {
+      PlannerConfig config;
+      config.planner = info.name;
+      config.workers = comm.size();
+      config.block_size = 16;
+      config.coalesce = 2;
+      config.mask = mask;
+      config.attention = {1, 1, 2, 4};
+      const Plan plan = MakePlan(Lengths(), config);
+      ValidatePlan(plan);
+      const RankProgram p0 = LowerPlan(plan, 0);
+      if (p0.reshuffle_in.send.empty()) continue;
+      const ReshufflePiece late = p0.reshuffle_in.send.back();
+      const RankProgram receiver = LowerPlan(plan, late.dst);
+      const int64_t call = CallNotWaitingFor(receiver, late.block);
+      if (call < 0) continue;
+      ++checked;
+      const std::string what = info.name + " " + MaskKindName(mask.kind);
+      const int64_t T = plan.total_tokens();
+      const int64_t rows = DataloaderBegin(T, plan.workers, comm.rank() + 1) -
+                           DataloaderBegin(T, plan.workers, comm.rank());
+      std::mt19937_64 rng(17 + comm.rank());
+      const RankInputs in{Random(rows * 2, rng), Random(rows * 2, rng), Random(rows * 2, rng),
+                          Random(rows * 2, rng)};
+      ExecutorOptions options;
+      options.backward = true;
+      const RankOutputs undelayed = ExecutePlan(plan, comm, in, options, nullptr, nullptr);
+      if (comm.rank() == 0)
+        options.before_reshuffle_send = [&](int32_t block, int32_t dst) {
+          if (block == late.block && dst == late.dst) usleep(500000);
+        };
+      Trace trace;
+      const RankOutputs out = ExecutePlan(plan, comm, in, options, &trace, nullptr);
+      // Calls ran in another order, yet every output row took its calls in
+      // the same order: bitwise the same results.
+      int64_t ok = out.o == undelayed.o && out.lse == undelayed.lse && out.dq == undelayed.dq &&
+                   out.dk == undelayed.dk && out.dv == undelayed.dv;
+      EXPECT_TRUE(ok) << what << ": outputs depend on arrival times (rank " << comm.rank() << ")";
+      if (comm.rank() == late.dst) {
+        const ComputeCall& c = receiver.forward.stages[0].compute[call];
+        const std::string compute =
+            "fwd s0 q" + std::to_string(c.q_block) + " kv" + std::to_string(c.kv_block);
+        const std::string arrival = "reshuffle in b" + std::to_string(late.block) + " from 0";
+        double compute_start = -1, arrived = -1;
+        for (const TraceEvent& e : trace.events()) {
+          if (e.name == compute && compute_start < 0) compute_start = e.start_s;
+          if (e.name == arrival) arrived = e.end_s;
+        }
+        EXPECT_GE(compute_start, 0) << what << ": no event " << compute;
+        EXPECT_GE(arrived, 0) << what << ": no event " << arrival;
+        EXPECT_LT(compute_start, arrived) << what << ": " << compute << " waited for " << arrival;
+        ok = ok && compute_start >= 0 && arrived >= 0 && compute_start < arrived;
+      }
+      std::vector<int64_t> verdict = {ok};
+      comm.AllreduceMin(verdict);
+      EXPECT_EQ(verdict[0], 1) << what << " (reported by rank " << late.dst << ")";
+    }
+  EXPECT_GT(checked, 0) << "no plan has a call that need not wait for rank 0's last message";
 }
 
 // ---- the communicator itself --------------------------------------------
