@@ -72,10 +72,10 @@ struct Assignment {
   std::vector<double> compute, traffic;
 };
 
-// The searches over one input. Its dependency graphs are built once: for
-// the search, and again for the locality exchanges of the plan chosen, they
-// cost a tenth of the planning time at N = 256. Keeps a reference to the
-// input, which must outlive it at the same address. All deterministic.
+// The searches over one input. Its dependency graphs are built once, for
+// the search and for the passes on the plan chosen (Localize, Level).
+// Keeps a reference to the input, which must outlive it at the same
+// address. All deterministic.
 class AssignmentSearch {
  public:
   explicit AssignmentSearch(const AssignmentInput& input);

@@ -86,9 +86,9 @@ class AssignmentContext {
   // (`search` names the search in the error).
   Assignment Result(const Loads& loads, const std::string& search) const;
 
-  // The items each worker owns in `loads`, ascending. Rows are reused from
-  // search to search (six of them allocated 6,000 rows at N = 256); the
-  // returned rows stay valid until the next call.
+  // The items each worker owns in `loads`, ascending. The rows are reused
+  // from search to search (no allocation after the first); they stay valid
+  // until the next call.
   std::vector<std::vector<int32_t>>& Owned(const Loads& loads);
 
   // Per item, its two largest dataloader homes, dataloader worker h being

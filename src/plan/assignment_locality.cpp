@@ -28,7 +28,7 @@ constexpr std::array<double, 4> kLevelComputeAllowance = {0, 0.25, 0.5, 1};
 // keeps the traffic imbalance (max - mean) / max kLocalityMargin inside the
 // judge's bound, or where it was if outside: less traffic at the same
 // maximum is faster but reads as more imbalance. (Not the judge's slack for
-// traffic under a block's K/V: its plans would report 15% imbalance.)
+// traffic under a block's K/V: docs/planner.md, the planner's constants.)
 template <typename Model>
 Assignment LocalizeOn(AssignmentContext& ctx, Model& model, Assignment start,
                       const std::vector<int32_t>& rename) {
