@@ -14,7 +14,7 @@ constexpr int64_t kMinStepsPerRound = 32;
 
 }  // namespace
 
-template <typename Objective, typename Model>
+template <ExchangeObjective Objective, typename Model>
 Assignment ExchangeEngine::Improve(Model& model, Partners policy, Objective objective) {
   const AssignmentContext& c = ctx_;
   const int32_t n = c.n;

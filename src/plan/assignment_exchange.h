@@ -2,8 +2,8 @@
 // search) and the objectives it runs under. Internal to the planner.
 //
 // The engine repeatedly takes the worker with the largest load and tries
-// exchanges of equal slot use with the lightest workers (by compute and by
-// traffic (leveling: by the load)): one item for one, or a two-slot item for
+// exchanges of equal slot use with the lightest workers, by compute and by
+// traffic (leveling: by the load): one item for one, or a two-slot item for
 // two one-slot items. An exchange is kept when it brings the heavy worker
 // below its load without lifting any other worker to it and the objective
 // admits every worker it changes. "Any other" is every worker on a
@@ -20,7 +20,7 @@
 // Cost: at most rounds * max(N, 32) steps and 2 rounds * max(I, N)
 // evaluated exchanges of O(D) each, plus O(log N) per index update.
 //
-// An objective (the template parameter Objective) is a value type with:
+// An objective (the template parameter, ExchangeObjective) is a value type with:
 //   static constexpr bool kLeveled;   // traffic leveling: the load is also the partners'
 //                                     // second key, kLevelPartners, totals tracked
 //   void Begin(double mean_traffic);  // the start's mean traffic, before the first step
@@ -35,6 +35,7 @@
 // without the reshuffle), and traffic leveling.
 #pragma once
 
+#include <concepts>
 #include <cstdint>
 #include <vector>
 
@@ -43,8 +44,8 @@
 namespace fcp::detail {
 
 // The exchange partners for the heavy worker: the lightest workers by
-// compute and by traffic (leveling: by the load), half each (kMixed), or all by
-// the dimension that binds the heavy worker (kBinding).
+// compute and by traffic (leveling: by the load), half each (kMixed), or
+// all by the dimension that binds the heavy worker (kBinding).
 enum class Partners { kMixed, kBinding };
 
 // The reshuffle as a third load of a search by cost (the home layout): per
@@ -136,6 +137,21 @@ struct LevelObjective {
   ReshuffleLoad* Reshuffle() const { return nullptr; }
 };
 
+template <typename T>
+concept ExchangeObjective = requires(T o, const T& c, double x) {
+  { T::kLeveled } -> std::convertible_to<bool>;
+  o.Begin(x);
+  { c.Load(x, x, x) } -> std::same_as<double>;
+  { c.ComputeBound(x, x) } -> std::same_as<bool>;
+  { c.ComputeBlocked(x, x, x) } -> std::same_as<bool>;
+  { c.Admits(x, x) } -> std::same_as<bool>;
+  { c.Raising() } -> std::same_as<bool>;
+  { c.Stop(x) } -> std::same_as<bool>;
+  { c.Reshuffle() } -> std::same_as<ReshuffleLoad*>;
+};
+static_assert(ExchangeObjective<BalanceObjective> && ExchangeObjective<CostObjective> &&
+              ExchangeObjective<LevelObjective>);
+
 // The engine over one context; its scratch (the offer cache) is reused
 // from search to search.
 class ExchangeEngine {
@@ -145,7 +161,7 @@ class ExchangeEngine {
   // The local search from the model's loads (model.Start was called) under
   // `objective` with partner policy `policy`; the model ends at the result.
   // Reshuffle loads, if any, are updated with every kept exchange.
-  template <typename Objective, typename Model>
+  template <ExchangeObjective Objective, typename Model>
   Assignment Improve(Model& model, Partners policy, Objective objective);
 
  private:
