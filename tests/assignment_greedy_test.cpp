@@ -38,7 +38,7 @@ TEST(GreedyStartsTest, WorkedLptPlacement) {
 // queries owning [4, 8) need the 4 keys before them; a second item of the
 // same sequence owning [0, 4) on the same worker adds none, elsewhere all
 // it attends beyond what it owns (0). (A marginal is the hull's growth
-// minus what the joining item owns: the hull's own tokens cancel.)
+// minus what the joining item owns.)
 TEST(NeedHullsTest, MarginalCountsOnlyTheKeysNotAlreadyReceived) {
   NeedHulls hulls(/*sequences=*/2, /*capacity=*/4);
   const SequenceNeed late{0, 0, 8, 4}, early{0, 0, 4, 4}, other{1, 2, 6, 1};

@@ -52,9 +52,8 @@ double NeedHulls::Marginal(int32_t w, std::span<const SequenceNeed> needs) const
       added += static_cast<double>(n.hi - n.lo - n.own);
       continue;
     }
-    const int64_t before = h.hi - h.lo - h.own;
-    const int64_t after = std::max(h.hi, n.hi) - std::min(h.lo, n.lo) - h.own - n.own;
-    added += static_cast<double>(after - before);
+    const int64_t growth = std::max(h.hi, n.hi) - std::min(h.lo, n.lo) - (h.hi - h.lo);
+    added += static_cast<double>(growth - n.own);
   }
   return added;
 }
@@ -65,13 +64,12 @@ void NeedHulls::Add(int32_t w, std::span<const SequenceNeed> needs) {
     const size_t slot = Find(key);
     Hull& h = table_[slot];
     if (h.key == kEmpty) {
-      h = Hull{key, n.lo, n.hi, n.own, w, latest_[n.seq]};
+      h = Hull{key, n.lo, n.hi, w, latest_[n.seq]};
       latest_[n.seq] = static_cast<int32_t>(slot);
       continue;
     }
     h.lo = std::min(h.lo, n.lo);
     h.hi = std::max(h.hi, n.hi);
-    h.own += n.own;
   }
 }
 

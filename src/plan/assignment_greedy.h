@@ -34,12 +34,14 @@ struct SequenceNeed {
   int64_t lo, hi, own;
 };
 
-// Per (worker, sequence), the hull of the keys the worker's queries attend
-// and the tokens it owns: hull minus owned estimates the K/V tokens it must
-// receive for that sequence (exact for causal and full masks, where every
-// hull starts at the sequence start or covers it). Placing a block next to
-// blocks of its own sequence then costs only the keys they do not share,
-// which is what makes the greedy keep long sequences on few workers.
+// Per (worker, sequence), the hull of the keys the worker's queries attend:
+// the hull minus the tokens the worker owns estimates the K/V tokens it
+// must receive for that sequence (exact for causal and full masks, where
+// every hull starts at the sequence start or covers it). Placing a block
+// next to blocks of its own sequence then costs only the keys they do not
+// share, which is what makes the greedy keep long sequences on few
+// workers. A joining item adds the hull's growth minus the tokens it owns:
+// what the worker owned already cancels, so hulls do not store it.
 class NeedHulls {
  public:
   // At most `capacity` (worker, sequence) hulls will be added.
@@ -59,7 +61,7 @@ class NeedHulls {
   static constexpr uint64_t kEmpty = ~uint64_t{0};
   struct Hull {
     uint64_t key = kEmpty;
-    int64_t lo = 0, hi = 0, own = 0;
+    int64_t lo = 0, hi = 0;
     int32_t worker = -1;
     int32_t previous = -1;  // the slot of the sequence's hull added before this one
   };
