@@ -4,8 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "fcp/plan.h"
-#include "fcp/required_pairs.h"
+#include "assignment_batch.h"
 
 namespace fcp::detail {
 namespace {
@@ -29,26 +28,10 @@ namespace {
 TEST(AssignmentShedTest, OverloadedHomesShedTheirDensestBlocksWithinTheSlack) {
   std::vector<int64_t> lengths{16};
   lengths.insert(lengths.end(), 8, 2);
-  const Mask full{MaskKind::kFull, 0};
-  const int32_t workers = 4;
-  const ShardBase base = ShardSteps123(lengths, 4, 8, workers, full);
-  const Sharding sharding = FinishSharding(base, SplitHeavy(base, lengths, full, 0, 0), lengths);
-  ASSERT_EQ(sharding.blocks.size(), 8u);
-  ASSERT_EQ(sharding.items.size(), 8u);
-  const std::vector<RequiredPair> pairs = RequiredPairs(lengths, sharding.blocks, full);
-  AssignmentInput in;
-  in.workers = workers;
-  in.sharding = &sharding;
-  in.pairs = &pairs;
-  in.lengths = &lengths;
-  in.mask = full;
-  in.block_work.assign(sharding.blocks.size(), 0);
-  for (const RequiredPair& p : pairs) in.block_work[p.q_block] += p.token_pairs;
-  const std::vector<int64_t> offsets = SequenceOffsets(lengths);
-  for (const Item& item : sharding.items) {
-    const Segment& first = sharding.blocks[item.blocks.front()].segments.front();
-    in.dataloader.push_back(DataloaderWorker(32, workers, offsets[first.seq] + first.start));
-  }
+  const auto batch = ShardedBatch(lengths, 4, 8, 4, Mask{MaskKind::kFull, 0}, 0);
+  ASSERT_EQ(batch->sharding.blocks.size(), 8u);
+  ASSERT_EQ(batch->sharding.items.size(), 8u);
+  const AssignmentInput& in = batch->in;
   // Blocks in token order: A0..A3, then S0..S3.
   for (int32_t b = 0; b < 4; ++b) ASSERT_EQ(in.block_work[b], 64);
   for (int32_t b = 4; b < 8; ++b) ASSERT_EQ(in.block_work[b], 8);

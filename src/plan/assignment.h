@@ -3,31 +3,24 @@
 // Vector scheduling of items (groups of blocks placed together, sharding.h)
 // over two per-worker loads, compute (allowed token pairs of the query blocks
 // it owns) and K/V traffic (tokens of the K/V blocks it sends plus receives),
-// under hard slot limits, which make the token cap exact.
+// under hard slot limits, which make the token cap exact. A candidate
+// portfolio of starting assignments, each refined by one exchange engine
+// under a pluggable objective, the best chosen by Better:
 //
-// 1. Greedy starts, items in LPT order, each to the candidate worker with
-//    the least max(compute/C*, traffic/X*) after taking it (C*, X*: the
-//    per-worker means): compute-first LPT (traffic ignored), vector LPT, and
-//    sequence-affinity vector LPT, which prices an item's traffic on a worker
-//    by what the worker already receives of the item's sequences
-//    (NeedHulls) and adds the workers holding them to the candidates.
-//    Candidates: the least-loaded workers by compute and by traffic and the
-//    item's dataloader worker, which also wins ties (less reshuffle).
-//    Two-slot items stay placeable: a one-slot item only breaks a worker's
-//    even free-slot count while enough pairs of free slots remain for the
-//    two-slot items still to come.
-// 2. Local search per start, with two partner policies: exchanges of equal
-//    slot use between the most loaded worker and the lightest ones while
-//    that lowers the most loaded worker without lifting another to its
-//    level. An exchange is evaluated from the moved items' dependencies
-//    alone (O(D)), without applying it.
-// 3. The Better result (Judge: cost within an imbalance bound) is kept; time
-//    mode (no bound) runs only the affinity start and the mixed policy.
-// Later, on the chosen plan only: traffic leveling (the local search with
-// traffic as the load, under caps) and the locality exchanges. Beside
-// them, layouts that start from the dataloader's (issue 17, in dataloader
-// ids): Home (a local search by cost with the reshuffle) and Shed
-// (overloaded homes give their densest items away, no traffic search).
+// - assignment_context.h: the batch as the searches see it (dependency
+//   graphs, item work and estimated traffic, the load model), built once.
+// - assignment_greedy.h: the greedy starts (compute LPT, vector LPT,
+//   sequence-affinity vector LPT).
+// - assignment_exchange.h: the exchange engine (local search) and its
+//   objectives: balance, cost (with the reshuffle), traffic leveling.
+// - assignment_portfolio.h: the portfolio (Assign, Refine, Home, Shed) and
+//   the comparison (Better, WithinBound, Cost below).
+// - assignment_locality.cpp: on the chosen plan, the locality exchanges
+//   (Localize), traffic leveling (Level) and LocalityRenaming.
+// - assignment_parts.h: the data structures (worker heap, slots, loads,
+//   the load model that evaluates exchanges).
+//
+// Time mode (no bound) runs only the affinity start and the mixed policy.
 // Cost: O(passes * I * (C * D + log N)) for I items, C candidates, D
 // dependencies per item, plus the bounded local search.
 #pragma once
@@ -79,10 +72,10 @@ struct Assignment {
   std::vector<double> compute, traffic;
 };
 
-// The searches over one input. Its dependency graphs are built once: for
-// the search, and again for the locality exchanges of the plan chosen, they
-// cost a tenth of the planning time at N = 256. Keeps a reference to the
-// input, which must outlive it at the same address. All deterministic.
+// The searches over one input. Its dependency graphs are built once, for
+// the search and for the passes on the plan chosen (Localize, Level).
+// Keeps a reference to the input, which must outlive it at the same
+// address. All deterministic.
 class AssignmentSearch {
  public:
   explicit AssignmentSearch(const AssignmentInput& input);

@@ -1,4 +1,4 @@
-// assignment_parts.h — the assignment's data structures (src/plan/assignment.cpp),
+// assignment_parts.h — the assignment's data structures (src/plan/assignment_*.cpp),
 // apart so that they have unit tests of their own (tests/assignment_parts_test.cpp):
 // compressed rows, an indexed heap of workers ordered by (load, id), the
 // slot bookkeeping that keeps two-slot items placeable, the per-worker
@@ -222,7 +222,7 @@ inline Loads CountLoads(const AssignmentInput& in, const Csr& users,
   return loads;
 }
 
-// Exchange partners examined per local-search step (Assigner): the load
+// Exchange partners examined per local-search step (ExchangeEngine): the load
 // model caches a table for the heavy worker and each of them.
 constexpr int kSwapPartners = 4;
 constexpr int kLevelPartners = 16;  // the leveling searches'
@@ -244,7 +244,7 @@ struct Dep {
 // equals applying the exchange block by block.
 //
 // Counter: the type of a count, wide enough for the most blocks of one
-// worker that can need one K/V block (Assigner::MostCount). The narrowest
+// worker that can need one K/V block (AssignmentContext::MostCount). The narrowest
 // that fits (uint8_t on the paper's batches, N = 16 to 4096) keeps more of the
 // tables in cache: their misses were most of Fill's time and a quarter of
 // Evaluate's. Counts are added and removed one item at a time, so a count
