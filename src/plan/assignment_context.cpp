@@ -9,23 +9,12 @@
 namespace fcp::detail {
 
 void BuildGraphs(const std::vector<RequiredPair>& pairs, int32_t blocks, Csr& deps, Csr& users) {
-  deps.offset.assign(blocks + 1, 0);
-  users.offset.assign(blocks + 1, 0);
-  for (const RequiredPair& p : pairs) {
-    ++deps.offset[p.q_block + 1];
-    ++users.offset[p.kv_block + 1];
-  }
-  for (int32_t b = 0; b < blocks; ++b) {
-    deps.offset[b + 1] += deps.offset[b];
-    users.offset[b + 1] += users.offset[b];
-  }
-  deps.items.resize(pairs.size());
-  users.items.resize(pairs.size());
-  std::vector<int32_t> fill(users.offset.begin(), users.offset.end() - 1);
-  for (size_t k = 0; k < pairs.size(); ++k) {
-    deps.items[k] = pairs[k].kv_block;  // pairs are sorted by (q, kv)
-    users.items[fill[pairs[k].kv_block]++] = pairs[k].q_block;
-  }
+  // Stable buckets of the pairs, which are sorted by (q, kv): both graphs' rows come out ascending.
+  const size_t rows = static_cast<size_t>(blocks);
+  deps = BucketBy(rows, pairs.size(), [&](int32_t k) { return pairs[k].q_block; });
+  for (int32_t& k : deps.items) k = pairs[k].kv_block;
+  users = BucketBy(rows, pairs.size(), [&](int32_t k) { return pairs[k].kv_block; });
+  for (int32_t& k : users.items) k = pairs[k].q_block;
 }
 
 AssignmentContext::AssignmentContext(const AssignmentInput& input)
