@@ -68,9 +68,9 @@ double WorstCost(const PlanMetrics& m, double network_flops_per_byte) {
 double WorstPortCost(const PlanMetrics& m, double network_flops_per_byte) {
   double cost = 0;
   for (const WorkerMetrics& w : m.workers)
-    cost = std::max(cost, w.forward_flops + network_flops_per_byte * 2.0 *
-                                                static_cast<double>(std::max(w.bytes_sent,
-                                                                             w.bytes_received)));
+    cost = std::max(
+        cost, w.forward_flops + network_flops_per_byte * 2.0 *
+                                    static_cast<double>(std::max(w.bytes_sent, w.bytes_received)));
   return cost;
 }
 

@@ -122,8 +122,8 @@ Assignment AssignmentSearch::Level(Assignment start) {
     caps.stop_imbalance = c.in.judge.max_imbalance - kLocalityMargin;
     // Balance mode has no cost to keep. The cost of sent + received, as
     // the leveling objective counts traffic.
-    caps.max_cost = caps.ratio > 0 ? Cost(BySums(start), caps.ratio)
-                                   : std::numeric_limits<double>::infinity();
+    caps.max_cost =
+        caps.ratio > 0 ? Cost(BySums(start), caps.ratio) : std::numeric_limits<double>::infinity();
     double largest_compute = 0, largest_traffic = 0, total_compute = 0;
     for (int32_t w = 0; w < n; ++w) {
       largest_compute = std::max(largest_compute, start.compute[w]);
