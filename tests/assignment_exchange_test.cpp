@@ -86,7 +86,7 @@ bool CheckInvariants(uint32_t seed) {
   EXPECT_TRUE(batch->KeepsSlots(start));
   context.EstimateTraffic();
   const Loads from = context.Count(start);
-  const Assignment before{from.owner, from.compute, from.traffic};
+  const Assignment before{from.owner, from.compute, from.traffic, from.send};
   double mean_traffic = 0;
   for (double t : from.traffic) mean_traffic += t / batch->in.workers;
   const auto check = [&](auto objective, Partners policy) {

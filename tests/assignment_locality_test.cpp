@@ -60,7 +60,7 @@ Assignment Localized(const TestBatch& batch, const std::vector<int32_t>& owner) 
       LocalityRenaming(batch.sharding.blocks, owner, batch.lengths, batch.in.workers);
   EXPECT_EQ(rename, (std::vector<int32_t>{0, 1}));
   AssignmentSearch search(batch.in);
-  return search.Localize(Assignment{loads.owner, loads.compute, loads.traffic}, rename);
+  return search.Localize(Assignment{loads.owner, loads.compute, loads.traffic, loads.send}, rename);
 }
 
 // Sequences x = 1, p = 3 (dataloader worker 0), c2 = 1, c1 = 2, d = 1

@@ -236,6 +236,7 @@ TEST(CountLoadsTest, WorkedCausalThreeBlocks) {
   EXPECT_EQ(loads.owner, (std::vector<int32_t>{0, 1, 1}));
   EXPECT_EQ(loads.compute, (std::vector<double>{10, 50}));
   EXPECT_EQ(loads.traffic, (std::vector<double>{4, 4}));
+  EXPECT_EQ(loads.send, (std::vector<double>{4, 0}));
   EXPECT_EQ(loads.needers, (std::vector<int32_t>{2, 1, 1}));
 }
 
@@ -251,7 +252,7 @@ TEST(CountLoadsTest, RandomAssignmentsMatchBruteForceSums) {
     const std::vector<std::pair<int32_t, int32_t>> qk = RandomBlocks(rng, blocks, 0.3, in, tokens);
     const Loads loads = CountLoads(in, UsersOf(qk, blocks), tokens, owner);
 
-    std::vector<double> compute(in.workers, 0), traffic(in.workers, 0);
+    std::vector<double> compute(in.workers, 0), traffic(in.workers, 0), send(in.workers, 0);
     for (int32_t b = 0; b < blocks; ++b) compute[owner[b]] += static_cast<double>(in.block_work[b]);
     std::set<std::pair<int32_t, int32_t>> needs;  // (kv, worker)
     for (auto [q, k] : qk) needs.insert({k, owner[q]});
@@ -261,11 +262,13 @@ TEST(CountLoadsTest, RandomAssignmentsMatchBruteForceSums) {
       if (w == owner[k]) continue;
       traffic[w] += static_cast<double>(tokens[k]);
       traffic[owner[k]] += static_cast<double>(tokens[k]);
+      send[owner[k]] += static_cast<double>(tokens[k]);
     }
     SCOPED_TRACE(testing::Message() << "trial " << trial);
     EXPECT_EQ(loads.owner, owner);
     EXPECT_EQ(loads.compute, compute);
     EXPECT_EQ(loads.traffic, traffic);
+    EXPECT_EQ(loads.send, send);
     EXPECT_EQ(loads.needers, needers);
   }
 }
@@ -338,15 +341,19 @@ void CheckLoadModel(uint32_t seed) {
     model.BeginStep();
     const int hs = model.Table(a, owned[a]), ls = model.Table(b, owned[b]);
     model.Evaluate(x, a, hs, {y, z}, b, ls);
-    for (int32_t w = 0; w < in.workers; ++w)
+    for (int32_t w = 0; w < in.workers; ++w) {
       ASSERT_EQ(model.in_changed(w) ? model.traffic_after(w) : model.traffic(w), want.traffic[w])
           << "worker " << w;
+      ASSERT_EQ(model.in_changed(w) ? model.send_after(w) : model.send(w), want.send[w])
+          << "worker " << w;
+    }
     const double ca = model.compute(a) - work(x) + work(y) + (z >= 0 ? work(z) : 0);
     const double cb = model.compute(b) + work(x) - work(y) - (z >= 0 ? work(z) : 0);
     model.Apply(ca, cb);
     ASSERT_EQ(model.loads().owner, want.owner);
     ASSERT_EQ(model.loads().compute, want.compute);
     ASSERT_EQ(model.loads().traffic, want.traffic);
+    ASSERT_EQ(model.loads().send, want.send);
     ASSERT_EQ(model.loads().needers, want.needers);
     std::erase(owned[a], x);
     owned[b].push_back(x);

@@ -18,7 +18,7 @@ namespace fcp::detail {
 namespace {
 
 Assignment Of(std::vector<double> compute, std::vector<double> traffic) {
-  return Assignment{{}, std::move(compute), std::move(traffic)};
+  return Assignment{{}, std::move(compute), std::move(traffic), {}};
 }
 
 // Imbalance (max - mean) / max: compute {10, 8} -> 0.1, {10, 10} -> 0.
@@ -26,6 +26,19 @@ TEST(PortfolioTest, CostIsTheImbalanceOrTheWorstWorkersTime) {
   const Assignment a = Of({10, 8}, {4, 6});
   EXPECT_DOUBLE_EQ(Cost(a, 0), 1.0 / 6);  // traffic (6 - 5) / 6 beats compute 0.1
   EXPECT_DOUBLE_EQ(Cost(a, 2), 20);       // max(10 + 8, 8 + 12)
+}
+
+// With the sent tokens known, the traffic is the busiest NIC port, twice
+// the larger of sent and received: a full-duplex NIC's time.
+TEST(PortfolioTest, CostCountsTheBusiestPortWhereTheSentTokensAreKnown) {
+  Assignment a = Of({10, 8}, {4, 6});
+  a.send = {1, 3};  // worker 0: 1 out, 3 in (port 6); worker 1: 3 out, 3 in (port 6)
+  EXPECT_DOUBLE_EQ(Cost(a, 2), 22);  // max(10 + 2 x 6, 8 + 2 x 6)
+  a.send = {2, 3};                   // level ports: the sums
+  EXPECT_DOUBLE_EQ(Cost(a, 2), 20);
+  EXPECT_DOUBLE_EQ(Cost(a, 0), 1.0 / 6);  // imbalance: of the sums, whatever the ports
+  EXPECT_DOUBLE_EQ(PortTraffic(10, 7), 14);
+  EXPECT_DOUBLE_EQ(PortTraffic(10, 3), 14);
 }
 
 TEST(PortfolioTest, WithinBoundAllowsATrafficExcessUnderTheSlack) {
@@ -58,12 +71,12 @@ TEST(PortfolioTest, BetterRanksTheBoundThenTheCostThenTotalTraffic) {
 TEST(PortfolioTest, KeepBetterTakesAnyIntoAnEmptyBestAndKeepsTheEarlierOnATie) {
   Judge judge;
   Assignment best;
-  Assignment first{{0, 1}, {10, 10}, {0, 0}};
+  Assignment first{{0, 1}, {10, 10}, {0, 0}, {}};
   KeepBetter(first, best, judge);
   EXPECT_EQ(best.owner, first.owner);
-  KeepBetter(Assignment{{1, 0}, {10, 10}, {0, 0}}, best, judge);  // a tie
+  KeepBetter(Assignment{{1, 0}, {10, 10}, {0, 0}, {}}, best, judge);  // a tie
   EXPECT_EQ(best.owner, first.owner);
-  KeepBetter(Assignment{{1, 1}, {4, 10}, {0, 0}}, best, judge);  // worse
+  KeepBetter(Assignment{{1, 1}, {4, 10}, {0, 0}, {}}, best, judge);  // worse
   EXPECT_EQ(best.owner, first.owner);
 }
 

@@ -52,13 +52,25 @@ std::vector<int64_t> PaperBatch(int32_t workers, uint64_t seed) {
   return GenerateWorkload(w);
 }
 
-// The worst worker's forward FLOPs + bytes moved x the ratio: the cost the
-// default plan minimises.
+// The worst worker's forward FLOPs + bytes moved (sent + received) x the
+// ratio: the cost traffic leveling keeps.
 double WorstCost(const PlanMetrics& m, double network_flops_per_byte) {
   double cost = 0;
   for (const WorkerMetrics& w : m.workers)
     cost = std::max(
         cost, w.forward_flops + network_flops_per_byte * static_cast<double>(w.traffic_bytes()));
+  return cost;
+}
+
+// The same with the bytes by the worker's busiest NIC port (twice the larger
+// of sent and received): the cost the default plan's candidates are ranked
+// by (detail::Cost).
+double WorstPortCost(const PlanMetrics& m, double network_flops_per_byte) {
+  double cost = 0;
+  for (const WorkerMetrics& w : m.workers)
+    cost = std::max(
+        cost, w.forward_flops + network_flops_per_byte * 2.0 *
+                                    static_cast<double>(std::max(w.bytes_sent, w.bytes_received)));
   return cost;
 }
 
@@ -594,8 +606,9 @@ TEST_P(PlannerQualityTest, ImbalanceBelowFivePercentWithoutReshuffleAndInBalance
 }
 
 // The network-aware plan without the reshuffle charged minimises the worst
-// worker's FLOPs + bytes x ratio over the candidates within 5% imbalance, which include the
-// balance-mode plan when that one is within 5% (as on these batches): never worse by that measure.
+// worker's FLOPs + busiest port's bytes x ratio over the candidates within 5% imbalance, which
+// include the balance-mode plan when that one is within 5% (as on these batches): never worse
+// by that measure.
 TEST_P(PlannerQualityTest, NetworkAwarePlanNeverCostsMoreThanTheBalancedOne) {
   const std::vector<int64_t> lengths = Batch();
   PlannerConfig aware = PaperConfig();
@@ -607,7 +620,7 @@ TEST_P(PlannerQualityTest, NetworkAwarePlanNeverCostsMoreThanTheBalancedOne) {
     ValidatePlan(plan, {.forbid_redundant_transfers = true});
     const PlanMetrics m = ComputePlanMetrics(plan);
     EXPECT_EQ(m.max_tokens, 32768);
-    return WorstCost(m, aware.network_flops_per_byte);
+    return WorstPortCost(m, aware.network_flops_per_byte);
   };
   EXPECT_LE(worst(MakePlan(lengths, aware)), worst(MakePlan(lengths, balanced)) * (1 + 1e-9));
 }
@@ -696,13 +709,13 @@ TEST(PlannerBalanceTest, TrafficLevelingBringsAllShortTrafficWithinTheBound) {
 }
 
 // The locality exchanges (reshuffle_locality) on the paper's batch at N =
-// 64 (seed 1, which keeps the balanced plan; seeds 0 and 2 take the shed
+// 64 (seed 6, which keeps the balanced plan; seeds 0-4 take the shed
 // layout, below): fewer tokens leave their dataloader worker, and no
 // worker's compute or traffic exceeds the largest of the plan without them;
 // the plan is still within 5% imbalance, valid and deterministic, and
 // records the option.
 TEST(PlannerLocalityTest, FewerTokensReshuffledWithoutRaisingAnyMaximum) {
-  const std::vector<int64_t> lengths = PaperBatch(64, 1);
+  const std::vector<int64_t> lengths = PaperBatch(64, 6);
   PlannerConfig c = Config(64, 4096, 16);
   c.attention = {64, 8, 128, 2};
   PlannerConfig off = c;

@@ -67,9 +67,10 @@ struct AssignmentInput {
 
 struct Assignment {
   std::vector<int32_t> owner;  // owner[block]
-  // Per worker: allowed token pairs of its query blocks, and K/V tokens it
-  // sends plus receives.
-  std::vector<double> compute, traffic;
+  // Per worker: allowed token pairs of its query blocks, K/V tokens it
+  // sends plus receives, and the part it sends (empty: not known; Cost then
+  // counts the sum).
+  std::vector<double> compute, traffic, send;
 };
 
 // The searches over one input. Its dependency graphs are built once, for
@@ -128,8 +129,10 @@ class AssignmentSearch {
 // worst worker's compute + r x traffic, its time in token pairs if nothing
 // overlapped (overlap hides part of the smaller term, but simulated plans
 // rank by this sum better than by the max: a plan that halves traffic at the
-// price of 40% compute imbalance loses). With r = 0: the larger of the
-// compute and traffic imbalances.
+// price of 40% compute imbalance loses), the traffic counted by its busiest
+// NIC port (twice the larger of sent and received, PortTraffic; the sum
+// where `send` is empty). With r = 0: the larger of the compute and traffic
+// (sent + received) imbalances.
 double Cost(const Assignment& assignment, double pairs_per_traffic_token);
 
 // Whether `a` is a better plan than `b`: one within the judge's imbalance

@@ -104,10 +104,11 @@ Assignment AssignmentContext::Result(const Loads& loads, const std::string& sear
   if (in.self_check) {
     const Loads recount = Count(loads.owner);
     for (int32_t w = 0; w < n; ++w)
-      FCP_CHECK(recount.compute[w] == loads.compute[w] && recount.traffic[w] == loads.traffic[w],
+      FCP_CHECK(recount.compute[w] == loads.compute[w] && recount.traffic[w] == loads.traffic[w] &&
+                    recount.send[w] == loads.send[w],
                 search + ": worker " + std::to_string(w) + "'s loads differ from a recount");
   }
-  return {loads.owner, loads.compute, loads.traffic};
+  return {loads.owner, loads.compute, loads.traffic, loads.send};
 }
 
 std::vector<std::vector<int32_t>>& AssignmentContext::Owned(const Loads& loads) {

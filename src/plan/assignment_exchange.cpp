@@ -25,8 +25,15 @@ Assignment ExchangeEngine::Improve(Model& model, Partners policy, Objective obje
   // A reshuffle weighed in (by cost only): its tokens in + out per worker.
   ReshuffleLoad* const reshuffle = objective.Reshuffle();
   const auto moved_of = [&](int32_t w) { return reshuffle ? reshuffle->moved[w] : 0.0; };
+  // The traffic as the objective counts it (the busiest port, or the sum).
+  const auto traffic_of = [&](int32_t w) {
+    return objective.Traffic(model.traffic(w), model.send(w));
+  };
+  const auto traffic_after = [&](int32_t w) {
+    return objective.Traffic(model.traffic_after(w), model.send_after(w));
+  };
   const auto load = [&](int32_t w) {
-    return objective.Load(model.compute(w), model.traffic(w), moved_of(w));
+    return objective.Load(model.compute(w), traffic_of(w), moved_of(w));
   };
   const bool raising = objective.Raising();
   // Partners are the lightest by compute and by this.
@@ -34,7 +41,7 @@ Assignment ExchangeEngine::Improve(Model& model, Partners policy, Objective obje
     if constexpr (Objective::kLeveled)
       return load(w);
     else
-      return model.traffic(w);
+      return traffic_of(w);
   };
   double total_traffic = 0;
   DescendingIndex by_load(n);
@@ -62,7 +69,7 @@ Assignment ExchangeEngine::Improve(Model& model, Partners policy, Objective obje
     const double limit = max_load * (1 - 1e-9);
     partners.clear();
     // The heavy worker's binding dimension must come down.
-    const bool compute_bound = objective.ComputeBound(model.compute(heavy), model.traffic(heavy));
+    const bool compute_bound = objective.ComputeBound(model.compute(heavy), traffic_of(heavy));
     for (const AscendingIndex* index : {&by_compute, &by_traffic}) {
       const bool binding = (index == &by_compute) == compute_bound;
       const int swap_partners = Objective::kLeveled ? kLevelPartners : kSwapPartners;
@@ -92,7 +99,7 @@ Assignment ExchangeEngine::Improve(Model& model, Partners policy, Objective obje
       for (int32_t w : model.changed()) {
         const double cw =
             w == heavy ? heavy_compute : (w == light ? light_compute : model.compute(w));
-        const double t = model.traffic_after(w);
+        const double t = traffic_after(w);
         const double m = w == heavy ? heavy_moved : w == light ? light_moved : moved_of(w);
         if (objective.Load(cw, t, m) >= limit) return false;
         if (!objective.Admits(cw, t)) return false;

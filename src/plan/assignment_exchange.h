@@ -24,6 +24,8 @@
 //   static constexpr bool kLeveled;   // traffic leveling: the load is also the partners'
 //                                     // second key, kLevelPartners, totals tracked
 //   void Begin(double mean_traffic);  // the start's mean traffic, before the first step
+//   double Traffic(double traffic, double sent) const;  // a worker's traffic as counted
+//                                     // below ("traffic"), from its tokens sent + received
 //   double Load(double compute, double traffic, double moved) const;  // what is lowered
 //   bool ComputeBound(double compute, double traffic) const;  // heavy's binding dimension
 //   bool ComputeBlocked(double light_after, double heavy_after, double max_load) const;
@@ -35,6 +37,7 @@
 // without the reshuffle), and traffic leveling.
 #pragma once
 
+#include <algorithm>
 #include <concepts>
 #include <cstdint>
 #include <vector>
@@ -68,12 +71,24 @@ struct ReshuffleLoad {
   double Join(int32_t x, int32_t w) const { return item_tokens[x] - 2 * At(x, w); }
 };
 
-// Balance: the larger of compute and traffic, each over its mean (the
-// traffic mean of the start's real loads, at least 1).
+// A worker's traffic by its busiest NIC port: a NIC is full duplex, so the
+// larger of the tokens it sends and receives sets its time. Twice that, so
+// that a worker whose ports are level counts its sum (sent + received) and
+// the means and ratios of the sums still apply. (issue 17, part 3.)
+inline double PortTraffic(double traffic, double sent) {
+  return 2 * std::max(sent, traffic - sent);
+}
+
+// Balance: the larger of compute and traffic (sent + received), each over
+// its mean (the traffic mean of the start's real loads, at least 1). Not by
+// the busiest port: balancing ports here leaves the sums outside the
+// judge's bound, which then keeps other candidates, slower on the benchmark
+// set (docs/planner-quality.md, ports in the exchange engine).
 struct BalanceObjective {
   static constexpr bool kLeveled = false;
   Targets targets;  // targets.compute given; targets.traffic set by Begin
   void Begin(double mean_traffic) { targets.traffic = std::max(mean_traffic, 1.0); }
+  double Traffic(double t, double) const { return t; }
   double Load(double c, double t, double) const { return targets.Load(c, t); }
   bool ComputeBound(double c, double t) const { return c / targets.compute >= t / targets.traffic; }
   bool ComputeBlocked(double light_after, double heavy_after, double max_load) const {
@@ -85,14 +100,16 @@ struct BalanceObjective {
   ReshuffleLoad* Reshuffle() const { return nullptr; }
 };
 
-// Cost: compute + ratio x traffic (ratio > 0), plus, with a reshuffle of
-// positive weight, its pairs_per_token x tokens moved in + out.
+// Cost: compute + ratio x traffic (ratio > 0; the busiest port,
+// PortTraffic), plus, with a reshuffle of positive weight, its
+// pairs_per_token x tokens moved in + out.
 struct CostObjective {
   static constexpr bool kLeveled = false;
   double ratio = 0;
   ReshuffleLoad* reshuffle = nullptr;
   double Weight() const { return reshuffle ? reshuffle->pairs_per_token : 0.0; }
   void Begin(double) {}
+  double Traffic(double t, double sent) const { return PortTraffic(t, sent); }
   double Load(double c, double t, double moved) const { return c + ratio * t + Weight() * moved; }
   bool ComputeBound(double c, double t) const { return c >= ratio * t; }
   bool ComputeBlocked(double light_after, double heavy_after, double max_load) const {
@@ -117,6 +134,8 @@ struct LevelObjective {
   static constexpr bool kLeveled = true;
   Leveling level;
   void Begin(double) {}
+  // Sent + received: it levels the traffic imbalance the judge bounds.
+  double Traffic(double t, double) const { return t; }
   // Lowered by the search: the traffic, or when raising its distance below the cap.
   double Load(double, double t, double) const {
     return level.raise_least ? level.max_traffic - t : t;
@@ -141,6 +160,7 @@ template <typename T>
 concept ExchangeObjective = requires(T o, const T& c, double x) {
   { T::kLeveled } -> std::convertible_to<bool>;
   o.Begin(x);
+  { c.Traffic(x, x) } -> std::same_as<double>;
   { c.Load(x, x, x) } -> std::same_as<double>;
   { c.ComputeBound(x, x) } -> std::same_as<bool>;
   { c.ComputeBlocked(x, x, x) } -> std::same_as<bool>;

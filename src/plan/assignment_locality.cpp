@@ -91,7 +91,8 @@ Assignment LocalizeOn(AssignmentContext& ctx, Model& model, Assignment start,
     *std::find(owned[b].begin(), owned[b].end(), y) = static_cast<int32_t>(x);
   }
   Assignment local = ctx.Result(model.loads(), "locality exchanges");
-  return Better(start, local, ctx.in.judge) ? start : local;
+  // Judged by sent + received, as its caps are.
+  return Better(BySums(start), BySums(local), ctx.in.judge) ? start : local;
 }
 
 }  // namespace
@@ -119,9 +120,10 @@ Assignment AssignmentSearch::Level(Assignment start) {
     Leveling caps;
     caps.ratio = c.in.judge.pairs_per_traffic_token;
     caps.stop_imbalance = c.in.judge.max_imbalance - kLocalityMargin;
-    // Balance mode has no cost to keep.
+    // Balance mode has no cost to keep. The cost of sent + received, as
+    // the leveling objective counts traffic.
     caps.max_cost =
-        caps.ratio > 0 ? Cost(start, caps.ratio) : std::numeric_limits<double>::infinity();
+        caps.ratio > 0 ? Cost(BySums(start), caps.ratio) : std::numeric_limits<double>::infinity();
     double largest_compute = 0, largest_traffic = 0, total_compute = 0;
     for (int32_t w = 0; w < n; ++w) {
       largest_compute = std::max(largest_compute, start.compute[w]);

@@ -184,17 +184,20 @@ class Slots {
 };
 
 // Per-worker loads of a complete assignment, and for each K/V block how
-// many workers own a block that needs it: where a search starts.
+// many workers own a block that needs it: where a search starts. traffic is
+// tokens sent + received, send the sent part (a NIC is full duplex: its
+// ports are send and traffic - send).
 struct Loads {
   std::vector<int32_t> owner;  // owner[block]
-  std::vector<double> compute, traffic;
+  std::vector<double> compute, traffic, send;
   std::vector<int32_t> needers;
 };
 inline Loads CountLoads(const AssignmentInput& in, const Csr& users,
                         const std::vector<int64_t>& tokens, std::vector<int32_t> owner) {
   const int32_t blocks = static_cast<int32_t>(owner.size());
   Loads loads{std::move(owner), std::vector<double>(in.workers, 0),
-              std::vector<double>(in.workers, 0), std::vector<int32_t>(blocks, 0)};
+              std::vector<double>(in.workers, 0), std::vector<double>(in.workers, 0),
+              std::vector<int32_t>(blocks, 0)};
   for (int32_t b = 0; b < blocks; ++b) loads.compute[loads.owner[b]] += in.block_work[b];
   // A transfer owner(kv) -> w for every worker w != owner(kv) that owns a
   // block needing kv. (Token counts are integers, exact in doubles: the
@@ -202,6 +205,7 @@ inline Loads CountLoads(const AssignmentInput& in, const Csr& users,
   std::vector<int32_t> seen(in.workers, -1);
   const int32_t* const owner_of = loads.owner.data();
   double* const traffic = loads.traffic.data();
+  double* const send = loads.send.data();
   for (int32_t kv = 0; kv < blocks; ++kv) {
     const int32_t kv_owner = owner_of[kv];
     const double t = static_cast<double>(tokens[kv]);
@@ -218,6 +222,7 @@ inline Loads CountLoads(const AssignmentInput& in, const Csr& users,
     }
     loads.needers[kv] = needers;
     traffic[kv_owner] += receivers * t;
+    send[kv_owner] += receivers * t;
   }
   return loads;
 }
@@ -232,7 +237,7 @@ struct Dep {
   int32_t kv, mult;
 };
 
-// Per-worker compute and traffic of a complete assignment, and the exact
+// Per-worker compute, traffic and sent tokens of a complete assignment, and the exact
 // effect of exchanging items between two workers, found without applying it:
 // only the transfers of the moved blocks and of the K/V blocks they need
 // change. Item dependencies are aggregated per item (K/V block, multiplicity),
@@ -289,6 +294,7 @@ class LoadModel {
     kv_.assign(blocks, KvScratch{});
     kvs_.assign(blocks, 0);
     delta_.assign(in.workers, 0);
+    send_delta_.assign(in.workers, 0);
     delta_stamp_.assign(in.workers, 0);
     changed_.assign(in.workers, 0);
   }
@@ -337,9 +343,9 @@ class LoadModel {
 
   // The exchange of item `give` of worker `heavy` (counts in table hs) for
   // items `take` (one or two, -1 for none) of worker `light` (table ls).
-  // Afterwards: traffic_after(w) of the workers in changed(), heavy, light
-  // and every other worker whose traffic changes. (Compute moves by the
-  // works exchanged, which the caller knows.)
+  // Afterwards: traffic_after(w) and send_after(w) of the workers in
+  // changed(), heavy, light and every other worker whose traffic changes.
+  // (Compute moves by the works exchanged, which the caller knows.)
   void Evaluate(int32_t give, int32_t heavy, int hs, std::array<int32_t, 2> take, int32_t light,
                 int ls) {
     ++stamp_;
@@ -380,16 +386,18 @@ class LoadModel {
     Register(light);
     // Token counts, exact; heavy's and light's in registers (they change the
     // most, and a sum in memory would chain every update through a store).
-    int64_t heavy_delta = 0, light_delta = 0;
-    const auto change = [&](int32_t w, int64_t amount) {
+    // *_delta: sent + received, *_send: sent.
+    int64_t heavy_delta = 0, light_delta = 0, heavy_send = 0, light_send = 0;
+    const auto change_send = [&](int32_t w, int64_t amount) {
       if (amount == 0) return;  // most blocks: their transfers stay as they are
       if (w == heavy) {
-        heavy_delta += amount;
+        heavy_delta += amount, heavy_send += amount;
       } else if (w == light) {
-        light_delta += amount;
+        light_delta += amount, light_send += amount;
       } else {
         Register(w);
         delta_[w] += amount;
+        send_delta_[w] += amount;
       }
     };
     const int32_t* const owner = loads_.owner.data();
@@ -411,30 +419,41 @@ class LoadModel {
         const int64_t rl = light != o ? dl * tokens[kv] : 0;
         heavy_delta += rh;
         light_delta += rl;
-        change(o, rh + rl);
+        change_send(o, rh + rl);
         continue;
       }
       // Moved between heavy and light (its item is exchanged): the new owner
-      // sends it to every needer, the old one receives it if it still needs it.
+      // sends it to every needer but itself, the old one stops sending it to
+      // the others and receives it if it still needs it.
       const Membership m = Members(heavy_count[kv], light_count[kv], x);
       const int32_t before = loads_.needers[kv], after = before + m.delta();
-      const int heavy_needs = m.heavy_before + m.heavy_after;
-      const int light_needs = m.light_before + m.light_after;
       const int64_t t = tokens[kv];
       if (x.moved_to == light) {
-        heavy_delta += (heavy_needs - before) * t;
-        light_delta += (after - light_needs) * t;
+        const int64_t stop = (before - m.heavy_before) * t, start = (after - m.light_after) * t;
+        heavy_delta += m.heavy_after * t - stop;
+        heavy_send -= stop;
+        light_delta += start - m.light_before * t;
+        light_send += start;
       } else {
-        light_delta += (light_needs - before) * t;
-        heavy_delta += (after - heavy_needs) * t;
+        const int64_t stop = (before - m.light_before) * t, start = (after - m.heavy_after) * t;
+        light_delta += m.light_after * t - stop;
+        light_send -= stop;
+        heavy_delta += start - m.heavy_before * t;
+        heavy_send += start;
       }
     }
     delta_[heavy] = heavy_delta;
     delta_[light] = light_delta;
+    send_delta_[heavy] = heavy_send;
+    send_delta_[light] = light_send;
   }
   std::span<const int32_t> changed() const { return {changed_.data(), changed_count_}; }
   double traffic_after(int32_t w) const {
     return loads_.traffic[w] + static_cast<double>(delta_[w]);
+  }
+  double send(int32_t w) const { return loads_.send[w]; }
+  double send_after(int32_t w) const {
+    return loads_.send[w] + static_cast<double>(send_delta_[w]);
   }
   bool in_changed(int32_t w) const { return delta_stamp_[w] == stamp_; }
 
@@ -473,7 +492,10 @@ class LoadModel {
     }
     loads_.compute[heavy_] = heavy_compute;
     loads_.compute[light_] = light_compute;
-    for (int32_t w : changed()) loads_.traffic[w] += static_cast<double>(delta_[w]);
+    for (int32_t w : changed()) {
+      loads_.traffic[w] += static_cast<double>(delta_[w]);
+      loads_.send[w] += static_cast<double>(send_delta_[w]);
+    }
     // Last: Members above reads the counts before the exchange.
     AddDeps<-1>(hs_, give_item_);
     AddDeps<1>(ls_, give_item_);
@@ -554,6 +576,7 @@ class LoadModel {
     if (delta_stamp_[w] == stamp_) return;
     delta_stamp_[w] = stamp_;
     delta_[w] = 0;
+    send_delta_[w] = 0;
     changed_[changed_count_++] = w;
   }
 
@@ -582,7 +605,8 @@ class LoadModel {
   std::vector<int32_t> kvs_;
   size_t kv_count_ = 0;
   std::vector<KvScratch> kv_;
-  std::vector<int64_t> delta_;  // traffic change (tokens) of the workers in changed_
+  std::vector<int64_t> delta_;       // traffic change (tokens) of the workers in changed_
+  std::vector<int64_t> send_delta_;  // the change of their sent tokens
   std::vector<uint32_t> delta_stamp_;
   std::vector<int32_t> changed_;  // changed_[0, changed_count_): room for every worker
   size_t changed_count_ = 0;

@@ -79,8 +79,10 @@ bool Better(const Assignment& a, const Assignment& b, const Judge& judge) {
 double Cost(const Assignment& a, double pairs_per_traffic_token) {
   if (pairs_per_traffic_token <= 0) return std::max(Imbalance(a.compute), Imbalance(a.traffic));
   double worst = 0;
-  for (size_t w = 0; w < a.compute.size(); ++w)
-    worst = std::max(worst, a.compute[w] + pairs_per_traffic_token * a.traffic[w]);
+  for (size_t w = 0; w < a.compute.size(); ++w) {
+    const double t = a.send.empty() ? a.traffic[w] : PortTraffic(a.traffic[w], a.send[w]);
+    worst = std::max(worst, a.compute[w] + pairs_per_traffic_token * t);
+  }
   return worst;
 }
 
@@ -114,7 +116,7 @@ Assignment AssignmentSearch::Refine(std::vector<int32_t> owner) {
   AssignmentContext& c = impl_->context;
   c.EstimateTraffic();
   const Loads loads = c.Count(std::move(owner));
-  Assignment best{loads.owner, loads.compute, loads.traffic};
+  Assignment best{loads.owner, loads.compute, loads.traffic, loads.send};
   c.WithModel(
       [&](auto& model) { Search(c, impl_->engine, model, loads, best, /*refining=*/true); });
   return best;
@@ -344,7 +346,7 @@ Assignment AssignmentSearch::Shed(int32_t node_workers) {
       if (y >= 0) move(y, best_b, a);
   }
   const Loads loads = c.Count(std::move(owner));
-  return Assignment{loads.owner, loads.compute, loads.traffic};
+  return Assignment{loads.owner, loads.compute, loads.traffic, loads.send};
 }
 
 }  // namespace fcp::detail

@@ -31,6 +31,14 @@ class AssignmentSearch::Impl {
 // `best` when `best` is empty or `candidate` is Better (ties: the earlier).
 void KeepBetter(Assignment candidate, Assignment& best, const Judge& judge);
 
+// `a` with its traffic counted as sent + received by Cost and Better, not
+// by the busiest port: for the passes whose caps are on the sums (Localize,
+// Level; docs/planner-quality.md, ports in the exchange engine).
+inline Assignment BySums(Assignment a) {
+  a.send.clear();
+  return a;
+}
+
 // Every item on the dataloader worker holding most of its tokens (`homes`,
 // in dataloader ids) where the slots allow, else its second home, else the
 // nearest worker with room (same node of `node_workers` consecutive ids
