@@ -84,6 +84,21 @@ enum class TransferMode {
 const char* TransferModeName(TransferMode mode);          // "pull", "grouped"
 TransferMode ParseTransferMode(const std::string& name);  // Error(kInvalidArgument)
 
+// How the simulator's network computes the max-min fair rates (both compute
+// the same allocation; they round differently).
+enum class NetworkModel {
+  // Every flow brought up to date at every rate recomputation; the reference
+  // whose outputs the simulator comparison cases are saved with.
+  kExact,
+  // Flows on one (out-port, in-port) pair as one bundle (they always share
+  // one rate) and only bundles whose rate changed updated: the same
+  // allocation up to rounding, step times within ~1e-9 of kExact's
+  // (docs/simulator.md), several times faster at N >= 256.
+  kFast,
+};
+const char* NetworkModelName(NetworkModel model);         // "exact", "fast"
+NetworkModel ParseNetworkModel(const std::string& name);  // Error(kInvalidArgument)
+
 struct SimConfig {
   ReshuffleMode reshuffle = ReshuffleMode::kOverlapped;
   // Bytes per element of a partial dK/dV transfer; 0 = the plan's dtype_bytes
@@ -91,6 +106,7 @@ struct SimConfig {
   // to model fp32 partials.
   int32_t dkv_dtype_bytes = 0;
   TransferMode transfers = TransferMode::kPull;
+  NetworkModel network = NetworkModel::kExact;
   bool record_trace = false;  // fill SimResult::trace (Chrome trace events)
   void validate() const;      // Error(kInvalidArgument) naming the field
 };
