@@ -277,11 +277,11 @@ int32_t BundledNetwork::BundleOf(int32_t out_port, int32_t in_port) {
   if (inserted) {
     out_port_.push_back(out_port);
     in_port_.push_back(in_port);
-    for (auto* v : {&count_, &active_slot_, &out_slot_, &in_slot_}) v->push_back(0);
+    for (auto* v : {&active_slot_, &out_slot_, &in_slot_}) v->push_back(0);
     heap_pos_.push_back(-1);
-    for (auto* v : {&served_bytes_, &t0_, &rate_, &fill_rate_}) v->push_back(0);
+    for (auto* v : {&served_bytes_, &t0_, &min_target_bytes_}) v->push_back(0);
     drain_time_.push_back(kInfinity);
-    frozen_.push_back(0);
+    hot_.push_back({});
     stale_.push_back(0);
     members_.emplace_back();
   }
@@ -300,13 +300,13 @@ void BundledNetwork::AddPortFlows(int32_t port, int32_t delta) {
 void BundledNetwork::Activate(int32_t b) {
   served_bytes_[b] = 0;
   t0_[b] = now_;
-  rate_[b] = 0;
+  hot_[b].rate = 0;
   active_slot_[b] = static_cast<int32_t>(active_.size());
   active_.push_back(b);
   out_slot_[b] = static_cast<int32_t>(port_bundles_[out_port_[b]].size());
-  port_bundles_[out_port_[b]].push_back(b);
+  port_bundles_[out_port_[b]].push_back({b, in_port_[b]});
   in_slot_[b] = static_cast<int32_t>(port_bundles_[in_port_[b]].size());
-  port_bundles_[in_port_[b]].push_back(b);
+  port_bundles_[in_port_[b]].push_back({b, out_port_[b]});
 }
 
 void BundledNetwork::Deactivate(int32_t b) {
@@ -318,37 +318,40 @@ void BundledNetwork::Deactivate(int32_t b) {
   active_slot_[moved] = active_slot_[b];
   active_.pop_back();
   for (const int32_t port : {out_port_[b], in_port_[b]}) {
-    std::vector<int32_t>& list = port_bundles_[port];
+    std::vector<PortEntry>& list = port_bundles_[port];
     const int32_t slot = out_port_[b] == port ? out_slot_[b] : in_slot_[b];
-    const int32_t last = list.back();
-    list[slot] = last;
+    const int32_t last = list.back().bundle;
+    list[slot] = list.back();
     list.pop_back();
     (out_port_[last] == port ? out_slot_[last] : in_slot_[last]) = slot;
   }
   HeapRemove(b);
-  rate_[b] = 0;
+  hot_[b].rate = 0;
   drain_time_[b] = kInfinity;
 }
 
 void BundledNetwork::Rebase(int32_t b) {
-  served_bytes_[b] += rate_[b] * (now_ - t0_[b]);
+  served_bytes_[b] += hot_[b].rate * (now_ - t0_[b]);
   t0_[b] = now_;
 }
 
 double BundledNetwork::DrainTimeOf(int32_t b) const {
-  return t0_[b] + std::max(0.0, members_[b].front().target_bytes - served_bytes_[b]) / rate_[b];
+  return t0_[b] + std::max(0.0, min_target_bytes_[b] - served_bytes_[b]) / hot_[b].rate;
 }
 
 void BundledNetwork::Start(int32_t src, int32_t dst, double bytes, int64_t tag) {
   const int32_t b = BundleOf(OutPort(src, dst), InPort(src, dst));
-  if (count_[b] == 0) Activate(b);
+  if (hot_[b].count == 0) Activate(b);
   Rebase(b);
   std::vector<Member>& members = members_[b];
   members.push_back({served_bytes_[b] + bytes, 1e-12 * bytes, next_seq_++, tag});
   std::push_heap(members.begin(), members.end());
   // A new smallest member moves the drain time even if the rate stays.
-  if (members.front().seq + 1 == next_seq_) stale_[b] = 1;
-  ++count_[b];
+  if (members.front().seq + 1 == next_seq_) {
+    stale_[b] = 1;
+    min_target_bytes_[b] = members.front().target_bytes;
+  }
+  ++hot_[b].count;
   ++flows_;
   AddPortFlows(out_port_[b], 1);
   AddPortFlows(in_port_[b], 1);
@@ -359,7 +362,7 @@ double BundledNetwork::RateOf(int64_t tag) {
   if (dirty_) Recompute();
   for (const int32_t b : active_)
     for (const Member& m : members_[b])
-      if (m.tag == tag) return rate_[b];
+      if (m.tag == tag) return hot_[b].rate;
   return -1;
 }
 
@@ -384,12 +387,13 @@ void BundledNetwork::AdvanceTo(double time, std::vector<int64_t>& drained) {
       std::pop_heap(members.begin(), members.end());
       drained_scratch_.emplace_back(members.back().seq, members.back().tag);
       members.pop_back();
-      --count_[b];
+      --hot_[b].count;
       --flows_;
       AddPortFlows(out_port_[b], -1);
       AddPortFlows(in_port_[b], -1);
+      if (!members.empty()) min_target_bytes_[b] = members.front().target_bytes;
     } while (!members.empty() &&
-             (members.front().target_bytes - served_bytes_[b] <= members.front().tolerance_bytes ||
+             (min_target_bytes_[b] - served_bytes_[b] <= members.front().tolerance_bytes ||
               DrainTimeOf(b) <= horizon));
     if (members.empty()) {
       Deactivate(b);
@@ -416,36 +420,37 @@ void BundledNetwork::Recompute() {
     remaining_capacity_[p] = capacity_[p];
     unfrozen_[p] = port_flows_[p];
   });
-  for (const int32_t b : active_) frozen_[b] = 0;
   SortInitialShares(for_each_port);
-  char* const frozen = frozen_.data();
-  double* const fill_rate = fill_rate_.data();
+  // A bundle is frozen in this recomputation when its epoch is this one's
+  // (no pass to clear flags); epoch 0 is never used.
+  if (++epoch_ == 0) {
+    for (Hot& h : hot_) h.epoch = 0;
+    epoch_ = 1;
+  }
+  const uint32_t epoch = epoch_;
+  Hot* const hot = hot_.data();
   double* const remaining_capacity = remaining_capacity_.data();
   int32_t* const unfrozen = unfrozen_.data();
-  const int32_t* const out_port = out_port_.data();
-  const int32_t* const in_port = in_port_.data();
-  const int32_t* const count = count_.data();
+  char* const stale = stale_.data();
+  // A bundle whose rate changed (bitwise), or that has a new smallest member,
+  // moves: served bytes up to now under the old rate, a new drain time.
+  // The others keep their state untouched.
   Fill([&](int32_t port, double share, double rate) {
-    for (const int32_t b : port_bundles_[port]) {
-      if (frozen[b]) continue;
-      frozen[b] = 1;
-      fill_rate[b] = rate;
-      const int32_t other = out_port[b] == port ? in_port[b] : out_port[b];
-      remaining_capacity[other] = std::max(0.0, remaining_capacity[other] - count[b] * share);
-      unfrozen[other] -= count[b];
+    for (const PortEntry& e : port_bundles_[port]) {
+      Hot& h = hot[e.bundle];
+      if (h.epoch == epoch) continue;
+      h.epoch = epoch;
+      remaining_capacity[e.other] = std::max(0.0, remaining_capacity[e.other] - h.count * share);
+      unfrozen[e.other] -= h.count;
+      if (std::bit_cast<uint64_t>(rate) == std::bit_cast<uint64_t>(h.rate) && !stale[e.bundle])
+        continue;
+      stale[e.bundle] = 0;
+      Rebase(e.bundle);
+      h.rate = rate;
+      drain_time_[e.bundle] = DrainTimeOf(e.bundle);
+      HeapUpdate(e.bundle);
     }
   });
-  // Only bundles whose rate changed (or that have a new smallest member)
-  // move: served bytes up to now under the old rate, a new drain time.
-  for (const int32_t b : active_) {
-    if (std::bit_cast<uint64_t>(fill_rate[b]) == std::bit_cast<uint64_t>(rate_[b]) && !stale_[b])
-      continue;
-    stale_[b] = 0;
-    Rebase(b);
-    rate_[b] = fill_rate[b];
-    drain_time_[b] = DrainTimeOf(b);
-    HeapUpdate(b);
-  }
 }
 
 bool BundledNetwork::HeapLess(int32_t a, int32_t b) const {

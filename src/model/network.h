@@ -147,18 +147,31 @@ class BundledNetwork final : public FlowNetwork {
   void SiftUp(size_t i);
   void SiftDown(size_t i);
 
+  // What the filling reads per bundle visit, in one place.
+  struct Hot {
+    double rate = 0;     // bytes/s per member
+    int32_t count = 0;   // active members
+    uint32_t epoch = 0;  // last recomputation that froze it
+  };
+  // A port's active bundle and the bundle's other port.
+  struct PortEntry {
+    int32_t bundle, other;
+  };
+
   bool dirty_ = false;
   int64_t flows_ = 0, next_seq_ = 0;
+  uint32_t epoch_ = 0;
   std::unordered_map<uint64_t, int32_t> bundle_of_pair_;
   // Per bundle (ids are never reused for another port pair).
-  std::vector<int32_t> out_port_, in_port_, count_, active_slot_, out_slot_, in_slot_, heap_pos_;
-  std::vector<double> served_bytes_, t0_, rate_, fill_rate_, drain_time_;
-  std::vector<char> frozen_, stale_;  // stale_: drain time to recompute (a new smallest member)
+  std::vector<int32_t> out_port_, in_port_, active_slot_, out_slot_, in_slot_, heap_pos_;
+  std::vector<double> served_bytes_, t0_, min_target_bytes_, drain_time_;
+  std::vector<Hot> hot_;
+  std::vector<char> stale_;  // drain time to recompute (a new smallest member)
   std::vector<std::vector<Member>> members_;
-  std::vector<int32_t> active_;                     // active bundles
-  std::vector<std::vector<int32_t>> port_bundles_;  // active bundles per port
-  std::vector<int32_t> port_flows_;                 // active flows per port
-  std::vector<uint64_t> port_active_bits_;          // ports with flows
+  std::vector<int32_t> active_;                       // active bundles
+  std::vector<std::vector<PortEntry>> port_bundles_;  // active bundles per port
+  std::vector<int32_t> port_flows_;                   // active flows per port
+  std::vector<uint64_t> port_active_bits_;            // ports with flows
   std::vector<int32_t> drain_heap_;
   std::vector<std::pair<int64_t, int64_t>> drained_scratch_;  // (seq, tag)
 };
