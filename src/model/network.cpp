@@ -270,14 +270,18 @@ BundledNetwork::BundledNetwork(const HardwareProfile& profile, int32_t workers)
 }
 
 int32_t BundledNetwork::BundleOf(int32_t out_port, int32_t in_port) {
-  const uint64_t key =
-      static_cast<uint64_t>(static_cast<uint32_t>(out_port)) << 32 | static_cast<uint32_t>(in_port);
-  const auto [it, inserted] =
-      bundle_of_pair_.try_emplace(key, static_cast<int32_t>(out_port_.size()));
-  if (inserted) {
-    out_port_.push_back(out_port);
-    in_port_.push_back(in_port);
-    for (auto* v : {&active_slot_, &out_slot_, &in_slot_}) v->push_back(0);
+  const auto [it, inserted] = bundle_of_pair_.try_emplace(PairKey(out_port, in_port), 0);
+  if (!inserted) return it->second;
+  // Ids of drained bundles are reused, so the per-bundle arrays stay as
+  // large as the most bundles active at once (cache-resident), not as the
+  // port pairs ever used.
+  int32_t b;
+  if (!free_ids_.empty()) {
+    b = free_ids_.back();
+    free_ids_.pop_back();
+  } else {
+    b = static_cast<int32_t>(out_port_.size());
+    for (auto* v : {&out_port_, &in_port_, &active_slot_, &out_slot_, &in_slot_}) v->push_back(0);
     heap_pos_.push_back(-1);
     for (auto* v : {&served_bytes_, &t0_, &min_target_bytes_}) v->push_back(0);
     drain_time_.push_back(kInfinity);
@@ -285,7 +289,15 @@ int32_t BundledNetwork::BundleOf(int32_t out_port, int32_t in_port) {
     stale_.push_back(0);
     members_.emplace_back();
   }
-  return it->second;
+  out_port_[b] = out_port;
+  in_port_[b] = in_port;
+  it->second = b;
+  return b;
+}
+
+uint64_t BundledNetwork::PairKey(int32_t out_port, int32_t in_port) {
+  return static_cast<uint64_t>(static_cast<uint32_t>(out_port)) << 32 |
+         static_cast<uint32_t>(in_port);
 }
 
 void BundledNetwork::AddPortFlows(int32_t port, int32_t delta) {
@@ -328,6 +340,8 @@ void BundledNetwork::Deactivate(int32_t b) {
   HeapRemove(b);
   hot_[b].rate = 0;
   drain_time_[b] = kInfinity;
+  bundle_of_pair_.erase(PairKey(out_port_[b], in_port_[b]));
+  free_ids_.push_back(b);
 }
 
 void BundledNetwork::Rebase(int32_t b) {

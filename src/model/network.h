@@ -133,6 +133,8 @@ class BundledNetwork final : public FlowNetwork {
     }
   };
   void Recompute();
+  static uint64_t PairKey(int32_t out_port, int32_t in_port);
+  // The active bundle of a port pair, created (or an id reused) if none.
   int32_t BundleOf(int32_t out_port, int32_t in_port);
   void Activate(int32_t b);
   void Deactivate(int32_t b);
@@ -161,8 +163,9 @@ class BundledNetwork final : public FlowNetwork {
   bool dirty_ = false;
   int64_t flows_ = 0, next_seq_ = 0;
   uint32_t epoch_ = 0;
-  std::unordered_map<uint64_t, int32_t> bundle_of_pair_;
-  // Per bundle (ids are never reused for another port pair).
+  std::unordered_map<uint64_t, int32_t> bundle_of_pair_;  // active bundles only
+  std::vector<int32_t> free_ids_;                         // ids of drained bundles
+  // Per bundle id.
   std::vector<int32_t> out_port_, in_port_, active_slot_, out_slot_, in_slot_, heap_pos_;
   std::vector<double> served_bytes_, t0_, min_target_bytes_, drain_time_;
   std::vector<Hot> hot_;
