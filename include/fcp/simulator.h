@@ -41,7 +41,9 @@
 // Determinism: same plan, profile and config give identical results (without
 // a trace the two passes run on two threads; they share no state). Cost:
 // O(sum over computed pairs of the distinct sequences of both blocks) for the
-// kernels, plus O(F log P) per distinct flow event time for F active flows.
+// kernels, plus per distinct flow event time a max-min recomputation linear
+// in the active flows (SimConfig::network: exact, or fast with flows bundled
+// per port pair; src/model/network.h).
 // Precondition: ValidatePlan(plan) passes (indices are still range-checked:
 // Error(kInvalidPlan) rather than a crash).
 #pragma once
