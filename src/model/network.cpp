@@ -283,7 +283,7 @@ int32_t BundledNetwork::BundleOf(int32_t out_port, int32_t in_port) {
     b = static_cast<int32_t>(out_port_.size());
     for (auto* v : {&out_port_, &in_port_, &active_slot_, &out_slot_, &in_slot_}) v->push_back(0);
     heap_pos_.push_back(-1);
-    for (auto* v : {&served_bytes_, &t0_, &min_target_bytes_}) v->push_back(0);
+    for (auto* v : {&served_bytes_, &t0_, &min_target_bytes_, &heap_key_}) v->push_back(0);
     drain_time_.push_back(kInfinity);
     hot_.push_back({});
     stale_.push_back(0);
@@ -383,6 +383,7 @@ double BundledNetwork::RateOf(int64_t tag) {
 double BundledNetwork::NextDrainTime() {
   if (flows_ == 0) return kInfinity;
   if (dirty_) Recompute();
+  FixTop();
   return drain_time_[drain_heap_.front()];
 }
 
@@ -391,7 +392,7 @@ void BundledNetwork::AdvanceTo(double time, std::vector<int64_t>& drained) {
   now_ = std::max(now_, time);
   const double horizon = now_ + kDrainSlack_s;
   drained_scratch_.clear();
-  while (!drain_heap_.empty() && drain_time_[drain_heap_.front()] <= horizon) {
+  while (!drain_heap_.empty() && (FixTop(), drain_time_[drain_heap_.front()] <= horizon)) {
     const int32_t b = drain_heap_.front();
     Rebase(b);
     std::vector<Member>& members = members_[b];
@@ -468,7 +469,7 @@ void BundledNetwork::Recompute() {
 }
 
 bool BundledNetwork::HeapLess(int32_t a, int32_t b) const {
-  return drain_time_[a] != drain_time_[b] ? drain_time_[a] < drain_time_[b] : a < b;
+  return heap_key_[a] != heap_key_[b] ? heap_key_[a] < heap_key_[b] : a < b;
 }
 
 void BundledNetwork::SiftUp(size_t i) {
@@ -501,14 +502,27 @@ void BundledNetwork::SiftDown(size_t i) {
 }
 
 void BundledNetwork::HeapUpdate(int32_t b) {
+  // A later drain time leaves the key as it is (a lower bound); FixTop
+  // raises it if the bundle reaches the top first. An earlier one moves up.
   if (heap_pos_[b] < 0) {
+    heap_key_[b] = drain_time_[b];
     drain_heap_.push_back(b);
     SiftUp(drain_heap_.size() - 1);
-    return;
+  } else if (drain_time_[b] < heap_key_[b]) {
+    heap_key_[b] = drain_time_[b];
+    SiftUp(static_cast<size_t>(heap_pos_[b]));
   }
-  const size_t i = static_cast<size_t>(heap_pos_[b]);
-  SiftUp(i);
-  SiftDown(static_cast<size_t>(heap_pos_[b]));
+}
+
+void BundledNetwork::FixTop() {
+  // Every key is at most its bundle's drain time, so once the top's key is
+  // its drain time, the top drains first.
+  for (;;) {
+    const int32_t b = drain_heap_.front();
+    if (heap_key_[b] >= drain_time_[b]) return;
+    heap_key_[b] = drain_time_[b];
+    SiftDown(0);
+  }
 }
 
 void BundledNetwork::HeapRemove(int32_t b) {

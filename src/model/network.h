@@ -142,9 +142,11 @@ class BundledNetwork final : public FlowNetwork {
   // Served bytes per member brought to now_ under the current rate.
   void Rebase(int32_t b);
   double DrainTimeOf(int32_t b) const;
-  // Indexed min-heap of active bundles on (drain time, bundle).
+  // Indexed min-heap of active bundles on (key, bundle), the key a lower
+  // bound of the drain time.
   bool HeapLess(int32_t a, int32_t b) const;
   void HeapUpdate(int32_t b);
+  void FixTop();  // the top's key raised to its drain time until it is (heap not empty)
   void HeapRemove(int32_t b);
   void SiftUp(size_t i);
   void SiftDown(size_t i);
@@ -168,6 +170,7 @@ class BundledNetwork final : public FlowNetwork {
   // Per bundle id.
   std::vector<int32_t> out_port_, in_port_, active_slot_, out_slot_, in_slot_, heap_pos_;
   std::vector<double> served_bytes_, t0_, min_target_bytes_, drain_time_;
+  std::vector<double> heap_key_;  // drain heap key: <= drain_time_ (raised lazily)
   std::vector<Hot> hot_;
   std::vector<char> stale_;  // drain time to recompute (a new smallest member)
   std::vector<std::vector<Member>> members_;
