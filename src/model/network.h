@@ -15,9 +15,10 @@
 //    k times on both ports; its members' remaining bytes are offsets against
 //    the bundle's served bytes per member (a min-heap), so a member needs no
 //    update per event and the bundle drains next at its smallest member. A
-//    bundle keeps (served bytes at t0, rate, t0) and sits in an indexed heap of
-//    drain times; a recomputation, O(B + P_a + R log R) for B active bundles
-//    and P_a ports with flows (a bitmap of the P ports, P / 64 words), moves
+//    bundle keeps (served bytes at t0, rate, t0) and sits in an indexed heap
+//    keyed by a lower bound of its drain time (raised when it reaches the
+//    top, so a drain that moves later costs no heap move); a recomputation, O(B + P_a + R log R)
+//    for B active bundles and P_a ports with flows (a bitmap of the P ports, P / 64 words), moves
 //    only the bundles whose rate changed (bitwise). Same allocation up to
 //    rounding (k x share subtracted once instead of share k times; served
 //    bytes accumulated per rate change instead of per event).
