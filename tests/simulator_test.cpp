@@ -540,6 +540,46 @@ TEST(SimulatorTest, NoPassIsFasterThanItsLowerBound) {
   EXPECT_EQ(checked, 2 * 5 * 3 * 2 * 3 * 2);
 }
 
+// The fast network engine (flows bundled per port pair) computes the exact
+// engine's max-min rates up to rounding: step times and every worker's
+// exposed communication within 1e-9 relative on every planner, reshuffle
+// and transfer mode tried.
+TEST(SimulatorTest, FastNetworkMatchesTheExactOne) {
+  const HardwareProfile gpu_x = BuiltinProfile("gpu-x");
+  for (const char* planner : {"fcp", "ring", "magi"})
+    for (int32_t n : {8, 32}) {
+      WorkloadConfig wc;
+      wc.workers = n;
+      wc.tokens_per_worker = 4096;
+      wc.max_len = 32768;
+      wc.seed = static_cast<uint64_t>(n) + 3;
+      PlannerConfig pc;
+      pc.workers = n;
+      pc.block_size = 512;
+      pc.coalesce = 4;
+      pc.planner = planner;
+      const Plan plan = MakePlan(GenerateWorkload(wc), pc);
+      for (ReshuffleMode reshuffle : {ReshuffleMode::kOverlapped, ReshuffleMode::kBlocking})
+        for (TransferMode mode : {TransferMode::kPull, TransferMode::kGrouped}) {
+          SimConfig config;
+          config.reshuffle = reshuffle;
+          config.transfers = mode;
+          const SimResult exact = Simulate(plan, gpu_x, config);
+          config.network = NetworkModel::kFast;
+          const SimResult fast = Simulate(plan, gpu_x, config);
+          SCOPED_TRACE(std::string(planner) + " N=" + std::to_string(n) + " " +
+                       ReshuffleModeName(reshuffle) + " " + TransferModeName(mode));
+          EXPECT_NEAR(fast.forward_time_s, exact.forward_time_s, 1e-9 * exact.forward_time_s);
+          EXPECT_NEAR(fast.backward_time_s, exact.backward_time_s, 1e-9 * exact.backward_time_s);
+          EXPECT_NEAR(fast.total_time_s, exact.total_time_s, 1e-9 * exact.total_time_s);
+          EXPECT_EQ(fast.transfers, exact.transfers);
+          for (int32_t w = 0; w < n; ++w)
+            EXPECT_NEAR(fast.worker_stats[w].exposed_comm_s, exact.worker_stats[w].exposed_comm_s,
+                        1e-9 * exact.total_time_s);
+        }
+    }
+}
+
 TEST(SimulatorTest, RejectsOutOfRangePlans) {
   Plan plan = TwoWorkerPlan();
   plan.forward[0].send[0].dst = 7;
@@ -567,6 +607,11 @@ TEST(SimulatorTest, RejectsOutOfRangePlans) {
   EXPECT_EQ(
       testing::ExpectedErrorMessage(ErrorCode::kInvalidArgument, [] { ParseTransferMode("push"); }),
       "simulate: unknown transfer mode 'push' (expected pull or grouped)");
+  EXPECT_EQ(ParseNetworkModel("fast"), NetworkModel::kFast);
+  EXPECT_EQ(NetworkModelName(ParseNetworkModel("exact")), std::string("exact"));
+  EXPECT_EQ(testing::ExpectedErrorMessage(ErrorCode::kInvalidArgument,
+                                          [] { ParseNetworkModel("approx"); }),
+            "simulate: unknown network model 'approx' (expected exact or fast)");
 }
 
 }  // namespace

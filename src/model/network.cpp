@@ -27,7 +27,7 @@ enum Port { kNvlinkOut = 0, kNvlinkIn = 1, kNicOut = 2, kNicIn = 3, kPortsPerWor
 
 }  // namespace
 
-Network::Network(const HardwareProfile& profile, int32_t workers)
+FlowNetwork::FlowNetwork(const HardwareProfile& profile, int32_t workers)
     : capacity_(static_cast<size_t>(workers) * kPortsPerWorker),
       gpus_per_node_(profile.gpus_per_node) {
   for (int32_t w = 0; w < workers; ++w) {
@@ -38,10 +38,98 @@ Network::Network(const HardwareProfile& profile, int32_t workers)
   }
 }
 
-void Network::Start(int32_t src, int32_t dst, double bytes, int64_t tag) {
+int32_t FlowNetwork::OutPort(int32_t src, int32_t dst) const {
   const bool same_node = src / gpus_per_node_ == dst / gpus_per_node_;
-  out_port_.push_back(src * kPortsPerWorker + (same_node ? kNvlinkOut : kNicOut));
-  in_port_.push_back(dst * kPortsPerWorker + (same_node ? kNvlinkIn : kNicIn));
+  return src * kPortsPerWorker + (same_node ? kNvlinkOut : kNicOut);
+}
+
+int32_t FlowNetwork::InPort(int32_t src, int32_t dst) const {
+  const bool same_node = src / gpus_per_node_ == dst / gpus_per_node_;
+  return dst * kPortsPerWorker + (same_node ? kNvlinkIn : kNicIn);
+}
+
+std::unique_ptr<FlowNetwork> MakeNetwork(NetworkModel model, const HardwareProfile& profile,
+                                         int32_t workers) {
+  if (model == NetworkModel::kFast) return std::make_unique<BundledNetwork>(profile, workers);
+  return std::make_unique<Network>(profile, workers);
+}
+
+template <class ForEachPort>
+void FlowNetwork::SortInitialShares(ForEachPort for_each_port) {
+  // Among ports of one capacity (>= 1 per second, as HardwareProfile::validate wants),
+  // rising share capacity / count is falling count: capacity / a and
+  // capacity / b round to different doubles for any counts a != b that fit in
+  // memory. So a counting sort by (capacity class, falling count) with ports
+  // taken in rising order gives each class's (share, port) entries sorted, and
+  // one merge of the two classes gives what a comparison sort would, in O(P)
+  // instead of O(P log P).
+  int32_t max_count = 0;
+  for_each_port([&](int32_t p) { max_count = std::max(max_count, unfrozen_[p]); });
+  const auto bucket = [&](int32_t p) {
+    const int32_t nic = p % kPortsPerWorker >= kNicOut ? 1 : 0;
+    return nic * (max_count + 1) + (max_count - unfrozen_[p]);
+  };
+  bucket_begin_.assign(2 * (static_cast<size_t>(max_count) + 1) + 1, 0);
+  for_each_port([&](int32_t p) {
+    if (unfrozen_[p] > 0) ++bucket_begin_[bucket(p) + 1];
+  });
+  for (size_t b = 0; b + 1 < bucket_begin_.size(); ++b) bucket_begin_[b + 1] += bucket_begin_[b];
+  const int32_t nvlink_ports = bucket_begin_[max_count + 1];
+  by_class_.resize(bucket_begin_.back());
+  for_each_port([&](int32_t p) {
+    if (unfrozen_[p] > 0)
+      by_class_[bucket_begin_[bucket(p)]++] = Pack(remaining_capacity_[p] / unfrozen_[p], p);
+  });
+  sorted_.resize(by_class_.size());
+  std::merge(by_class_.begin(), by_class_.begin() + nvlink_ports, by_class_.begin() + nvlink_ports,
+             by_class_.end(), sorted_.begin());
+}
+
+template <class Freeze>
+void FlowNetwork::Fill(Freeze freeze) {
+  // Progressive filling: the port with the smallest fair share is the next
+  // bottleneck; its unfrozen flows get that share and leave their other port.
+  // A port's share rem/cnt never falls while the water level rises (removing a
+  // flow at level s <= rem/cnt leaves (rem - s)/(cnt - 1) >= rem/cnt), so the
+  // queue is lazy: a popped port whose share has grown is pushed back. The
+  // queue is the initial shares sorted once plus a heap of the pushed-back
+  // ones: popping the smaller front of the two yields the same (share, port)
+  // sequence as one heap of both (entries are totally ordered pairs), for
+  // fewer comparisons than popping every port off a heap.
+  heap_.clear();
+  size_t next = 0;
+  const auto front_is_sorted = [&] {
+    return heap_.empty() || (next < sorted_.size() && sorted_[next] < heap_.front());
+  };
+  const auto queue_empty = [&] { return next == sorted_.size() && heap_.empty(); };
+  while (!queue_empty()) {
+    QueueEntry popped;
+    if (front_is_sorted()) {
+      popped = sorted_[next++];
+    } else {
+      std::pop_heap(heap_.begin(), heap_.end(), std::greater<QueueEntry>());
+      popped = heap_.back();
+      heap_.pop_back();
+    }
+    const double pushed_share = ShareOf(popped);
+    const int32_t port = PortOf(popped);
+    if (unfrozen_[port] == 0) continue;
+    const double share = remaining_capacity_[port] / unfrozen_[port];
+    if (share > pushed_share * (1 + 1e-12) && !queue_empty() &&
+        share > ShareOf(front_is_sorted() ? sorted_[next] : heap_.front())) {
+      heap_.push_back(Pack(share, port));
+      std::push_heap(heap_.begin(), heap_.end(), std::greater<QueueEntry>());
+      continue;
+    }
+    // A float round-off can leave a port with ~0 capacity; keep the flow moving.
+    freeze(port, share, std::max(share, 1e-12 * capacity_[port]));
+    unfrozen_[port] = 0;
+  }
+}
+
+void Network::Start(int32_t src, int32_t dst, double bytes, int64_t tag) {
+  out_port_.push_back(OutPort(src, dst));
+  in_port_.push_back(InPort(src, dst));
   remaining_bytes_.push_back(bytes);
   tolerance_bytes_.push_back(1e-12 * bytes);
   rate_.push_back(0);
@@ -134,16 +222,9 @@ void Network::Recompute() {
     port_slots_[port_begin_[in_port_[k]] + unfrozen_[in_port_[k]]++] = static_cast<int32_t>(k);
   }
   frozen_.assign(flows, 0);
-  // Progressive filling: the port with the smallest fair share is the next
-  // bottleneck; its unfrozen flows get that share and leave their other port.
-  // A port's share rem/cnt never falls while the water level rises (removing a
-  // flow at level s <= rem/cnt leaves (rem - s)/(cnt - 1) >= rem/cnt), so the
-  // queue is lazy: a popped port whose share has grown is pushed back. The
-  // queue is the initial shares sorted once plus a heap of the pushed-back
-  // ones: popping the smaller front of the two yields the same (share, port)
-  // sequence as one heap of both (entries are totally ordered pairs), for
-  // fewer comparisons than popping every port off a heap.
-  SortInitialShares();
+  SortInitialShares([ports](auto visit) {
+    for (size_t p = 0; p < ports; ++p) visit(static_cast<int32_t>(p));
+  });
   // Raw pointers for the filling loop: its stores (a char among them, which
   // may alias anything) would otherwise reload every vector's data pointer.
   char* const frozen = frozen_.data();
@@ -154,33 +235,7 @@ void Network::Recompute() {
   const int32_t* const port_slots = port_slots_.data();
   const int32_t* const out_port = out_port_.data();
   const int32_t* const in_port = in_port_.data();
-  heap_.clear();
-  size_t next = 0;
-  const auto front_is_sorted = [&] {
-    return heap_.empty() || (next < sorted_.size() && sorted_[next] < heap_.front());
-  };
-  const auto queue_empty = [&] { return next == sorted_.size() && heap_.empty(); };
-  while (!queue_empty()) {
-    QueueEntry popped;
-    if (front_is_sorted()) {
-      popped = sorted_[next++];
-    } else {
-      std::pop_heap(heap_.begin(), heap_.end(), std::greater<QueueEntry>());
-      popped = heap_.back();
-      heap_.pop_back();
-    }
-    const double pushed_share = ShareOf(popped);
-    const int32_t port = PortOf(popped);
-    if (unfrozen_[port] == 0) continue;
-    const double share = remaining_capacity_[port] / unfrozen_[port];
-    if (share > pushed_share * (1 + 1e-12) && !queue_empty() &&
-        share > ShareOf(front_is_sorted() ? sorted_[next] : heap_.front())) {
-      heap_.push_back(Pack(share, port));
-      std::push_heap(heap_.begin(), heap_.end(), std::greater<QueueEntry>());
-      continue;
-    }
-    // A float round-off can leave a port with ~0 capacity; keep the flow moving.
-    const double rate = std::max(share, 1e-12 * capacity_[port]);
+  Fill([&](int32_t port, double share, double rate) {
     for (int32_t i = port_begin[port]; i < port_begin[port + 1]; ++i) {
       const int32_t k = port_slots[i];
       if (frozen[k]) continue;
@@ -190,8 +245,7 @@ void Network::Recompute() {
       remaining_capacity[other] = std::max(0.0, remaining_capacity[other] - share);
       --unfrozen[other];
     }
-    unfrozen[port] = 0;
-  }
+  });
   // Locals: a store through drain_time_ could otherwise alias next_drain_ and now_.
   double next_drain = kInfinity;
   const double now = now_;
@@ -204,34 +258,284 @@ void Network::Recompute() {
   next_drain_ = next_drain;
 }
 
-void Network::SortInitialShares() {
-  // Among ports of one capacity (>= 1 per second, as HardwareProfile::validate wants),
-  // rising share capacity / count is falling count: capacity / a and
-  // capacity / b round to different doubles for any counts a != b that fit in
-  // memory. So a counting sort by (capacity class, falling count) with ports
-  // taken in rising order gives each class's (share, port) entries sorted, and
-  // one merge of the two classes gives what a comparison sort would, in O(P)
-  // instead of O(P log P).
-  const size_t ports = capacity_.size();
-  int32_t max_count = 0;
-  for (size_t p = 0; p < ports; ++p) max_count = std::max(max_count, unfrozen_[p]);
-  const auto bucket = [&](size_t p) {
-    const int32_t nic = p % kPortsPerWorker >= kNicOut ? 1 : 0;
-    return nic * (max_count + 1) + (max_count - unfrozen_[p]);
+// ---- BundledNetwork ----
+
+BundledNetwork::BundledNetwork(const HardwareProfile& profile, int32_t workers)
+    : FlowNetwork(profile, workers),
+      port_bundles_(capacity_.size()),
+      port_flows_(capacity_.size(), 0),
+      port_active_bits_((capacity_.size() + 63) / 64, 0) {
+  remaining_capacity_.assign(capacity_.size(), 0);
+  unfrozen_.assign(capacity_.size(), 0);
+}
+
+int32_t BundledNetwork::BundleOf(int32_t out_port, int32_t in_port) {
+  const auto [it, inserted] = bundle_of_pair_.try_emplace(PairKey(out_port, in_port), 0);
+  if (!inserted) return it->second;
+  // Ids of drained bundles are reused, so the per-bundle arrays stay as
+  // large as the most bundles active at once (cache-resident), not as the
+  // port pairs ever used.
+  int32_t b;
+  if (!free_ids_.empty()) {
+    b = free_ids_.back();
+    free_ids_.pop_back();
+  } else {
+    b = static_cast<int32_t>(out_port_.size());
+    for (auto* v : {&out_port_, &in_port_, &active_slot_, &out_slot_, &in_slot_}) v->push_back(0);
+    heap_pos_.push_back(-1);
+    for (auto* v : {&served_bytes_, &t0_, &min_target_bytes_, &heap_key_}) v->push_back(0);
+    drain_time_.push_back(kInfinity);
+    hot_.push_back({});
+    stale_.push_back(0);
+    members_.emplace_back();
+  }
+  out_port_[b] = out_port;
+  in_port_[b] = in_port;
+  it->second = b;
+  return b;
+}
+
+uint64_t BundledNetwork::PairKey(int32_t out_port, int32_t in_port) {
+  return static_cast<uint64_t>(static_cast<uint32_t>(out_port)) << 32 |
+         static_cast<uint32_t>(in_port);
+}
+
+void BundledNetwork::AddPortFlows(int32_t port, int32_t delta) {
+  port_flows_[port] += delta;
+  const uint64_t bit = uint64_t{1} << (port % 64);
+  if (port_flows_[port] > 0)
+    port_active_bits_[port / 64] |= bit;
+  else
+    port_active_bits_[port / 64] &= ~bit;
+}
+
+void BundledNetwork::Activate(int32_t b) {
+  served_bytes_[b] = 0;
+  t0_[b] = now_;
+  hot_[b].rate = 0;
+  active_slot_[b] = static_cast<int32_t>(active_.size());
+  active_.push_back(b);
+  out_slot_[b] = static_cast<int32_t>(port_bundles_[out_port_[b]].size());
+  port_bundles_[out_port_[b]].push_back({b, in_port_[b]});
+  in_slot_[b] = static_cast<int32_t>(port_bundles_[in_port_[b]].size());
+  port_bundles_[in_port_[b]].push_back({b, out_port_[b]});
+}
+
+void BundledNetwork::Deactivate(int32_t b) {
+  // Swap-remove from the active list and both port lists. A bundle's out-
+  // and in-port differ, so the bundle moved within `port`'s list has `port`
+  // as exactly one of its two ports, whose slot it takes.
+  const int32_t moved = active_.back();
+  active_[active_slot_[b]] = moved;
+  active_slot_[moved] = active_slot_[b];
+  active_.pop_back();
+  for (const int32_t port : {out_port_[b], in_port_[b]}) {
+    std::vector<PortEntry>& list = port_bundles_[port];
+    const int32_t slot = out_port_[b] == port ? out_slot_[b] : in_slot_[b];
+    const int32_t last = list.back().bundle;
+    list[slot] = list.back();
+    list.pop_back();
+    (out_port_[last] == port ? out_slot_[last] : in_slot_[last]) = slot;
+  }
+  HeapRemove(b);
+  hot_[b].rate = 0;
+  drain_time_[b] = kInfinity;
+  bundle_of_pair_.erase(PairKey(out_port_[b], in_port_[b]));
+  free_ids_.push_back(b);
+}
+
+void BundledNetwork::Rebase(int32_t b) {
+  served_bytes_[b] += hot_[b].rate * (now_ - t0_[b]);
+  t0_[b] = now_;
+}
+
+double BundledNetwork::DrainTimeOf(int32_t b) const {
+  return t0_[b] + std::max(0.0, min_target_bytes_[b] - served_bytes_[b]) / hot_[b].rate;
+}
+
+void BundledNetwork::Start(int32_t src, int32_t dst, double bytes, int64_t tag) {
+  const int32_t b = BundleOf(OutPort(src, dst), InPort(src, dst));
+  if (hot_[b].count == 0) Activate(b);
+  Rebase(b);
+  std::vector<Member>& members = members_[b];
+  members.push_back({served_bytes_[b] + bytes, 1e-12 * bytes, next_seq_++, tag});
+  std::push_heap(members.begin(), members.end());
+  // A new smallest member moves the drain time even if the rate stays.
+  if (members.front().seq + 1 == next_seq_) {
+    stale_[b] = 1;
+    min_target_bytes_[b] = members.front().target_bytes;
+  }
+  ++hot_[b].count;
+  ++flows_;
+  AddPortFlows(out_port_[b], 1);
+  AddPortFlows(in_port_[b], 1);
+  dirty_ = true;
+}
+
+double BundledNetwork::RateOf(int64_t tag) {
+  if (dirty_) Recompute();
+  for (const int32_t b : active_)
+    for (const Member& m : members_[b])
+      if (m.tag == tag) return hot_[b].rate;
+  return -1;
+}
+
+double BundledNetwork::NextDrainTime() {
+  if (flows_ == 0) return kInfinity;
+  if (dirty_) Recompute();
+  FixTop();
+  return drain_time_[drain_heap_.front()];
+}
+
+void BundledNetwork::AdvanceTo(double time, std::vector<int64_t>& drained) {
+  if (dirty_) Recompute();
+  now_ = std::max(now_, time);
+  const double horizon = now_ + kDrainSlack_s;
+  drained_scratch_.clear();
+  while (!drain_heap_.empty() && (FixTop(), drain_time_[drain_heap_.front()] <= horizon)) {
+    const int32_t b = drain_heap_.front();
+    Rebase(b);
+    std::vector<Member>& members = members_[b];
+    // The smallest member is due (its drain time is within the horizon);
+    // the next ones too if they end within it or have no bytes left.
+    do {
+      std::pop_heap(members.begin(), members.end());
+      drained_scratch_.emplace_back(members.back().seq, members.back().tag);
+      members.pop_back();
+      --hot_[b].count;
+      --flows_;
+      AddPortFlows(out_port_[b], -1);
+      AddPortFlows(in_port_[b], -1);
+      if (!members.empty()) min_target_bytes_[b] = members.front().target_bytes;
+    } while (!members.empty() &&
+             (min_target_bytes_[b] - served_bytes_[b] <= members.front().tolerance_bytes ||
+              DrainTimeOf(b) <= horizon));
+    if (members.empty()) {
+      Deactivate(b);
+    } else {
+      drain_time_[b] = DrainTimeOf(b);
+      HeapUpdate(b);
+    }
+    dirty_ = true;
+  }
+  std::sort(drained_scratch_.begin(), drained_scratch_.end());
+  for (const auto& [seq, tag] : drained_scratch_) drained.push_back(tag);
+}
+
+void BundledNetwork::Recompute() {
+  dirty_ = false;
+  const uint64_t* const bits = port_active_bits_.data();
+  const size_t words = port_active_bits_.size();
+  const auto for_each_port = [bits, words](auto visit) {
+    for (size_t w = 0; w < words; ++w)
+      for (uint64_t word = bits[w]; word != 0; word &= word - 1)
+        visit(static_cast<int32_t>(w * 64 + std::countr_zero(word)));
   };
-  bucket_begin_.assign(2 * (static_cast<size_t>(max_count) + 1) + 1, 0);
-  for (size_t p = 0; p < ports; ++p)
-    if (unfrozen_[p] > 0) ++bucket_begin_[bucket(p) + 1];
-  for (size_t b = 0; b + 1 < bucket_begin_.size(); ++b) bucket_begin_[b + 1] += bucket_begin_[b];
-  const int32_t nvlink_ports = bucket_begin_[max_count + 1];
-  by_class_.resize(bucket_begin_.back());
-  for (size_t p = 0; p < ports; ++p)
-    if (unfrozen_[p] > 0)
-      by_class_[bucket_begin_[bucket(p)]++] =
-          Pack(remaining_capacity_[p] / unfrozen_[p], static_cast<int32_t>(p));
-  sorted_.resize(by_class_.size());
-  std::merge(by_class_.begin(), by_class_.begin() + nvlink_ports, by_class_.begin() + nvlink_ports,
-             by_class_.end(), sorted_.begin());
+  for_each_port([&](int32_t p) {
+    remaining_capacity_[p] = capacity_[p];
+    unfrozen_[p] = port_flows_[p];
+  });
+  SortInitialShares(for_each_port);
+  // A bundle is frozen in this recomputation when its epoch is this one's
+  // (no pass to clear flags); epoch 0 is never used.
+  if (++epoch_ == 0) {
+    for (Hot& h : hot_) h.epoch = 0;
+    epoch_ = 1;
+  }
+  const uint32_t epoch = epoch_;
+  Hot* const hot = hot_.data();
+  double* const remaining_capacity = remaining_capacity_.data();
+  int32_t* const unfrozen = unfrozen_.data();
+  char* const stale = stale_.data();
+  // A bundle whose rate changed (bitwise), or that has a new smallest member,
+  // moves: served bytes up to now under the old rate, a new drain time.
+  // The others keep their state untouched.
+  Fill([&](int32_t port, double share, double rate) {
+    for (const PortEntry& e : port_bundles_[port]) {
+      Hot& h = hot[e.bundle];
+      if (h.epoch == epoch) continue;
+      h.epoch = epoch;
+      remaining_capacity[e.other] = std::max(0.0, remaining_capacity[e.other] - h.count * share);
+      unfrozen[e.other] -= h.count;
+      if (std::bit_cast<uint64_t>(rate) == std::bit_cast<uint64_t>(h.rate) && !stale[e.bundle])
+        continue;
+      stale[e.bundle] = 0;
+      Rebase(e.bundle);
+      h.rate = rate;
+      drain_time_[e.bundle] = DrainTimeOf(e.bundle);
+      HeapUpdate(e.bundle);
+    }
+  });
+}
+
+bool BundledNetwork::HeapLess(int32_t a, int32_t b) const {
+  return heap_key_[a] != heap_key_[b] ? heap_key_[a] < heap_key_[b] : a < b;
+}
+
+void BundledNetwork::SiftUp(size_t i) {
+  const int32_t b = drain_heap_[i];
+  while (i > 0) {
+    const size_t parent = (i - 1) / 2;
+    if (!HeapLess(b, drain_heap_[parent])) break;
+    drain_heap_[i] = drain_heap_[parent];
+    heap_pos_[drain_heap_[i]] = static_cast<int32_t>(i);
+    i = parent;
+  }
+  drain_heap_[i] = b;
+  heap_pos_[b] = static_cast<int32_t>(i);
+}
+
+void BundledNetwork::SiftDown(size_t i) {
+  const int32_t b = drain_heap_[i];
+  const size_t n = drain_heap_.size();
+  for (;;) {
+    size_t child = 2 * i + 1;
+    if (child >= n) break;
+    if (child + 1 < n && HeapLess(drain_heap_[child + 1], drain_heap_[child])) ++child;
+    if (!HeapLess(drain_heap_[child], b)) break;
+    drain_heap_[i] = drain_heap_[child];
+    heap_pos_[drain_heap_[i]] = static_cast<int32_t>(i);
+    i = child;
+  }
+  drain_heap_[i] = b;
+  heap_pos_[b] = static_cast<int32_t>(i);
+}
+
+void BundledNetwork::HeapUpdate(int32_t b) {
+  // A later drain time leaves the key as it is (a lower bound); FixTop
+  // raises it if the bundle reaches the top first. An earlier one moves up.
+  if (heap_pos_[b] < 0) {
+    heap_key_[b] = drain_time_[b];
+    drain_heap_.push_back(b);
+    SiftUp(drain_heap_.size() - 1);
+  } else if (drain_time_[b] < heap_key_[b]) {
+    heap_key_[b] = drain_time_[b];
+    SiftUp(static_cast<size_t>(heap_pos_[b]));
+  }
+}
+
+void BundledNetwork::FixTop() {
+  // Every key is at most its bundle's drain time, so once the top's key is
+  // its drain time, the top drains first.
+  for (;;) {
+    const int32_t b = drain_heap_.front();
+    if (heap_key_[b] >= drain_time_[b]) return;
+    heap_key_[b] = drain_time_[b];
+    SiftDown(0);
+  }
+}
+
+void BundledNetwork::HeapRemove(int32_t b) {
+  const int32_t pos = heap_pos_[b];
+  if (pos < 0) return;
+  heap_pos_[b] = -1;
+  const int32_t last = drain_heap_.back();
+  drain_heap_.pop_back();
+  if (last == b) return;
+  drain_heap_[pos] = last;
+  heap_pos_[last] = pos;
+  SiftUp(static_cast<size_t>(pos));
+  SiftDown(static_cast<size_t>(heap_pos_[last]));
 }
 
 }  // namespace fcp::sim

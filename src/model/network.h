@@ -3,45 +3,101 @@
 // v uses w's out-port and v's in-port of the NVLink pair when both share a
 // node, else of the NIC pair. Active flows share ports max-min fairly
 // (progressive filling), recomputed lazily after any flow starts or drains.
-// Active flows live in compact arrays (structure of arrays) so a
-// recomputation, O(F + P + R log R) for F active flows, P ports and R ports
-// pushed back in the lazy queue, stays in cache.
+//
+// Two engines compute the same allocation (SimConfig::network):
+//  * Network (exact, the default): every active flow in compact arrays
+//    (structure of arrays); a recomputation, O(F + P + R log R) for F active
+//    flows, P ports and R ports pushed back in the lazy queue, brings every
+//    flow's byte count and drain time up to date. Its floating-point results
+//    are the reference the simulator comparison cases are saved with.
+//  * BundledNetwork (fast): flows on one (out-port, in-port) pair always get
+//    the same max-min rate, so they form one bundle of multiplicity k, counted
+//    k times on both ports; its members' remaining bytes are offsets against
+//    the bundle's served bytes per member (a min-heap), so a member needs no
+//    update per event and the bundle drains next at its smallest member. A
+//    bundle keeps (served bytes at t0, rate, t0) and sits in an indexed heap
+//    keyed by a lower bound of its drain time (raised when it reaches the
+//    top, so a drain that moves later costs no heap move); a recomputation, O(B + P_a + R log R)
+//    for B active bundles and P_a ports with flows (a bitmap of the P ports, P / 64 words), moves
+//    only the bundles whose rate changed (bitwise). Same allocation up to
+//    rounding (k x share subtracted once instead of share k times; served
+//    bytes accumulated per rate change instead of per event).
+// Both: a flow's drain is reported once, at the first AdvanceTo whose time is
+// within kDrainSlack_s of its end; flows draining together are reported in
+// start order.
 #pragma once
 
 #include <cstdint>
 #include <limits>
+#include <memory>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "fcp/cost_model.h"
+#include "fcp/simulator.h"
 
 namespace fcp::sim {
 
-class Network {
+// The interface the pass simulator drives; port capacities and numbering
+// (4 ports per worker: NVLink out, NVLink in, NIC out, NIC in) are shared.
+class FlowNetwork {
  public:
-  Network(const HardwareProfile& profile, int32_t workers);
-
+  FlowNetwork(const HardwareProfile& profile, int32_t workers);
+  virtual ~FlowNetwork() = default;
   // Starts a flow of `bytes` from `src` to `dst` at the current time; `tag` is
   // returned when it drains.
-  void Start(int32_t src, int32_t dst, double bytes, int64_t tag);
+  virtual void Start(int32_t src, int32_t dst, double bytes, int64_t tag) = 0;
   // Absolute time at which the next active flow drains (infinity if none).
-  double NextDrainTime();
+  virtual double NextDrainTime() = 0;
   // Moves the clock to `time` (>= now), appending the tags of every flow that
   // has drained by then (its end time is at most 0.1 us later) to `drained`, in start order.
-  void AdvanceTo(double time, std::vector<int64_t>& drained);
+  virtual void AdvanceTo(double time, std::vector<int64_t>& drained) = 0;
+  virtual int64_t active_flows() const = 0;
+  // Current rate (bytes/s) of the active flow with `tag`, or -1; for tests (O(F)).
+  virtual double RateOf(int64_t tag) = 0;
   double now() const { return now_; }
-  int64_t active_flows() const { return static_cast<int64_t>(tag_.size()); }
-  // Current rate (bytes/s) of the active flow with `tag`, or -1; for tests.
-  double RateOf(int64_t tag);
 
- private:
-  void Recompute();
-  // Fills sorted_ with (capacity / flow count, port) of every port with flows, in rising order.
-  void SortInitialShares();
+ protected:
+  int32_t OutPort(int32_t src, int32_t dst) const;
+  int32_t InPort(int32_t src, int32_t dst) const;
 
   std::vector<double> capacity_;  // bytes/s per port
   int32_t gpus_per_node_;
   double now_ = 0;
+  // Scratch of the progressive filling, per port.
+  std::vector<double> remaining_capacity_;
+  std::vector<int32_t> unfrozen_, bucket_begin_;
+  // (share, port) entries of the lazy queue, packed (see network.cpp).
+  std::vector<unsigned __int128> by_class_, sorted_, heap_;
+  // Fills sorted_ with (remaining capacity / unfrozen count, port) of every
+  // port with unfrozen flows that `for_each_port` visits (in rising port
+  // order), in rising order.
+  template <class ForEachPort>
+  void SortInitialShares(ForEachPort for_each_port);
+  // Progressive filling over the ports in sorted_: freeze(port, share)
+  // freezes the port's unfrozen flows at that share (updating their other
+  // ports' remaining capacity and unfrozen count).
+  template <class Freeze>
+  void Fill(Freeze freeze);
+};
+
+std::unique_ptr<FlowNetwork> MakeNetwork(NetworkModel model, const HardwareProfile& profile,
+                                         int32_t workers);
+
+class Network final : public FlowNetwork {
+ public:
+  Network(const HardwareProfile& profile, int32_t workers) : FlowNetwork(profile, workers) {}
+
+  void Start(int32_t src, int32_t dst, double bytes, int64_t tag) override;
+  double NextDrainTime() override;
+  void AdvanceTo(double time, std::vector<int64_t>& drained) override;
+  int64_t active_flows() const override { return static_cast<int64_t>(tag_.size()); }
+  double RateOf(int64_t tag) override;
+
+ private:
+  void Recompute();
+
   bool dirty_ = false;
   double next_drain_ = std::numeric_limits<double>::infinity();
   // Active flows, one slot each (kept in start order).
@@ -50,11 +106,81 @@ class Network {
   std::vector<int64_t> tag_;
   double updated_ = 0;  // time at which remaining_bytes_ was last brought up to date
   // Scratch for Recompute.
-  std::vector<double> remaining_capacity_;
-  std::vector<int32_t> unfrozen_, port_begin_, port_slots_, bucket_begin_;
+  std::vector<int32_t> port_begin_, port_slots_;
   std::vector<char> frozen_;
-  // (share, port) entries of the lazy queue, packed (see network.cpp).
-  std::vector<unsigned __int128> by_class_, sorted_, heap_;
+};
+
+class BundledNetwork final : public FlowNetwork {
+ public:
+  BundledNetwork(const HardwareProfile& profile, int32_t workers);
+
+  void Start(int32_t src, int32_t dst, double bytes, int64_t tag) override;
+  double NextDrainTime() override;
+  void AdvanceTo(double time, std::vector<int64_t>& drained) override;
+  int64_t active_flows() const override { return flows_; }
+  double RateOf(int64_t tag) override;
+
+ private:
+  // A flow in a bundle: it drains when the bundle's served bytes per member
+  // reach target_bytes (its bytes + the served bytes when it started).
+  struct Member {
+    double target_bytes;
+    double tolerance_bytes;
+    int64_t seq;  // start order
+    int64_t tag;
+    // Min-heap order on (target, seq) through std::push_heap's max-heap.
+    bool operator<(const Member& o) const {
+      return target_bytes != o.target_bytes ? target_bytes > o.target_bytes : seq > o.seq;
+    }
+  };
+  void Recompute();
+  static uint64_t PairKey(int32_t out_port, int32_t in_port);
+  // The active bundle of a port pair, created (or an id reused) if none.
+  int32_t BundleOf(int32_t out_port, int32_t in_port);
+  void Activate(int32_t b);
+  void Deactivate(int32_t b);
+  void AddPortFlows(int32_t port, int32_t delta);
+  // Served bytes per member brought to now_ under the current rate.
+  void Rebase(int32_t b);
+  double DrainTimeOf(int32_t b) const;
+  // Indexed min-heap of active bundles on (key, bundle), the key a lower
+  // bound of the drain time.
+  bool HeapLess(int32_t a, int32_t b) const;
+  void HeapUpdate(int32_t b);
+  void FixTop();  // the top's key raised to its drain time until it is (heap not empty)
+  void HeapRemove(int32_t b);
+  void SiftUp(size_t i);
+  void SiftDown(size_t i);
+
+  // What the filling reads per bundle visit, in one place.
+  struct Hot {
+    double rate = 0;     // bytes/s per member
+    int32_t count = 0;   // active members
+    uint32_t epoch = 0;  // last recomputation that froze it
+  };
+  // A port's active bundle and the bundle's other port.
+  struct PortEntry {
+    int32_t bundle, other;
+  };
+
+  bool dirty_ = false;
+  int64_t flows_ = 0, next_seq_ = 0;
+  uint32_t epoch_ = 0;
+  std::unordered_map<uint64_t, int32_t> bundle_of_pair_;  // active bundles only
+  std::vector<int32_t> free_ids_;                         // ids of drained bundles
+  // Per bundle id.
+  std::vector<int32_t> out_port_, in_port_, active_slot_, out_slot_, in_slot_, heap_pos_;
+  std::vector<double> served_bytes_, t0_, min_target_bytes_, drain_time_;
+  std::vector<double> heap_key_;  // drain heap key: <= drain_time_ (raised lazily)
+  std::vector<Hot> hot_;
+  std::vector<char> stale_;  // drain time to recompute (a new smallest member)
+  std::vector<std::vector<Member>> members_;
+  std::vector<int32_t> active_;                       // active bundles
+  std::vector<std::vector<PortEntry>> port_bundles_;  // active bundles per port
+  std::vector<int32_t> port_flows_;                   // active flows per port
+  std::vector<uint64_t> port_active_bits_;            // ports with flows
+  std::vector<int32_t> drain_heap_;
+  std::vector<std::pair<int64_t, int64_t>> drained_scratch_;  // (seq, tag)
 };
 
 }  // namespace fcp::sim

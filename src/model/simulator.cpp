@@ -234,7 +234,7 @@ class PassSimulator {
         config_(config),
         in_(in),
         n_(plan.workers),
-        net_(profile, plan.workers),
+        net_(sim::MakeNetwork(config.network, profile, plan.workers)),
         trace_offset_s_(trace_offset_s),
         trace_(trace) {}
 
@@ -243,17 +243,17 @@ class PassSimulator {
     for (int32_t w = 0; w < n_; ++w) Progress(w);
     std::vector<int64_t> drained;
     for (;;) {
-      const double drain_time = net_.NextDrainTime();
+      const double drain_time = net_->NextDrainTime();
       const double event_time = events_.empty() ? kInfinity : events_.top().time;
       if (drain_time == kInfinity && event_time == kInfinity) break;
       drained.clear();
       if (drain_time <= event_time) {
-        net_.AdvanceTo(drain_time, drained);
+        net_->AdvanceTo(drain_time, drained);
         now_ = drain_time;
         HandleDrained(drained);
         continue;
       }
-      net_.AdvanceTo(event_time, drained);
+      net_->AdvanceTo(event_time, drained);
       now_ = event_time;
       HandleDrained(drained);
       while (!events_.empty() && events_.top().time <= now_) {
@@ -394,7 +394,7 @@ class PassSimulator {
   }
 
   void StartFlow(int32_t src, int32_t dst, double bytes, int64_t tag) {
-    net_.Start(src, dst, bytes, tag);
+    net_->Start(src, dst, bytes, tag);
   }
 
   void Push(double time, EventKind kind, int64_t a) { events_.push({time, next_seq_++, kind, a}); }
@@ -693,7 +693,7 @@ class PassSimulator {
   const SimConfig& config_;
   const PassInput& in_;
   const int32_t n_;
-  sim::Network net_;
+  std::unique_ptr<sim::FlowNetwork> net_;
   double trace_offset_s_;
   std::vector<TraceEvent>* trace_;
 
@@ -803,6 +803,10 @@ constexpr detail::EnumName<TransferMode> kTransferModeNames[] = {
     {TransferMode::kPull, "pull"},
     {TransferMode::kGrouped, "grouped"},
 };
+constexpr detail::EnumName<NetworkModel> kNetworkModelNames[] = {
+    {NetworkModel::kExact, "exact"},
+    {NetworkModel::kFast, "fast"},
+};
 
 const char* ReshuffleModeName(ReshuffleMode mode) {
   return detail::NameOf(kReshuffleModeNames, mode);
@@ -812,6 +816,14 @@ const char* TransferModeName(TransferMode mode) { return detail::NameOf(kTransfe
 
 TransferMode ParseTransferMode(const std::string& name) {
   return detail::ValueNamed(kTransferModeNames, name, "simulate: unknown transfer mode");
+}
+
+const char* NetworkModelName(NetworkModel model) {
+  return detail::NameOf(kNetworkModelNames, model);
+}
+
+NetworkModel ParseNetworkModel(const std::string& name) {
+  return detail::ValueNamed(kNetworkModelNames, name, "simulate: unknown network model");
 }
 
 ReshuffleMode ParseReshuffleMode(const std::string& name) {

@@ -1,6 +1,6 @@
 // The names of an enum's values, both ways, from one table: the planner's
 // and the simulator's option enums (mask kind, length distribution,
-// reshuffle and transfer modes). Private to the library (src/).
+// reshuffle and transfer modes, network model). Private to the library (src/).
 // Invariant: a table lists every value of its enum once; NameOf is "?" for
 // a value missing from it. Cost: O(table size) a call.
 #pragma once

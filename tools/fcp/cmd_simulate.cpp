@@ -88,6 +88,7 @@ struct CompareOptions {
   std::string reshuffle = "overlap";
   std::string baseline_reshuffle = "none";
   std::string transfers = "pull";
+  std::string network = "exact";
   int32_t seeds = 1;
   bool validate = false;
   WorkloadConfig workload;
@@ -172,10 +173,12 @@ void RunCompare(CompareOptions& o) {
   if (o.seeds < 1) throw UsageError("compare: --seeds must be >= 1");
   ReshuffleMode fcp_reshuffle{}, baseline_reshuffle{};
   TransferMode transfers{};
+  NetworkModel network{};
   CheckFlags([&] {
     fcp_reshuffle = ParseReshuffleMode(o.reshuffle);
     baseline_reshuffle = ParseReshuffleMode(o.baseline_reshuffle);
     transfers = ParseTransferMode(o.transfers);
+    network = ParseNetworkModel(o.network);
     PlannerConfig settings = o.planner;
     settings.workers = 1;  // checked per value of --workers below
     settings.validate_settings();
@@ -216,6 +219,7 @@ void RunCompare(CompareOptions& o) {
         // A batch simulated without the reshuffle is planned without its locality.
         pc.reshuffle_locality = sc.reshuffle != ReshuffleMode::kNone;
         sc.transfers = transfers;
+        sc.network = network;
         auto start = std::chrono::steady_clock::now();
         Row row{wc.seed, n, name, ReshuffleModeName(sc.reshuffle), MakePlan(lengths, pc), {}, 0, 0};
         row.plan_s = SecondsSince(start);
@@ -274,10 +278,14 @@ void RunCompare(CompareOptions& o) {
 constexpr const char* kTransfersHelp =
     "How the runtime moves stage transfers: pull (receivers pull K/V, partials pushed on their "
     "own stream) | grouped (one send/receive call per stage)";
+constexpr const char* kNetworkHelp =
+    "Max-min rate engine: exact (the reference) | fast (flows bundled per port pair, only "
+    "changed rates updated: the same rates up to rounding, step times within ~1e-9)";
 
 void AddSimulateCommands(CLI::App& app) {
   struct SimulateOptions {
-    std::string plan, profile = "gpu-x", trace, reshuffle = "overlap", transfers = "pull";
+    std::string plan, profile = "gpu-x", trace, reshuffle = "overlap", transfers = "pull",
+                      network = "exact";
     bool json = false, per_worker = false, no_validate = false;
     int32_t dkv_bytes = 0;
   };
@@ -289,6 +297,7 @@ void AddSimulateCommands(CLI::App& app) {
   sim->add_option("--trace", so->trace, "Write a Chrome trace (Perfetto) to this file");
   sim->add_option("--reshuffle", so->reshuffle, "overlap | blocking | none")->capture_default_str();
   sim->add_option("--transfers", so->transfers, kTransfersHelp)->capture_default_str();
+  sim->add_option("--network", so->network, kNetworkHelp)->capture_default_str();
   sim->add_option("--dkv-bytes", so->dkv_bytes,
                   "Bytes per element of partial dK/dV transfers (0 = the plan's dtype)")
       ->capture_default_str();
@@ -301,6 +310,7 @@ void AddSimulateCommands(CLI::App& app) {
     CheckFlags([&] {
       config.reshuffle = ParseReshuffleMode(so->reshuffle);
       config.transfers = ParseTransferMode(so->transfers);
+      config.network = ParseNetworkModel(so->network);
       config.dkv_dtype_bytes = so->dkv_bytes;
       config.validate();
     });
@@ -359,6 +369,7 @@ void AddSimulateCommands(CLI::App& app) {
          "Reshuffle of the baselines (they change the dataloader instead): none | blocking | overlap")
       ->capture_default_str();
   cmp->add_option("--transfers", co->transfers, kTransfersHelp)->capture_default_str();
+  cmp->add_option("--network", co->network, kNetworkHelp)->capture_default_str();
   cmp->add_flag("--validate", co->validate, "ValidatePlan every plan (slow at large N)");
   cmp->callback([co] { RunCompare(*co); });
 }
