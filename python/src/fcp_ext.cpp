@@ -626,12 +626,14 @@ void BindSimulate(nb::module_& m) {
   m.def(
       "simulate",
       [](PlanHandle& h, const std::string& profile, const std::string& reshuffle,
-         const std::string& transfers, int64_t dkv_bytes, std::optional<std::string> trace) {
+         const std::string& transfers, const std::string& network, int64_t dkv_bytes,
+         std::optional<std::string> trace) {
         return WithoutGil([&] {
           const HardwareProfile hardware = ResolveProfile(profile);
           SimConfig config;
           config.reshuffle = ParseReshuffleMode(reshuffle);
           config.transfers = ParseTransferMode(transfers);
+          config.network = ParseNetworkModel(network);
           config.dkv_dtype_bytes = ToInt32("simulate", "dkv_bytes", dkv_bytes);
           config.record_trace = trace.has_value();
           h.EnsureValid();
@@ -641,7 +643,7 @@ void BindSimulate(nb::module_& m) {
         });
       },
       nb::arg("plan"), nb::arg("profile"), nb::arg("reshuffle"), nb::arg("transfers"),
-      nb::arg("dkv_bytes"), nb::arg("trace").none());
+      nb::arg("network"), nb::arg("dkv_bytes"), nb::arg("trace").none());
 }
 
 void BindWorkload(nb::module_& m) {

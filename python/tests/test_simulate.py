@@ -28,6 +28,7 @@ def _cli_simulate(cli, tmp_path, plan, *flags):
     ({"profile": "gpu-y", "reshuffle": "blocking"}, ["--profile", "gpu-y", "--reshuffle", "blocking"]),
     ({"reshuffle": "none", "dkv_bytes": 4}, ["--reshuffle", "none", "--dkv-bytes", 4]),
     ({"transfers": "grouped"}, ["--transfers", "grouped"]),
+    ({"network": "fast", "reshuffle": "blocking"}, ["--network", "fast", "--reshuffle", "blocking"]),
 ])
 def test_hand_plan_matches_cli(hand, cli, tmp_path, kwargs, flags):
     result = fcp.simulate(hand, **kwargs)
@@ -45,6 +46,9 @@ def test_planned_batch_matches_cli(fcp_planner, cli, tmp_path, planner):
     plan = fcp.plan(lengths, workers=8, planner=planner)
     result = plan.simulate()
     assert _as_cli_json(result) == _cli_simulate(cli, tmp_path, plan)
+    # The fast network engine: the same max-min rates up to rounding.
+    fast = plan.simulate(network="fast")
+    assert fast["total_time_s"] == pytest.approx(result["total_time_s"], rel=1e-9)
     assert result["total_time_s"] == pytest.approx(result["forward_time_s"] + result["backward_time_s"])
     assert 0 < result["mfu"] <= 1
     # The step's lower bound: the two passes' bounds, each the largest of its terms.
@@ -70,6 +74,7 @@ def test_trace_is_the_cli_trace(hand, cli, tmp_path):
     ({"profile": "gpu-z"}, ["--profile", "gpu-z"], OSError),  # not built in: a file that is not there
     ({"reshuffle": "eventually"}, ["--reshuffle", "eventually"], ValueError),
     ({"transfers": "push"}, ["--transfers", "push"], ValueError),
+    ({"network": "approx"}, ["--network", "approx"], ValueError),
     ({"dkv_bytes": -2}, ["--dkv-bytes", -2], ValueError),
 ])
 def test_errors_match_cli(hand, cli, tmp_path, kwargs, flags, error):
