@@ -68,8 +68,8 @@ struct AssignmentInput {
 struct Assignment {
   std::vector<int32_t> owner;  // owner[block]
   // Per worker: allowed token pairs of its query blocks, K/V tokens it
-  // sends plus receives, and the part it sends (empty: not known; Cost then
-  // counts the sum).
+  // sends plus receives, and the part it sends (empty: Cost and Better
+  // count the sum, as BySums asks for).
   std::vector<double> compute, traffic, send;
 };
 
