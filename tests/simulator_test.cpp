@@ -316,6 +316,59 @@ TEST(SimulatorTest, GradientsGoHomeInTwoPartsEachOnceFinal) {
   }
 }
 
+// Outputs go home one message at a time per (owner, dataloader worker) pair.
+// Two workers, peak 12 (a token pair takes 1/3 s), causal. Dataloader: w0
+// holds global tokens [0,13), w1 [13,26). Sequences: twelve of 1 token
+// (block P on w0, 12 pairs), X|Y of 10 tokens (X = token 0 on w0, Y = tokens
+// 1-9 on w1), A and B of 2 tokens each, in w1's share but owned by w0.
+//   forward stage 0: w0 computes (P,P) [0,4], (X,X) [4,4.33]; A and B come
+//     in from w1 (6 bytes each at 1/2: delivered 13), (A,A) [13,14] makes
+//     O of A (2 bytes) final, (B,B) [14,15] O of B.
+//   stage 1: w1 computes (Y,Y) (45 pairs) [0,15]; stage 2: w1's receive
+//     group opens at 15 and X's K/V (2 bytes) leaves w0; stage 3: (Y,X)
+//     (9 pairs, 3 s) once it is in.
+//   O of A has 1 byte left at 15, when O of B and X's K/V start, all three
+//   on w0's out-port and w1's in-port:
+//   one at a time per pair: O of B waits for O of A; O of A and the K/V at
+//     1/2 each: O of A drains at 17, then O of B and the K/V at 1/2: the
+//     K/V drains at 19 -> 20, (Y,X) [20,23]; O of B drains at 20 -> 21  => 23
+//   every message at once (the rule before): 1/3 each until O of A drains
+//     at 18, then 1/2 each: the K/V drains at 20 -> 21, (Y,X) [21,24]     => 24
+TEST(SimulatorTest, OutputsGoHomeOneAtATimePerPair) {
+  Plan plan = UnitPlan(2, std::vector<int64_t>(12, 1));
+  plan.sequences.insert(plan.sequences.end(), {10, 2, 2});
+  plan.token_cap = plan.total_tokens();
+  Block pad{0, {}};
+  for (int32_t s = 0; s < 12; ++s) pad.segments.push_back({s, 0, 1});
+  plan.blocks = {pad, {0, {{12, 0, 1}}}, {1, {{12, 1, 9}}}, {0, {{13, 0, 2}}}, {0, {{14, 0, 2}}}};
+  plan.forward = {
+      {{}, {{0, 0}, {1, 1}, {3, 3}, {4, 4}}}, {{}, {{2, 2}}}, {{{1, 0, 1}}, {}}, {{}, {{2, 1}}}};
+  plan.backward = {{{}, {}, {{0, 0}, {1, 1}, {3, 3}, {4, 4}}},
+                   {{}, {}, {{2, 2}}},
+                   {{{1, 0, 1}}, {}, {}},
+                   {{}, {}, {{2, 1}}},
+                   {{}, {{1, 1, 0}}, {}}};
+  ASSERT_NO_THROW(ValidatePlan(plan));
+  SimConfig c;
+  c.reshuffle = ReshuffleMode::kOverlapped;
+  c.record_trace = true;
+  for (TransferMode mode : {TransferMode::kPull, TransferMode::kGrouped}) {
+    c.transfers = mode;
+    const SimResult r = Simulate(plan, UnitProfile(12), c);
+    EXPECT_NEAR(r.forward_time_s, 23, 1e-9) << TransferModeName(mode);
+    // The outputs' send spans: O of A [14,17] + 1, O of B [17,20] + 1.
+    std::vector<std::pair<double, double>> out_spans;
+    for (const TraceEvent& e : r.trace)
+      if (e.name.rfind("reshuffle out", 0) == 0 && e.end_s <= r.forward_time_s)
+        out_spans.push_back({e.start_s, e.end_s});
+    ASSERT_EQ(out_spans.size(), 2u) << TransferModeName(mode);
+    EXPECT_NEAR(out_spans[0].first, 14, 1e-9);
+    EXPECT_NEAR(out_spans[0].second, 18, 1e-9);
+    EXPECT_NEAR(out_spans[1].first, 17, 1e-9);
+    EXPECT_NEAR(out_spans[1].second, 21, 1e-9);
+  }
+}
+
 TEST(NetworkTest, MaxMinFairSharing) {
   HardwareProfile p = UnitProfile();
   sim::Network net(p, 5);

@@ -22,7 +22,7 @@ std::vector<float> Random(size_t n, std::mt19937_64& rng) {
 }  // namespace
 
 PlanRunErrors RunPlanOnThreads(const Plan& plan, const ExecutorOptions& options, double timeout_s,
-                               uint64_t seed) {
+                               uint64_t seed, std::vector<Trace>* traces) {
   const int32_t n = plan.workers;
   const int64_t T = plan.total_tokens();
   const bool backward = options.backward;
@@ -36,6 +36,7 @@ PlanRunErrors RunPlanOnThreads(const Plan& plan, const ExecutorOptions& options,
   std::vector<ExecutorStats> stats(n);
   std::vector<std::exception_ptr> errors(n);
   std::vector<std::thread> threads;
+  if (traces) traces->assign(n, Trace{});
   for (int32_t r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       try {
@@ -46,7 +47,8 @@ PlanRunErrors RunPlanOnThreads(const Plan& plan, const ExecutorOptions& options,
         RankInputs in{slice(q, dims.q_row_floats()), slice(k, dims.kv_row_floats()),
                       slice(v, dims.kv_row_floats()),
                       backward ? slice(d_o, dims.q_row_floats()) : std::vector<float>{}};
-        outs[r] = ExecutePlan(plan, *comms[r], in, options, nullptr, &stats[r]);
+        outs[r] =
+            ExecutePlan(plan, *comms[r], in, options, traces ? &(*traces)[r] : nullptr, &stats[r]);
       } catch (...) {
         errors[r] = std::current_exception();
       }

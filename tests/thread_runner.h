@@ -9,6 +9,7 @@
 
 #include "fcp/executor.h"
 #include "fcp/plan.h"
+#include "fcp/trace.h"
 
 namespace fcp::testing {
 
@@ -19,8 +20,10 @@ struct PlanRunErrors {
 
 // Normal(0, 1) inputs (seeded), executed with `options` on plan.workers
 // threads (each blocking wait bounded by timeout_s); rethrows the first
-// rank's error. dq, dk, dv errors are 0 unless options.backward.
+// rank's error. dq, dk, dv errors are 0 unless options.backward. With
+// `traces`, it gets one Trace per rank.
 PlanRunErrors RunPlanOnThreads(const Plan& plan, const ExecutorOptions& options,
-                               double timeout_s = 10.0, uint64_t seed = 5);
+                               double timeout_s = 10.0, uint64_t seed = 5,
+                               std::vector<Trace>* traces = nullptr);
 
 }  // namespace fcp::testing

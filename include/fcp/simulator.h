@@ -29,8 +29,11 @@
 //    of Q, K, V (forward) or dO (backward) into the owner before use, and a
 //    flow of O (forward) back once final; in the backward dQ (after the
 //    block's last query compute) and dK, dV (after its last key compute on
-//    the owner and the last partial it receives) go back apart. kBlocking
-//    puts a barrier after the inbound all-to-all and before the outbound one.
+//    the owner and the last partial it receives) go back apart. Outputs go
+//    one message at a time per (owner, dataloader worker) pair, in the order
+//    they become final, the next when the previous has drained; inflows all
+//    start at once. kBlocking puts a barrier after the inbound all-to-all and
+//    before the outbound one.
 //  * The backward is simulated from time 0 like the forward (in training the
 //    two are separated by the rest of the model); the total is their sum.
 // Outputs count useful work and traffic independently of plan_metrics.h:

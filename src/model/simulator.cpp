@@ -386,6 +386,7 @@ class PassSimulator {
       return OutputKey(in_.out_flows[i].block, in_.out_flows[i].part);
     });
     out_start_s_.assign(in_.out_flows.size(), 0);
+    SetupConnections();
     parts_not_final_ = 0;
     for (size_t k = 0; k < keys; ++k)
       if (out_left_[k] > 0) ++parts_not_final_;
@@ -586,6 +587,8 @@ class PassSimulator {
       }
       Push(now_ + LinkLatency_s(profile_, src, dst), EventKind::kDelivered, tag);
     }
+    for (int64_t tag : drained)
+      if (tag % 4 == kOutFlow) OutDrained(static_cast<int32_t>(tag / 4));
   }
 
   void Handle(const Event& e) {
@@ -682,10 +685,60 @@ class PassSimulator {
     for (size_t i = 0; i < in_.out_flows.size(); ++i) StartOut(static_cast<int32_t>(i));
   }
 
+  // Outputs travel one message at a time per (owner, dataloader worker)
+  // pair, in the order they become final (the MPI executor posts the next
+  // once the previous send has completed); different pairs share the ports
+  // max-min fairly. Each pair's outputs then take one share of the owner's
+  // out-port and the receiver's in-port instead of one per message, leaving
+  // more to the stage transfers that compute waits for (docs/simulator.md,
+  // runtime rules: outputs one at a time per pair).
+  void SetupConnections() {
+    const size_t flows = in_.out_flows.size();
+    std::vector<std::pair<uint64_t, int32_t>> keyed(flows);
+    for (size_t i = 0; i < flows; ++i)
+      keyed[i] = {static_cast<uint64_t>(in_.out_flows[i].src) * n_ + in_.out_flows[i].dst,
+                  static_cast<int32_t>(i)};
+    std::sort(keyed.begin(), keyed.end());
+    connection_of_.assign(flows, 0);
+    int32_t connections = 0;
+    for (size_t i = 0; i < flows; ++i) {
+      if (i > 0 && keyed[i].first != keyed[i - 1].first) ++connections;
+      connection_of_[keyed[i].second] = connections;
+    }
+    connections_.assign(flows > 0 ? connections + 1 : 0, Connection{});
+    queued_next_.assign(flows, -1);
+  }
+
   void StartOut(int32_t i) {
+    Connection& c = connections_[connection_of_[i]];
+    if (!c.busy) {
+      c.busy = true;
+      SendOut(i);
+    } else if (c.tail < 0) {
+      c.head = c.tail = i;
+    } else {
+      queued_next_[c.tail] = i;
+      c.tail = i;
+    }
+  }
+
+  void SendOut(int32_t i) {
     const ReshuffleFlow& f = in_.out_flows[i];
     out_start_s_[i] = now_;
     StartFlow(f.src, f.dst, f.bytes, Tag(kOutFlow, i));
+  }
+
+  // Out flow i has drained: its pair's next output, if any, starts now.
+  void OutDrained(int32_t i) {
+    Connection& c = connections_[connection_of_[i]];
+    if (c.head < 0) {
+      c.busy = false;
+      return;
+    }
+    const int32_t next = c.head;
+    c.head = queued_next_[next];
+    if (c.head < 0) c.tail = -1;
+    SendOut(next);
   }
 
   const Plan& plan_;
@@ -714,6 +767,14 @@ class PassSimulator {
   std::vector<char> in_ready_;
   std::vector<int32_t> in_left_, out_left_;
   detail::Buckets out_flows_by_key_;  // indices into in_.out_flows per OutputKey
+  // One per (src, dst) pair of the out flows: whether an output is in flight
+  // on it, and the queue of those waiting (a list through queued_next_).
+  struct Connection {
+    bool busy = false;
+    int32_t head = -1, tail = -1;
+  };
+  std::vector<Connection> connections_;
+  std::vector<int32_t> connection_of_, queued_next_;  // per out flow
   int64_t in_flows_left_ = 0, parts_not_final_ = 0;
 };
 

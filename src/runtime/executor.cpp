@@ -113,6 +113,25 @@ struct ReturnGroup {
   std::deque<std::vector<float>> outgoing;                      // alive until sent
 };
 
+// The outputs this rank sends one destination rank, one message in flight at
+// a time, the others queued in the order they became final (the simulator's
+// rule, docs/runtime.md step 3): a destination's outputs take one share of
+// the ports instead of one per message, whatever the transport does with
+// concurrent messages. Within one tag the order is the posting order, so the
+// receives, posted up front in that order, still match.
+struct ReturnLink {
+  struct Queued {
+    const float* data;
+    int64_t bytes;
+    int32_t tag;
+    std::string name;
+    FlightGroup group;
+  };
+  std::deque<Queued> queue;
+  bool busy = false;
+  Flight flight;  // the message in flight when busy
+};
+
 class Runner {
  public:
   Runner(const Plan& plan, Communicator& comm, const ExecutorOptions& options, Trace* trace,
@@ -140,6 +159,7 @@ class Runner {
       local_row_block_.insert(local_row_block_.end(), static_cast<size_t>(plan.blocks[b].tokens()),
                               b);
     send_blocked_.assign(static_cast<size_t>(prog_.workers), 0);
+    return_links_.resize(static_cast<size_t>(prog_.workers));
     q_blocked_.assign(plan.blocks.size(), 0);
     kv_blocked_.assign(plan.blocks.size(), 0);
   }
@@ -167,6 +187,10 @@ class Runner {
       if (f.end_us < 0 && comm_.Test(f.request)) f.end_us = trace_->NowUs();
     for (IncomingPartial& p : partials_in_)
       if (p.flight.end_us < 0 && comm_.Test(p.flight.request)) p.flight.end_us = trace_->NowUs();
+    for (int32_t d : links_pending_) PumpReturns(d);
+    std::erase_if(links_pending_, [&](int32_t d) {
+      return !return_links_[d].busy && return_links_[d].queue.empty();
+    });
     for (Arrivals* a : {&qkv_in_, &do_in_})
       std::erase_if(a->in_flight, [&](size_t i) {
         Flight& f = a->flights[i];
@@ -560,15 +584,53 @@ class Runner {
           for (int64_t i = 0; i < r.count; ++i)
             for (size_t fi = 0; fi < g.fields.size(); ++fi)
               out = std::copy_n(g.row_ptr(fi, first + r.block_row + i), g.fields[fi].width, out);
-        Post(comm_.Isend(buf.data(), static_cast<int64_t>(buf.size() * 4), d, g.tag),
-             g.name + " b" + std::to_string(b) + " to " + std::to_string(d), TraceLane::kReshuffle,
-             g.group);
+        ReturnLink& link = return_links_[d];
+        if (!link.busy && link.queue.empty()) links_pending_.push_back(d);
+        link.queue.push_back({buf.data(), static_cast<int64_t>(buf.size() * 4), g.tag,
+                              g.name + " b" + std::to_string(b) + " to " + std::to_string(d),
+                              g.group});
+        PumpReturns(d);
       }
     }
   }
 
-  // Waits for the group and scatters the received rows into place.
+  // Destination d's link: once its message in flight has completed (it
+  // joins flights_, to be recorded with its group), the next queued one is
+  // sent.
+  void PumpReturns(int32_t d) {
+    ReturnLink& link = return_links_[d];
+    if (link.busy) {
+      if (link.flight.end_us < 0 && comm_.Test(link.flight.request))
+        link.flight.end_us = trace_->NowUs();
+      if (link.flight.end_us < 0) return;
+      flights_.push_back(link.flight);
+      link.busy = false;
+    }
+    if (link.queue.empty()) return;
+    ReturnLink::Queued& q = link.queue.front();
+    link.flight = {comm_.Isend(q.data, q.bytes, d, q.tag), std::move(q.name), TraceLane::kReshuffle,
+                   q.group, trace_->NowUs()};
+    link.busy = true;
+    link.queue.pop_front();
+  }
+
+  // Sends everything queued on every link, each message once the one before
+  // it to the same rank has completed.
+  void DrainReturns() {
+    for (int32_t d : links_pending_) {
+      ReturnLink& link = return_links_[d];
+      while (link.busy || !link.queue.empty()) {
+        if (link.busy) Finish(link.flight);
+        PumpReturns(d);
+      }
+    }
+    links_pending_.clear();
+  }
+
+  // Waits for the group (its sends, and whatever is queued before them) and
+  // scatters the received rows into place.
   void FinishReturns(ReturnGroup& g) {
+    DrainReturns();
     FinishGroup(g.group, g.name);
     for (const auto& [b, rows] : g.incoming) {
       const float* in = rows.data();
@@ -600,6 +662,8 @@ class Runner {
   std::vector<float> pool_;     // the pass's K/V receive pool
   std::vector<float> partial_;  // the backward's dK/dV partial pool
   std::vector<Flight> flights_;
+  std::vector<ReturnLink> return_links_;     // per destination rank
+  std::vector<int32_t> links_pending_;       // ranks whose link is busy or has a queue
   std::deque<IncomingPartial> partials_in_;  // in posting order
   Arrivals qkv_in_, do_in_;
   // The current stage's K/V sends (PostReadySends).
