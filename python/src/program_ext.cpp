@@ -21,8 +21,9 @@
 // Built once per Program, owned by it; views keep it alive.
 //
 // forward_stage / backward_stage run the stage's compute calls in order with
-// the GIL released (communication threads keep running); forward_call /
-// backward_call run one of them (the torch executor's per-call schedule). Buffers are
+// the GIL released (communication threads keep running); forward_calls /
+// backward_calls run the listed ones, in the list's order (the torch
+// executor's schedule: the calls whose blocks are in). Buffers are
 // C-contiguous, on the CPU: q, o [local_rows, heads_q, head_dim]; k, v
 // [local_rows, heads_kv, head_dim]; the pools [pool_rows or partial_rows,
 // heads_kv, head_dim]; lse, delta [local_rows, heads_q]. The inputs q, k, v,
@@ -169,24 +170,25 @@ class ProgramHandle {
   // early: 0 every call, 1 only the early ones, 2 all but the early ones.
   void Forward(int64_t stage, float scale, int early, Input q, Input k, Input v, Input k_pool,
                Input v_pool, Buffer o, Buffer lse) {
-    ForwardCalls("forward_stage", stage, Calls{early, -1}, scale, q, k, v, k_pool, v_pool, o, lse);
+    ForwardCalls("forward_stage", stage, Calls{early, nullptr}, scale, q, k, v, k_pool, v_pool, o,
+                 lse);
   }
-  void ForwardCall(int64_t stage, int64_t call, float scale, Input q, Input k, Input v,
-                   Input k_pool, Input v_pool, Buffer o, Buffer lse) {
-    ForwardCalls("forward_call", stage, Calls{0, call}, scale, q, k, v, k_pool, v_pool, o, lse);
+  void ForwardList(int64_t stage, const std::vector<int64_t>& calls, float scale, Input q, Input k,
+                   Input v, Input k_pool, Input v_pool, Buffer o, Buffer lse) {
+    ForwardCalls("forward_calls", stage, Calls{0, &calls}, scale, q, k, v, k_pool, v_pool, o, lse);
   }
 
   void Backward(int64_t stage, float scale, Input q, Input k, Input v, Input k_pool, Input v_pool,
                 Input d_o, Buffer lse, Buffer delta, Buffer dq, Buffer dk, Buffer dv,
                 Buffer dk_partial, Buffer dv_partial) {
-    BackwardCalls("backward_stage", stage, Calls{0, -1}, scale, q, k, v, k_pool, v_pool, d_o, lse,
-                  delta, dq, dk, dv, dk_partial, dv_partial);
+    BackwardCalls("backward_stage", stage, Calls{0, nullptr}, scale, q, k, v, k_pool, v_pool, d_o,
+                  lse, delta, dq, dk, dv, dk_partial, dv_partial);
   }
-  void BackwardCall(int64_t stage, int64_t call, float scale, Input q, Input k, Input v,
-                    Input k_pool, Input v_pool, Input d_o, Buffer lse, Buffer delta, Buffer dq,
-                    Buffer dk, Buffer dv, Buffer dk_partial, Buffer dv_partial) {
-    BackwardCalls("backward_call", stage, Calls{0, call}, scale, q, k, v, k_pool, v_pool, d_o, lse,
-                  delta, dq, dk, dv, dk_partial, dv_partial);
+  void BackwardList(int64_t stage, const std::vector<int64_t>& calls, float scale, Input q, Input k,
+                    Input v, Input k_pool, Input v_pool, Input d_o, Buffer lse, Buffer delta,
+                    Buffer dq, Buffer dk, Buffer dv, Buffer dk_partial, Buffer dv_partial) {
+    BackwardCalls("backward_calls", stage, Calls{0, &calls}, scale, q, k, v, k_pool, v_pool, d_o,
+                  lse, delta, dq, dk, dv, dk_partial, dv_partial);
   }
 
  private:
@@ -208,10 +210,10 @@ class ProgramHandle {
     return bf16;
   }
 
-  // Which of a stage's calls run: `only` >= 0 that one; else by `early` (above).
+  // Which of a stage's calls run: those listed (in that order), else all by `early` (above).
   struct Calls {
     int early = 0;
-    int64_t only = -1;
+    const std::vector<int64_t>* list = nullptr;
   };
   void ForwardCalls(const char* op, int64_t stage, Calls calls, float scale, Input& q, Input& k,
                     Input& v, Input& k_pool, Input& v_pool, Buffer& o, Buffer& lse) {
@@ -235,14 +237,24 @@ class ProgramHandle {
       BackwardOf<float>(op, stage, calls, scale, q, k, v, k_pool, v_pool, d_o, lse, delta, dq, dk,
                         dv, dk_partial, dv_partial);
   }
-  // The calls of `sp` that `calls` selects, as [begin, end) of indices.
-  static std::pair<size_t, size_t> Range(const StageProgram& sp, Calls calls, const char* op) {
-    if (calls.only < 0) return {0, sp.compute.size()};
-    if (calls.only >= static_cast<int64_t>(sp.compute.size()))
-      throw Error(ErrorCode::kInvalidArgument, std::string("program.") + op + ": call " +
-                                                   std::to_string(calls.only) + " is not in [0, " +
-                                                   std::to_string(sp.compute.size()) + ")");
-    return {static_cast<size_t>(calls.only), static_cast<size_t>(calls.only) + 1};
+  // The indices of the calls of `sp` that `calls` selects, in running order.
+  static std::vector<size_t> Selected(const StageProgram& sp, Calls calls, const char* op) {
+    std::vector<size_t> out;
+    if (calls.list == nullptr) {
+      for (size_t i = 0; i < sp.compute.size(); ++i)
+        if (!((calls.early == 1 && !sp.compute[i].early) ||
+              (calls.early == 2 && sp.compute[i].early)))
+          out.push_back(i);
+      return out;
+    }
+    for (const int64_t i : *calls.list) {
+      if (i < 0 || i >= static_cast<int64_t>(sp.compute.size()))
+        throw Error(ErrorCode::kInvalidArgument, std::string("program.") + op + ": call " +
+                                                     std::to_string(i) + " is not in [0, " +
+                                                     std::to_string(sp.compute.size()) + ")");
+      out.push_back(static_cast<size_t>(i));
+    }
+    return out;
   }
   // "float32", "bfloat16", "int64", ... (DLPack's type code and bits).
   static std::string DtypeName(nb::dlpack::dtype d) {
@@ -262,7 +274,7 @@ class ProgramHandle {
                  const Input& k, const Input& v, const Input& k_pool, const Input& v_pool,
                  Buffer& o, Buffer& lse) {
     const StageProgram& sp = Stage(program_.forward, stage, op);
-    const auto [begin, end] = Range(sp, calls, op);
+    const std::vector<size_t> selected = Selected(sp, calls, op);
     const AttentionDims dims = Dims(scale);
     const int64_t local = program_.local_rows, pool = program_.forward.pool_rows;
     Check("q", q, local, dims.q_row_floats());
@@ -273,9 +285,8 @@ class ProgramHandle {
     Check("k_pool", k_pool, pool, dims.kv_row_floats());
     Check("v_pool", v_pool, pool, dims.kv_row_floats());
     nb::gil_scoped_release release;
-    for (size_t i = begin; i < end; ++i) {
+    for (const size_t i : selected) {
       const ComputeCall& c = sp.compute[i];
-      if ((calls.early == 1 && !c.early) || (calls.early == 2 && c.early)) continue;
       const T* kb = Data<T>(c.kv_in_pool ? k_pool : k);
       const T* vb = Data<T>(c.kv_in_pool ? v_pool : v);
       kernel_->Forward(dims, mask_, Segments(c),
@@ -293,7 +304,7 @@ class ProgramHandle {
                   const Input& d_o, Buffer& lse, Buffer& delta, Buffer& dq, Buffer& dk, Buffer& dv,
                   Buffer& dk_partial, Buffer& dv_partial) {
     const StageProgram& sp = Stage(program_.backward, stage, op);
-    const auto [begin, end] = Range(sp, calls, op);
+    const std::vector<size_t> selected = Selected(sp, calls, op);
     const AttentionDims dims = Dims(scale);
     const int64_t local = program_.local_rows, pool = program_.backward.pool_rows;
     const int64_t partial = program_.backward.partial_rows;
@@ -312,7 +323,7 @@ class ProgramHandle {
     Check("dv_partial", dv_partial, partial, dims.kv_row_floats());
     nb::gil_scoped_release release;
     const int64_t qr = dims.q_row_floats(), kr = dims.kv_row_floats();
-    for (size_t i = begin; i < end; ++i) {
+    for (const size_t i : selected) {
       const ComputeCall& c = sp.compute[i];
       const T* kb = Data<T>(c.kv_in_pool ? k_pool : k);
       const T* vb = Data<T>(c.kv_in_pool ? v_pool : v);
@@ -500,13 +511,13 @@ void RegisterProgramBindings(nb::module_& m, PlanOf plan_of) {
       .def("forward_stage", &ProgramHandle::Forward, nb::arg("stage"), nb::arg("scale"),
            nb::arg("early"), Buf("q"), Buf("k"), Buf("v"), Buf("k_pool"), Buf("v_pool"), Buf("o"),
            Buf("lse"))
-      .def("forward_call", &ProgramHandle::ForwardCall, nb::arg("stage"), nb::arg("call"),
+      .def("forward_calls", &ProgramHandle::ForwardList, nb::arg("stage"), nb::arg("calls"),
            nb::arg("scale"), Buf("q"), Buf("k"), Buf("v"), Buf("k_pool"), Buf("v_pool"), Buf("o"),
            Buf("lse"))
       .def("backward_stage", &ProgramHandle::Backward, nb::arg("stage"), nb::arg("scale"), Buf("q"),
            Buf("k"), Buf("v"), Buf("k_pool"), Buf("v_pool"), Buf("do"), Buf("lse"), Buf("delta"),
            Buf("dq"), Buf("dk"), Buf("dv"), Buf("dk_partial"), Buf("dv_partial"))
-      .def("backward_call", &ProgramHandle::BackwardCall, nb::arg("stage"), nb::arg("call"),
+      .def("backward_calls", &ProgramHandle::BackwardList, nb::arg("stage"), nb::arg("calls"),
            nb::arg("scale"), Buf("q"), Buf("k"), Buf("v"), Buf("k_pool"), Buf("v_pool"), Buf("do"),
            Buf("lse"), Buf("delta"), Buf("dq"), Buf("dk"), Buf("dv"), Buf("dk_partial"),
            Buf("dv_partial"));

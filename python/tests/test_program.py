@@ -120,8 +120,8 @@ def test_reshuffle_pieces_carry_every_row_once_and_match_between_ranks(planner, 
 
 
 def test_one_call_at_a_time_equals_the_stage(plan):
-    """forward_call / backward_call over a stage's calls in order give forward_stage's
-    and backward_stage's bits (fcp.torch runs them one by one)."""
+    """forward_calls / backward_calls over a stage's calls, one by one in order or as
+    one list, give forward_stage's and backward_stage's bits (fcp.torch runs lists)."""
     rng = np.random.default_rng(2)
     prog = _fcp.Program(plan._h, 1)
     n, f32 = prog.local_rows, np.float32
@@ -130,25 +130,31 @@ def test_one_call_at_a_time_equals_the_stage(plan):
     kp, vp = (rng.standard_normal((prog.pool_rows("forward"), 2, 8)).astype(f32) for _ in range(2))
     calls = prog.table("forward", "compute")[1]
     results = []
-    for by_call in (False, True):
+    for mode in ("stage", "one by one", "list"):
         o, lse = np.zeros_like(q), np.full((n, 4), -np.inf, f32)
         for t in range(prog.num_stages("forward")):
-            if by_call:
-                for i in range(calls[t + 1] - calls[t]):
-                    prog.forward_call(t, i, 0.3, q, k, v, kp, vp, o, lse)
-            else:
+            n_calls = calls[t + 1] - calls[t]
+            if mode == "stage":
                 prog.forward_stage(t, 0.3, 0, q, k, v, kp, vp, o, lse)
+            for group in ([[i] for i in range(n_calls)] if mode == "one by one" else
+                          [list(range(n_calls))] if mode == "list" else []):
+                prog.forward_calls(t, group, 0.3, q, k, v, kp, vp, o, lse)
         delta = (o * do).sum(-1)
         bp = np.zeros((prog.pool_rows("backward"), 2, 8), f32)
         grads = [np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)]
         part = [np.zeros((prog.partial_rows, 2, 8), f32) for _ in range(2)]
         bcalls = prog.table("backward", "compute")[1]
         for t in range(prog.num_stages("backward")):
-            for i in (range(bcalls[t + 1] - bcalls[t]) if by_call else [None]):
-                args = (0.3, q, k, v, bp, bp, do, lse, delta, *grads, *part)
-                prog.backward_call(t, i, *args) if by_call else prog.backward_stage(t, *args)
+            args = (0.3, q, k, v, bp, bp, do, lse, delta, *grads, *part)
+            n_calls = bcalls[t + 1] - bcalls[t]
+            if mode == "stage":
+                prog.backward_stage(t, *args)
+            for group in ([[i] for i in range(n_calls)] if mode == "one by one" else
+                          [list(range(n_calls))] if mode == "list" else []):
+                prog.backward_calls(t, group, *args)
         results.append([o, lse, *grads, *part])
-    for a, b in zip(*results):
-        assert np.array_equal(a, b)
-    with pytest.raises(ValueError, match=r"forward_call: call 99 is not in \[0, "):
-        prog.forward_call(0, 99, 0.3, q, k, v, kp, vp, o, lse)
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            assert np.array_equal(a, b)
+    with pytest.raises(ValueError, match=r"forward_calls: call 99 is not in \[0, "):
+        prog.forward_calls(0, [0, 99], 0.3, q, k, v, kp, vp, o, lse)

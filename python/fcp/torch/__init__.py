@@ -17,9 +17,11 @@ or, with the dataloader permuting once per step (no reshuffle inside)::
     pos = plan.position_ids()                  # positions in their sequences, for RoPE
 
 The per-rank program (which K/V rows go to whom, pool slots, kernel segment
-tables, the reshuffle's counts and permutations) is computed once per plan by
-the C++ library (fcp/lowering.h), the same program the MPI executor runs;
-this module only issues its operations. On CUDA tensors (bfloat16 or
+tables, the reshuffle's pieces) is computed once per plan by the C++ library
+(fcp/lowering.h), the same program the MPI executor runs, and run by its
+rules: on CPU one reshuffle message per (block, dataloader rank), each
+kernel call starting once its own blocks are in, outputs and gradients going
+home block by block once final. This module only issues its operations. On CUDA tensors (bfloat16 or
 float16; never run on a GPU yet) the kernel calls become flash varlen
 launches merged on device (_varlen.py) and stage transfers go on a side
 stream over NCCL; use a cpu:gloo,cuda:nccl group. See docs/torch.md.
@@ -759,8 +761,10 @@ def _schedule(post, calls, needs, writes, run, inbound, send_blocks, label: str)
     program's order, except that a call whose blocks are in (needs(call)) goes
     ahead of earlier calls still waiting, unless it writes rows one of them
     writes (writes(call): a set of keys), so every output row takes its calls
-    in the program's order whatever the arrival order. post() (the stage's
-    transfers) is called once the blocks the stage sends from local rows are in."""
+    in the program's order whatever the arrival order. run(calls) runs a list of
+    calls in its order: every call one scan finds runnable (one at a time in a
+    trace, which records each call). post() (the stage's transfers) is called
+    once the blocks the stage sends from local rows are in."""
     pending, posted = list(calls), False
     while pending or not posted:
         seen = getattr(inbound, "count", 0)
@@ -768,26 +772,30 @@ def _schedule(post, calls, needs, writes, run, inbound, send_blocks, label: str)
             inbound.take(send_blocks)
             post()
             posted = True
-        pick, blocked = None, set()
+        picks, blocked = [], set()
         for c in pending:
             w = writes(c)
             if not (w & blocked) and inbound.ready(needs(c)):
-                pick = c
-                break
-            blocked |= w
-        if pick is None:
+                picks.append(c)  # runs before every later call of the scan
+                if _trace is not None:
+                    break
+            else:
+                blocked |= w
+        if not picks:
             if pending:
                 inbound.wait_any(seen)
             else:  # only the post is left
                 inbound.take(send_blocks)
             continue
-        pending.remove(pick)
-        inbound.take(needs(pick))
+        for c in picks:
+            pending.remove(c)
+            inbound.take(needs(c))
         t0 = time.perf_counter()
-        run(pick)
+        run(picks)
         t1 = time.perf_counter()
         _stats["kernel_s"] += t1 - t0
-        _record("compute", f"{label} q{pick[1]} kv{pick[2]}", t0, t1)
+        if len(picks) == 1:
+            _record("compute", f"{label} q{picks[0][1]} kv{picks[0][2]}", t0, t1)
 
 
 def _with_pool(x: torch.Tensor, rows: int) -> torch.Tensor:
@@ -845,8 +853,8 @@ def _forward_pass(plan: Plan, q, k, v, scale, inbound=None, home=None):
     for t in range(plan.num_forward_stages):
         label = f"fwd s{t}"
 
-        def run(c, t=t):
-            prog.forward_call(t, c[0], scale, q, k, v, k_pool, v_pool, o, lse)
+        def run(calls, t=t):
+            prog.forward_calls(t, [c[0] for c in calls], scale, q, k, v, k_pool, v_pool, o, lse)
 
         def schedule(post, t=t, run=run, label=label):
             _schedule(post, plan._calls["forward"][t], needs, writes, run, inbound, _local_sends(plan, "forward", t),
@@ -897,13 +905,14 @@ def _backward_pass(plan: Plan, q, k, v, o, lse, d_o, scale, inbound=None, homes=
             return {("q", c[1]), ("kv", c[2])}
 
         def stage_work(t):
-            def run(c):
-                if c[1] not in have_delta:  # delta = rowsum(o * dO) of a block, before its first call
-                    r = slice(c[3], c[3] + c[4])
-                    delta[r] = (o[r] * d_o[r]).sum(-1)
-                    have_delta.add(c[1])
-                prog.backward_call(t, c[0], scale, q, k, v, k_pool, v_pool, d_o, lse, delta, dq, dk, dv,
-                                   dk_partial, dv_partial)
+            def run(calls):
+                for c in calls:
+                    if c[1] not in have_delta:  # delta = rowsum(o * dO) of a block, before its first call
+                        r = slice(c[3], c[3] + c[4])
+                        delta[r] = (o[r] * d_o[r]).sum(-1)
+                        have_delta.add(c[1])
+                prog.backward_calls(t, [c[0] for c in calls], scale, q, k, v, k_pool, v_pool, d_o, lse, delta, dq,
+                                    dk, dv, dk_partial, dv_partial)
 
             def schedule(post):
                 _schedule(post, plan._calls["backward"][t], needs, writes, run, inbound,
