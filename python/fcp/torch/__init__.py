@@ -372,10 +372,41 @@ class Plan:
     def tag(self, stage: int, block: int, kind: int) -> int:
         return (stage * self.num_blocks + block) * _KINDS + kind
 
-    def reshuffle_tag(self, kind: int, block: int) -> int:
-        """Tags of the reshuffle messages (kind: _IN_QKV, ...), above every stage tag."""
-        base = max(self.num_forward_stages, self.num_backward_stages, 1) * self.num_blocks * _KINDS
-        return base + kind * self.num_blocks + block
+    def reshuffle_tag(self, kind: int, index: int) -> int:
+        """Tags of the reshuffle messages, above every stage tag: kind _IN_QKV, _IN_DO by
+        block; _HOME_O, _HOME_DQ, _HOME_DKV by final stage + 1."""
+        stages = max(self.num_forward_stages, self.num_backward_stages)
+        base = max(stages, 1) * self.num_blocks * _KINDS
+        return base + kind * max(self.num_blocks, stages + 1) + index
+
+    def _home_table(self, final_name: str) -> dict:
+        """Per stage t (-1: before the first) with blocks final at t (`final_name`: a
+        *_final_stage vector): (sends [(dataloader rank, local rows)], receives [(owner,
+        dataloader rows)], own (dataloader rows, local rows) or None). One message per
+        (stage, rank pair) carries the rows of all its blocks final at t, blocks in id
+        order on both sides: the MPI executor's per-block messages of one stage end,
+        which leave at the same moment, as one. Built once per plan."""
+        key = ("home", final_name)
+        if key not in self._on_device:
+            final = self._final_stage[final_name]
+            parts = {}  # stage -> (sends, recvs, own) as {peer: [(block, rows)]}
+            for side, which in (("recv", 0), ("send", 1), ("self", 2)):
+                for block, src, dst, _, dl_rows, local in self._pieces["reshuffle_in", side]:
+                    peer = src if which == 0 else dst
+                    rows = local if which == 0 else dl_rows if which == 1 else (dl_rows, local)
+                    parts.setdefault(final[block], ({}, {}, {}))[which].setdefault(peer, []).append((block, rows))
+
+            def cat(items):
+                return torch.cat([rows for _, rows in sorted(items, key=lambda x: x[0])])
+
+            table = {}
+            for stage, (sends, recvs, own) in parts.items():
+                mine = [x for items in own.values() for x in items]
+                table[stage] = ([(peer, cat(items)) for peer, items in sorted(sends.items())],
+                                [(peer, cat(items)) for peer, items in sorted(recvs.items())],
+                                (cat([(b, r[0]) for b, r in mine]), cat([(b, r[1]) for b, r in mine])) if mine else None)
+            self._on_device[key] = table
+        return self._on_device[key]
 
     def __repr__(self) -> str:
         return (f"fcp.torch.Plan(rank {self.rank}/{self.workers}, {self.plan.total_tokens} tokens, "
@@ -682,54 +713,44 @@ class _Inbound:
 
 class _Home:
     """One output (o; dq; dk|dv packed) going home to the dataloader layout, block by
-    block: after stage t (t = -1: before the first) each block whose rows are
-    final at t (`final`, per plan block) goes to the dataloader ranks holding
-    its tokens, one message per piece of the reshuffle in reversed, and this
-    rank receives its pieces of the blocks final at t; one batch per stage,
-    both sides in (final stage, block) order. `rows_of(local_rows)` gives a
-    block's rows to send, [n, width] in the output dtype. finish() waits and
-    returns the output [dataloader rows, width]."""
+    block: after stage t (t = -1: before the first) the blocks whose rows are
+    final at t go to the dataloader ranks holding their tokens (the reshuffle
+    in's pieces reversed; Plan._home_table), and this rank receives its rows of
+    the blocks final at t; one batch per stage. `rows_of(local_rows)` gives the
+    rows to send, [n, width] in the output dtype. finish() waits and returns the
+    output [dataloader rows, width]."""
 
-    def __init__(self, plan: Plan, kind: int, final: list, width: int, dtype, rows_of):
+    def __init__(self, plan: Plan, kind: int, final_name: str, width: int, dtype, rows_of):
         self.plan, self.kind, self.rows_of = plan, kind, rows_of
+        self.table = plan._home_table(final_name)
         self.out = torch.empty((plan.rows("dataloader"), width), dtype=dtype)
-        by_stage = {}
-        # Sent: this rank's blocks to the ranks their pieces came from; received: the pieces it sent.
-        for block, src, _, _, _, local in plan._pieces["reshuffle_in", "recv"]:
-            by_stage.setdefault(final[block], ([], [], []))[0].append((block, src, local))
-        for block, _, dst, _, rows, _ in plan._pieces["reshuffle_in", "send"]:
-            by_stage.setdefault(final[block], ([], [], []))[1].append((block, dst, rows))
-        for block, _, _, _, rows, local in plan._pieces["reshuffle_in", "self"]:
-            by_stage.setdefault(final[block], ([], [], []))[2].append((rows, local))
-        for lists in by_stage.values():
-            for x in lists[:2]:
-                x.sort(key=lambda p: p[0])  # (final stage, block) on both sides
-        self.by_stage, self.incoming, self.works, self.outgoing = by_stage, [], [], []
+        self.done, self.incoming, self.works, self.outgoing = set(), [], [], []
 
     def stage_done(self, stage: int) -> None:
-        if stage not in self.by_stage:
+        if stage not in self.table or stage in self.done:
             return
+        self.done.add(stage)
         start = time.perf_counter()
-        sends, recvs, own = self.by_stage.pop(stage)
-        plan, tag = self.plan, self.plan.reshuffle_tag
-        for rows, local in own:
-            self.out.index_copy_(0, rows, self.rows_of(local))
+        sends, recvs, own = self.table[stage]
+        plan, tag = self.plan, self.plan.reshuffle_tag(self.kind, stage + 1)
+        if own is not None:
+            self.out.index_copy_(0, own[0], self.rows_of(own[1]))
         ops = []
-        for block, dst, rows in recvs:
+        for peer, rows in recvs:
             buf = self.out.new_empty((len(rows), self.out.shape[1]))
             self.incoming.append((rows, buf))
-            ops.append(dist.P2POp(dist.irecv, buf, plan._peer[dst], plan.group, tag(self.kind, block)))
-        for block, src, local in sends:
+            ops.append(dist.P2POp(dist.irecv, buf, plan._peer[peer], plan.group, tag))
+        for peer, local in sends:
             data = self.rows_of(local)
             self.outgoing.append(data)
-            ops.append(dist.P2POp(dist.isend, data, plan._peer[src], plan.group, tag(self.kind, block)))
+            ops.append(dist.P2POp(dist.isend, data, plan._peer[peer], plan.group, tag))
         if ops:
             self.works += dist.batch_isend_irecv(ops)
         _stats["reshuffle_s"] += time.perf_counter() - start
 
     def finish(self) -> torch.Tensor:
         start = time.perf_counter()
-        for stage in sorted(self.by_stage):  # none in a valid program: every block's final stage is run
+        for stage in sorted(self.table):  # none left in a valid program: every final stage is run
             self.stage_done(stage)
         for w in self.works:
             w.wait()
@@ -992,6 +1013,8 @@ def _backward_pass(plan: Plan, q, k, v, o, lse, d_o, scale, inbound=None, homes=
 
 def _flat_rows(dtype, *xs):
     """A _Home's rows_of: the given local rows of xs (float32) side by side, [n, width], in `dtype`."""
+    if len(xs) == 1:
+        return lambda rows: xs[0].index_select(0, rows).reshape(len(rows), -1).to(dtype)
     return lambda rows: torch.cat([x.index_select(0, rows).reshape(len(rows), -1) for x in xs], dim=1).to(dtype)
 
 
@@ -1010,8 +1033,7 @@ class _Attention(torch.autograd.Function):
             packed = torch.cat([x.reshape(rows, -1) for x in (q_in, k_in, v_in)], dim=1)
             qkv = [q_in.new_zeros((plan.local_rows,) + tuple(x.shape[1:])) for x in (q_in, k_in, v_in)]
             inbound = _Inbound(plan, "reshuffle_in", packed, qkv)
-            home = lambda o: _Home(plan, _HOME_O, plan._final_stage["forward_final_stage"], hq, dtype,
-                                   _flat_rows(dtype, o))
+            home = lambda o: _Home(plan, _HOME_O, "forward_final_stage", hq, dtype, _flat_rows(dtype, o))
             q_in, k_in, v_in = qkv
             o, lse, home = _forward_pass(plan, q_in, k_in, v_in, scale, inbound, home)
             out = home.finish().reshape(rows, plan.heads_q, plan.head_dim)
@@ -1043,10 +1065,9 @@ class _Attention(torch.autograd.Function):
         if layout == "dataloader" and not q.is_cuda:
             d_o_local = d_o.new_zeros((plan.local_rows,) + tuple(d_o.shape[1:]))
             inbound = _Inbound(plan, "do_in", d_o.reshape(d_o.shape[0], -1), [d_o_local])
-            finals = plan._final_stage
             homes = lambda dq, dk, dv: (
-                _Home(plan, _HOME_DQ, finals["backward_dq_final_stage"], hq, dtype, _flat_rows(dtype, dq)),
-                _Home(plan, _HOME_DKV, finals["backward_dkv_final_stage"], 2 * hkv, dtype, _flat_rows(dtype, dk, dv)))
+                _Home(plan, _HOME_DQ, "backward_dq_final_stage", hq, dtype, _flat_rows(dtype, dq)),
+                _Home(plan, _HOME_DKV, "backward_dkv_final_stage", 2 * hkv, dtype, _flat_rows(dtype, dk, dv)))
             *_, (dq_home, dkv_home) = _backward_pass(plan, q, k, v, o, lse, d_o_local, ctx.scale, inbound, homes)
             dkv = dkv_home.finish()
             dq, dk, dv = dq_home.finish(), dkv[:, :hkv], dkv[:, hkv:]
