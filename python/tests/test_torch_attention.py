@@ -42,6 +42,7 @@ def bad_input_results():
     ("wrong_dtype", "dtype torch.float64"),
     ("dataloader_rows_in_plan_layout", "plan layout"),
     ("dispatch_wrong_rows", "dispatch: x has shape"),
+    ("different_plan_on_rank_2", "the ranks hold different plans"),
 ])
 def test_bad_input_is_one_error_on_every_rank(bad_input_results, case, expected):
     for rank, result in enumerate(bad_input_results):

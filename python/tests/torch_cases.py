@@ -169,6 +169,13 @@ def bad_input_cases(rank):
     # get the other ranks' error (this plan has ranks where they differ).
     attempt("dataloader_rows_in_plan_layout", wrong_layout_rows)
     attempt("dispatch_wrong_rows", lambda: ft.dispatch(torch.randn(n + 2, 3), plan))
+
+    def different_plan():
+        # Not through fcp.torch.plan (which compares the batch): rank 2 plans another coalesce.
+        import fcp
+        other = ft.Plan(fcp.plan(LENGTHS, workers=4, **dict(kw, coalesce=1 if rank == 2 else 2)))
+        ft.attention(*tensors(), other)
+    attempt("different_plan_on_rank_2", different_plan)
     # After every failure above, the group still works: one good call.
     q, k, v = tensors()
     o = ft.attention(q, k, v, plan)

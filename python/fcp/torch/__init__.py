@@ -249,14 +249,21 @@ def _group_size_rank(group) -> Tuple[int, int]:
     return dist.get_world_size(group), dist.get_rank(group)
 
 
-def _agree(group, error: Optional[str], operation: str) -> None:
-    """Raises the same ValueError on every rank when any rank has an error.
+def _agree(group, error: Optional[str], operation: str, plan: Optional["Plan"] = None) -> None:
+    """Raises the same ValueError on every rank when any rank has an error, or when
+    the ranks hold different plans (`plan`: this rank's; its digest is compared).
 
     One all_reduce when every rank is fine; the messages travel only on failure.
     """
-    flag = torch.tensor([0 if error is None else 1], dtype=torch.int64)
+    digest = plan._digest if plan is not None else 0
+    flag = torch.tensor([0 if error is None else 1, digest, -digest], dtype=torch.int64)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
-    if int(flag.item()) == 0:
+    failed, high, neg_low = (int(x) for x in flag.tolist())
+    if failed == 0 and high != -neg_low:
+        # Their messages would not match: a hang or an abort inside gloo, never an error.
+        raise ValueError(f"{operation}: the ranks hold different plans (make the plan with fcp.torch.plan, "
+                         "collectively, from the same batch on every rank)")
+    if failed == 0:
         return
     world, _ = _group_size_rank(group)
     messages: List[Optional[str]] = [None] * world
@@ -281,6 +288,8 @@ class Plan:
         self.rank = rank
         self.workers = world
         self.program = _fcp.Program(plan._h, rank)
+        # Compared across ranks by every call (_agree): ranks must run one plan.
+        self._digest = int.from_bytes(hashlib.sha256(plan.to_json().encode()).digest()[:8], "little", signed=True)
         p = self.program
         self.local_range = (p.dataloader_begin, p.dataloader_end)
         self.local_rows = p.local_rows
@@ -517,13 +526,13 @@ class _Dispatch(torch.autograd.Function):
 
 def dispatch(x: torch.Tensor, plan: Plan) -> torch.Tensor:
     """This rank's dataloader rows [hi-lo, ...] -> its plan rows [plan.local_rows, ...]. Differentiable."""
-    _agree(plan.group, _check_rows(plan, x, plan.rows("dataloader"), "dispatch: x"), "fcp.torch.dispatch")
+    _agree(plan.group, _check_rows(plan, x, plan.rows("dataloader"), "dispatch: x"), "fcp.torch.dispatch", plan)
     return _Dispatch.apply(x, plan, True)
 
 
 def undispatch(x: torch.Tensor, plan: Plan) -> torch.Tensor:
     """The inverse of :func:`dispatch`. Differentiable."""
-    _agree(plan.group, _check_rows(plan, x, plan.rows("plan"), "undispatch: x"), "fcp.torch.undispatch")
+    _agree(plan.group, _check_rows(plan, x, plan.rows("plan"), "undispatch: x"), "fcp.torch.undispatch", plan)
     return _Dispatch.apply(x, plan, False)
 
 
@@ -1101,7 +1110,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Plan, lay
     """
     if not isinstance(plan, Plan):
         raise TypeError(f"fcp.torch.attention: plan must be an fcp.torch.Plan, got {type(plan).__name__}")
-    _agree(plan.group, _check_qkv(plan, q, k, v, layout), "fcp.torch.attention")
+    _agree(plan.group, _check_qkv(plan, q, k, v, layout), "fcp.torch.attention", plan)
     s = float(scale) if scale is not None else 1.0 / math.sqrt(plan.head_dim)
     return _Attention.apply(q, k, v, plan, layout, s)
 
