@@ -673,8 +673,8 @@ class _Inbound:
     def wait_any(self, seen: int) -> None:
         """Blocks until some piece arrives after `seen` arrivals (counted as a reshuffle wait)."""
         start = time.perf_counter()
-        _stats["reshuffle_waits"] += 1
         with self.cond:
+            _stats["reshuffle_waits"] += int(self.count == seen and self.error is None)
             while self.count == seen and self.error is None:
                 self.cond.wait()
         if self.error is not None:
