@@ -181,3 +181,10 @@ def test_reshuffle_in_is_per_block_and_outputs_do_not_depend_on_arrival_order():
         assert len(arrival) == 1, f"{name}: no reshuffle event of block {block} from rank 0 on rank {dst}"
         early = [e["name"] for e in events if e["cat"] == "compute" and e["name"] in calls and e["ts"] < arrival[0]]
         assert early, f"{name}: on rank {dst} every call needing another rank's rows waited for block {block}"
+        for r, res in enumerate(results):
+            dl, pl = res[name]["stats"]["dataloader"], res[name]["stats"]["plan"]
+            assert dl["calls"] == pl["calls"] == 1
+            assert 0 <= dl["reshuffle_wait_s"] <= dl["reshuffle_s"] < dl["total_s"], (r, dl)
+            assert dl["reshuffle_s"] > 0 and dl["reshuffle_waits"] >= 0, (r, dl)
+            assert pl["reshuffle_s"] == pl["reshuffle_wait_s"] == pl["reshuffle_waits"] == 0, (r, pl)
+            assert pl["kernel_s"] > 0 and abs(pl["python_s"] + pl["kernel_s"] + pl["wait_s"] - pl["total_s"]) < 1e-9

@@ -264,6 +264,16 @@ def reshuffle_rule_case(rank, path):
             runs.append([o.detach()] + [t.grad for t in x])
         result = {"identical": all(torch.equal(a, b) for a, b in zip(*runs)), "block": block, "dst": dst,
                   "path": f"{path}.{name}"}
+        # The counters (docs/torch.md): the dataloader layout's reshuffle, of it the blocked part; none in
+        # the plan layout (dispatch is the caller's, not attention's).
+        ft.reset_stats()
+        ft.attention(*(t.clone().requires_grad_() for t in (q, k, v)), plan).backward(do)
+        dl = ft.stats()
+        ft.reset_stats()
+        xp = [ft.dispatch(t.clone(), plan).requires_grad_() for t in (q, k, v)]
+        ft.attention(*xp, plan, layout="plan").backward(ft.dispatch(do, plan))
+        pl = ft.stats()
+        result["stats"] = {"dataloader": dl, "plan": pl}
         if rank == dst:
             remote = {p[0] for p in plan._pieces["reshuffle_in", "recv"]}
             calls = []
