@@ -333,7 +333,7 @@ class Plan:
                                    local_rows[at:at + rows] if len(local_rows) else None))
                     at += rows
                 self._pieces[name, side] = pieces
-        self._on_device = {}  # (what, device) -> index tensors / DeviceProgram / stream, made on first use
+        self._on_device = {}  # (what, device) -> index tensors / DeviceProgram / stream; home tables: made on first use
 
     def _rows(self, name: str, device) -> torch.Tensor:
         """One of the reshuffle's row tables on `device`."""
