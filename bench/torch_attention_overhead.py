@@ -4,6 +4,7 @@ ranks (torch.multiprocessing spawn, one thread each), from fcp.torch.stats().
 
     python bench/torch_attention_overhead.py [--workers 4,8,16] [--tokens-per-rank 1024] [--steps 5] [--serialize]
                                              [--dtype float32|bfloat16] [--trace PREFIX]
+    torchrun --nproc-per-node N bench/torch_attention_overhead.py [...]   # the N ranks of torchrun instead
 
 --serialize waits for each stage's transfers before its compute: its wait
 column is then the bare transfer time, which the default run hides behind
@@ -28,8 +29,14 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
+# Columns of stats() per step (reshuffle_wait: blank for fcp versions without it).
+KEYS = ("total_s", "kernel_s", "wait_s", "reshuffle_s", "reshuffle_wait_s", "python_s", "post_s",
+        "stages_with_transfers")
+
+
 def rank_main(rank, world, port, args, out):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if port is not None:  # else torchrun has set the rendezvous
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     import fcp.torch as ft
@@ -58,13 +65,21 @@ def rank_main(rank, world, port, args, out):
     if not args.trace:
         s = ft.stats()
     counted = args.steps - int(bool(args.trace))
-    row = torch.tensor([s[key] / counted for key in ("total_s", "kernel_s", "wait_s", "reshuffle_s", "python_s",
-                                                        "post_s", "stages_with_transfers")],
-                       dtype=torch.float64)
+    row = torch.tensor([s.get(key, float("nan")) / counted for key in KEYS], dtype=torch.float64)
     dist.all_reduce(row)
     if rank == 0:
-        torch.save((row / world).tolist() + [plan.num_forward_stages, len(lengths)], out)
+        result = (row / world).tolist() + [plan.num_forward_stages, len(lengths)]
+        if out is None:
+            print_row(world, result)
+        else:
+            torch.save(result, out)
     dist.destroy_process_group()
+
+
+def print_row(world, result):
+    total, kernel, wait, resh, resh_wait, py, post, with_t, stages, seqs = result
+    print(f"{world:<3} {int(seqs):4d} {int(stages):6d} | {total * 1e3:8.1f} {kernel * 1e3:8.1f} {wait * 1e3:8.1f} "
+          f"{resh * 1e3:8.1f} {resh_wait * 1e3:8.1f} {py * 1e3:8.1f} ({post * 1e3:.1f}) | {with_t:.1f}", flush=True)
 
 
 def main():
@@ -77,17 +92,22 @@ def main():
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     ap.add_argument("--trace", help="write the last step of each N as a Chrome trace PREFIX.N<N>.json")
     args = ap.parse_args()
-    print("N   seqs stages | per step, mean over ranks (ms): total kernel wait reshuffle python (post) "
-          "| stages with transfers")
+    header = ("N   seqs stages | per step, mean over ranks (ms): total kernel wait reshuffle (of it blocked) "
+              "python (post) | stages with transfers")
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # under torchrun
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        if rank == 0:
+            print(header, flush=True)
+        rank_main(rank, world, None, args, None)
+        return
+    print(header)
     for world in [int(x) for x in args.workers.split(",")]:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         out = os.path.join(tempfile.mkdtemp(), "row")
         mp.spawn(rank_main, args=(world, port, args, out), nprocs=world)
-        total, kernel, wait, resh, py, post, with_t, stages, seqs = torch.load(out)
-        print(f"{world:<3} {int(seqs):4d} {int(stages):6d} | {total * 1e3:8.1f} {kernel * 1e3:8.1f} {wait * 1e3:8.1f} "
-              f"{resh * 1e3:8.1f} {py * 1e3:8.1f} ({post * 1e3:.1f}) | {with_t:.1f}")
+        print_row(world, torch.load(out))
 
 
 if __name__ == "__main__":

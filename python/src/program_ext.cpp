@@ -12,10 +12,18 @@
 //   compute   stage, q_block, kv_block, q_row, q_rows, kv_in_pool, kv_row,
 //             kv_rows, dkv_in_partial, dkv_row, segment_begin, segment_end, early
 //   segments  q_row, k_row, q_pos, k_pos, q_len, k_len (rows relative to the call's q_row / kv_row)
+// and the input reshuffles' pieces (`reshuffle_in`, `do_in`; recv, send or
+// self, in the program's posting order):
+//   pieces    block, src, dst, rows, need_stage (the stage of ReshuffleNeed;
+//             the pass's stage count when the owner never needs the block)
+// with the pieces' dataloader rows (send, self) and local rows (recv, self)
+// concatenated in piece order.
 // Built once per Program, owned by it; views keep it alive.
 //
 // forward_stage / backward_stage run the stage's compute calls in order with
-// the GIL released (communication threads keep running). Buffers are
+// the GIL released (communication threads keep running); forward_calls /
+// backward_calls run the listed ones, in the list's order (the torch
+// executor's schedule: the calls whose blocks are in). Buffers are
 // C-contiguous, on the CPU: q, o [local_rows, heads_q, head_dim]; k, v
 // [local_rows, heads_kv, head_dim]; the pools [pool_rows or partial_rows,
 // heads_kv, head_dim]; lse, delta [local_rows, heads_q]. The inputs q, k, v,
@@ -23,6 +31,7 @@
 // by the kernel, fcp/attention_kernel.h); what the kernel writes (o, lse, dq,
 // dk, dv, the dK/dV partials) and lse, delta are float32. Sizes and dtypes
 // are checked; Error(kInvalidArgument) (ValueError) names the buffer.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <iterator>
@@ -70,6 +79,26 @@ struct PassTables {
       compute{{}, {0}, 13};
 };
 
+// One side (recv, send or self) of an input reshuffle, tabulated.
+struct PieceTable {
+  StageTable pieces{{}, {0}, 5};
+  std::vector<int64_t> dataloader_rows, local_rows;
+};
+
+PieceTable TabulatePieces(const std::vector<ReshufflePiece>& list,
+                          const std::vector<std::pair<int64_t, int64_t>>& need, int64_t stages) {
+  PieceTable t;
+  for (const ReshufflePiece& x : list) {
+    const int64_t rows =
+        static_cast<int64_t>(std::max(x.dataloader_rows.size(), x.local_rows.size()));
+    t.pieces.Add({x.block, x.src, x.dst, rows, std::min(need[x.block].first, stages)});
+    t.dataloader_rows.insert(t.dataloader_rows.end(), x.dataloader_rows.begin(),
+                             x.dataloader_rows.end());
+    t.local_rows.insert(t.local_rows.end(), x.local_rows.begin(), x.local_rows.end());
+  }
+  return t;
+}
+
 PassTables Tabulate(const PassProgram& pass) {
   PassTables t;
   for (size_t s = 0; s < pass.stages.size(); ++s) {
@@ -101,6 +130,15 @@ class ProgramHandle {
         forward_(Tabulate(program_.forward)),
         backward_(Tabulate(program_.backward)),
         kernel_(MakeCpuAttentionKernel()) {
+    const auto fwd_need = ReshuffleNeed(plan, false), bwd_need = ReshuffleNeed(plan, true);
+    const auto fwd_stages = static_cast<int64_t>(program_.forward.stages.size());
+    const auto bwd_stages = static_cast<int64_t>(program_.backward.stages.size());
+    for (const auto* r : {&program_.reshuffle_in, &program_.do_in}) {
+      const auto& need = r == &program_.do_in ? bwd_need : fwd_need;
+      const int64_t stages = r == &program_.do_in ? bwd_stages : fwd_stages;
+      for (const auto* side : {&r->recv, &r->send, &r->self})
+        pieces_.push_back(TabulatePieces(*side, need, stages));
+    }
     for (const auto* v : {&program_.forward_final_stage, &program_.backward_dq_final_stage,
                           &program_.backward_dkv_final_stage})
       final_stages_.emplace_back(v->begin(), v->end());
@@ -118,31 +156,39 @@ class ProgramHandle {
   const std::vector<int64_t>& segments() const { return segments_; }
   // forward_final_stage, backward_dq_final_stage, backward_dkv_final_stage.
   const std::vector<int64_t>& final_stage(size_t i) const { return final_stages_[i]; }
+  const PieceTable& pieces(const std::string& name, const std::string& side) const {
+    static const char* const kNames[] = {"reshuffle_in", "do_in"};
+    static const char* const kSides[] = {"recv", "send", "self"};
+    for (size_t n = 0; n < 2; ++n)
+      for (size_t s = 0; s < 3; ++s)
+        if (name == kNames[n] && side == kSides[s]) return pieces_[n * 3 + s];
+    throw Error(ErrorCode::kInvalidArgument, "program.reshuffle: no reshuffle '" + name +
+                                                 "' side '" + side +
+                                                 "' (reshuffle_in or do_in; recv, send or self)");
+  }
 
   // early: 0 every call, 1 only the early ones, 2 all but the early ones.
   void Forward(int64_t stage, float scale, int early, Input q, Input k, Input v, Input k_pool,
                Input v_pool, Buffer o, Buffer lse) {
-    if (IsBFloat16("forward_stage",
-                   {{"q", &q}, {"k", &k}, {"v", &v}, {"k_pool", &k_pool}, {"v_pool", &v_pool}}))
-      ForwardOf<BFloat16>(stage, scale, early, q, k, v, k_pool, v_pool, o, lse);
-    else
-      ForwardOf<float>(stage, scale, early, q, k, v, k_pool, v_pool, o, lse);
+    ForwardCalls("forward_stage", stage, Calls{early, nullptr}, scale, q, k, v, k_pool, v_pool, o,
+                 lse);
+  }
+  void ForwardList(int64_t stage, const std::vector<int64_t>& calls, float scale, Input q, Input k,
+                   Input v, Input k_pool, Input v_pool, Buffer o, Buffer lse) {
+    ForwardCalls("forward_calls", stage, Calls{0, &calls}, scale, q, k, v, k_pool, v_pool, o, lse);
   }
 
   void Backward(int64_t stage, float scale, Input q, Input k, Input v, Input k_pool, Input v_pool,
                 Input d_o, Buffer lse, Buffer delta, Buffer dq, Buffer dk, Buffer dv,
                 Buffer dk_partial, Buffer dv_partial) {
-    if (IsBFloat16("backward_stage", {{"q", &q},
-                                      {"k", &k},
-                                      {"v", &v},
-                                      {"k_pool", &k_pool},
-                                      {"v_pool", &v_pool},
-                                      {"do", &d_o}}))
-      BackwardOf<BFloat16>(stage, scale, q, k, v, k_pool, v_pool, d_o, lse, delta, dq, dk, dv,
-                           dk_partial, dv_partial);
-    else
-      BackwardOf<float>(stage, scale, q, k, v, k_pool, v_pool, d_o, lse, delta, dq, dk, dv,
-                        dk_partial, dv_partial);
+    BackwardCalls("backward_stage", stage, Calls{0, nullptr}, scale, q, k, v, k_pool, v_pool, d_o,
+                  lse, delta, dq, dk, dv, dk_partial, dv_partial);
+  }
+  void BackwardList(int64_t stage, const std::vector<int64_t>& calls, float scale, Input q, Input k,
+                    Input v, Input k_pool, Input v_pool, Input d_o, Buffer lse, Buffer delta,
+                    Buffer dq, Buffer dk, Buffer dv, Buffer dk_partial, Buffer dv_partial) {
+    BackwardCalls("backward_calls", stage, Calls{0, &calls}, scale, q, k, v, k_pool, v_pool, d_o,
+                  lse, delta, dq, dk, dv, dk_partial, dv_partial);
   }
 
  private:
@@ -163,6 +209,53 @@ class ProgramHandle {
                         " but " + inputs.begin()->first + " is " + DtypeName(first));
     return bf16;
   }
+
+  // Which of a stage's calls run: those listed (in that order), else all by `early` (above).
+  struct Calls {
+    int early = 0;
+    const std::vector<int64_t>* list = nullptr;
+  };
+  void ForwardCalls(const char* op, int64_t stage, Calls calls, float scale, Input& q, Input& k,
+                    Input& v, Input& k_pool, Input& v_pool, Buffer& o, Buffer& lse) {
+    if (IsBFloat16(op, {{"q", &q}, {"k", &k}, {"v", &v}, {"k_pool", &k_pool}, {"v_pool", &v_pool}}))
+      ForwardOf<BFloat16>(op, stage, calls, scale, q, k, v, k_pool, v_pool, o, lse);
+    else
+      ForwardOf<float>(op, stage, calls, scale, q, k, v, k_pool, v_pool, o, lse);
+  }
+  void BackwardCalls(const char* op, int64_t stage, Calls calls, float scale, Input& q, Input& k,
+                     Input& v, Input& k_pool, Input& v_pool, Input& d_o, Buffer& lse, Buffer& delta,
+                     Buffer& dq, Buffer& dk, Buffer& dv, Buffer& dk_partial, Buffer& dv_partial) {
+    if (IsBFloat16(op, {{"q", &q},
+                        {"k", &k},
+                        {"v", &v},
+                        {"k_pool", &k_pool},
+                        {"v_pool", &v_pool},
+                        {"do", &d_o}}))
+      BackwardOf<BFloat16>(op, stage, calls, scale, q, k, v, k_pool, v_pool, d_o, lse, delta, dq,
+                           dk, dv, dk_partial, dv_partial);
+    else
+      BackwardOf<float>(op, stage, calls, scale, q, k, v, k_pool, v_pool, d_o, lse, delta, dq, dk,
+                        dv, dk_partial, dv_partial);
+  }
+  // The indices of the calls of `sp` that `calls` selects, in running order.
+  static std::vector<size_t> Selected(const StageProgram& sp, Calls calls, const char* op) {
+    std::vector<size_t> out;
+    if (calls.list == nullptr) {
+      for (size_t i = 0; i < sp.compute.size(); ++i)
+        if (!((calls.early == 1 && !sp.compute[i].early) ||
+              (calls.early == 2 && sp.compute[i].early)))
+          out.push_back(i);
+      return out;
+    }
+    for (const int64_t i : *calls.list) {
+      if (i < 0 || i >= static_cast<int64_t>(sp.compute.size()))
+        throw Error(ErrorCode::kInvalidArgument, std::string("program.") + op + ": call " +
+                                                     std::to_string(i) + " is not in [0, " +
+                                                     std::to_string(sp.compute.size()) + ")");
+      out.push_back(static_cast<size_t>(i));
+    }
+    return out;
+  }
   // "float32", "bfloat16", "int64", ... (DLPack's type code and bits).
   static std::string DtypeName(nb::dlpack::dtype d) {
     static const char* const kCodes[] = {"int",    "uint",    "float", "opaque",
@@ -177,9 +270,11 @@ class ProgramHandle {
   }
 
   template <class T>
-  void ForwardOf(int64_t stage, float scale, int early, const Input& q, const Input& k,
-                 const Input& v, const Input& k_pool, const Input& v_pool, Buffer& o, Buffer& lse) {
-    const StageProgram& sp = Stage(program_.forward, stage, "forward_stage");
+  void ForwardOf(const char* op, int64_t stage, Calls calls, float scale, const Input& q,
+                 const Input& k, const Input& v, const Input& k_pool, const Input& v_pool,
+                 Buffer& o, Buffer& lse) {
+    const StageProgram& sp = Stage(program_.forward, stage, op);
+    const std::vector<size_t> selected = Selected(sp, calls, op);
     const AttentionDims dims = Dims(scale);
     const int64_t local = program_.local_rows, pool = program_.forward.pool_rows;
     Check("q", q, local, dims.q_row_floats());
@@ -190,8 +285,8 @@ class ProgramHandle {
     Check("k_pool", k_pool, pool, dims.kv_row_floats());
     Check("v_pool", v_pool, pool, dims.kv_row_floats());
     nb::gil_scoped_release release;
-    for (const ComputeCall& c : sp.compute) {
-      if ((early == 1 && !c.early) || (early == 2 && c.early)) continue;
+    for (const size_t i : selected) {
+      const ComputeCall& c = sp.compute[i];
       const T* kb = Data<T>(c.kv_in_pool ? k_pool : k);
       const T* vb = Data<T>(c.kv_in_pool ? v_pool : v);
       kernel_->Forward(dims, mask_, Segments(c),
@@ -204,11 +299,12 @@ class ProgramHandle {
   }
 
   template <class T>
-  void BackwardOf(int64_t stage, float scale, const Input& q, const Input& k, const Input& v,
-                  const Input& k_pool, const Input& v_pool, const Input& d_o, Buffer& lse,
-                  Buffer& delta, Buffer& dq, Buffer& dk, Buffer& dv, Buffer& dk_partial,
-                  Buffer& dv_partial) {
-    const StageProgram& sp = Stage(program_.backward, stage, "backward_stage");
+  void BackwardOf(const char* op, int64_t stage, Calls calls, float scale, const Input& q,
+                  const Input& k, const Input& v, const Input& k_pool, const Input& v_pool,
+                  const Input& d_o, Buffer& lse, Buffer& delta, Buffer& dq, Buffer& dk, Buffer& dv,
+                  Buffer& dk_partial, Buffer& dv_partial) {
+    const StageProgram& sp = Stage(program_.backward, stage, op);
+    const std::vector<size_t> selected = Selected(sp, calls, op);
     const AttentionDims dims = Dims(scale);
     const int64_t local = program_.local_rows, pool = program_.backward.pool_rows;
     const int64_t partial = program_.backward.partial_rows;
@@ -227,7 +323,8 @@ class ProgramHandle {
     Check("dv_partial", dv_partial, partial, dims.kv_row_floats());
     nb::gil_scoped_release release;
     const int64_t qr = dims.q_row_floats(), kr = dims.kv_row_floats();
-    for (const ComputeCall& c : sp.compute) {
+    for (const size_t i : selected) {
+      const ComputeCall& c = sp.compute[i];
       const T* kb = Data<T>(c.kv_in_pool ? k_pool : k);
       const T* vb = Data<T>(c.kv_in_pool ? v_pool : v);
       float* dkb = c.dkv_in_partial ? dk_partial.data() : dk.data();
@@ -276,6 +373,7 @@ class ProgramHandle {
   std::vector<std::vector<int64_t>>
       final_stages_;  // RankProgram's *_final_stage, as int64 for vector()
   std::vector<int64_t> segments_;
+  std::vector<PieceTable> pieces_;  // reshuffle_in recv, send, self; do_in recv, send, self
   std::unique_ptr<AttentionKernel> kernel_;  // one thread at a time: calls hold the handle
 };
 
@@ -398,14 +496,31 @@ void RegisterProgramBindings(nb::module_& m, PlanOf plan_of) {
             throw Error(ErrorCode::kInvalidArgument, "program.table: no table '" + name + "'");
           },
           nb::arg("pass"), nb::arg("name"), "(rows, per-stage offsets) of one table of a pass.")
+      .def(
+          "reshuffle",
+          [](ProgramHandle& h, const std::string& name, const std::string& side) {
+            const PieceTable& t = h.pieces(name, side);
+            return nb::make_tuple(TableView(t.pieces, nb::find(&h)),
+                                  VecView(t.dataloader_rows, nb::find(&h)),
+                                  VecView(t.local_rows, nb::find(&h)));
+          },
+          nb::arg("name"), nb::arg("side"),
+          "(pieces, dataloader rows, local rows) of one side of an input reshuffle.")
       // noconvert: a buffer of another dtype or layout is an error, never a
       // silent temporary copy (the kernel would write into the copy).
       .def("forward_stage", &ProgramHandle::Forward, nb::arg("stage"), nb::arg("scale"),
            nb::arg("early"), Buf("q"), Buf("k"), Buf("v"), Buf("k_pool"), Buf("v_pool"), Buf("o"),
            Buf("lse"))
+      .def("forward_calls", &ProgramHandle::ForwardList, nb::arg("stage"), nb::arg("calls"),
+           nb::arg("scale"), Buf("q"), Buf("k"), Buf("v"), Buf("k_pool"), Buf("v_pool"), Buf("o"),
+           Buf("lse"))
       .def("backward_stage", &ProgramHandle::Backward, nb::arg("stage"), nb::arg("scale"), Buf("q"),
            Buf("k"), Buf("v"), Buf("k_pool"), Buf("v_pool"), Buf("do"), Buf("lse"), Buf("delta"),
-           Buf("dq"), Buf("dk"), Buf("dv"), Buf("dk_partial"), Buf("dv_partial"));
+           Buf("dq"), Buf("dk"), Buf("dv"), Buf("dk_partial"), Buf("dv_partial"))
+      .def("backward_calls", &ProgramHandle::BackwardList, nb::arg("stage"), nb::arg("calls"),
+           nb::arg("scale"), Buf("q"), Buf("k"), Buf("v"), Buf("k_pool"), Buf("v_pool"), Buf("do"),
+           Buf("lse"), Buf("delta"), Buf("dq"), Buf("dk"), Buf("dv"), Buf("dk_partial"),
+           Buf("dv_partial"));
 }
 
 }  // namespace fcp::python

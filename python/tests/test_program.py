@@ -72,3 +72,89 @@ def test_bad_buffers_and_ranks_are_value_errors(plan):
         prog.forward_stage(0, 1.0, 0, q, kv, kv, pool, pool, q.astype(np.float16), lse)
     with pytest.raises(ValueError, match="pass must be"):
         prog.table("sideways", "compute")
+
+
+@pytest.mark.parametrize("planner, mask", [("fcp", "causal"), ("fcp", "full"), ("magi", "full"), ("ring", "causal")])
+def test_reshuffle_pieces_carry_every_row_once_and_match_between_ranks(planner, mask):
+    """Program.reshuffle (the MPI executor's pieces, which fcp.torch posts): each side's
+    rows are the same tokens, every dataloader and local row is in one piece, what r
+    sends s is, message by message, what s receives from r, and both lists are in
+    need order."""
+    p = fcp.plan([100, 37, 1, 256, 3, 90], workers=4, block_size=32, coalesce=2, mask=mask, planner=planner,
+                 heads_q=4, heads_kv=2, head_dim=8)
+    progs = [_fcp.Program(p._h, r) for r in range(p.workers)]
+
+    def pieces(prog, name, side):
+        table, dl, local = prog.reshuffle(name, side)
+        out, at = [], 0
+        for block, src, dst, rows, need in table.tolist():
+            out.append((block, src, dst, need, dl[at:at + rows].tolist() if len(dl) else None,
+                        local[at:at + rows].tolist() if len(local) else None))
+            at += rows
+        assert at == max(len(dl), len(local))
+        return out
+
+    for name, stages in (("reshuffle_in", p.num_forward_stages), ("do_in", p.num_backward_stages)):
+        for r, prog in enumerate(progs):
+            tokens = prog.vector("local_token")
+            recv, send, own = (pieces(prog, name, side) for side in ("recv", "send", "self"))
+            assert sorted(i for x in recv + own for i in x[5]) == list(range(prog.local_rows))
+            assert sorted(i for x in send + own for i in x[4]) == list(range(prog.dataloader_end -
+                                                                             prog.dataloader_begin))
+            for block, src, dst, need, dl, local in own:
+                assert src == dst == r and p.block_owner[block] == r
+                assert [tokens[i] for i in local] == [prog.dataloader_begin + i for i in dl]
+            for lst in (recv, send):
+                needs = [x[3] for x in lst]
+                assert needs == sorted(needs) and all(0 <= n <= stages for n in needs)
+            assert all(x[2] == r and x[1] != r and p.block_owner[x[0]] == r for x in recv)
+            for s, peer in enumerate(progs):
+                mine = [x for x in send if x[2] == s]
+                theirs = [x for x in pieces(peer, name, "recv") if x[1] == r]
+                assert [x[0] for x in mine] == [x[0] for x in theirs], (name, r, s)
+                peer_tokens = peer.vector("local_token")
+                for a, b in zip(mine, theirs):
+                    assert [prog.dataloader_begin + i for i in a[4]] == [peer_tokens[i] for i in b[5]]
+    with pytest.raises(ValueError, match="no reshuffle 'out' side 'recv'"):
+        progs[0].reshuffle("out", "recv")
+
+
+def test_one_call_at_a_time_equals_the_stage(plan):
+    """forward_calls / backward_calls over a stage's calls, one by one in order or as
+    one list, give forward_stage's and backward_stage's bits (fcp.torch runs lists)."""
+    rng = np.random.default_rng(2)
+    prog = _fcp.Program(plan._h, 1)
+    n, f32 = prog.local_rows, np.float32
+    q, do = (rng.standard_normal((n, 4, 8)).astype(f32) for _ in range(2))
+    k, v = (rng.standard_normal((n, 2, 8)).astype(f32) for _ in range(2))
+    kp, vp = (rng.standard_normal((prog.pool_rows("forward"), 2, 8)).astype(f32) for _ in range(2))
+    calls = prog.table("forward", "compute")[1]
+    results = []
+    for mode in ("stage", "one by one", "list"):
+        o, lse = np.zeros_like(q), np.full((n, 4), -np.inf, f32)
+        for t in range(prog.num_stages("forward")):
+            n_calls = calls[t + 1] - calls[t]
+            if mode == "stage":
+                prog.forward_stage(t, 0.3, 0, q, k, v, kp, vp, o, lse)
+            for group in ([[i] for i in range(n_calls)] if mode == "one by one" else
+                          [list(range(n_calls))] if mode == "list" else []):
+                prog.forward_calls(t, group, 0.3, q, k, v, kp, vp, o, lse)
+        delta = (o * do).sum(-1)
+        bp = np.zeros((prog.pool_rows("backward"), 2, 8), f32)
+        grads = [np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)]
+        part = [np.zeros((prog.partial_rows, 2, 8), f32) for _ in range(2)]
+        bcalls = prog.table("backward", "compute")[1]
+        for t in range(prog.num_stages("backward")):
+            args = (0.3, q, k, v, bp, bp, do, lse, delta, *grads, *part)
+            n_calls = bcalls[t + 1] - bcalls[t]
+            if mode == "stage":
+                prog.backward_stage(t, *args)
+            for group in ([[i] for i in range(n_calls)] if mode == "one by one" else
+                          [list(range(n_calls))] if mode == "list" else []):
+                prog.backward_calls(t, group, *args)
+        results.append([o, lse, *grads, *part])
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            assert np.array_equal(a, b)
+    with pytest.raises(ValueError, match=r"forward_calls: call 99 is not in \[0, "):
+        prog.forward_calls(0, [0, 99], 0.3, q, k, v, kp, vp, o, lse)

@@ -100,15 +100,16 @@ def run_attention_case(case, rank, device="cpu"):
             qp, kp, vp = (ft.dispatch(x, plan) for x in mine)
             o = ft.undispatch(ft.attention(qp, kp, vp, plan, layout="plan"), plan)
         o.backward(do[lo:hi].to(device))
-        outputs[layout] = o.detach()
+        outputs[layout] = [o.detach()] + [x.grad for x in mine]
         results[layout] = {
             "o": global_rel_err(o.detach(), o_ref.detach()[lo:hi]),
             "dq": global_rel_err(mine[0].grad, ref[0].grad[lo:hi]),
             "dk": global_rel_err(mine[1].grad, ref[1].grad[lo:hi]),
             "dv": global_rel_err(mine[2].grad, ref[2].grad[lo:hi]),
         }
-    diff = torch.tensor([(outputs["dataloader"].float() - outputs["plan"].float()).abs().max().item()])
-    # (a CPU tensor: the CUDA cases' group is cpu:gloo,cuda:nccl)
+    # o, dq, dk, dv of the two layouts (a CPU tensor: the CUDA cases' group is cpu:gloo,cuda:nccl)
+    diff = torch.tensor([max((a.float() - b.float()).abs().max().item()
+                             for a, b in zip(outputs["dataloader"], outputs["plan"]))])
     dist.all_reduce(diff, op=dist.ReduceOp.MAX)
     results["layouts_max_abs_diff"] = diff.item()
     return results
@@ -168,6 +169,13 @@ def bad_input_cases(rank):
     # get the other ranks' error (this plan has ranks where they differ).
     attempt("dataloader_rows_in_plan_layout", wrong_layout_rows)
     attempt("dispatch_wrong_rows", lambda: ft.dispatch(torch.randn(n + 2, 3), plan))
+
+    def different_plan():
+        # Not through fcp.torch.plan (which compares the batch): rank 2 plans another coalesce.
+        import fcp
+        other = ft.Plan(fcp.plan(LENGTHS, workers=4, **dict(kw, coalesce=1 if rank == 2 else 2)))
+        ft.attention(*tensors(), other)
+    attempt("different_plan_on_rank_2", different_plan)
     # After every failure above, the group still works: one good call.
     q, k, v = tensors()
     o = ft.attention(q, k, v, plan)
@@ -220,6 +228,64 @@ def rules_case(rank, path):
     return {"path": path, "identical": same}
 
 
+def reshuffle_rule_case(rank, path):
+    """The input reshuffle's rule (docs/runtime.md, step 1) on 4 gloo ranks: rank 0
+    holds back its last Q|K|V reshuffle message (block B for rank D) for 1 s.
+    Returns, per plan: whether this rank's o, dq, dk, dv are bitwise those of the
+    same run without the delay and, on D, the stage-0 calls that read neither B
+    nor only D's own rows (the trace's "fwd s0 qX kvY" names) and, from the
+    delayed run's trace (written to path + plan name), B and D."""
+    import time
+    import fcp.torch as ft
+    out = {}
+    lengths = [2000, 300, 1, 700, 64, 1031]  # 4096 tokens; the 2000-token sequence spans two shards
+    for name, kw in (("fcp", dict(coalesce=2)), ("magi", dict(planner="magi", mask="full", coalesce=2))):
+        plan = ft.plan(lengths, block_size=128, heads_q=8, heads_kv=2, head_dim=64, **kw)
+        late = plan._pieces["reshuffle_in", "send"][-1] if rank == 0 else None
+        box = [late[0], late[2]] if late is not None else [0, 0]
+        late_t = torch.tensor(box, dtype=torch.int64)
+        dist.broadcast(late_t, 0)
+        block, dst = late_t.tolist()
+        lo, hi = plan.local_range
+        g = torch.Generator().manual_seed(rank)
+        q, k, v = (torch.randn(hi - lo, h, 64, generator=g) for h in (8, 2, 2))
+        do = torch.randn(hi - lo, 8, 64, generator=g)
+        runs = []
+        for delayed in (False, True):
+            x = [t.clone().requires_grad_() for t in (q, k, v)]
+            if delayed and rank == 0:
+                ft._before_reshuffle_send = lambda b, d: time.sleep(1.0) if (b, d) == (block, dst) else None
+            try:
+                with ft.trace(f"{path}.{name}") if delayed else contextlib.nullcontext():
+                    o = ft.attention(*x, plan)
+                    o.backward(do)
+            finally:
+                ft._before_reshuffle_send = None
+            runs.append([o.detach()] + [t.grad for t in x])
+        result = {"identical": all(torch.equal(a, b) for a, b in zip(*runs)), "block": block, "dst": dst,
+                  "path": f"{path}.{name}"}
+        # The counters (docs/torch.md): the dataloader layout's reshuffle, of it the blocked part; none in
+        # the plan layout (dispatch is the caller's, not attention's).
+        ft.reset_stats()
+        ft.attention(*(t.clone().requires_grad_() for t in (q, k, v)), plan).backward(do)
+        dl = ft.stats()
+        ft.reset_stats()
+        xp = [ft.dispatch(t.clone(), plan).requires_grad_() for t in (q, k, v)]
+        ft.attention(*xp, plan, layout="plan").backward(ft.dispatch(do, plan))
+        pl = ft.stats()
+        result["stats"] = {"dataloader": dl, "plan": pl}
+        if rank == dst:
+            remote = {p[0] for p in plan._pieces["reshuffle_in", "recv"]}
+            calls = []
+            for c in plan._calls["forward"][0]:
+                needs = {c[1]} if c[5] else {c[1], c[2]}
+                if block not in needs and needs & remote:
+                    calls.append(f"fwd s0 q{c[1]} kv{c[2]}")
+            result["calls"] = calls
+        out[name] = result
+    return out
+
+
 def worker(rank, world, port, what, result_path):
     init(rank, world, port, "cpu:gloo,cuda:nccl" if what.endswith("_cuda") else "gloo")
     try:
@@ -235,6 +301,8 @@ def worker(rank, world, port, what, result_path):
             result = trace_case(rank, f"{result_path}.trace.json")
         elif what == "rules":
             result = rules_case(rank, f"{result_path}.trace.json")
+        elif what == "reshuffle_rule":
+            result = reshuffle_rule_case(rank, f"{result_path}.trace.json")
         else:
             import torch_hf_cases
             result = torch_hf_cases.run(what, rank)

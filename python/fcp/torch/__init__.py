@@ -17,9 +17,11 @@ or, with the dataloader permuting once per step (no reshuffle inside)::
     pos = plan.position_ids()                  # positions in their sequences, for RoPE
 
 The per-rank program (which K/V rows go to whom, pool slots, kernel segment
-tables, the reshuffle's counts and permutations) is computed once per plan by
-the C++ library (fcp/lowering.h), the same program the MPI executor runs;
-this module only issues its operations. On CUDA tensors (bfloat16 or
+tables, the reshuffle's pieces) is computed once per plan by the C++ library
+(fcp/lowering.h), the same program the MPI executor runs, and run by its
+rules: on CPU one reshuffle message per (block, dataloader rank), each
+kernel call starting once its own blocks are in, outputs and gradients going
+home block by block once final. This module only issues its operations. On CUDA tensors (bfloat16 or
 float16; never run on a GPU yet) the kernel calls become flash varlen
 launches merged on device (_varlen.py) and stage transfers go on a side
 stream over NCCL; use a cpu:gloo,cuda:nccl group. See docs/torch.md.
@@ -46,13 +48,20 @@ from fcp import _fcp
 __all__ = ["Plan", "plan", "attention", "dispatch", "undispatch", "stats", "reset_stats", "trace"]
 
 _KINDS = 4  # message kinds per (stage, block): K, V, dK, dV -- part of the tag
+# Reshuffle message kinds per block (Plan.reshuffle_tag): Q|K|V in, o home, dO in, dq home, dK|dV home.
+_IN_QKV, _HOME_O, _IN_DO, _HOME_DQ, _HOME_DKV = range(5)
 
 # Counters of this process's attention calls (seconds unless named otherwise):
 # calls; total_s (inside forward and backward of attention); kernel_s (inside
 # the C++ kernel); wait_s (blocked on stage transfers after the kernel
-# returned: the exposed part of the transfers); reshuffle_s (the all_to_all's,
-# including waits); post_s (posting the stage's P2P ops); stages_with_transfers.
-_STATS_KEYS = ("calls", "total_s", "kernel_s", "wait_s", "reshuffle_s", "post_s", "stages_with_transfers")
+# returned: the exposed part of the transfers); reshuffle_s (every reshuffle
+# in and out on the calling thread: packing, posting, unpacking, and the
+# waits); reshuffle_wait_s (of it, blocked on reshuffle messages: a call or
+# a stage send waiting for its blocks, the pass's end waiting for the rest);
+# reshuffle_waits (how many times a call or a stage send blocked on its
+# blocks); post_s (posting the stage's P2P ops); stages_with_transfers.
+_STATS_KEYS = ("calls", "total_s", "kernel_s", "wait_s", "reshuffle_s", "reshuffle_wait_s", "reshuffle_waits",
+               "post_s", "stages_with_transfers")
 _stats = dict.fromkeys(_STATS_KEYS, 0)
 
 
@@ -71,6 +80,11 @@ def reset_stats() -> None:
 # Measurement only (bench/torch_attention_overhead.py --serialize): wait for a
 # stage's transfers before its compute, so wait_s is the bare transfer time.
 _serialize_stages = False
+
+# Tests only (like the MPI executor's ExecutorOptions::before_reshuffle_send):
+# called with (block, dst) before this rank posts its Q|K|V reshuffle message
+# of `block` for rank `dst` (a test delays one to check the reshuffle rule).
+_before_reshuffle_send = None
 
 
 def _post(works_ops: list, comm_stream) -> list:
@@ -169,50 +183,64 @@ class _Waiter(threading.Thread):
             raise self.error
 
 
-def _run_stage(works_ops: list, compute, comm_stream=None, plan=None, label: str = "") -> None:
+def _run_stage(works_ops: list, compute, comm_stream=None, plan=None, label: str = "", schedule=None) -> None:
     """Posts a stage's transfers, runs its compute, waits; counts where the time went
     (and, in a trace, records the intervals under `label`, e.g. "fwd s3").
 
-    On CUDA (comm_stream given) the times are of the host issuing the work, not of the device.
+    With `schedule` (CPU) instead of `compute`, schedule(post) runs the stage's
+    calls one by one (_schedule) and calls post() once, when the blocks the
+    stage sends from local rows are in; it counts its own kernel and reshuffle
+    time. On CUDA (comm_stream given) the times are of the host issuing the work,
+    not of the device.
     """
-    t0 = time.perf_counter()
-    works = _post(works_ops, comm_stream)
-    t1 = time.perf_counter()
-    _stats["post_s"] += t1 - t0
-    _stats["stages_with_transfers"] += int(bool(works))
-    waiter = traced = _Waiter(works) if (_trace is not None and works) else None
+    state = dict(works=[], waiter=None, t0=None)
 
     def wait_all():
         # A gloo P2P work must not be waited on twice (it blocks).
-        if waiter is not None:
-            waiter.finish()
+        if state["waiter"] is not None:
+            state["waiter"].finish()
         else:
-            for w in works:
+            for w in state["works"]:
                 w.wait()
 
-    if _serialize_stages:
-        wait_all()
-        works, waiter = [], None
-        now = time.perf_counter()
-        _stats["wait_s"] += now - t1
-        t1 = now
-    compute()
-    t2 = time.perf_counter()
+    def post():
+        t0 = time.perf_counter()
+        works = _post(works_ops, comm_stream)
+        t1 = time.perf_counter()
+        _stats["post_s"] += t1 - t0
+        _stats["stages_with_transfers"] += int(bool(works))
+        state.update(works=works, t0=t0, waiter=_Waiter(works) if (_trace is not None and works) else None)
+        state["traced"] = state["waiter"]
+        if _serialize_stages:
+            wait_all()
+            state.update(works=[], waiter=None)
+            _stats["wait_s"] += time.perf_counter() - t1
+
+    t1 = time.perf_counter()
+    if schedule is None:
+        post()
+        t1 = time.perf_counter()
+        compute()
+        t2 = time.perf_counter()
+        _stats["kernel_s"] += t2 - t1
+        _record("compute", label, t1, t2)
+    else:
+        schedule(post)
+        t2 = time.perf_counter()
     wait_all()
     t3 = time.perf_counter()
-    _stats["kernel_s"] += t2 - t1
     _stats["wait_s"] += t3 - t2
     if _trace is not None:
-        _record("compute", label, t1, t2)
-        if works:
+        if state["works"]:
             _record("wait", f"wait {label}", t2, t3)
+        traced = state.get("traced")
         if traced is not None:
             flights = {}  # K and V of a block are two messages: one event from the post to the later
             for op, done in zip(works_ops, traced.done):
                 key = _transfer_name(plan, label, op)
                 flights[key] = max(done, flights.get(key, done))
             for (lane, name), done in flights.items():
-                _record(lane, name, t0, done)
+                _record(lane, name, state["t0"], done)
 
 
 def _group_size_rank(group) -> Tuple[int, int]:
@@ -221,14 +249,21 @@ def _group_size_rank(group) -> Tuple[int, int]:
     return dist.get_world_size(group), dist.get_rank(group)
 
 
-def _agree(group, error: Optional[str], operation: str) -> None:
-    """Raises the same ValueError on every rank when any rank has an error.
+def _agree(group, error: Optional[str], operation: str, plan: Optional["Plan"] = None) -> None:
+    """Raises the same ValueError on every rank when any rank has an error, or when
+    the ranks hold different plans (`plan`: this rank's; its digest is compared).
 
     One all_reduce when every rank is fine; the messages travel only on failure.
     """
-    flag = torch.tensor([0 if error is None else 1], dtype=torch.int64)
+    digest = plan._digest if plan is not None else 0
+    flag = torch.tensor([0 if error is None else 1, digest, -digest], dtype=torch.int64)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
-    if int(flag.item()) == 0:
+    failed, high, neg_low = (int(x) for x in flag.tolist())
+    if failed == 0 and high != -neg_low:
+        # Their messages would not match: a hang or an abort inside gloo, never an error.
+        raise ValueError(f"{operation}: the ranks hold different plans (make the plan with fcp.torch.plan, "
+                         "collectively, from the same batch on every rank)")
+    if failed == 0:
         return
     world, _ = _group_size_rank(group)
     messages: List[Optional[str]] = [None] * world
@@ -253,6 +288,8 @@ class Plan:
         self.rank = rank
         self.workers = world
         self.program = _fcp.Program(plan._h, rank)
+        # Compared across ranks by every call (_agree): ranks must run one plan.
+        self._digest = int.from_bytes(hashlib.sha256(plan.to_json().encode()).digest()[:8], "little", signed=True)
         p = self.program
         self.local_range = (p.dataloader_begin, p.dataloader_end)
         self.local_rows = p.local_rows
@@ -277,7 +314,26 @@ class Plan:
         self.num_forward_stages = p.num_stages("forward")
         self.num_backward_stages = p.num_stages("backward")
         self._dkv_final_stage = np.array(p.vector("backward_dkv_final_stage")).tolist()
-        self._on_device = {}  # (what, device) -> index tensors / DeviceProgram / stream, made on first use
+        self._final_stage = {name: np.array(p.vector(name)).tolist() for name in
+                             ("forward_final_stage", "backward_dq_final_stage", "backward_dkv_final_stage")}
+        # Per pass and stage, the calls: (index, q_block, kv_block, q_row, q_rows, kv_in_pool).
+        self._calls = {}
+        for pass_ in ("forward", "backward"):
+            rows, offsets = (np.array(x) for x in p.table(pass_, "compute"))
+            self._calls[pass_] = [[(i - offsets[t], *map(int, rows[i, [1, 2, 3, 4, 5]]))
+                                   for i in range(offsets[t], offsets[t + 1])] for t in range(len(offsets) - 1)]
+        # The input reshuffles' pieces (block, src, dst, need_stage, dataloader rows, local rows).
+        self._pieces = {}
+        for name in ("reshuffle_in", "do_in"):
+            for side in ("recv", "send", "self"):
+                table, dl_rows, local_rows = (torch.from_numpy(np.array(x)) for x in p.reshuffle(name, side))
+                pieces, at = [], 0
+                for block, src, dst, rows, need in table.tolist():
+                    pieces.append((block, src, dst, need, dl_rows[at:at + rows] if len(dl_rows) else None,
+                                   local_rows[at:at + rows] if len(local_rows) else None))
+                    at += rows
+                self._pieces[name, side] = pieces
+        self._on_device = {}  # (what, device) -> index tensors / DeviceProgram / stream; home tables: made on first use
 
     def _rows(self, name: str, device) -> torch.Tensor:
         """One of the reshuffle's row tables on `device`."""
@@ -324,6 +380,42 @@ class Plan:
 
     def tag(self, stage: int, block: int, kind: int) -> int:
         return (stage * self.num_blocks + block) * _KINDS + kind
+
+    def reshuffle_tag(self, kind: int, index: int) -> int:
+        """Tags of the reshuffle messages, above every stage tag: kind _IN_QKV, _IN_DO by
+        block; _HOME_O, _HOME_DQ, _HOME_DKV by final stage + 1."""
+        stages = max(self.num_forward_stages, self.num_backward_stages)
+        base = max(stages, 1) * self.num_blocks * _KINDS
+        return base + kind * max(self.num_blocks, stages + 1) + index
+
+    def _home_table(self, final_name: str) -> dict:
+        """Per stage t (-1: before the first) with blocks final at t (`final_name`: a
+        *_final_stage vector): (sends [(dataloader rank, local rows)], receives [(owner,
+        dataloader rows)], own (dataloader rows, local rows) or None). One message per
+        (stage, rank pair) carries the rows of all its blocks final at t, blocks in id
+        order on both sides: the MPI executor's per-block messages of one stage end,
+        which leave at the same moment, as one. Built once per plan."""
+        key = ("home", final_name)
+        if key not in self._on_device:
+            final = self._final_stage[final_name]
+            parts = {}  # stage -> (sends, recvs, own) as {peer: [(block, rows)]}
+            for side, which in (("recv", 0), ("send", 1), ("self", 2)):
+                for block, src, dst, _, dl_rows, local in self._pieces["reshuffle_in", side]:
+                    peer = src if which == 0 else dst
+                    rows = local if which == 0 else dl_rows if which == 1 else (dl_rows, local)
+                    parts.setdefault(final[block], ({}, {}, {}))[which].setdefault(peer, []).append((block, rows))
+
+            def cat(items):
+                return torch.cat([rows for _, rows in sorted(items, key=lambda x: x[0])])
+
+            table = {}
+            for stage, (sends, recvs, own) in parts.items():
+                mine = [x for items in own.values() for x in items]
+                table[stage] = ([(peer, cat(items)) for peer, items in sorted(sends.items())],
+                                [(peer, cat(items)) for peer, items in sorted(recvs.items())],
+                                (cat([(b, r[0]) for b, r in mine]), cat([(b, r[1]) for b, r in mine])) if mine else None)
+            self._on_device[key] = table
+        return self._on_device[key]
 
     def __repr__(self) -> str:
         return (f"fcp.torch.Plan(rank {self.rank}/{self.workers}, {self.plan.total_tokens} tokens, "
@@ -434,13 +526,13 @@ class _Dispatch(torch.autograd.Function):
 
 def dispatch(x: torch.Tensor, plan: Plan) -> torch.Tensor:
     """This rank's dataloader rows [hi-lo, ...] -> its plan rows [plan.local_rows, ...]. Differentiable."""
-    _agree(plan.group, _check_rows(plan, x, plan.rows("dataloader"), "dispatch: x"), "fcp.torch.dispatch")
+    _agree(plan.group, _check_rows(plan, x, plan.rows("dataloader"), "dispatch: x"), "fcp.torch.dispatch", plan)
     return _Dispatch.apply(x, plan, True)
 
 
 def undispatch(x: torch.Tensor, plan: Plan) -> torch.Tensor:
     """The inverse of :func:`dispatch`. Differentiable."""
-    _agree(plan.group, _check_rows(plan, x, plan.rows("plan"), "undispatch: x"), "fcp.torch.undispatch")
+    _agree(plan.group, _check_rows(plan, x, plan.rows("plan"), "undispatch: x"), "fcp.torch.undispatch", plan)
     return _Dispatch.apply(x, plan, False)
 
 
@@ -482,61 +574,335 @@ def _check_qkv(plan: Plan, q, k, v, layout: str) -> Optional[str]:
     return None
 
 
+# ---- the reshuffle as messages, outputs home block by block (CPU) ---------------
+# The MPI executor's rule (docs/runtime.md, steps 1 and 3-5), on the program's
+# pieces: one message per (block, dataloader rank), posted in the order the
+# owner needs the blocks; each call runs once its own blocks are in; each
+# output block goes home once final. Messages are posted as one
+# batch_isend_irecv per need stage (inbound) or per final stage (home): on
+# gloo a batch is one work per op, so a call waits for its own pieces only;
+# on NCCL a batch is one group (see docs/torch.md "How it runs").
+
+
+def _split_works(works: list, ops: list) -> list:
+    """Each op's work: gloo gives one per op; NCCL one for the batch, which every op then waits on."""
+    return works if len(works) == len(ops) else [works[0]] * len(ops)
+
+
+class _Inbound:
+    """An input reshuffle in flight on this rank: Q|K|V (packed) before the forward,
+    or dO before the backward. A buffer per received piece; a thread per source
+    rank waits on its pieces in posting order (the sender's order: gloo carries
+    one rank pair's messages in order) and marks each arrival, since a gloo
+    work reports completion only to wait(). A block is unpacked into the local
+    rows (`targets`) when a call or a stage send first takes it.
+    """
+
+    def __init__(self, plan: Plan, name: str, shard: torch.Tensor, targets: list):
+        start = time.perf_counter()
+        self.plan, self.targets, self.label = plan, targets, "reshuffle in" if name == "reshuffle_in" else "reshuffle do"
+        self.widths = [math.prod(t.shape[1:]) for t in targets]
+        kind = _IN_QKV if name == "reshuffle_in" else _IN_DO
+        recv, send = plan._pieces[name, "recv"], plan._pieces[name, "send"]
+        self.recv = recv
+        self.bufs = [shard.new_empty((len(x[5]), shard.shape[1])) for x in recv]
+        self.works = [None] * len(recv)
+        self.arrived = [None] * len(recv)  # perf_counter() of the observed arrival
+        self.of_block = {}
+        for i, x in enumerate(recv):
+            self.of_block.setdefault(x[0], []).append(i)
+        self.taken = set()
+        self.outgoing, self.send_works = [], []
+        self.cond, self.count, self.error = threading.Condition(), 0, None
+        by_stage = {}
+        for i, x in enumerate(recv):
+            by_stage.setdefault(x[3], ([], []))[0].append(i)
+        for x in send:
+            by_stage.setdefault(x[3], ([], []))[1].append(x)
+
+        def post_ops(stage, items):
+            recv_at, sends = items
+            ops = [dist.P2POp(dist.irecv, self.bufs[i], plan._peer[recv[i][1]], plan.group,
+                              plan.reshuffle_tag(kind, recv[i][0])) for i in recv_at]
+            for block, _, dst, _, rows, _ in sends:
+                if kind == _IN_QKV and _before_reshuffle_send is not None:
+                    _before_reshuffle_send(block, dst)
+                data = shard.index_select(0, rows)
+                self.outgoing.append(data)  # alive until sent
+                ops.append(dist.P2POp(dist.isend, data, plan._peer[dst], plan.group, plan.reshuffle_tag(kind, block)))
+            if not ops:
+                return
+            works = _split_works(dist.batch_isend_irecv(ops), ops)
+            for j, i in enumerate(recv_at):
+                self.works[i] = works[j]
+            self.send_works += works[len(recv_at):]
+
+        self.posted = time.perf_counter()
+        for stage in sorted(by_stage):
+            post_ops(stage, by_stage[stage])
+        for block, _, _, _, rows, local in plan._pieces[name, "self"]:
+            self._place(local, shard.index_select(0, rows))
+        by_src = {}
+        for i, x in enumerate(recv):
+            by_src.setdefault(x[1], []).append(i)
+        self.threads = [threading.Thread(target=self._watch, args=(idx,), daemon=True) for idx in by_src.values()]
+        for t in self.threads:
+            t.start()
+        _stats["reshuffle_s"] += time.perf_counter() - start
+
+    def _watch(self, indices):
+        try:
+            for i in indices:
+                self.works[i].wait()  # releases the GIL
+                with self.cond:
+                    self.arrived[i] = time.perf_counter()
+                    self.count += 1
+                    self.cond.notify_all()
+        except BaseException as e:  # re-raised on the calling thread
+            with self.cond:
+                self.error = e
+                self.cond.notify_all()
+
+    def _place(self, local_rows, data):
+        for x, part in zip(self.targets, data.split(self.widths, dim=1)):
+            x.index_copy_(0, local_rows, part.reshape((-1,) + tuple(x.shape[1:])))
+
+    def ready(self, blocks) -> bool:
+        return all(self.arrived[i] is not None for b in blocks for i in self.of_block.get(b, ()))
+
+    def wait_any(self, seen: int) -> None:
+        """Blocks until some piece arrives after `seen` arrivals (counted as a reshuffle wait)."""
+        start = time.perf_counter()
+        with self.cond:
+            _stats["reshuffle_waits"] += int(self.count == seen and self.error is None)
+            while self.count == seen and self.error is None:
+                self.cond.wait()
+        if self.error is not None:
+            raise self.error
+        spent = time.perf_counter() - start
+        _stats["reshuffle_s"] += spent
+        _stats["reshuffle_wait_s"] += spent
+
+    def take(self, blocks) -> None:
+        """Unpacks `blocks` (those not taken yet), first waiting for their pieces if needed."""
+        blocks = [b for b in dict.fromkeys(blocks) if b not in self.taken]
+        if not blocks:
+            return
+        start = time.perf_counter()
+        if not self.ready(blocks):
+            _stats["reshuffle_waits"] += 1
+            with self.cond:
+                while not self.ready(blocks) and self.error is None:
+                    self.cond.wait()
+            if self.error is not None:
+                raise self.error
+            _stats["reshuffle_wait_s"] += time.perf_counter() - start
+        for b in blocks:
+            self.taken.add(b)
+            for i in self.of_block.get(b, ()):
+                block, src = self.recv[i][:2]
+                self._place(self.recv[i][5], self.bufs[i])
+                self.bufs[i] = None
+                _record("reshuffle", f"{self.label} b{block} from {src}", self.posted, self.arrived[i])
+        _stats["reshuffle_s"] += time.perf_counter() - start
+
+    def finish(self) -> None:
+        """Takes in every piece left and waits for this rank's sends."""
+        self.take(list(self.of_block))
+        start = time.perf_counter()
+        for t in self.threads:
+            t.join()
+        for w in self.send_works:
+            w.wait()
+        self.outgoing = []
+        spent = time.perf_counter() - start
+        _stats["reshuffle_s"] += spent
+        _stats["reshuffle_wait_s"] += spent
+
+
+class _Home:
+    """One output (o; dq; dk|dv packed) going home to the dataloader layout, block by
+    block: after stage t (t = -1: before the first) the blocks whose rows are
+    final at t go to the dataloader ranks holding their tokens (the reshuffle
+    in's pieces reversed; Plan._home_table), and this rank receives its rows of
+    the blocks final at t; one batch per stage. `rows_of(local_rows)` gives the
+    rows to send, [n, width] in the output dtype. finish() waits and returns the
+    output [dataloader rows, width]."""
+
+    def __init__(self, plan: Plan, kind: int, final_name: str, width: int, dtype, rows_of):
+        self.plan, self.kind, self.rows_of = plan, kind, rows_of
+        self.table = plan._home_table(final_name)
+        self.out = torch.empty((plan.rows("dataloader"), width), dtype=dtype)
+        self.done, self.incoming, self.works, self.outgoing = set(), [], [], []
+
+    def stage_done(self, stage: int) -> None:
+        if stage not in self.table or stage in self.done:
+            return
+        self.done.add(stage)
+        start = time.perf_counter()
+        sends, recvs, own = self.table[stage]
+        plan, tag = self.plan, self.plan.reshuffle_tag(self.kind, stage + 1)
+        if own is not None:
+            self.out.index_copy_(0, own[0], self.rows_of(own[1]))
+        ops = []
+        for peer, rows in recvs:
+            buf = self.out.new_empty((len(rows), self.out.shape[1]))
+            self.incoming.append((rows, buf))
+            ops.append(dist.P2POp(dist.irecv, buf, plan._peer[peer], plan.group, tag))
+        for peer, local in sends:
+            data = self.rows_of(local)
+            self.outgoing.append(data)
+            ops.append(dist.P2POp(dist.isend, data, plan._peer[peer], plan.group, tag))
+        if ops:
+            self.works += dist.batch_isend_irecv(ops)
+        _stats["reshuffle_s"] += time.perf_counter() - start
+
+    def finish(self) -> torch.Tensor:
+        start = time.perf_counter()
+        for stage in sorted(self.table):  # none left in a valid program: every final stage is run
+            self.stage_done(stage)
+        for w in self.works:
+            w.wait()
+        waited = time.perf_counter()
+        for rows, buf in self.incoming:
+            self.out.index_copy_(0, rows, buf)
+        self.incoming, self.outgoing = [], []
+        end = time.perf_counter()
+        _stats["reshuffle_s"] += end - start
+        _stats["reshuffle_wait_s"] += waited - start
+        return self.out
+
+
+class _AllIn:
+    """The plan layout's stand-in for _Inbound: every block is here."""
+
+    def ready(self, blocks) -> bool:
+        return True
+
+    def take(self, blocks) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass
+
+
+def _schedule(post, calls, needs, writes, run, inbound, send_blocks, label: str) -> None:
+    """Runs a stage's calls by the executors' rule (docs/runtime.md, step 1): in the
+    program's order, except that a call whose blocks are in (needs(call)) goes
+    ahead of earlier calls still waiting, unless it writes rows one of them
+    writes (writes(call): a set of keys), so every output row takes its calls
+    in the program's order whatever the arrival order. run(calls) runs a list of
+    calls in its order: every call one scan finds runnable (one at a time in a
+    trace, which records each call). post() (the stage's transfers) is called
+    once the blocks the stage sends from local rows are in."""
+    pending, posted = list(calls), False
+    while pending or not posted:
+        seen = getattr(inbound, "count", 0)
+        if not posted and inbound.ready(send_blocks):
+            inbound.take(send_blocks)
+            post()
+            posted = True
+        picks, blocked = [], set()
+        for c in pending:
+            w = writes(c)
+            if not (w & blocked) and inbound.ready(needs(c)):
+                picks.append(c)  # runs before every later call of the scan
+                if _trace is not None:
+                    break
+            else:
+                blocked |= w
+        if not picks:
+            if pending:
+                inbound.wait_any(seen)
+            else:  # only the post is left
+                inbound.take(send_blocks)
+            continue
+        for c in picks:
+            pending.remove(c)
+            inbound.take(needs(c))
+        t0 = time.perf_counter()
+        run(picks)
+        t1 = time.perf_counter()
+        _stats["kernel_s"] += t1 - t0
+        if len(picks) == 1:
+            _record("compute", f"{label} q{picks[0][1]} kv{picks[0][2]}", t0, t1)
+
+
 def _with_pool(x: torch.Tensor, rows: int) -> torch.Tensor:
     """CUDA: local rows and a zeroed pool in one buffer, so one gather index reads either."""
     return torch.cat([x, x.new_zeros((rows,) + tuple(x.shape[1:]))])
 
 
-def _forward_pass(plan: Plan, q, k, v, scale, finish_reshuffle=None):
-    """The lowered forward on plan-layout q, k, v (the caller's dtype); returns float32 (o, lse)."""
+def _kv_ops(plan: Plan, pass_: str, t: int, k, v, k_pool, v_pool) -> list:
+    """Stage t's K/V receives (into pool slots) and sends (local rows or, relays, the pool)."""
+    ops = []
+    for _, block, src, row, rows in plan.stage_ops(pass_, "kv_recv", t):
+        ops.append(dist.P2POp(dist.irecv, k_pool[row:row + rows], plan._peer[src], plan.group, plan.tag(t, block, 0)))
+        ops.append(dist.P2POp(dist.irecv, v_pool[row:row + rows], plan._peer[src], plan.group, plan.tag(t, block, 1)))
+    for _, block, dst, from_pool, row, rows in plan.stage_ops(pass_, "kv_send", t):
+        kb, vb = (k_pool, v_pool) if from_pool else (k, v)
+        ops.append(dist.P2POp(dist.isend, kb[row:row + rows], plan._peer[dst], plan.group, plan.tag(t, block, 0)))
+        ops.append(dist.P2POp(dist.isend, vb[row:row + rows], plan._peer[dst], plan.group, plan.tag(t, block, 1)))
+    return ops
+
+
+def _local_sends(plan: Plan, pass_: str, t: int) -> list:
+    """The blocks stage t sends from local rows (they must be in before the stage posts)."""
+    return [block for _, block, _, from_pool, _, _ in plan.stage_ops(pass_, "kv_send", t) if not from_pool]
+
+
+def _forward_pass(plan: Plan, q, k, v, scale, inbound=None, home=None):
+    """The lowered forward on plan-layout q, k, v (the caller's dtype); returns float32 (o, lse)
+    and the _Home of o. CPU only: `inbound` (an _Inbound filling q, k, v; None: all
+    rows are here) and `home` (home(o) -> the _Home of o, or None)."""
     prog = plan.program
     pool, local = prog.pool_rows("forward"), plan.local_rows
     lse = torch.full((local, plan.heads_q), -math.inf, dtype=torch.float32, device=q.device)
     o = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-    comm = None
     if q.is_cuda:
-        if finish_reshuffle is not None:  # the device orders the reshuffle before the kernels
-            finish_reshuffle()
-            finish_reshuffle = None
         k_all, v_all = _with_pool(k, pool), _with_pool(v, pool)
         k, v, k_pool, v_pool = k_all[:local], v_all[:local], k_all[local:], v_all[local:]
         device, comm = plan._device_program(q.device), plan._comm_stream(q.device)
+        for t in range(plan.num_forward_stages):
+            _run_stage(_kv_ops(plan, "forward", t, k, v, k_pool, v_pool),
+                       lambda: device.forward_stage(t, scale, 0, q, k_all, v_all, o, lse), comm, plan, f"fwd s{t}")
+        return o, lse, None
+    k_pool = k.new_zeros((pool, plan.heads_kv, plan.head_dim))  # received K/V travel in the inputs' dtype
+    v_pool = torch.zeros_like(k_pool)
+    inbound = inbound or _AllIn()
+    home = home(o) if home is not None else None
+    if home is not None:
+        home.stage_done(-1)
 
-        def compute(t, early):
-            device.forward_stage(t, scale, early, q, k_all, v_all, o, lse)
-    else:
-        k_pool = k.new_zeros((pool, plan.heads_kv, plan.head_dim))  # received K/V travel in the inputs' dtype
-        v_pool = torch.zeros_like(k_pool)
+    def needs(c):  # the query block, and the key block when it is local
+        return (c[1],) if c[5] else (c[1], c[2])
 
-        def compute(t, early):
-            prog.forward_stage(t, scale, early, q, k, v, k_pool, v_pool, o, lse)
-    if finish_reshuffle is not None:
-        # While the reshuffle flies: stage-0 calls on this rank's own tokens.
-        t0 = time.perf_counter()
-        if plan.num_forward_stages:
-            compute(0, 1)
-        t1 = time.perf_counter()
-        _record("compute", "fwd s0 early", t0, t1)
-        finish_reshuffle()
-        _stats["kernel_s"] += t1 - t0
-        _stats["reshuffle_s"] += time.perf_counter() - t1
+    def writes(c):  # o, lse of the query block
+        return {c[1]}
+
     for t in range(plan.num_forward_stages):
-        ops = []
-        for _, block, src, row, rows in plan.stage_ops("forward", "kv_recv", t):
-            ops.append(dist.P2POp(dist.irecv, k_pool[row:row + rows], plan._peer[src], plan.group, plan.tag(t, block, 0)))
-            ops.append(dist.P2POp(dist.irecv, v_pool[row:row + rows], plan._peer[src], plan.group, plan.tag(t, block, 1)))
-        for _, block, dst, from_pool, row, rows in plan.stage_ops("forward", "kv_send", t):
-            kb, vb = (k_pool, v_pool) if from_pool else (k, v)
-            ops.append(dist.P2POp(dist.isend, kb[row:row + rows], plan._peer[dst], plan.group, plan.tag(t, block, 0)))
-            ops.append(dist.P2POp(dist.isend, vb[row:row + rows], plan._peer[dst], plan.group, plan.tag(t, block, 1)))
-        early = 2 if (t == 0 and finish_reshuffle is not None) else 0
-        _run_stage(ops, lambda: compute(t, early), comm, plan, f"fwd s{t}")
-    return o, lse
+        label = f"fwd s{t}"
+
+        def run(calls, t=t):
+            prog.forward_calls(t, [c[0] for c in calls], scale, q, k, v, k_pool, v_pool, o, lse)
+
+        def schedule(post, t=t, run=run, label=label):
+            _schedule(post, plan._calls["forward"][t], needs, writes, run, inbound, _local_sends(plan, "forward", t),
+                      label)
+
+        _run_stage(_kv_ops(plan, "forward", t, k, v, k_pool, v_pool), None, None, plan, label, schedule)
+        if home is not None:
+            home.stage_done(t)
+    inbound.finish()  # the rows no call read (the backward reads them all)
+    return o, lse, home
 
 
-def _backward_pass(plan: Plan, q, k, v, o, lse, d_o, scale):
+def _backward_pass(plan: Plan, q, k, v, o, lse, d_o, scale, inbound=None, homes=None):
     """The lowered backward on plan-layout tensors (q, k, v, d_o in the caller's dtype; o, lse float32);
-    returns float32 (dq, dk, dv). The dK/dV partials are float32 too: they are sums that owners add up."""
+    returns float32 (dq, dk, dv). The dK/dV partials are float32 too: they are sums that owners add up.
+
+    CPU: `inbound` (an _Inbound filling d_o; None: all rows are here) and
+    `homes` (homes(dq, dk, dv) -> the _Homes of dq and of dk|dv, or None)."""
     prog = plan.program
     pool, partial, local = prog.pool_rows("backward"), prog.partial_rows, plan.local_rows
     shape_kv = (plan.heads_kv, plan.head_dim)
@@ -546,22 +912,46 @@ def _backward_pass(plan: Plan, q, k, v, o, lse, d_o, scale):
     dv_all = torch.zeros_like(dk_all)
     dk, dv, dk_partial, dv_partial = dk_all[:local], dv_all[:local], dk_all[local:], dv_all[local:]
     dq = torch.zeros(q.shape, **f32)
+    homes = homes(dq, dk, dv) if homes is not None else (None, None)
     if q.is_cuda:
         k_all, v_all = _with_pool(k, pool), _with_pool(v, pool)
         k, v, k_pool, v_pool = k_all[:local], v_all[:local], k_all[local:], v_all[local:]
         o_in = o.to(q.dtype)  # flash's backward takes o in the inputs' dtype
         device, comm = plan._device_program(q.device), plan._comm_stream(q.device)
 
-        def compute(t):
-            device.backward_stage(t, scale, q, k_all, v_all, d_o, o_in, lse, dq, dk_all, dv_all)
+        def stage_work(t):
+            return (lambda: device.backward_stage(t, scale, q, k_all, v_all, d_o, o_in, lse, dq, dk_all, dv_all)), None
     else:
         k_pool = k.new_zeros((pool,) + shape_kv)
         v_pool = torch.zeros_like(k_pool)
-        delta = (o * d_o).sum(-1).contiguous()  # float32 (o is)
+        delta = torch.empty((local, plan.heads_q), **f32)
+        have_delta = set()
+        inbound = inbound or _AllIn()
 
-        def compute(t):
-            prog.backward_stage(t, scale, q, k, v, k_pool, v_pool, d_o, lse, delta, dq, dk, dv, dk_partial,
-                                dv_partial)
+        def needs(c):  # the query block's dO
+            return (c[1],)
+
+        def writes(c):  # dq of the query block, dK/dV of the key block
+            return {("q", c[1]), ("kv", c[2])}
+
+        def stage_work(t):
+            def run(calls):
+                for c in calls:
+                    if c[1] not in have_delta:  # delta = rowsum(o * dO) of a block, before its first call
+                        r = slice(c[3], c[3] + c[4])
+                        delta[r] = (o[r] * d_o[r]).sum(-1)
+                        have_delta.add(c[1])
+                prog.backward_calls(t, [c[0] for c in calls], scale, q, k, v, k_pool, v_pool, d_o, lse, delta, dq,
+                                    dk, dv, dk_partial, dv_partial)
+
+            def schedule(post):
+                _schedule(post, plan._calls["backward"][t], needs, writes, run, inbound,
+                          _local_sends(plan, "backward", t), f"bwd s{t}")
+            return None, schedule
+    dq_home, dkv_home = homes
+    for h in homes:
+        if h is not None:
+            h.stage_done(-1)
     # Received dK/dV partials in posting order: (block, into_partial, row, rows, bk, bv, works, name, posted).
     pending = []
     dkv_final = plan._dkv_final_stage
@@ -588,10 +978,7 @@ def _backward_pass(plan: Plan, q, k, v, o, lse, d_o, scale):
         pending[:] = keep
 
     for t in range(plan.num_backward_stages):
-        ops, partial_ops, incoming = [], [], []
-        for _, block, src, row, rows in plan.stage_ops("backward", "kv_recv", t):
-            ops.append(dist.P2POp(dist.irecv, k_pool[row:row + rows], plan._peer[src], plan.group, plan.tag(t, block, 0)))
-            ops.append(dist.P2POp(dist.irecv, v_pool[row:row + rows], plan._peer[src], plan.group, plan.tag(t, block, 1)))
+        ops, partial_ops, incoming = _kv_ops(plan, "backward", t, k, v, k_pool, v_pool), [], []
         # Partials arrive into buffers of their own, posted as a batch of their
         # own that no stage end waits for (absorb() adds them where needed).
         for _, block, src, into_partial, row, rows in plan.stage_ops("backward", "dkv_recv", t):
@@ -607,10 +994,6 @@ def _backward_pass(plan: Plan, q, k, v, o, lse, d_o, scale):
             mine = works[2 * i:2 * i + 2] if len(works) == len(partial_ops) else works
             pending.append((block, into_partial, row, rows, bk, bv, mine,
                             f"bwd s{t} recv dkv{block} from {src}", posted))
-        for _, block, dst, from_pool, row, rows in plan.stage_ops("backward", "kv_send", t):
-            kb, vb = (k_pool, v_pool) if from_pool else (k, v)
-            ops.append(dist.P2POp(dist.isend, kb[row:row + rows], plan._peer[dst], plan.group, plan.tag(t, block, 0)))
-            ops.append(dist.P2POp(dist.isend, vb[row:row + rows], plan._peer[dst], plan.group, plan.tag(t, block, 1)))
         sent = plan.stage_ops("backward", "dkv_send", t)
         for _, block, dst, row, rows in sent:
             # A relay forwards what it received for the block with its own share.
@@ -619,15 +1002,29 @@ def _backward_pass(plan: Plan, q, k, v, o, lse, d_o, scale):
                                   plan.tag(t, block, 2)))
             ops.append(dist.P2POp(dist.isend, dv_partial[row:row + rows], plan._peer[dst], plan.group,
                                   plan.tag(t, block, 3)))
-        _run_stage(ops, lambda: compute(t), comm, plan, f"bwd s{t}")
+        compute, schedule = stage_work(t)
+        _run_stage(ops, compute, comm, plan, f"bwd s{t}", schedule)
         # Sent partials are zeroed (a slot may be reused by a later partial).
         for _, _, _, row, rows in sent:
             dk_partial[row:row + rows].zero_()
             dv_partial[row:row + rows].zero_()
+        if dq_home is not None:
+            dq_home.stage_done(t)
         # An owner's dk, dv are final once the partials due by this stage are in.
         absorb(lambda p: not p[1] and dkv_final[p[0]] == t)
+        if dkv_home is not None:
+            dkv_home.stage_done(t)
     absorb(lambda p: True)  # none is left in a valid plan
-    return dq, dk, dv
+    if inbound is not None:
+        inbound.finish()
+    return dq, dk, dv, homes
+
+
+def _flat_rows(dtype, *xs):
+    """A _Home's rows_of: the given local rows of xs (float32) side by side, [n, width], in `dtype`."""
+    if len(xs) == 1:
+        return lambda rows: xs[0].index_select(0, rows).reshape(len(rows), -1).to(dtype)
+    return lambda rows: torch.cat([x.index_select(0, rows).reshape(len(rows), -1) for x in xs], dim=1).to(dtype)
 
 
 class _Attention(torch.autograd.Function):
@@ -637,38 +1034,29 @@ class _Attention(torch.autograd.Function):
         dtype = q.dtype
         # The kernels read the inputs' dtype in place (checked contiguous): no copies here.
         q_in, k_in, v_in = (x.detach() for x in (q, k, v))
-        if layout == "dataloader":
-            # One all_to_all of q|k|v rows; this rank's own rows are placed
-            # (and stage 0's calls on them run) while the others travel.
-            widths = [plan.heads_q * plan.head_dim] + [plan.heads_kv * plan.head_dim] * 2
+        hq, hkv = plan.heads_q * plan.head_dim, plan.heads_kv * plan.head_dim
+        if layout == "dataloader" and not q.is_cuda:
+            # One message per (block, dataloader rank), each call running once its blocks are in;
+            # each block's o heads home once final.
             rows = q_in.shape[0]
             packed = torch.cat([x.reshape(rows, -1) for x in (q_in, k_in, v_in)], dim=1)
-            send = packed.index_select(0, plan._rows("_in_send_rows", packed.device))
-            recv = packed.new_empty((plan.local_rows, packed.shape[1]))
-            posted = time.perf_counter()
-            work = dist.all_to_all_single(recv, send, output_split_sizes=plan._in_recv_counts,
-                                          input_split_sizes=plan._in_send_counts, group=plan.group, async_op=True)
             qkv = [q_in.new_zeros((plan.local_rows,) + tuple(x.shape[1:])) for x in (q_in, k_in, v_in)]
-
-            def place(rows_at, data):
-                for x, part in zip(qkv, data.split(widths, dim=1)):
-                    x.index_copy_(0, rows_at, part.reshape((-1,) + tuple(x.shape[1:])))
-
-            s_lo, r_lo = sum(plan._in_send_counts[:plan.rank]), sum(plan._in_recv_counts[:plan.rank])
-            n_self = plan._in_send_counts[plan.rank]
-            recv_rows = plan._rows("_in_recv_rows", packed.device)
-            place(recv_rows[r_lo:r_lo + n_self], send[s_lo:s_lo + n_self])
-
-            def finish():
-                work.wait()
-                _record("reshuffle", "reshuffle in", posted, time.perf_counter())  # to the observed completion
-                place(recv_rows, recv)
-
+            inbound = _Inbound(plan, "reshuffle_in", packed, qkv)
+            home = lambda o: _Home(plan, _HOME_O, "forward_final_stage", hq, dtype, _flat_rows(dtype, o))
             q_in, k_in, v_in = qkv
-            o, lse = _forward_pass(plan, q_in, k_in, v_in, scale, finish_reshuffle=finish)
+            o, lse, home = _forward_pass(plan, q_in, k_in, v_in, scale, inbound, home)
+            out = home.finish().reshape(rows, plan.heads_q, plan.head_dim)
+        elif layout == "dataloader":
+            # CUDA: one all_to_all of q|k|v rows, and of o back (the device orders them).
+            rows = q_in.shape[0]
+            packed = torch.cat([x.reshape(rows, -1) for x in (q_in, k_in, v_in)], dim=1)
+            recv = _to_plan_layout(plan, packed, count=True)
+            q_in, k_in, v_in = (x.reshape((plan.local_rows,) + tuple(y.shape[1:])).contiguous()
+                                for x, y in zip(recv.split([hq, hkv, hkv], dim=1), (q_in, k_in, v_in)))
+            o, lse, _ = _forward_pass(plan, q_in, k_in, v_in, scale)
             out = _to_dataloader_layout(plan, o.to(dtype), count=True)  # cast first: 16-bit o travels
         else:
-            o, lse = _forward_pass(plan, q_in, k_in, v_in, scale)
+            o, lse, _ = _forward_pass(plan, q_in, k_in, v_in, scale)
             out = o.to(dtype)
         ctx.save_for_backward(q_in, k_in, v_in, o, lse)
         ctx.plan, ctx.layout, ctx.scale, ctx.dtype = plan, layout, scale, dtype
@@ -679,21 +1067,31 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         start = time.perf_counter()
-        plan, layout = ctx.plan, ctx.layout
+        plan, layout, dtype = ctx.plan, ctx.layout, ctx.dtype
         q, k, v, o, lse = ctx.saved_tensors
-        d_o = g.detach().to(ctx.dtype).contiguous()
-        if layout == "dataloader":
-            d_o = _to_plan_layout(plan, d_o, count=True)
-        dq, dk, dv = (x.to(ctx.dtype) for x in _backward_pass(plan, q, k, v, o, lse, d_o, ctx.scale))
-        if layout == "dataloader":
-            hq = plan.heads_q * plan.head_dim
-            hkv = plan.heads_kv * plan.head_dim
-            rows = plan.local_rows
-            packed = torch.cat([dq.reshape(rows, hq), dk.reshape(rows, hkv), dv.reshape(rows, hkv)], dim=1)
-            back = _to_dataloader_layout(plan, packed, count=True)
-            dq = back[:, :hq].reshape(-1, plan.heads_q, plan.head_dim)
-            dk = back[:, hq:hq + hkv].reshape(-1, plan.heads_kv, plan.head_dim)
-            dv = back[:, hq + hkv:].reshape(-1, plan.heads_kv, plan.head_dim)
+        d_o = g.detach().to(dtype).contiguous()
+        hq, hkv = plan.heads_q * plan.head_dim, plan.heads_kv * plan.head_dim
+        if layout == "dataloader" and not q.is_cuda:
+            d_o_local = d_o.new_zeros((plan.local_rows,) + tuple(d_o.shape[1:]))
+            inbound = _Inbound(plan, "do_in", d_o.reshape(d_o.shape[0], -1), [d_o_local])
+            homes = lambda dq, dk, dv: (
+                _Home(plan, _HOME_DQ, "backward_dq_final_stage", hq, dtype, _flat_rows(dtype, dq)),
+                _Home(plan, _HOME_DKV, "backward_dkv_final_stage", 2 * hkv, dtype, _flat_rows(dtype, dk, dv)))
+            *_, (dq_home, dkv_home) = _backward_pass(plan, q, k, v, o, lse, d_o_local, ctx.scale, inbound, homes)
+            dkv = dkv_home.finish()
+            dq, dk, dv = dq_home.finish(), dkv[:, :hkv], dkv[:, hkv:]
+        else:
+            if layout == "dataloader":
+                d_o = _to_plan_layout(plan, d_o, count=True)
+            dq, dk, dv, _ = _backward_pass(plan, q, k, v, o, lse, d_o, ctx.scale)
+            dq, dk, dv = (x.to(dtype) for x in (dq, dk, dv))
+            if layout == "dataloader":
+                packed = torch.cat([dq.reshape(-1, hq), dk.reshape(-1, hkv), dv.reshape(-1, hkv)], dim=1)
+                back = _to_dataloader_layout(plan, packed, count=True)
+                dq, dk, dv = back[:, :hq], back[:, hq:hq + hkv], back[:, hq + hkv:]
+        dq = dq.reshape(-1, plan.heads_q, plan.head_dim)
+        dk = dk.reshape(-1, plan.heads_kv, plan.head_dim)
+        dv = dv.reshape(-1, plan.heads_kv, plan.head_dim)
         _stats["total_s"] += time.perf_counter() - start
         return dq, dk, dv, None, None, None
 
@@ -712,7 +1110,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Plan, lay
     """
     if not isinstance(plan, Plan):
         raise TypeError(f"fcp.torch.attention: plan must be an fcp.torch.Plan, got {type(plan).__name__}")
-    _agree(plan.group, _check_qkv(plan, q, k, v, layout), "fcp.torch.attention")
+    _agree(plan.group, _check_qkv(plan, q, k, v, layout), "fcp.torch.attention", plan)
     s = float(scale) if scale is not None else 1.0 / math.sqrt(plan.head_dim)
     return _Attention.apply(q, k, v, plan, layout, s)
 
