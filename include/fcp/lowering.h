@@ -35,7 +35,7 @@
 // q_row and kv_row. Merge order of the forward is the order of the calls:
 // the plan's, except that forward stage 0 lists its `early` calls first.
 //
-// Reshuffle, as one all-to-all (the torch executor): dataloader rows
+// Reshuffle, as one all-to-all (fcp.torch on CUDA, dispatch/undispatch): dataloader rows
 // in_send_rows (grouped by destination, counts in_send_counts) arrive at
 // local rows in_recv_rows (grouped by source, counts in_recv_counts). The way
 // back is the same tables reversed.
@@ -116,8 +116,8 @@ struct ComputeCall {
   int64_t dkv_row = 0;          // backward only
   int64_t segment_begin = 0, segment_end = 0;
   // Forward stage 0 only: both blocks hold only tokens of r's own dataloader
-  // share, so the call can run before the reshuffle in has arrived (the
-  // torch executor runs these while its all-to-all is in flight).
+  // share, so the call can run before the reshuffle in has arrived (fcp.torch
+  // on CUDA runs these while its all-to-all is in flight).
   bool early = false;
   bool operator==(const ComputeCall&) const = default;
 };
