@@ -11,6 +11,9 @@ constexpr double kInfinity = std::numeric_limits<double>::infinity();
 // Flows within this of their end drain together: one rate recomputation
 // instead of several for ends a few nanoseconds apart.
 constexpr double kDrainSlack_s = 1e-7;
+// Unallocated capacity below this fraction of a port's is rounding left over
+// (quantized engine): given to nobody.
+constexpr double kSliver = 1e-9;
 // A queue entry (share, port) packed so that integer order is (share, port)
 // order: a non-negative double's bits order as the double does (shares are
 // >= +0 and never NaN), and the port fills the low bits. Comparing two
@@ -590,9 +593,9 @@ void QuantizedNetwork::Start(int32_t src, int32_t dst, double bytes, int64_t tag
   port_flows_[out].push_back(id);
   in_slot_[id] = static_cast<int32_t>(port_flows_[in].size());
   port_flows_[in].push_back(id);
-  // What both ports have left; a sliver left by rounding counts as nothing.
+  // What both ports have left.
   const double rate = std::min(unallocated_[out], unallocated_[in]);
-  if (rate > 1e-9 * std::min(capacity_[out], capacity_[in])) {
+  if (rate > kSliver * std::min(capacity_[out], capacity_[in])) {
     unallocated_[out] = std::max(0.0, unallocated_[out] - rate);
     unallocated_[in] = std::max(0.0, unallocated_[in] - rate);
     SetRate(id, rate);
@@ -665,12 +668,12 @@ void QuantizedNetwork::DrainUntil(double time, double horizon) {
 
 void QuantizedNetwork::Refill(int32_t port) {
   double spare = unallocated_[port];
-  const double sliver = 1e-9 * capacity_[port];
+  const double sliver = kSliver * capacity_[port];
   if (spare <= sliver) return;
   candidates_.clear();
   for (const int32_t id : port_flows_[port]) {
     const int32_t other = out_port_[id] == port ? in_port_[id] : out_port_[id];
-    if (unallocated_[other] > 1e-9 * capacity_[other])
+    if (unallocated_[other] > kSliver * capacity_[other])
       candidates_.emplace_back(unallocated_[other], id);
   }
   std::sort(candidates_.begin(), candidates_.end());
@@ -679,7 +682,7 @@ void QuantizedNetwork::Refill(int32_t port) {
     const int32_t other = out_port_[id] == port ? in_port_[id] : out_port_[id];
     const double extra =
         std::min(unallocated_[other], spare / static_cast<double>(candidates_.size() - k));
-    if (extra <= 1e-9 * capacity_[other]) continue;
+    if (extra <= kSliver * capacity_[other]) continue;
     unallocated_[other] = std::max(0.0, unallocated_[other] - extra);
     spare -= extra;
     SetRate(id, rate_[id] + extra);
