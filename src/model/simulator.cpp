@@ -227,9 +227,8 @@ struct PassOutput {
 double NetworkQuantum_s(const SimConfig& config, const HardwareProfile& profile,
                         const PassInput& in) {
   double bytes = 0;
-  size_t flows = 0;
+  size_t flows = in.transfers.size();
   for (const StageTransfer& t : in.transfers) bytes += t.bytes;
-  flows = in.transfers.size();
   if (flows == 0)
     for (const auto* list : {&in.in_flows, &in.out_flows})
       for (const ReshuffleFlow& f : *list) bytes += f.bytes, ++flows;
