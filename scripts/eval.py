@@ -605,9 +605,27 @@ N = 1024 alone took 484 s, FCP transparent 215 s). The document above was writte
 by the same `Runner.compare` calls beforehand (same binary, so the same cache keys); the header's
 "fcp runs" total adds the recorded time of every run, cached or not. WLB-like shows no simulator
 time at N >= 512 because it simulates ring and ByteScale-like while planning (its `plan_s`,
-96 s at N = 512 and 451 s at N = 1024). To skip the scale points: `--scale ''`; to add N = 2048 and
-4096 (not run: ring at N = 1024 already takes 8 minutes and FCP's simulation grows faster than
-N^2, docs/simulator.md): `--scale 512,1024,2048,4096 --scale-timeout 3600`.
+96 s at N = 512 and 451 s at N = 1024). To skip the scale points: `--scale ''`.
+
+Since issue 21 the scale points beyond N = 256 are simulated with `--network quantized`
+(`--scale-network`, default quantized; `--scale-network exact` for the reference engine): step
+times within 0.5% of exact's on the simulator's 108 comparison cases, 0.28% on FCP's N = 1024
+step (docs/simulator.md). Measured per scale point, one `fcp compare` of `figure_scale` each
+(wall / user CPU, one run each, load average 4-9 on the shared 2-core machine, 2026-12-01):
+
+| N | fcp (transparent) | fcp (pre-shuffled) | ring | bytescale | magi | wlb |
+|---:|---:|---:|---:|---:|---:|---:|
+| 512 | 9.6 / 15.1 s | 6.1 / 8.3 s | 72 / 62 s | 0.1 / 0.0 s | 1.2 / 0.5 s | 141 / 67 s |
+| 1024 | 114 / 89 s | 125 / 43 s | 452 / 300 s (1.97 GB) | 0.1 / 0.0 s | 2.0 / 1.2 s | not rerun (451 s of planning before) |
+| 4096 | ~350 / 184 s (its `fcp simulate`) | not run | not run | not run | not run | not run |
+
+WLB-like is not helped: it plans by simulating ring and ByteScale-like with the exact engine
+(PlannerConfig carries no network engine). Ring's plans grow as N^2 transfers (1.05M forward at
+N = 1024, a 398 MB plan file that takes 1.3 GB to plan), so ring at N = 2048 and 4096 is out of
+reach of the 4 GB budget as ring plans are represented now. `--scale 512,1024,2048,4096
+--scale-timeout 3600` would therefore spend its time in ring and WLB-like at N >= 1024 (each
+running into the timeout at 2048 and 4096 and recorded as missing) plus roughly 10-20 minutes of
+FCP; not run end to end.
 """
 
 
