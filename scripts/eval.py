@@ -609,8 +609,8 @@ time at N >= 512 because it simulates ring and ByteScale-like while planning (it
 
 Since issue 21 the scale points beyond N = 256 are simulated with `--network quantized`
 (`--scale-network`, default quantized; `--scale-network exact` for the reference engine): step
-times within 0.5% of exact's on the simulator's 108 comparison cases, 0.28% on FCP's N = 1024
-step (docs/simulator.md). Measured per scale point, one `fcp compare` of `figure_scale` each
+times within 0.5% of exact's on the simulator's 108 comparison cases; FCP's N = 1024 step +0.28%
+(its backward +0.63%; docs/simulator.md). Measured per scale point, one `fcp compare` of `figure_scale` each
 (wall / user CPU, one run each, load average 4-9 on the shared 2-core machine, 2026-12-01):
 
 | N | fcp (transparent) | fcp (pre-shuffled) | ring | bytescale | magi | wlb |
