@@ -2,7 +2,8 @@
 """Regenerates docs/evaluation.md and docs/figures/*.png: the paper's evaluation
 (Figures 2, 9-14 and Table 2) reproduced on the fcp simulator.
 
-Usage:  scripts/eval.py [--fcp build/fcp] [--quick] [--scale 512,1024] [--cache DIR]
+Usage:  scripts/eval.py [--fcp build/fcp] [--quick] [--scale 512,1024] [--scale-network quantized]
+                       [--cache DIR]
 Needs the built `fcp` binary and Debian's python3-matplotlib / python3-numpy.
 Every number comes from `fcp compare --csv` / `fcp workload` runs whose exact
 commands are written next to each figure. --quick uses N <= 64 and no scale
@@ -271,15 +272,18 @@ Balance mode judges plans by imbalance alone; time mode by cost alone, whatever 
 """)
 
 
-def figure_scale(runner, md, rows, workers, extra, timeout_s):
+def figure_scale(runner, md, rows, workers, extra, timeout_s, network):
     """Module MFU and bMFU against N: Figure 11's points (N in workers) and,
     for each N in extra, one compare per line (a point that fails or runs
-    past timeout_s is recorded as missing, with why)."""
+    past timeout_s is recorded as missing, with why), simulated with the
+    `network` engine beyond N = 256."""
     points = {(r["planner"], r["workers"]): r for r in rows}
     shown = []
     missing = []
     for n in extra:
         base = ["--dist", "lognormal", "--workers", str(n), "--profile", "gpu-x", "--seed", "0"]
+        if n > 256 and network != "exact":
+            base += ["--network", network]
         for line, args in [(FT, ["--planners", "fcp", "--reshuffle", "overlap"]),
                            (FP, ["--planners", "fcp", "--reshuffle", "none"])] + [
                 (p, ["--planners", p, "--baseline-reshuffle", "none"]) for p in BASELINES]:
@@ -316,7 +320,9 @@ def figure_scale(runner, md, rows, workers, extra, timeout_s):
 
 The paper's setup (lognormal lengths seed 0, 32K tokens per GPU, block 4K, coalesce 16) at every N.
 Points up to N = {workers[-1]} are Figure 11's runs; each larger N is one `fcp compare` per line,
-one seed, each given {timeout_s:.0f} s:  
+one seed, each given {timeout_s:.0f} s, simulated beyond N = 256 with `--network {network}`
+(`--scale-network`; quantized: step times within 0.5% of the exact engine's on the simulator's
+comparison cases, docs/simulator.md):  
 {commands(shown)}
 
 ![scale](figures/fig_scale.png)
@@ -382,6 +388,8 @@ def main():
                     help="N beyond Figure 11's for the scale figure, comma-separated ('' for none)")
     ap.add_argument("--scale-timeout", type=float, default=600,
                     help="seconds each scale point may take before it is recorded as missing")
+    ap.add_argument("--scale-network", default="quantized", choices=["quantized", "fast", "exact"],
+                    help="network engine of the scale points beyond N = 256 (docs/simulator.md)")
     ap.add_argument("--cache", help="directory keeping `fcp compare` results (keyed by binary + arguments)")
     args = ap.parse_args()
     if not os.access(args.fcp, os.X_OK):
@@ -548,7 +556,8 @@ N = {n13} (not the paper's unstated N) keeps the script's run time down.
              "Paper: FCP consistently ahead, above 70% of single-GPU FA4 MFU.")
 
     # The scale figure.
-    points, missing, ns = figure_scale(r, md, rows, workers, extra, args.scale_timeout)
+    points, missing, ns = figure_scale(r, md, rows, workers, extra, args.scale_timeout,
+                                       args.scale_network)
     facts["scale"] = (points, missing, ns)
 
     elapsed = time.time() - started
@@ -596,9 +605,27 @@ N = 1024 alone took 484 s, FCP transparent 215 s). The document above was writte
 by the same `Runner.compare` calls beforehand (same binary, so the same cache keys); the header's
 "fcp runs" total adds the recorded time of every run, cached or not. WLB-like shows no simulator
 time at N >= 512 because it simulates ring and ByteScale-like while planning (its `plan_s`,
-96 s at N = 512 and 451 s at N = 1024). To skip the scale points: `--scale ''`; to add N = 2048 and
-4096 (not run: ring at N = 1024 already takes 8 minutes and FCP's simulation grows faster than
-N^2, docs/simulator.md): `--scale 512,1024,2048,4096 --scale-timeout 3600`.
+96 s at N = 512 and 451 s at N = 1024). To skip the scale points: `--scale ''`.
+
+Since issue 21 the scale points beyond N = 256 are simulated with `--network quantized`
+(`--scale-network`, default quantized; `--scale-network exact` for the reference engine): step
+times within 0.5% of exact's on the simulator's 108 comparison cases; FCP's N = 1024 step +0.28%
+(its backward +0.63%; docs/simulator.md). Measured per scale point, one `fcp compare` of `figure_scale` each
+(wall / user CPU, one run each, load average 4-9 on the shared 2-core machine, 2026-12-01):
+
+| N | fcp (transparent) | fcp (pre-shuffled) | ring | bytescale | magi | wlb |
+|---:|---:|---:|---:|---:|---:|---:|
+| 512 | 9.6 / 15.1 s | 6.1 / 8.3 s | 72 / 62 s | 0.1 / 0.0 s | 1.2 / 0.5 s | 141 / 67 s |
+| 1024 | 114 / 89 s | 125 / 43 s | 452 / 300 s (1.97 GB) | 0.1 / 0.0 s | 2.0 / 1.2 s | not rerun (451 s of planning before) |
+| 4096 | ~350 / 184 s (its `fcp simulate`) | not run | not run | not run | not run | not run |
+
+WLB-like is not helped: it plans by simulating ring and ByteScale-like with the exact engine
+(PlannerConfig carries no network engine). Ring's plans grow as N^2 transfers (1.05M forward at
+N = 1024, a 398 MB plan file that takes 1.3 GB to plan), so ring at N = 2048 and 4096 is out of
+reach of the 4 GB budget as ring plans are represented now. `--scale 512,1024,2048,4096
+--scale-timeout 3600` would therefore spend its time in ring and WLB-like at N >= 1024 (each
+running into the timeout at 2048 and 4096 and recorded as missing) plus roughly 10-20 minutes of
+FCP; not run end to end.
 """
 
 

@@ -113,6 +113,9 @@ case_happy_paths() {
   contains "simulate json" "$tmp/stdout" '"mfu"'
   contains "simulate json bound" "$tmp/stdout" '"bound_ratio"'
   expect 0 "simulate --transfers grouped" -- simulate --plan "$tmp/plan.json" --transfers grouped
+  expect 0 "simulate --network quantized" -- simulate --plan "$tmp/plan.json" --network quantized \
+    --network-quantum 0.5 --json
+  contains "simulate quantized json" "$tmp/stdout" '"total_time_s"'
 
   expect 0 "compare" -- compare --dist lognormal --workers 2,4 --tokens-per-worker 2048 \
     --max-len 8192 --block-size 256 --planners fcp,ring,magi --csv "$tmp/compare.csv"
@@ -391,6 +394,11 @@ case_exit_codes() {
   expect 2 "--window -5" -- plan --lengths "$tmp/lengths.txt" --workers 2 --mask sliding_window --window -5 \
     --out "$tmp/x.json"
   expect 2 "simulate --reshuffle foo" -- simulate --plan "$tmp/plan.json" --reshuffle foo
+  expect 2 "simulate --network-quantum 0" -- simulate --plan "$tmp/plan.json" --network quantized \
+    --network-quantum 0
+  contains "simulate --network-quantum 0 message" "$tmp/stderr" "network_quantum must be a positive number, got 0"
+  expect 2 "compare --network-quantum -1" -- compare --workers 4 --planners fcp --network quantized \
+    --network-quantum -1
   expect 2 "simulate --mask-like bad --transfers" -- simulate --plan "$tmp/plan.json" --transfers push
   expect 2 "compare --reshuffle foo" -- compare --workers 2 --planners fcp --reshuffle foo
   expect 2 "workload --min-len 0" -- workload --min-len 0

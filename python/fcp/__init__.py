@@ -312,10 +312,12 @@ class Plan:
 
     def simulate(self, profile: str = "gpu-x", reshuffle: str = "overlap",
                  transfers: str = "pull", dkv_bytes: int = 0,
-                 trace: Optional[str] = None, network: str = "exact") -> Dict[str, object]:
+                 trace: Optional[str] = None, network: str = "exact",
+                 network_quantum: float = 0.02) -> Dict[str, object]:
         """:func:`fcp.simulate` of this plan."""
         return simulate(self, profile=profile, reshuffle=reshuffle, transfers=transfers,
-                        dkv_bytes=dkv_bytes, trace=trace, network=network)
+                        dkv_bytes=dkv_bytes, trace=trace, network=network,
+                        network_quantum=network_quantum)
 
     # ---- token placement ---------------------------------------------------------
 
@@ -457,7 +459,8 @@ _document_plan_options()
 
 def simulate(plan: Plan, profile: str = "gpu-x", reshuffle: str = "overlap",
              transfers: str = "pull", dkv_bytes: int = 0,
-             trace: Optional[str] = None, network: str = "exact") -> Dict[str, object]:
+             trace: Optional[str] = None, network: str = "exact",
+             network_quantum: float = 0.02) -> Dict[str, object]:
     """Runs ``plan`` on the event-driven model cluster, as ``fcp simulate``.
 
     profile: 'gpu-x' (H100-like), 'gpu-y' (B200-like) or a JSON profile file.
@@ -467,8 +470,12 @@ def simulate(plan: Plan, profile: str = "gpu-x", reshuffle: str = "overlap",
     runtime) or 'grouped' (one send/receive call per worker and stage).
     dkv_bytes: bytes per element of partial dK/dV
     transfers (0 = the plan's dtype). trace: also write a Chrome trace there.
-    network: 'exact' (the default) or 'fast' (flows bundled per port pair: the
-    same max-min rates up to rounding, 1.2-1.5x less CPU on large plans).
+    network: 'exact' (the default), 'fast' (flows bundled per port pair: the
+    same max-min rates up to rounding, 1.2-1.5x less CPU on large plans) or
+    'quantized' (rates recomputed at most once per quantum of simulated time:
+    an approximation for large N, its error in docs/simulator.md).
+    network_quantum: the quantized engine's quantum as a fraction of the
+    pass's mean stage transfer time at NIC bandwidth (``--network-quantum``).
 
     Returns the fields of ``fcp simulate --json --per-worker`` (times in
     seconds, FLOPs, MFU, imbalances, exposed communication); ``worker_stats``
@@ -480,7 +487,8 @@ def simulate(plan: Plan, profile: str = "gpu-x", reshuffle: str = "overlap",
         raise TypeError(f"simulate: plan must be an fcp.Plan, got {type(plan).__name__}")
     result = json.loads(_fcp.simulate(
         plan._h, _path("profile", profile), _str("reshuffle", reshuffle),
-        _str("transfers", transfers), _str("network", network), _int("dkv_bytes", dkv_bytes),
+        _str("transfers", transfers), _str("network", network),
+        _float("network_quantum", network_quantum), _int("dkv_bytes", dkv_bytes),
         None if trace is None else _path("trace", trace)))
     rows = result["worker_stats"]
     names = list(rows[0]) if rows else []

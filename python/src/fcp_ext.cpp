@@ -626,14 +626,15 @@ void BindSimulate(nb::module_& m) {
   m.def(
       "simulate",
       [](PlanHandle& h, const std::string& profile, const std::string& reshuffle,
-         const std::string& transfers, const std::string& network, int64_t dkv_bytes,
-         std::optional<std::string> trace) {
+         const std::string& transfers, const std::string& network, double network_quantum,
+         int64_t dkv_bytes, std::optional<std::string> trace) {
         return WithoutGil([&] {
           const HardwareProfile hardware = ResolveProfile(profile);
           SimConfig config;
           config.reshuffle = ParseReshuffleMode(reshuffle);
           config.transfers = ParseTransferMode(transfers);
           config.network = ParseNetworkModel(network);
+          config.network_quantum = network_quantum;
           config.dkv_dtype_bytes = ToInt32("simulate", "dkv_bytes", dkv_bytes);
           config.record_trace = trace.has_value();
           h.EnsureValid();
@@ -643,7 +644,8 @@ void BindSimulate(nb::module_& m) {
         });
       },
       nb::arg("plan"), nb::arg("profile"), nb::arg("reshuffle"), nb::arg("transfers"),
-      nb::arg("network"), nb::arg("dkv_bytes"), nb::arg("trace").none());
+      nb::arg("network"), nb::arg("network_quantum"), nb::arg("dkv_bytes"),
+      nb::arg("trace").none());
 }
 
 void BindWorkload(nb::module_& m) {

@@ -29,6 +29,8 @@ def _cli_simulate(cli, tmp_path, plan, *flags):
     ({"reshuffle": "none", "dkv_bytes": 4}, ["--reshuffle", "none", "--dkv-bytes", 4]),
     ({"transfers": "grouped"}, ["--transfers", "grouped"]),
     ({"network": "fast", "reshuffle": "blocking"}, ["--network", "fast", "--reshuffle", "blocking"]),
+    ({"network": "quantized", "network_quantum": 0.5},
+     ["--network", "quantized", "--network-quantum", 0.5]),
 ])
 def test_hand_plan_matches_cli(hand, cli, tmp_path, kwargs, flags):
     result = fcp.simulate(hand, **kwargs)
@@ -49,6 +51,10 @@ def test_planned_batch_matches_cli(fcp_planner, cli, tmp_path, planner):
     # The fast network engine: the same max-min rates up to rounding.
     fast = plan.simulate(network="fast")
     assert fast["total_time_s"] == pytest.approx(result["total_time_s"], rel=1e-9)
+    # The quantized one: an approximation (docs/simulator.md), the same CLI flags.
+    quantized = plan.simulate(network="quantized")
+    assert quantized["total_time_s"] == pytest.approx(result["total_time_s"], rel=0.01)
+    assert _as_cli_json(quantized) == _cli_simulate(cli, tmp_path, plan, "--network", "quantized")
     assert result["total_time_s"] == pytest.approx(result["forward_time_s"] + result["backward_time_s"])
     assert 0 < result["mfu"] <= 1
     # The step's lower bound: the two passes' bounds, each the largest of its terms.
@@ -75,6 +81,8 @@ def test_trace_is_the_cli_trace(hand, cli, tmp_path):
     ({"reshuffle": "eventually"}, ["--reshuffle", "eventually"], ValueError),
     ({"transfers": "push"}, ["--transfers", "push"], ValueError),
     ({"network": "approx"}, ["--network", "approx"], ValueError),
+    ({"network": "quantized", "network_quantum": 0}, ["--network", "quantized", "--network-quantum", 0],
+     ValueError),
     ({"dkv_bytes": -2}, ["--dkv-bytes", -2], ValueError),
 ])
 def test_errors_match_cli(hand, cli, tmp_path, kwargs, flags, error):

@@ -11,6 +11,9 @@ constexpr double kInfinity = std::numeric_limits<double>::infinity();
 // Flows within this of their end drain together: one rate recomputation
 // instead of several for ends a few nanoseconds apart.
 constexpr double kDrainSlack_s = 1e-7;
+// Unallocated capacity below this fraction of a port's is rounding left over
+// (quantized engine): given to nobody.
+constexpr double kSliver = 1e-9;
 // A queue entry (share, port) packed so that integer order is (share, port)
 // order: a non-negative double's bits order as the double does (shares are
 // >= +0 and never NaN), and the port fills the low bits. Comparing two
@@ -24,6 +27,30 @@ QueueEntry Pack(double share, int32_t port) {
 double ShareOf(QueueEntry e) { return std::bit_cast<double>(static_cast<uint64_t>(e >> 64)); }
 int32_t PortOf(QueueEntry e) { return static_cast<int32_t>(static_cast<uint32_t>(e)); }
 enum Port { kNvlinkOut = 0, kNvlinkIn = 1, kNicOut = 2, kNicIn = 3, kPortsPerWorker = 4 };
+
+// Swap-removes item `id` (a bundle or a flow) from the active list and from
+// its two port lists, slots kept current in active_slot, out_slot and
+// in_slot. An item's out- and in-port differ, so the item moved within
+// `port`'s list has `port` as exactly one of its two ports, whose slot it
+// takes.
+template <class Entry, class IdOf>
+void SwapRemove(int32_t id, std::vector<int32_t>& active, std::vector<int32_t>& active_slot,
+                std::vector<std::vector<Entry>>& port_lists, const std::vector<int32_t>& out_port,
+                const std::vector<int32_t>& in_port, std::vector<int32_t>& out_slot,
+                std::vector<int32_t>& in_slot, IdOf id_of) {
+  const int32_t moved = active.back();
+  active[active_slot[id]] = moved;
+  active_slot[moved] = active_slot[id];
+  active.pop_back();
+  for (const int32_t port : {out_port[id], in_port[id]}) {
+    std::vector<Entry>& list = port_lists[port];
+    const int32_t slot = out_port[id] == port ? out_slot[id] : in_slot[id];
+    const int32_t last = id_of(list.back());
+    list[slot] = list.back();
+    list.pop_back();
+    (out_port[last] == port ? out_slot[last] : in_slot[last]) = slot;
+  }
+}
 
 }  // namespace
 
@@ -49,8 +76,10 @@ int32_t FlowNetwork::InPort(int32_t src, int32_t dst) const {
 }
 
 std::unique_ptr<FlowNetwork> MakeNetwork(NetworkModel model, const HardwareProfile& profile,
-                                         int32_t workers) {
+                                         int32_t workers, double quantum_s) {
   if (model == NetworkModel::kFast) return std::make_unique<BundledNetwork>(profile, workers);
+  if (model == NetworkModel::kQuantized)
+    return std::make_unique<QuantizedNetwork>(profile, workers, quantum_s);
   return std::make_unique<Network>(profile, workers);
 }
 
@@ -125,6 +154,47 @@ void FlowNetwork::Fill(Freeze freeze) {
     freeze(port, share, std::max(share, 1e-12 * capacity_[port]));
     unfrozen_[port] = 0;
   }
+}
+
+void FlowNetwork::MaxMinRates(size_t flows, const int32_t* out_port, const int32_t* in_port,
+                              double* rates) {
+  const size_t ports = capacity_.size();
+  remaining_capacity_.assign(capacity_.begin(), capacity_.end());
+  unfrozen_.assign(ports, 0);
+  port_begin_.assign(ports + 1, 0);
+  for (size_t k = 0; k < flows; ++k) {
+    ++port_begin_[out_port[k] + 1];
+    ++port_begin_[in_port[k] + 1];
+  }
+  for (size_t p = 0; p < ports; ++p) port_begin_[p + 1] += port_begin_[p];
+  port_slots_.resize(port_begin_[ports]);
+  for (size_t k = 0; k < flows; ++k) {
+    port_slots_[port_begin_[out_port[k]] + unfrozen_[out_port[k]]++] = static_cast<int32_t>(k);
+    port_slots_[port_begin_[in_port[k]] + unfrozen_[in_port[k]]++] = static_cast<int32_t>(k);
+  }
+  frozen_.assign(flows, 0);
+  SortInitialShares([ports](auto visit) {
+    for (size_t p = 0; p < ports; ++p) visit(static_cast<int32_t>(p));
+  });
+  // Raw pointers for the filling loop: its stores (a char among them, which
+  // may alias anything) would otherwise reload every vector's data pointer.
+  char* const frozen = frozen_.data();
+  double* const remaining_capacity = remaining_capacity_.data();
+  int32_t* const unfrozen = unfrozen_.data();
+  const int32_t* const port_begin = port_begin_.data();
+  const int32_t* const port_slots = port_slots_.data();
+  Fill([&](int32_t port, double share, double rate) {
+    for (int32_t i = port_begin[port]; i < port_begin[port + 1]; ++i) {
+      const int32_t k = port_slots[i];
+      if (frozen[k]) continue;
+      frozen[k] = 1;
+      rates[k] = rate;
+      const int32_t other = out_port[k] == port ? in_port[k] : out_port[k];
+      remaining_capacity[other] = std::max(0.0, remaining_capacity[other] - share);
+      --unfrozen[other];
+    }
+    remaining_capacity[port] = 0;  // saturated (up to rounding)
+  });
 }
 
 void Network::Start(int32_t src, int32_t dst, double bytes, int64_t tag) {
@@ -207,50 +277,13 @@ void Network::Recompute() {
   if (dt != 0)
     for (size_t k = 0; k < flows; ++k) remaining_bytes_[k] -= rate_[k] * dt;
 
-  const size_t ports = capacity_.size();
-  remaining_capacity_.assign(capacity_.begin(), capacity_.end());
-  unfrozen_.assign(ports, 0);
-  port_begin_.assign(ports + 1, 0);
-  for (size_t k = 0; k < flows; ++k) {
-    ++port_begin_[out_port_[k] + 1];
-    ++port_begin_[in_port_[k] + 1];
-  }
-  for (size_t p = 0; p < ports; ++p) port_begin_[p + 1] += port_begin_[p];
-  port_slots_.resize(port_begin_[ports]);
-  for (size_t k = 0; k < flows; ++k) {
-    port_slots_[port_begin_[out_port_[k]] + unfrozen_[out_port_[k]]++] = static_cast<int32_t>(k);
-    port_slots_[port_begin_[in_port_[k]] + unfrozen_[in_port_[k]]++] = static_cast<int32_t>(k);
-  }
-  frozen_.assign(flows, 0);
-  SortInitialShares([ports](auto visit) {
-    for (size_t p = 0; p < ports; ++p) visit(static_cast<int32_t>(p));
-  });
-  // Raw pointers for the filling loop: its stores (a char among them, which
-  // may alias anything) would otherwise reload every vector's data pointer.
-  char* const frozen = frozen_.data();
-  double* const rates = rate_.data();
-  double* const remaining_capacity = remaining_capacity_.data();
-  int32_t* const unfrozen = unfrozen_.data();
-  const int32_t* const port_begin = port_begin_.data();
-  const int32_t* const port_slots = port_slots_.data();
-  const int32_t* const out_port = out_port_.data();
-  const int32_t* const in_port = in_port_.data();
-  Fill([&](int32_t port, double share, double rate) {
-    for (int32_t i = port_begin[port]; i < port_begin[port + 1]; ++i) {
-      const int32_t k = port_slots[i];
-      if (frozen[k]) continue;
-      frozen[k] = 1;
-      rates[k] = rate;
-      const int32_t other = out_port[k] == port ? in_port[k] : out_port[k];
-      remaining_capacity[other] = std::max(0.0, remaining_capacity[other] - share);
-      --unfrozen[other];
-    }
-  });
+  MaxMinRates(flows, out_port_.data(), in_port_.data(), rate_.data());
   // Locals: a store through drain_time_ could otherwise alias next_drain_ and now_.
   double next_drain = kInfinity;
   const double now = now_;
   double* const drain_time = drain_time_.data();
   const double* const remaining = remaining_bytes_.data();
+  const double* const rates = rate_.data();
   for (size_t k = 0; k < flows; ++k) {
     drain_time[k] = now + std::max(0.0, remaining[k]) / rates[k];
     next_drain = std::min(next_drain, drain_time[k]);
@@ -322,21 +355,8 @@ void BundledNetwork::Activate(int32_t b) {
 }
 
 void BundledNetwork::Deactivate(int32_t b) {
-  // Swap-remove from the active list and both port lists. A bundle's out-
-  // and in-port differ, so the bundle moved within `port`'s list has `port`
-  // as exactly one of its two ports, whose slot it takes.
-  const int32_t moved = active_.back();
-  active_[active_slot_[b]] = moved;
-  active_slot_[moved] = active_slot_[b];
-  active_.pop_back();
-  for (const int32_t port : {out_port_[b], in_port_[b]}) {
-    std::vector<PortEntry>& list = port_bundles_[port];
-    const int32_t slot = out_port_[b] == port ? out_slot_[b] : in_slot_[b];
-    const int32_t last = list.back().bundle;
-    list[slot] = list.back();
-    list.pop_back();
-    (out_port_[last] == port ? out_slot_[last] : in_slot_[last]) = slot;
-  }
+  SwapRemove(b, active_, active_slot_, port_bundles_, out_port_, in_port_, out_slot_, in_slot_,
+             [](const PortEntry& e) { return e.bundle; });
   HeapRemove(b);
   hot_[b].rate = 0;
   drain_time_[b] = kInfinity;
@@ -536,6 +556,175 @@ void BundledNetwork::HeapRemove(int32_t b) {
   heap_pos_[last] = pos;
   SiftUp(static_cast<size_t>(pos));
   SiftDown(static_cast<size_t>(heap_pos_[last]));
+}
+
+// ---- QuantizedNetwork ----
+
+QuantizedNetwork::QuantizedNetwork(const HardwareProfile& profile, int32_t workers,
+                                   double quantum_s)
+    : FlowNetwork(profile, workers),
+      quantum_s_(quantum_s),
+      port_flows_(capacity_.size()),
+      unallocated_(capacity_) {}
+
+void QuantizedNetwork::Start(int32_t src, int32_t dst, double bytes, int64_t tag) {
+  int32_t id;
+  if (!free_ids_.empty()) {
+    id = free_ids_.back();
+    free_ids_.pop_back();
+  } else {
+    id = static_cast<int32_t>(out_port_.size());
+    for (auto* v : {&out_port_, &in_port_, &active_slot_, &out_slot_, &in_slot_}) v->push_back(0);
+    for (auto* v : {&bytes_at_t0_, &t0_, &rate_}) v->push_back(0);
+    for (auto* v : {&seq_, &tag_}) v->push_back(0);
+    version_.push_back(0);
+  }
+  const int32_t out = OutPort(src, dst), in = InPort(src, dst);
+  out_port_[id] = out;
+  in_port_[id] = in;
+  bytes_at_t0_[id] = bytes;
+  t0_[id] = now_;
+  rate_[id] = 0;
+  seq_[id] = next_seq_++;
+  tag_[id] = tag;
+  active_slot_[id] = static_cast<int32_t>(active_.size());
+  active_.push_back(id);
+  out_slot_[id] = static_cast<int32_t>(port_flows_[out].size());
+  port_flows_[out].push_back(id);
+  in_slot_[id] = static_cast<int32_t>(port_flows_[in].size());
+  port_flows_[in].push_back(id);
+  // What both ports have left.
+  const double rate = std::min(unallocated_[out], unallocated_[in]);
+  if (rate > kSliver * std::min(capacity_[out], capacity_[in])) {
+    unallocated_[out] = std::max(0.0, unallocated_[out] - rate);
+    unallocated_[in] = std::max(0.0, unallocated_[in] - rate);
+    SetRate(id, rate);
+  } else if (bytes <= 0) {
+    SetRate(id, 0);
+  }
+  dirty_ = true;
+}
+
+void QuantizedNetwork::SetRate(int32_t id, double rate) {
+  bytes_at_t0_[id] -= rate_[id] * (now_ - t0_[id]);
+  t0_[id] = now_;
+  rate_[id] = rate;
+  const double bytes = std::max(0.0, bytes_at_t0_[id]);
+  due_.push_back({now_ + (bytes > 0 ? bytes / rate : 0), seq_[id], id, ++version_[id]});
+  std::push_heap(due_.begin(), due_.end());
+}
+
+double QuantizedNetwork::RateOf(int64_t tag) {
+  RecomputeIfDue();
+  for (const int32_t id : active_)
+    if (tag_[id] == tag) return rate_[id];
+  return -1;
+}
+
+double QuantizedNetwork::NextDrainTime() {
+  if (active_.empty()) return kInfinity;
+  RecomputeIfDue();
+  while (!due_.empty() && due_.front().version != version_[due_.front().id]) {
+    std::pop_heap(due_.begin(), due_.end());
+    due_.pop_back();
+  }
+  const double drain = due_.empty() ? kInfinity : due_.front().time;
+  return dirty_ ? std::min(drain, next_recompute_) : drain;
+}
+
+void QuantizedNetwork::AdvanceTo(double time, std::vector<int64_t>& drained) {
+  RecomputeIfDue();
+  drained_scratch_.clear();
+  // A recomputation due before `time` happens at its time (the drivers that
+  // stop at NextDrainTime never skip one; this keeps the model the same for
+  // those that do).
+  while (dirty_ && !active_.empty() && next_recompute_ < time) {
+    DrainUntil(next_recompute_, next_recompute_ + kDrainSlack_s);
+    if (!active_.empty()) Recompute();
+  }
+  DrainUntil(time, time + kDrainSlack_s);
+  std::sort(drained_scratch_.begin(), drained_scratch_.end());
+  for (const auto& [seq, tag] : drained_scratch_) drained.push_back(tag);
+}
+
+void QuantizedNetwork::DrainUntil(double time, double horizon) {
+  now_ = std::max(now_, time);
+  while (!due_.empty() && due_.front().time <= horizon) {
+    std::pop_heap(due_.begin(), due_.end());
+    const Due due = due_.back();
+    due_.pop_back();
+    if (due.version != version_[due.id]) continue;
+    const int32_t id = due.id;
+    drained_scratch_.emplace_back(seq_[id], tag_[id]);
+    const int32_t out = out_port_[id], in = in_port_[id];
+    for (const int32_t port : {out, in})
+      unallocated_[port] = std::min(capacity_[port], unallocated_[port] + rate_[id]);
+    Remove(id);
+    Refill(out);
+    Refill(in);
+    dirty_ = true;
+  }
+}
+
+void QuantizedNetwork::Refill(int32_t port) {
+  double spare = unallocated_[port];
+  const double sliver = kSliver * capacity_[port];
+  if (spare <= sliver) return;
+  candidates_.clear();
+  for (const int32_t id : port_flows_[port]) {
+    const int32_t other = out_port_[id] == port ? in_port_[id] : out_port_[id];
+    if (unallocated_[other] > kSliver * capacity_[other])
+      candidates_.emplace_back(unallocated_[other], id);
+  }
+  std::sort(candidates_.begin(), candidates_.end());
+  for (size_t k = 0; k < candidates_.size() && spare > sliver; ++k) {
+    const int32_t id = candidates_[k].second;
+    const int32_t other = out_port_[id] == port ? in_port_[id] : out_port_[id];
+    const double extra =
+        std::min(unallocated_[other], spare / static_cast<double>(candidates_.size() - k));
+    if (extra <= kSliver * capacity_[other]) continue;
+    unallocated_[other] = std::max(0.0, unallocated_[other] - extra);
+    spare -= extra;
+    SetRate(id, rate_[id] + extra);
+  }
+  unallocated_[port] = std::max(0.0, spare);
+}
+
+void QuantizedNetwork::Remove(int32_t id) {
+  SwapRemove(id, active_, active_slot_, port_flows_, out_port_, in_port_, out_slot_, in_slot_,
+             [](int32_t e) { return e; });
+  ++version_[id];  // its heap entries are stale
+  free_ids_.push_back(id);
+}
+
+void QuantizedNetwork::RecomputeIfDue() {
+  if (dirty_ && now_ >= next_recompute_) Recompute();
+}
+
+void QuantizedNetwork::Recompute() {
+  dirty_ = false;
+  next_recompute_ = now_ + quantum_s_;
+  const size_t flows = active_.size();
+  flow_out_.resize(flows);
+  flow_in_.resize(flows);
+  flow_rate_.resize(flows);
+  for (size_t k = 0; k < flows; ++k) {
+    const int32_t id = active_[k];
+    bytes_at_t0_[id] -= rate_[id] * (now_ - t0_[id]);
+    t0_[id] = now_;
+    flow_out_[k] = out_port_[id];
+    flow_in_[k] = in_port_[id];
+  }
+  MaxMinRates(flows, flow_out_.data(), flow_in_.data(), flow_rate_.data());
+  unallocated_.assign(remaining_capacity_.begin(), remaining_capacity_.end());
+  due_.clear();
+  for (size_t k = 0; k < flows; ++k) {
+    const int32_t id = active_[k];
+    rate_[id] = flow_rate_[k];
+    due_.push_back(
+        {now_ + std::max(0.0, bytes_at_t0_[id]) / rate_[id], seq_[id], id, ++version_[id]});
+  }
+  std::make_heap(due_.begin(), due_.end());
 }
 
 }  // namespace fcp::sim

@@ -80,10 +80,21 @@ class FlowNetwork {
   // ports' remaining capacity and unfrozen count).
   template <class Freeze>
   void Fill(Freeze freeze);
+  // Max-min fair rates of `flows` flows, flow k from out_port[k] to
+  // in_port[k], into rates[k] (port lists built by a counting sort, the
+  // initial shares of every port sorted, then Fill). Leaves
+  // remaining_capacity_ at what each port has left unallocated (0 at a
+  // bottleneck).
+  void MaxMinRates(size_t flows, const int32_t* out_port, const int32_t* in_port, double* rates);
+  // Scratch of MaxMinRates.
+  std::vector<int32_t> port_begin_, port_slots_;
+  std::vector<char> frozen_;
 };
 
+// `quantum_s` (> 0) is the quantized engine's recomputation quantum; the
+// other engines ignore it.
 std::unique_ptr<FlowNetwork> MakeNetwork(NetworkModel model, const HardwareProfile& profile,
-                                         int32_t workers);
+                                         int32_t workers, double quantum_s = 1);
 
 class Network final : public FlowNetwork {
  public:
@@ -105,9 +116,6 @@ class Network final : public FlowNetwork {
   std::vector<double> remaining_bytes_, tolerance_bytes_, rate_, drain_time_;
   std::vector<int64_t> tag_;
   double updated_ = 0;  // time at which remaining_bytes_ was last brought up to date
-  // Scratch for Recompute.
-  std::vector<int32_t> port_begin_, port_slots_;
-  std::vector<char> frozen_;
 };
 
 class BundledNetwork final : public FlowNetwork {
@@ -181,6 +189,79 @@ class BundledNetwork final : public FlowNetwork {
   std::vector<uint64_t> port_active_bits_;            // ports with flows
   std::vector<int32_t> drain_heap_;
   std::vector<std::pair<int64_t, int64_t>> drained_scratch_;  // (seq, tag)
+};
+
+// The quantized engine: the max-min allocation is recomputed (as the exact
+// engine computes it) at most once per quantum of simulated time, at the
+// first query after a change once a quantum has passed since the last one.
+// Between recomputations the rates change only locally, and no port ever
+// carries more than its capacity:
+//  * a flow that starts begins at once at what its two ports have left
+//    unallocated (the smaller; 0 if either is full);
+//  * a flow that drains gives its rate back to its two ports, and each hands
+//    it to its other flows in equal parts up to what their other port has
+//    left (a refill one port deep; what it cannot place, and every change
+//    further away, waits for the next recomputation).
+// Drains are reported at their exact times under the rates in force. So the
+// recomputations number at most min(events, T / quantum) for a pass of
+// length T, each O(F + P + R log R) as the exact engine's, and a start or
+// drain between them is O(k log k + log F) for k flows on its ports (a
+// min-heap of drain times with versioned entries, rebuilt at each
+// recomputation). The error against the exact engine shrinks with the
+// quantum; docs/simulator.md has it measured.
+class QuantizedNetwork final : public FlowNetwork {
+ public:
+  QuantizedNetwork(const HardwareProfile& profile, int32_t workers, double quantum_s);
+
+  void Start(int32_t src, int32_t dst, double bytes, int64_t tag) override;
+  // The next drain, or the time of the pending recomputation if a change
+  // waits for it (an AdvanceTo there drains nothing and recomputes).
+  double NextDrainTime() override;
+  void AdvanceTo(double time, std::vector<int64_t>& drained) override;
+  int64_t active_flows() const override { return static_cast<int64_t>(active_.size()); }
+  double RateOf(int64_t tag) override;
+
+ private:
+  // (drain time, start order, flow id): a min-heap through std::push_heap's max-heap.
+  // An entry is current while its version is the flow's (a refill that
+  // raises a rate pushes a new entry instead of moving the old one).
+  struct Due {
+    double time;
+    int64_t seq;
+    int32_t id;
+    uint32_t version;
+    bool operator<(const Due& o) const { return time != o.time ? time > o.time : seq > o.seq; }
+  };
+  void RecomputeIfDue();
+  void Recompute();
+  // Drains every flow due by `horizon` (appended as (seq, tag)), the clock at `time`.
+  void DrainUntil(double time, double horizon);
+  void Remove(int32_t id);
+  // Hands `port`'s unallocated capacity to its flows, up to what their other
+  // port has left, in equal parts (water-filling over the flows ordered by
+  // that headroom).
+  void Refill(int32_t port);
+  void SetRate(int32_t id, double rate);  // from now, a new drain-heap entry
+
+  double quantum_s_;
+  bool dirty_ = false;
+  double next_recompute_ = 0;  // earliest time of the next recomputation
+  int64_t next_seq_ = 0;
+  // Per flow id (ids of drained flows are reused).
+  std::vector<int32_t> out_port_, in_port_, active_slot_, out_slot_, in_slot_;
+  std::vector<double> bytes_at_t0_, t0_, rate_;
+  std::vector<int64_t> seq_, tag_;
+  std::vector<uint32_t> version_;
+  std::vector<std::vector<int32_t>> port_flows_;        // active flow ids per port
+  std::vector<std::pair<double, int32_t>> candidates_;  // Refill scratch: (headroom, id)
+  std::vector<int32_t> free_ids_;
+  std::vector<int32_t> active_;      // active flow ids
+  std::vector<double> unallocated_;  // per port: capacity minus the rates in force
+  std::vector<Due> due_;             // flows with a rate > 0
+  std::vector<std::pair<int64_t, int64_t>> drained_scratch_;  // (seq, tag)
+  // Scratch for Recompute: the active flows' ports and rates, compact.
+  std::vector<int32_t> flow_out_, flow_in_;
+  std::vector<double> flow_rate_;
 };
 
 }  // namespace fcp::sim

@@ -16,6 +16,8 @@
 #include <string>
 #include <system_error>
 
+#include <fmt/format.h>
+
 #include "fcp/error.h"
 #include "fcp/mask.h"
 #include "fcp/plan_metrics.h"  // Imbalance
@@ -221,6 +223,21 @@ struct PassOutput {
   std::vector<double> busy_s, last_activity_s;
 };
 
+// The quantized network's quantum for a pass (SimConfig::network_quantum).
+double NetworkQuantum_s(const SimConfig& config, const HardwareProfile& profile,
+                        const PassInput& in) {
+  double bytes = 0;
+  size_t flows = in.transfers.size();
+  for (const StageTransfer& t : in.transfers) bytes += t.bytes;
+  if (flows == 0)
+    for (const auto* list : {&in.in_flows, &in.out_flows})
+      for (const ReshuffleFlow& f : *list) bytes += f.bytes, ++flows;
+  const double mean_s =
+      flows > 0 ? bytes / static_cast<double>(flows) / profile.nic_bytes_per_s : 0;
+  // Any positive quantum where nothing flows.
+  return mean_s > 0 ? config.network_quantum * mean_s : 1;
+}
+
 // Tags of flows in the network: kind in the low 2 bits.
 enum FlowKind : int64_t { kStageFlow = 0, kInFlow = 1, kOutFlow = 2 };
 int64_t Tag(FlowKind kind, size_t index) { return static_cast<int64_t>(index) * 4 + kind; }
@@ -234,7 +251,8 @@ class PassSimulator {
         config_(config),
         in_(in),
         n_(plan.workers),
-        net_(sim::MakeNetwork(config.network, profile, plan.workers)),
+        net_(sim::MakeNetwork(config.network, profile, plan.workers,
+                              NetworkQuantum_s(config, profile, in))),
         trace_offset_s_(trace_offset_s),
         trace_(trace) {}
 
@@ -867,6 +885,7 @@ constexpr detail::EnumName<TransferMode> kTransferModeNames[] = {
 constexpr detail::EnumName<NetworkModel> kNetworkModelNames[] = {
     {NetworkModel::kExact, "exact"},
     {NetworkModel::kFast, "fast"},
+    {NetworkModel::kQuantized, "quantized"},
 };
 
 const char* ReshuffleModeName(ReshuffleMode mode) {
@@ -896,6 +915,10 @@ void SimConfig::validate() const {
     throw Error(ErrorCode::kInvalidArgument,
                 "simulate: dkv_dtype_bytes must be >= 0 (0 = the plan's dtype), got " +
                     std::to_string(dkv_dtype_bytes));
+  if (!(network_quantum > 0) || !std::isfinite(network_quantum))
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("simulate: network_quantum must be a positive number, got {:g}",
+                            network_quantum));
 }
 
 namespace {

@@ -89,6 +89,7 @@ struct CompareOptions {
   std::string baseline_reshuffle = "none";
   std::string transfers = "pull";
   std::string network = "exact";
+  double network_quantum = SimConfig{}.network_quantum;
   int32_t seeds = 1;
   bool validate = false;
   WorkloadConfig workload;
@@ -179,6 +180,9 @@ void RunCompare(CompareOptions& o) {
     baseline_reshuffle = ParseReshuffleMode(o.baseline_reshuffle);
     transfers = ParseTransferMode(o.transfers);
     network = ParseNetworkModel(o.network);
+    SimConfig sim_settings;
+    sim_settings.network_quantum = o.network_quantum;
+    sim_settings.validate();
     PlannerConfig settings = o.planner;
     settings.workers = 1;  // checked per value of --workers below
     settings.validate_settings();
@@ -220,6 +224,7 @@ void RunCompare(CompareOptions& o) {
         pc.reshuffle_locality = sc.reshuffle != ReshuffleMode::kNone;
         sc.transfers = transfers;
         sc.network = network;
+        sc.network_quantum = o.network_quantum;
         auto start = std::chrono::steady_clock::now();
         Row row{wc.seed, n, name, ReshuffleModeName(sc.reshuffle), MakePlan(lengths, pc), {}, 0, 0};
         row.plan_s = SecondsSince(start);
@@ -280,7 +285,13 @@ constexpr const char* kTransfersHelp =
     "own stream) | grouped (one send/receive call per stage)";
 constexpr const char* kNetworkHelp =
     "Max-min rate engine: exact (the reference) | fast (flows bundled per port pair, only "
-    "changed rates updated: the same rates up to rounding, step times within ~1e-9)";
+    "changed rates updated: the same rates up to rounding, step times within ~1e-9) | quantized "
+    "(rates recomputed at most once per quantum of simulated time: an approximation for large N, "
+    "docs/simulator.md)";
+
+constexpr const char* kNetworkQuantumHelp =
+    "quantized: the recomputation quantum as a fraction of the pass's mean stage transfer time "
+    "at NIC bandwidth (> 0; the default is the value checked against exact)";
 
 void AddSimulateCommands(CLI::App& app) {
   struct SimulateOptions {
@@ -288,6 +299,7 @@ void AddSimulateCommands(CLI::App& app) {
                       network = "exact";
     bool json = false, per_worker = false, no_validate = false;
     int32_t dkv_bytes = 0;
+    double network_quantum = SimConfig{}.network_quantum;
   };
   auto so = std::make_shared<SimulateOptions>();
   CLI::App* sim = app.add_subcommand("simulate", "Simulate a plan on a model cluster");
@@ -298,6 +310,8 @@ void AddSimulateCommands(CLI::App& app) {
   sim->add_option("--reshuffle", so->reshuffle, "overlap | blocking | none")->capture_default_str();
   sim->add_option("--transfers", so->transfers, kTransfersHelp)->capture_default_str();
   sim->add_option("--network", so->network, kNetworkHelp)->capture_default_str();
+  sim->add_option("--network-quantum", so->network_quantum, kNetworkQuantumHelp)
+      ->capture_default_str();
   sim->add_option("--dkv-bytes", so->dkv_bytes,
                   "Bytes per element of partial dK/dV transfers (0 = the plan's dtype)")
       ->capture_default_str();
@@ -312,6 +326,7 @@ void AddSimulateCommands(CLI::App& app) {
       config.transfers = ParseTransferMode(so->transfers);
       config.network = ParseNetworkModel(so->network);
       config.dkv_dtype_bytes = so->dkv_bytes;
+      config.network_quantum = so->network_quantum;
       config.validate();
     });
     const HardwareProfile profile = ResolveProfile(so->profile);
@@ -370,6 +385,8 @@ void AddSimulateCommands(CLI::App& app) {
       ->capture_default_str();
   cmp->add_option("--transfers", co->transfers, kTransfersHelp)->capture_default_str();
   cmp->add_option("--network", co->network, kNetworkHelp)->capture_default_str();
+  cmp->add_option("--network-quantum", co->network_quantum, kNetworkQuantumHelp)
+      ->capture_default_str();
   cmp->add_flag("--validate", co->validate, "ValidatePlan every plan (slow at large N)");
   cmp->callback([co] { RunCompare(*co); });
 }
