@@ -52,6 +52,20 @@ void SwapRemove(int32_t id, std::vector<int32_t>& active, std::vector<int32_t>& 
   }
 }
 
+// An id for a new item: the last freed one if any (so per-item arrays stay
+// as large as the most items active at once, cache-resident, not as every
+// item ever started), else `next_id` once `append()` has grown the arrays.
+template <class Append>
+int32_t ReuseOrAppendId(std::vector<int32_t>& free_ids, size_t next_id, Append append) {
+  if (!free_ids.empty()) {
+    const int32_t id = free_ids.back();
+    free_ids.pop_back();
+    return id;
+  }
+  append();
+  return static_cast<int32_t>(next_id);
+}
+
 }  // namespace
 
 FlowNetwork::FlowNetwork(const HardwareProfile& profile, int32_t workers)
@@ -305,15 +319,7 @@ BundledNetwork::BundledNetwork(const HardwareProfile& profile, int32_t workers)
 int32_t BundledNetwork::BundleOf(int32_t out_port, int32_t in_port) {
   const auto [it, inserted] = bundle_of_pair_.try_emplace(PairKey(out_port, in_port), 0);
   if (!inserted) return it->second;
-  // Ids of drained bundles are reused, so the per-bundle arrays stay as
-  // large as the most bundles active at once (cache-resident), not as the
-  // port pairs ever used.
-  int32_t b;
-  if (!free_ids_.empty()) {
-    b = free_ids_.back();
-    free_ids_.pop_back();
-  } else {
-    b = static_cast<int32_t>(out_port_.size());
+  const int32_t b = ReuseOrAppendId(free_ids_, out_port_.size(), [&] {
     for (auto* v : {&out_port_, &in_port_, &active_slot_, &out_slot_, &in_slot_}) v->push_back(0);
     heap_pos_.push_back(-1);
     for (auto* v : {&served_bytes_, &t0_, &min_target_bytes_, &heap_key_}) v->push_back(0);
@@ -321,7 +327,7 @@ int32_t BundledNetwork::BundleOf(int32_t out_port, int32_t in_port) {
     hot_.push_back({});
     stale_.push_back(0);
     members_.emplace_back();
-  }
+  });
   out_port_[b] = out_port;
   in_port_[b] = in_port;
   it->second = b;
@@ -568,17 +574,12 @@ QuantizedNetwork::QuantizedNetwork(const HardwareProfile& profile, int32_t worke
       unallocated_(capacity_) {}
 
 void QuantizedNetwork::Start(int32_t src, int32_t dst, double bytes, int64_t tag) {
-  int32_t id;
-  if (!free_ids_.empty()) {
-    id = free_ids_.back();
-    free_ids_.pop_back();
-  } else {
-    id = static_cast<int32_t>(out_port_.size());
+  const int32_t id = ReuseOrAppendId(free_ids_, out_port_.size(), [&] {
     for (auto* v : {&out_port_, &in_port_, &active_slot_, &out_slot_, &in_slot_}) v->push_back(0);
     for (auto* v : {&bytes_at_t0_, &t0_, &rate_}) v->push_back(0);
     for (auto* v : {&seq_, &tag_}) v->push_back(0);
     version_.push_back(0);
-  }
+  });
   const int32_t out = OutPort(src, dst), in = InPort(src, dst);
   out_port_[id] = out;
   in_port_[id] = in;
