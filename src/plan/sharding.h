@@ -107,8 +107,9 @@ struct HeavySplit {
 // filler weighs at most the item / p). With `filler_group` (one group per
 // item of base, -1 for none; the shed layout's dataloader nodes), a split
 // item's fillers are those of its own group first, lightest first, then
-// the batch's: the same items are split into the same pieces, only the
-// fillers differ.
+// the batch's. Items are split in decreasing work until one finds too few
+// fillers, so the groups can change where that happens (the fillers left
+// for later items differ), not how an item is cut.
 enum class PieceCounts { kPowersOfTwo, kAny };
 HeavySplit SplitHeavy(const ShardBase& base, const std::vector<int64_t>& lengths, const Mask& mask,
                       double heavy_fraction, int32_t max_split,
