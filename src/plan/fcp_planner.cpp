@@ -115,18 +115,27 @@ double PortProxy(const std::vector<Block>& blocks, const std::vector<RequiredPai
   const AttentionShape& a = config.attention;
   std::vector<double> kv_in(n, 0), kv_out(n, 0), fwd_in(n, 0), fwd_out(n, 0), bwd_in(n, 0),
       bwd_out(n, 0);
-  // One transfer per (K/V block, receiving worker).
-  std::vector<std::vector<int32_t>> sent_to(blocks.size());
-  for (const RequiredPair& p : pairs) {
-    const int32_t to = rename[owner[p.q_block]], from = rename[owner[p.kv_block]];
-    if (to / node == from / node) continue;
-    std::vector<int32_t>& seen = sent_to[p.kv_block];
-    if (std::find(seen.begin(), seen.end(), to) != seen.end()) continue;
-    seen.push_back(to);
-    const double t = static_cast<double>(blocks[p.kv_block].tokens());
-    kv_in[to] += t;
-    kv_out[from] += t;
+  // One transfer per (K/V block, receiving worker): the pairs grouped by
+  // receiver (a counting sort), each K/V block counted once per receiver
+  // by a stamp. The sums are of whole token counts, so exact in any order.
+  std::vector<int32_t> first(n + 1, 0), by_receiver(pairs.size());
+  for (const RequiredPair& p : pairs) ++first[rename[owner[p.q_block]] + 1];
+  std::partial_sum(first.begin(), first.end(), first.begin());
+  {
+    std::vector<int32_t> next(first.begin(), first.end() - 1);
+    for (size_t k = 0; k < pairs.size(); ++k)
+      by_receiver[next[rename[owner[pairs[k].q_block]]]++] = static_cast<int32_t>(k);
   }
+  std::vector<int32_t> stamp(blocks.size(), -1);
+  for (int32_t to = 0; to < n; ++to)
+    for (int32_t k = first[to]; k < first[to + 1]; ++k) {
+      const int32_t kv = pairs[by_receiver[k]].kv_block, from = rename[owner[kv]];
+      if (to / node == from / node || stamp[kv] == to) continue;
+      stamp[kv] = to;
+      const double t = static_cast<double>(blocks[kv].tokens());
+      kv_in[to] += t;
+      kv_out[from] += t;
+    }
   // Reshuffle bytes per token, in K/V tokens (2 Hkv D dtype bytes).
   const double qkv = (a.heads_q + 2.0 * a.heads_kv) / (2.0 * a.heads_kv);
   const double o = a.heads_q / (2.0 * a.heads_kv);
