@@ -89,12 +89,24 @@ bool AllFull(const ProtoItem& item, int64_t b) {
 
 // Step 4: choose the items heavier than `bound` to split into p one-slot
 // sub-items, and the lightest one-slot items that complete them (fillers).
+// With `filler_group` (a group per item, -1 for none), an item's fillers
+// are the lightest light enough of its own group first, then of any.
 // Marks both in `removed`; the pieces are equal.
 std::vector<SplitItem> ChooseSplits(const ShardBase& base, double bound, int32_t split_limit,
-                                    PieceCounts counts, std::vector<uint8_t>& removed) {
+                                    PieceCounts counts, std::vector<uint8_t>& removed,
+                                    const std::vector<int32_t>* filler_group) {
   const std::vector<ProtoItem>& items = base.items;
   const int64_t b = base.block_size;
   std::vector<size_t> light = base.light;  // lightest last
+  // Per group, its light items, lightest last.
+  std::vector<std::vector<size_t>> group_light;
+  if (filler_group)
+    for (size_t f : base.light)
+      if (const int32_t g = (*filler_group)[f]; g >= 0) {
+        if (static_cast<size_t>(g) >= group_light.size()) group_light.resize(g + 1);
+        group_light[g].push_back(f);
+      }
+  std::vector<uint8_t> taken(items.size(), 0);  // a filler, also in the other list
   std::vector<SplitItem> splits;
   for (size_t i : base.by_work) {
     const ProtoItem& item = items[i];
@@ -105,22 +117,26 @@ std::vector<SplitItem> ChooseSplits(const ShardBase& base, double bound, int32_t
       p = counts == PieceCounts::kPowersOfTwo ? p * 2 : p + 1;
     if (p > split_limit) break;
     const size_t fillers_needed = static_cast<size_t>(p - item.slots);
-    // Fillers must come from items lighter than the sub-items they complete.
     SplitItem split{i, {}, {}, {}};
-    while (split.fillers.size() < fillers_needed && !light.empty()) {
-      const size_t f = light.back();
-      if (removed[f] || f == i) {
-        light.pop_back();
-        continue;
+    // Fillers must come from items lighter than the sub-items they complete.
+    const auto take = [&](std::vector<size_t>& from) {
+      while (split.fillers.size() < fillers_needed && !from.empty()) {
+        const size_t f = from.back();
+        if (removed[f] || taken[f] || f == i) {
+          from.pop_back();
+          continue;
+        }
+        if (static_cast<double>(items[f].work) * p > static_cast<double>(item.work)) break;
+        split.fillers.push_back(f);
+        taken[f] = 1;
+        from.pop_back();
       }
-      if (static_cast<double>(items[f].work) * p > static_cast<double>(item.work)) break;
-      split.fillers.push_back(f);
-      light.pop_back();
-    }
-    if (split.fillers.size() < fillers_needed) {  // not enough light tokens: give them back, stop
-      for (auto it = split.fillers.rbegin(); it != split.fillers.rend(); ++it) light.push_back(*it);
-      break;
-    }
+    };
+    if (filler_group && (*filler_group)[i] >= 0 &&
+        static_cast<size_t>((*filler_group)[i]) < group_light.size())
+      take(group_light[(*filler_group)[i]]);
+    take(light);
+    if (split.fillers.size() < fillers_needed) break;  // not enough light tokens: stop
     std::sort(split.fillers.begin(), split.fillers.end());  // dataloader order keeps fillers local
     for (size_t f : split.fillers) removed[f] = 1;
     removed[i] = 1;
@@ -336,7 +352,8 @@ ShardBase ShardSteps123(const std::vector<int64_t>& lengths, int64_t block_size,
 }
 
 HeavySplit SplitHeavy(const ShardBase& base, const std::vector<int64_t>& lengths, const Mask& mask,
-                      double heavy_fraction, int32_t max_split, PieceCounts counts) {
+                      double heavy_fraction, int32_t max_split, PieceCounts counts,
+                      const std::vector<int32_t>* filler_group) {
   HeavySplit split;
   split.removed.assign(base.items.size(), 0);
   if (heavy_fraction > 0 && max_split >= 2) {
@@ -350,7 +367,7 @@ HeavySplit SplitHeavy(const ShardBase& base, const std::vector<int64_t>& lengths
     }
     if (split_limit >= 2)
       split.splits = ChooseSplits(base, heavy_fraction * base.total_work / base.workers,
-                                  split_limit, counts, split.removed);
+                                  split_limit, counts, split.removed, filler_group);
   }
   BuildSubItems(base, split, lengths, mask);
   return split;

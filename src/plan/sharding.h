@@ -102,10 +102,19 @@ struct HeavySplit {
 // How many pieces a heavy item may be cut into: the fewest power of two, or
 // the fewest count, that brings a piece under the heavy bound, at most the
 // split limit.
+//
+// Fillers are the lightest one-slot items of the batch, light enough (a
+// filler weighs at most the item / p). With `filler_group` (one group per
+// item of base, -1 for none; the shed layout's dataloader nodes), a split
+// item's fillers are those of its own group first, lightest first, then
+// the batch's. Items are split in decreasing work until one finds too few
+// fillers, so the groups can change where that happens (the fillers left
+// for later items differ), not how an item is cut.
 enum class PieceCounts { kPowersOfTwo, kAny };
 HeavySplit SplitHeavy(const ShardBase& base, const std::vector<int64_t>& lengths, const Mask& mask,
                       double heavy_fraction, int32_t max_split,
-                      PieceCounts counts = PieceCounts::kPowersOfTwo);
+                      PieceCounts counts = PieceCounts::kPowersOfTwo,
+                      const std::vector<int32_t>* filler_group = nullptr);
 // Recomputes split.added from split.splits, after their piece sizes changed.
 void BuildSubItems(const ShardBase& base, HeavySplit& split, const std::vector<int64_t>& lengths,
                    const Mask& mask);
