@@ -64,6 +64,13 @@ TEST(HomePackingTest, AHeavyHomeShedsItsDensestSequenceForLightOnes) {
   for (int32_t s = 74; s < 78; ++s) EXPECT_EQ(owner[s], 0) << s;
   for (int32_t s = 78; s < 154; ++s) EXPECT_EQ(owner[s], 1) << s;
   EXPECT_EQ(p->traffic, (std::vector<double>{0, 0}));  // whole sequences only
+  // A worker's sequences away from home come first, in blocks of their
+  // own: worker 0's first block, then its 19 at home (4 + 72 tokens);
+  // worker 1's first.
+  ASSERT_EQ(p->blocks.size(), 40u);
+  EXPECT_EQ(p->blocks[0], (Block{0, {{74, 0, 1}, {75, 0, 1}, {76, 0, 1}, {77, 0, 1}}}));
+  EXPECT_EQ(p->blocks[1], (Block{0, {{1, 0, 4}}}));
+  EXPECT_EQ(p->blocks[20], (Block{1, {{0, 0, 4}}}));
 }
 
 // Sequences of 6, 6 and 4 tokens on two workers of 8 tokens:

@@ -1,13 +1,13 @@
 #include "home_packing.h"
 
-#include "fcp/required_pairs.h"
-
 #include <algorithm>
 #include <limits>
 #include <numeric>
 #include <set>
 #include <tuple>
 #include <utility>
+
+#include "fcp/required_pairs.h"
 
 namespace fcp::detail {
 namespace {
@@ -20,8 +20,6 @@ using Owned = std::vector<std::pair<int64_t, int32_t>>;
 // per completion (equal lengths weigh the same under every mask).
 constexpr size_t kPrefixSequences = 12;
 constexpr int kMatches = 2;
-// Sequences of the most loaded worker offered per balance step, densest first.
-constexpr size_t kOffered = 8;
 
 // One exchange: sequence x of worker a for Y of worker b, Y the `prefix`
 // shortest of b's sequences plus up to two more (indices into b's Owned).
@@ -187,41 +185,36 @@ std::optional<HomePacking> PackAtHome(const std::vector<int64_t>& lengths, const
     shift(e.x, a, e.b);
     for (const int32_t y : ys) shift(y, e.b, a);
   };
-  // Partners of a: the other workers of its node, then up to kPackPartners
-  // of other nodes, the least loaded first; `want` filters them.
-  const auto partners_of = [&](int32_t a, auto want) {
+  // Partners of a: the other workers of its node. Across nodes the
+  // reshuffle takes the NIC, and on the benchmark batches it cost more
+  // than the balance it bought (docs/planner.md, step 7, home packing).
+  const auto partners_of = [&](int32_t a) {
     std::vector<int32_t> p;
     for (int32_t b = a / node * node; b < std::min(n, (a / node + 1) * node); ++b)
-      if (b != a && want(b)) p.push_back(b);
-    int32_t others = 0;
-    for (auto it = by_load.begin(); it != by_load.end() && others < kPackPartners; ++it)
-      if (it->second / node != a / node && want(it->second)) {
-        p.push_back(it->second);
-        ++others;
-      }
+      if (b != a) p.push_back(b);
     return p;
   };
 
-  const size_t max_steps = 4 * static_cast<size_t>(sequences) + static_cast<size_t>(n);
-  size_t steps = 0;
-  // Balance, within the movement budget.
+  // Balance, within the movement budget. Each exchange lowers the most
+  // loaded worker's work or moves the maximum to a worker below it; the
+  // step cap only bounds pathological cases.
   const int64_t total_work = std::accumulate(load.begin(), load.end(), int64_t{0});
   const double limit = static_cast<double>(total_work) / n * (1 + kPackSlack);
   const int64_t budget = static_cast<int64_t>(kPackMovedShare * static_cast<double>(total_tokens));
-  for (; steps < max_steps; ++steps) {
+  const size_t max_steps = 4 * static_cast<size_t>(sequences) + static_cast<size_t>(n);
+  for (size_t step = 0; step < max_steps; ++step) {
     const int32_t a = std::prev(by_load.end())->second;
     if (static_cast<double>(load[a]) <= limit) break;
+    // Every sequence of a, densest first (work per token; ties by id):
+    // among equal exchanges the densest is kept.
     std::vector<int32_t> xs;
     for (const auto& [len, s] : owned[a]) xs.push_back(s);
-    // Densest first (work per token), ties by id.
     std::stable_sort(xs.begin(), xs.end(), [&](int32_t p, int32_t q) {
       const __int128 l = static_cast<__int128>(work[p]) * lengths[q];
       const __int128 r = static_cast<__int128>(work[q]) * lengths[p];
       return l != r ? l > r : p < q;
     });
-    if (xs.size() > kOffered) xs.resize(kOffered);
-    const Exchange e =
-        search(a, xs, partners_of(a, [](int32_t) { return true; }), budget);
+    const Exchange e = search(a, xs, partners_of(a), budget);
     if (e.x < 0) break;
     apply(e, a);
   }
@@ -229,18 +222,26 @@ std::optional<HomePacking> PackAtHome(const std::vector<int64_t>& lengths, const
   HomePacking out;
   out.moved_tokens = moved;
   out.compute.assign(load.begin(), load.end());
-  // Blocks: per worker its whole sequences in id order, at most
-  // block_size tokens a block (every sequence fits one), then each piece
-  // in a block of its own (transfers move whole blocks).
+  // Blocks: per worker its whole sequences away from home, then those at
+  // home, each in id order, at most block_size tokens a block (every
+  // sequence fits one); then each piece in a block of its own (transfers
+  // move whole blocks). A block computes once all its rows have arrived:
+  // apart, the sequences at home compute while the others arrive, and
+  // those come first in the worker's compute order, so they compute as
+  // soon as they are in and their outputs leave early.
   std::vector<std::vector<int32_t>> by_worker(n);
-  for (int32_t s = 0; s < sequences; ++s)
-    if (owner[s] >= 0) by_worker[owner[s]].push_back(s);
+  for (const bool at_home : {false, true})
+    for (int32_t s = 0; s < sequences; ++s)
+      if (owner[s] >= 0 && (away(s, owner[s]) == 0) == at_home) by_worker[owner[s]].push_back(s);
   for (int32_t w = 0; w < n; ++w) {
     int64_t room = 0;
+    bool block_at_home = false;
     for (const int32_t s : by_worker[w]) {
-      if (lengths[s] > room) {
+      const bool at_home = away(s, w) == 0;
+      if (lengths[s] > room || at_home != block_at_home) {
         out.blocks.push_back(Block{w, {}});
         room = block_size;
+        block_at_home = at_home;
       }
       out.blocks.back().segments.push_back({s, 0, lengths[s]});
       room -= lengths[s];

@@ -1,27 +1,31 @@
 // Home packing: the home layout of a batch whose sequences all fit in one
 // block (FCP step 7, the home layout; issue 17). Private to src/plan.
 //
-// Every sequence stays whole (no piece, no K/V transfer, one compute stage)
-// on the dataloader worker holding most of its tokens. Then:
-// 1. Repair: a worker above the token cap gives a sequence x to a worker
-//    with room, taking back at most two of its sequences Y, so that the
-//    net tokens it sheds fit the partner's room; exchanges that clear the
-//    whole surplus first, then the fewest tokens away from home.
-// 2. Balance: while the most loaded worker's work is above the mean by
-//    more than kPackSlack, the exchange of one of its sequences for at most
-//    two of a partner's (its node's workers, then the kPackPartners least
-//    loaded elsewhere) that lowers the larger of the two works most, ties
-//    to the fewest tokens away from home; the cap holds after each one.
-//    It stops when no exchange lowers the maximum or the next would take
-//    the tokens away from home past kPackMovedShare of the batch: the
-//    reshuffle floor's rule (reshuffle_floor.h, an overloaded home sheds
-//    its densest tokens and takes light ones back) with the budget explicit.
-// Invariants of a result: every sequence in exactly one block, whole;
-// blocks of at most block_size tokens; no worker above token_cap; tokens
-// away from their dataloader worker at most kPackMovedShare of the batch
-// plus what the repair needed. Deterministic: every choice is by a total
-// order (ties by id). O(S log S + M s^2 log s (S_n + P)) for S sequences,
-// M exchanges, s sequences per worker, S_n workers per node, P partners.
+// The dataloader layout at sequence granularity: a sequence inside one
+// worker's dataloader share stays whole on it; one across shares is cut
+// at their boundaries, each piece a block at home (every worker then
+// holds exactly its share, within the cap). Then, while the most loaded
+// worker's work is above the mean by more than kPackSlack, it exchanges
+// one of its sequences x for replacements Y of a worker of its own node
+// (consecutive ids of node_workers): the shortest of that worker's
+// sequences, or a prefix of them completed by one or two more, with
+// exactly the tokens that keep both within the cap. The exchange kept is
+// the one that lowers the larger of the two works most, ties to the fewest
+// tokens away from home, then to the densest x; none lowers it, or the
+// next would take the tokens away from home past kPackMovedShare of the
+// batch: it stops. This is the reshuffle floor's rule (reshuffle_floor.h:
+// an overloaded home sheds its densest tokens and takes light ones back)
+// at sequence granularity, with the budget explicit. Partners stay inside
+// the node: the reshuffle then runs on NVLink, and its blocks are apart
+// from those at home, so it hides behind their compute.
+//
+// Invariants of a result: every token in exactly one segment, sequences
+// whole but for the pieces at share boundaries; blocks of at most
+// block_size tokens; no worker above token_cap; tokens away from their
+// dataloader worker at most kPackMovedShare of the batch. Deterministic:
+// every choice is by a total order (ties by id). O(S log S + M s P k s
+// log s) for S sequences, M exchanges, s sequences per worker, P workers
+// per node and k = kPrefixSequences.
 #pragma once
 
 #include <cstdint>
@@ -39,12 +43,11 @@ namespace fcp::detail {
 constexpr double kPackMovedShare = 0.05;
 // The balance stops within this share above the mean work.
 constexpr double kPackSlack = 0.001;
-// Partners of other nodes tried per exchange, the least loaded first.
-constexpr int32_t kPackPartners = 0;
 
 struct HomePacking {
-  // Worker set: per worker blocks of whole sequences in id order, then one
-  // block per piece of a sequence across dataloader shares.
+  // Worker set: per worker, blocks of its whole sequences away from home,
+  // then of those at home (each in id order); then one block per piece of
+  // a sequence across dataloader shares.
   std::vector<Block> blocks;
   std::vector<RequiredPair> pairs;  // RequiredPairs of the blocks
   // Per worker: allowed token pairs of its queries; K/V tokens it sends plus
@@ -54,8 +57,8 @@ struct HomePacking {
 };
 
 // The layout, or nothing when a sequence is longer than block_size or the
-// cap, or the repair finds no exchange (then the caller keeps its other
-// layouts). node_workers: consecutive workers sharing fast links (>= 1).
+// cap (then the caller keeps its other layouts). node_workers: consecutive
+// workers sharing fast links (< 1 counts as 1).
 std::optional<HomePacking> PackAtHome(const std::vector<int64_t>& lengths, const Mask& mask,
                                       int32_t workers, int64_t token_cap, int64_t block_size,
                                       int32_t node_workers);
