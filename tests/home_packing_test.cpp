@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "fcp/reshuffle_floor.h"
+
 namespace fcp::detail {
 namespace {
 
@@ -39,6 +41,12 @@ void ExpectLayoutRules(const HomePacking& p, const std::vector<int64_t>& lengths
   EXPECT_EQ(p.compute, compute);
   EXPECT_EQ(p.moved_tokens, moved);
   EXPECT_LE(static_cast<double>(moved), kPackMovedShare * static_cast<double>(offsets.back()));
+  ReshuffleFloorConfig floor;
+  floor.workers = workers;
+  floor.mask = mask;
+  floor.token_cap = token_cap;
+  EXPECT_LE(static_cast<double>(moved),
+            kPackFloorMultiple * static_cast<double>(ComputeReshuffleFloor(lengths, floor).tokens));
 }
 
 // Two workers of 80 tokens. Worker 0's share: two 4-token sequences
@@ -46,7 +54,9 @@ void ExpectLayoutRules(const HomePacking& p, const std::vector<int64_t>& lengths
 // token (ids 74..153). Work 92 and 80, mean 86. The densest sequence of
 // worker 0 (id 0; ties by id) goes to worker 1 for its four shortest
 // (ids 74..77, 4 pairs): 86 and 86, 8 tokens moved, exactly the budget
-// (5% of 160).
+// (5% of 160, and twice the floor: worker 0 must shed 2 tokens, rows 3
+// and 2 of a 4-token sequence, 7 pairs for its excess of 6, and worker 1,
+// full, must send 2 back).
 TEST(HomePackingTest, AHeavyHomeShedsItsDensestSequenceForLightOnes) {
   std::vector<int64_t> lengths = {4, 4};
   lengths.insert(lengths.end(), 152, 1);
@@ -103,7 +113,8 @@ TEST(HomePackingTest, NoLayoutWhenASequenceIsLongerThanABlock) {
 // Random all-short batches (lengths uniform in [1, 256], blocks of 256,
 // the cap the dataloader share rounded up or a little more), causal and
 // full masks, nodes of 1, 4 and 8 workers: every layout rule holds (each
-// token once, the cap, blocks within the block size, the budget), the
+// token once, the cap, blocks within the block size, the budget: 5% and
+// twice the reshuffle floor), the
 // largest work never exceeds the dataloader layout's, and the same input
 // gives the same layout.
 TEST(HomePackingTest, RandomAllShortBatchesKeepEveryRule) {

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "fcp/required_pairs.h"
+#include "fcp/reshuffle_floor.h"
 
 namespace fcp::detail {
 namespace {
@@ -200,7 +201,14 @@ std::optional<HomePacking> PackAtHome(const std::vector<int64_t>& lengths, const
   // step cap only bounds pathological cases.
   const int64_t total_work = std::accumulate(load.begin(), load.end(), int64_t{0});
   const double limit = static_cast<double>(total_work) / n * (1 + kPackSlack);
-  const int64_t budget = static_cast<int64_t>(kPackMovedShare * static_cast<double>(total_tokens));
+  ReshuffleFloorConfig floor;
+  floor.workers = n;
+  floor.mask = mask;
+  floor.token_cap = token_cap;
+  const int64_t budget = std::min(
+      static_cast<int64_t>(kPackMovedShare * static_cast<double>(total_tokens)),
+      static_cast<int64_t>(kPackFloorMultiple *
+                           static_cast<double>(ComputeReshuffleFloor(lengths, floor).tokens)));
   const size_t max_steps = 4 * static_cast<size_t>(sequences) + static_cast<size_t>(n);
   for (size_t step = 0; step < max_steps; ++step) {
     const int32_t a = std::prev(by_load.end())->second;

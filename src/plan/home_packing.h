@@ -12,8 +12,9 @@
 // exactly the tokens that keep both within the cap. The exchange kept is
 // the one that lowers the larger of the two works most, ties to the fewest
 // tokens away from home, then to the densest x; none lowers it, or the
-// next would take the tokens away from home past kPackMovedShare of the
-// batch: it stops. This is the reshuffle floor's rule (reshuffle_floor.h:
+// next would take the tokens away from home past the budget (the smaller
+// of kPackMovedShare of the batch and kPackFloorMultiple x the reshuffle
+// floor): it stops. This is the reshuffle floor's rule (reshuffle_floor.h:
 // an overloaded home sheds its densest tokens and takes light ones back)
 // at sequence granularity, with the budget explicit. Partners stay inside
 // the node: the reshuffle then runs on NVLink, and its blocks are apart
@@ -22,7 +23,7 @@
 // Invariants of a result: every token in exactly one segment, sequences
 // whole but for the pieces at share boundaries; blocks of at most
 // block_size tokens; no worker above token_cap; tokens away from their
-// dataloader worker at most kPackMovedShare of the batch. Deterministic:
+// dataloader worker within the budget. Deterministic:
 // every choice is by a total order (ties by id). O(S log S + M s P k s
 // log s) for S sequences, M exchanges, s sequences per worker, P workers
 // per node and k = kPrefixSequences.
@@ -38,9 +39,12 @@
 
 namespace fcp::detail {
 
-// Tokens away from home the balance may reach, as a share of the batch
-// (issue 17: all-short batches move at most 5%).
+// Tokens away from home the balance may reach: at most this share of the
+// batch and this multiple of the reshuffle floor (ComputeReshuffleFloor
+// with the cap; issue 17: all-short batches move at most 5%, every batch
+// at most twice its floor).
 constexpr double kPackMovedShare = 0.05;
+constexpr double kPackFloorMultiple = 2.0;
 // The balance stops within this share above the mean work.
 constexpr double kPackSlack = 0.001;
 
