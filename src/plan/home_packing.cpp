@@ -148,7 +148,10 @@ std::optional<HomePacking> PackAtHome(const std::vector<int64_t>& lengths, const
   const auto search = [&](int32_t a, const std::vector<int32_t>& xs,
                           const std::vector<int32_t>& partners, int64_t budget) {
     Exchange best;
-    for (const int32_t x : xs)
+    for (const int32_t x : xs) {
+      // a keeps at least its work without x: no exchange of x can have a
+      // lower peak than that (exact pruning; equal peaks are still tried).
+      if (load[a] - work[x] > best.peak) continue;
       for (const int32_t b : partners) {
         // Tokens a sheds (negative: takes), both workers within the cap.
         const int64_t room_a = token_cap - tokens[a], room_b = token_cap - tokens[b];
@@ -164,6 +167,7 @@ std::optional<HomePacking> PackAtHome(const std::vector<int64_t>& lengths, const
                        if (std::tie(e.peak, e.moved) < std::tie(best.peak, best.moved)) best = e;
                      });
       }
+    }
     return best;
   };
   const auto apply = [&](const Exchange& e, int32_t a) {
