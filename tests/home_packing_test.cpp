@@ -140,12 +140,12 @@ TEST(HomePackingTest, RandomAllShortBatchesKeepEveryRule) {
     std::vector<double> home(workers, 0);
     for (size_t s = 0; s < lengths.size(); ++s) {
       int64_t start = 0;
-      ForEachDataloaderRun(Segment{static_cast<int32_t>(s), 0, lengths[s]}, offsets, workers,
-                           [&](int32_t w, int64_t n) {
-                             home[w] += static_cast<double>(
-                                 AllowedPairs(mask, {start, start + n}, {0, lengths[s]}));
-                             start += n;
-                           });
+      ForEachDataloaderRun(
+          Segment{static_cast<int32_t>(s), 0, lengths[s]}, offsets, workers,
+          [&](int32_t w, int64_t n) {
+            home[w] += static_cast<double>(AllowedPairs(mask, {start, start + n}, {0, lengths[s]}));
+            start += n;
+          });
     }
     const double before = *std::max_element(home.begin(), home.end());
     const double after = *std::max_element(p->compute.begin(), p->compute.end());

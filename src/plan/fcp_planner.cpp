@@ -6,12 +6,12 @@
 #include <utility>
 
 #include "assignment.h"
-#include "home_packing.h"
 #include "fcp/error.h"
 #include "fcp/plan_metrics.h"
 #include "fcp/planner.h"
 #include "fcp/required_pairs.h"
 #include "fcp/schedule.h"
+#include "home_packing.h"
 #include "piece_sizing.h"
 #include "sharding.h"
 

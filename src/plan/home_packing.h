@@ -6,8 +6,8 @@
 // at their boundaries, each piece a block at home (every worker then
 // holds exactly its share, within the cap). Then, while the most loaded
 // worker's work is above the mean by more than kPackSlack, it exchanges
-// one of its sequences x for replacements Y of a worker of its own node
-// (consecutive ids of node_workers): the shortest of that worker's
+// one of its densest sequences x for replacements Y of a worker of its own
+// node (consecutive ids of node_workers): the shortest of that worker's
 // sequences, or a prefix of them completed by one or two more, with
 // exactly the tokens that keep both within the cap. The exchange kept is
 // the one that lowers the larger of the two works most, ties to the fewest
@@ -24,9 +24,10 @@
 // whole but for the pieces at share boundaries; blocks of at most
 // block_size tokens; no worker above token_cap; tokens away from their
 // dataloader worker within the budget. Deterministic:
-// every choice is by a total order (ties by id). O(S log S + M s P k s
-// log s) for S sequences, M exchanges, s sequences per worker, P workers
-// per node and k = kPrefixSequences.
+// every choice is by a total order (ties by id). O(S log S + M (s + P k
+// log s)) for S sequences, M <= 4N exchanges, s sequences per worker and
+// P workers per node, k bounded (home_packing.cpp: a step's offers and
+// completions are capped, so batches of many tiny sequences stay fast).
 #pragma once
 
 #include <cstdint>
