@@ -793,9 +793,13 @@ TEST(PlannerLocalityTest, ShedLayoutMovesFewerTokensAtBalancedCompute) {
 }
 
 // All short sequences (uniform 64..2048, the issue-17 batch) at N = 16 and
-// 64: no token leaves its dataloader worker with the reshuffle charged,
-// where the balanced plan moves most of them.
-TEST(PlannerLocalityTest, AllShortBatchesStayHome) {
+// 64, with the reshuffle charged: the home packing (home_packing.h) keeps
+// at most 5% of the tokens, and twice the reshuffle floor, away from their
+// dataloader worker, where the
+// balanced plan moves most of them, and balances compute within 4% (1.8%
+// and 3.2% when written; the dataloader layout is 16-17% unbalanced).
+// Every plan rule holds, the cap is exact, the plan is deterministic.
+TEST(PlannerLocalityTest, AllShortBatchesStayNearlyHome) {
   for (const int32_t n : {16, 64}) {
     WorkloadConfig w;
     w.workers = n;
@@ -807,10 +811,17 @@ TEST(PlannerLocalityTest, AllShortBatchesStayHome) {
     c.attention = {64, 8, 128, 2};
     PlannerConfig off = c;
     off.reshuffle_locality = false;
-    const PlanMetrics home = ComputePlanMetrics(MakePlan(lengths, c));
+    const Plan plan = MakePlan(lengths, c);
+    ValidatePlan(plan, {.forbid_redundant_transfers = true});
+    EXPECT_EQ(WritePlanJson(MakePlan(lengths, c)), WritePlanJson(plan));
+    const PlanMetrics home = ComputePlanMetrics(plan);
     const PlanMetrics balanced = ComputePlanMetrics(MakePlan(lengths, off));
     SCOPED_TRACE(n);
-    EXPECT_EQ(home.reshuffle_tokens, 0);
+    EXPECT_LE(static_cast<double>(home.reshuffle_tokens), 0.05 * home.total_tokens);
+    EXPECT_LE(home.reshuffle_tokens, 2 * home.reshuffle_floor.tokens);
+    EXPECT_GT(home.reshuffle_tokens, 0);
+    EXPECT_LT(home.compute_imbalance, 0.04);
+    EXPECT_EQ(home.max_tokens, 32768);
     EXPECT_GT(static_cast<double>(balanced.reshuffle_tokens), 0.5 * home.total_tokens);
   }
 }

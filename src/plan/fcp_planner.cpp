@@ -11,6 +11,7 @@
 #include "fcp/planner.h"
 #include "fcp/required_pairs.h"
 #include "fcp/schedule.h"
+#include "home_packing.h"
 #include "piece_sizing.h"
 #include "sharding.h"
 
@@ -496,6 +497,29 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
     home->assignment =
         home->search->Home(config.node_workers, judge.pairs_per_traffic_token *
                                                     ReshuffleTrafficTokens(config.attention));
+    // Sequences that each fit in a block: whole, at home, balanced by
+    // exchanges of sequences (home_packing.h), where its step cost is lower.
+    if (std::optional<detail::HomePacking> packed =
+            detail::PackAtHome(lengths, config.mask, config.workers, plan.token_cap,
+                               home_common->base.block_size, config.node_workers)) {
+      detail::Assignment a;
+      for (const Block& b : packed->blocks) a.owner.push_back(b.worker);
+      a.compute = std::move(packed->compute);
+      a.traffic = std::move(packed->traffic);
+      a.send = std::move(packed->send);
+      std::vector<int32_t> identity(config.workers);
+      std::iota(identity.begin(), identity.end(), 0);
+      const auto cost = [&](const std::vector<Block>& blocks, const detail::Assignment& at) {
+        return StepCostOf(at, blocks, identity, common.offsets, judge.pairs_per_traffic_token,
+                          ReshuffleTrafficTokens(config.attention), config.node_workers)
+            .total();
+      };
+      if (cost(packed->blocks, a) < cost(home->sharding.blocks, home->assignment)) {
+        home->sharding.blocks = std::move(packed->blocks);  // home->search is stale from here
+        home->pairs = std::move(packed->pairs);
+        home->assignment = std::move(a);
+      }
+    }
   }
   // The shed layouts (issue 17): items each at home, the overloaded homes
   // shedding their densest items (Shed). Two shardings: the first

@@ -1,0 +1,71 @@
+// Home packing: the home layout of a batch whose sequences all fit in one
+// block (FCP step 7, the home layout; issue 17). Private to src/plan.
+//
+// The dataloader layout at sequence granularity: a sequence inside one
+// worker's dataloader share stays whole on it; one across shares is cut
+// at their boundaries, each piece a block at home (every worker then
+// holds exactly its share, within the cap). Then, while the most loaded
+// worker's work is above the mean by more than kPackSlack, it exchanges
+// one of its densest sequences x for replacements Y of a worker of its own
+// node (consecutive ids of node_workers): the shortest of that worker's
+// sequences, or a prefix of them completed by one or two more, with
+// exactly the tokens that keep both within the cap. The exchange kept is
+// the one that lowers the larger of the two works most, ties to the fewest
+// tokens away from home, then to the densest x; none lowers it, or the
+// next would take the tokens away from home past the budget (the smaller
+// of kPackMovedShare of the batch and kPackFloorMultiple x the reshuffle
+// floor): it stops. This is the reshuffle floor's rule (reshuffle_floor.h:
+// an overloaded home sheds its densest tokens and takes light ones back)
+// at sequence granularity, with the budget explicit. Partners stay inside
+// the node: the reshuffle then runs on NVLink, and its blocks are apart
+// from those at home, so it hides behind their compute.
+//
+// Invariants of a result: every token in exactly one segment, sequences
+// whole but for the pieces at share boundaries; blocks of at most
+// block_size tokens; no worker above token_cap; tokens away from their
+// dataloader worker within the budget. Deterministic:
+// every choice is by a total order (ties by id). O(S log S + M (s + P k
+// log s)) for S sequences, M <= 4N exchanges, s sequences per worker and
+// P workers per node, k bounded (home_packing.cpp: a step's offers and
+// completions are capped, so batches of many tiny sequences stay fast).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "fcp/mask.h"
+#include "fcp/plan.h"
+#include "fcp/required_pairs.h"
+
+namespace fcp::detail {
+
+// Tokens away from home the balance may reach: at most this share of the
+// batch and this multiple of the reshuffle floor (ComputeReshuffleFloor
+// with the cap; issue 17: all-short batches move at most 5%, every batch
+// at most twice its floor).
+constexpr double kPackMovedShare = 0.05;
+constexpr double kPackFloorMultiple = 2.0;
+// The balance stops within this share above the mean work.
+constexpr double kPackSlack = 0.001;
+
+struct HomePacking {
+  // Worker set: per worker, blocks of its whole sequences away from home,
+  // then of those at home (each in id order); then one block per piece of
+  // a sequence across dataloader shares.
+  std::vector<Block> blocks;
+  std::vector<RequiredPair> pairs;  // RequiredPairs of the blocks
+  // Per worker: allowed token pairs of its queries; K/V tokens it sends plus
+  // receives, and the part it sends (detail::Assignment's loads).
+  std::vector<double> compute, traffic, send;
+  int64_t moved_tokens = 0;  // tokens not on their dataloader worker
+};
+
+// The layout, or nothing when a sequence is longer than block_size or the
+// cap (then the caller keeps its other layouts). node_workers: consecutive
+// workers sharing fast links (< 1 counts as 1).
+std::optional<HomePacking> PackAtHome(const std::vector<int64_t>& lengths, const Mask& mask,
+                                      int32_t workers, int64_t token_cap, int64_t block_size,
+                                      int32_t node_workers);
+
+}  // namespace fcp::detail

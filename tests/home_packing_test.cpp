@@ -1,0 +1,162 @@
+// Home packing (src/plan/home_packing.h): hand-worked layouts and a
+// property test over random all-short batches.
+#include "home_packing.h"
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "fcp/reshuffle_floor.h"
+
+namespace fcp::detail {
+namespace {
+
+// Per sequence, the tokens the layout places, in (start, length) runs; and
+// every check a layout must pass whatever the batch.
+void ExpectLayoutRules(const HomePacking& p, const std::vector<int64_t>& lengths, int32_t workers,
+                       int64_t token_cap, int64_t block_size, const Mask& mask) {
+  const std::vector<int64_t> offsets = SequenceOffsets(lengths);
+  std::vector<int64_t> covered(lengths.size(), 0), tokens(workers, 0);
+  std::vector<double> compute(workers, 0);
+  int64_t moved = 0;
+  for (const Block& b : p.blocks) {
+    ASSERT_GE(b.worker, 0);
+    ASSERT_LT(b.worker, workers);
+    EXPECT_LE(b.tokens(), block_size);
+    for (const Segment& s : b.segments) {
+      EXPECT_EQ(s.start, covered[s.seq]) << "sequence " << s.seq << " out of order or twice";
+      covered[s.seq] += s.length;
+      tokens[b.worker] += s.length;
+      compute[b.worker] += static_cast<double>(
+          AllowedPairs(mask, {s.start, s.start + s.length}, {0, lengths[s.seq]}));
+      ForEachDataloaderRun(s, offsets, workers, [&](int32_t home, int64_t n) {
+        if (home != b.worker) moved += n;
+      });
+    }
+  }
+  for (size_t s = 0; s < lengths.size(); ++s) EXPECT_EQ(covered[s], lengths[s]) << s;
+  for (int32_t w = 0; w < workers; ++w) EXPECT_LE(tokens[w], token_cap) << w;
+  EXPECT_EQ(p.compute, compute);
+  EXPECT_EQ(p.moved_tokens, moved);
+  EXPECT_LE(static_cast<double>(moved), kPackMovedShare * static_cast<double>(offsets.back()));
+  ReshuffleFloorConfig floor;
+  floor.workers = workers;
+  floor.mask = mask;
+  floor.token_cap = token_cap;
+  EXPECT_LE(static_cast<double>(moved),
+            kPackFloorMultiple * static_cast<double>(ComputeReshuffleFloor(lengths, floor).tokens));
+}
+
+// Two workers of 80 tokens. Worker 0's share: two 4-token sequences
+// (ids 0, 1; 10 pairs each) and 72 of one token; worker 1's: 80 of one
+// token (ids 74..153). Work 92 and 80, mean 86. The densest sequence of
+// worker 0 (id 0; ties by id) goes to worker 1 for its four shortest
+// (ids 74..77, 4 pairs): 86 and 86, 8 tokens moved, exactly the budget
+// (5% of 160, and twice the floor: worker 0 must shed 2 tokens, rows 3
+// and 2 of a 4-token sequence, 7 pairs for its excess of 6, and worker 1,
+// full, must send 2 back).
+TEST(HomePackingTest, AHeavyHomeShedsItsDensestSequenceForLightOnes) {
+  std::vector<int64_t> lengths = {4, 4};
+  lengths.insert(lengths.end(), 152, 1);
+  const Mask causal;
+  const std::optional<HomePacking> p = PackAtHome(lengths, causal, 2, 80, 4, 2);
+  ASSERT_TRUE(p);
+  ExpectLayoutRules(*p, lengths, 2, 80, 4, causal);
+  EXPECT_EQ(p->compute, (std::vector<double>{86, 86}));
+  EXPECT_EQ(p->moved_tokens, 8);
+  std::vector<int32_t> owner(lengths.size(), -1);
+  for (const Block& b : p->blocks)
+    for (const Segment& s : b.segments) owner[s.seq] = b.worker;
+  EXPECT_EQ(owner[0], 1);
+  EXPECT_EQ(owner[1], 0);
+  for (int32_t s = 74; s < 78; ++s) EXPECT_EQ(owner[s], 0) << s;
+  for (int32_t s = 78; s < 154; ++s) EXPECT_EQ(owner[s], 1) << s;
+  EXPECT_EQ(p->traffic, (std::vector<double>{0, 0}));  // whole sequences only
+  // A worker's sequences away from home come first, in blocks of their
+  // own: worker 0's first block, then its 19 at home (4 + 72 tokens);
+  // worker 1's first.
+  ASSERT_EQ(p->blocks.size(), 40u);
+  EXPECT_EQ(p->blocks[0], (Block{0, {{74, 0, 1}, {75, 0, 1}, {76, 0, 1}, {77, 0, 1}}}));
+  EXPECT_EQ(p->blocks[1], (Block{0, {{1, 0, 4}}}));
+  EXPECT_EQ(p->blocks[20], (Block{1, {{0, 0, 4}}}));
+}
+
+// Sequences of 6, 6 and 4 tokens on two workers of 8 tokens:
+// sequence 1 spans both shares and stays cut at the boundary, 2 tokens
+// (rows 0-1: 3 pairs) on worker 0 and 4 (rows 2-5: 18 pairs) on worker 1,
+// each piece a block; worker 1 receives the first piece's K/V. 5% of 16
+// tokens is no whole sequence, so nothing moves.
+TEST(HomePackingTest, ASequenceAcrossSharesStaysCutAtHome) {
+  const std::vector<int64_t> lengths = {6, 6, 4};
+  const Mask causal;
+  const std::optional<HomePacking> p = PackAtHome(lengths, causal, 2, 8, 8, 2);
+  ASSERT_TRUE(p);
+  ExpectLayoutRules(*p, lengths, 2, 8, 8, causal);
+  EXPECT_EQ(p->compute, (std::vector<double>{21 + 3, 18 + 10}));
+  EXPECT_EQ(p->moved_tokens, 0);
+  ASSERT_EQ(p->blocks.size(), 4u);
+  EXPECT_EQ(p->blocks[0], (Block{0, {{0, 0, 6}}}));
+  EXPECT_EQ(p->blocks[1], (Block{1, {{2, 0, 4}}}));
+  EXPECT_EQ(p->blocks[2], (Block{0, {{1, 0, 2}}}));
+  EXPECT_EQ(p->blocks[3], (Block{1, {{1, 2, 4}}}));
+  EXPECT_EQ(p->traffic, (std::vector<double>{2, 2}));
+  EXPECT_EQ(p->send, (std::vector<double>{2, 0}));
+}
+
+TEST(HomePackingTest, NoLayoutWhenASequenceIsLongerThanABlock) {
+  EXPECT_FALSE(PackAtHome({5, 3}, Mask{}, 2, 4, 4, 1));
+  EXPECT_TRUE(PackAtHome({4, 4}, Mask{}, 2, 4, 4, 1));
+}
+
+// Random all-short batches (lengths uniform in [1, 256], blocks of 256,
+// the cap the dataloader share rounded up or a little more), causal and
+// full masks, nodes of 1, 4 and 8 workers: every layout rule holds (each
+// token once, the cap, blocks within the block size, the budget: 5% and
+// twice the reshuffle floor), the
+// largest work never exceeds the dataloader layout's, and the same input
+// gives the same layout.
+TEST(HomePackingTest, RandomAllShortBatchesKeepEveryRule) {
+  std::mt19937_64 rng(17);
+  int improved = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const int32_t workers = 2 + static_cast<int32_t>(rng() % 31);
+    const int32_t node = std::vector<int32_t>{1, 4, 8}[rng() % 3];
+    const Mask mask = trial % 4 == 3 ? Mask{MaskKind::kFull, 0} : Mask{};
+    std::vector<int64_t> lengths;
+    int64_t total = 0;
+    while (total < int64_t{4096} * workers) {
+      lengths.push_back(1 + static_cast<int64_t>(rng() % 256));
+      total += lengths.back();
+    }
+    const int64_t cap = (total + workers - 1) / workers + (trial % 3 == 2 ? 300 : 0);
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    const std::optional<HomePacking> p = PackAtHome(lengths, mask, workers, cap, 256, node);
+    ASSERT_TRUE(p);
+    ExpectLayoutRules(*p, lengths, workers, cap, 256, mask);
+    // The dataloader layout's work per worker.
+    const std::vector<int64_t> offsets = SequenceOffsets(lengths);
+    std::vector<double> home(workers, 0);
+    for (size_t s = 0; s < lengths.size(); ++s) {
+      int64_t start = 0;
+      ForEachDataloaderRun(
+          Segment{static_cast<int32_t>(s), 0, lengths[s]}, offsets, workers,
+          [&](int32_t w, int64_t n) {
+            home[w] += static_cast<double>(AllowedPairs(mask, {start, start + n}, {0, lengths[s]}));
+            start += n;
+          });
+    }
+    const double before = *std::max_element(home.begin(), home.end());
+    const double after = *std::max_element(p->compute.begin(), p->compute.end());
+    EXPECT_LE(after, before);
+    improved += after < before;
+    const std::optional<HomePacking> again = PackAtHome(lengths, mask, workers, cap, 256, node);
+    ASSERT_TRUE(again);
+    EXPECT_EQ(again->blocks, p->blocks);
+  }
+  EXPECT_GT(improved, 30);  // most batches: 5% of the tokens buys some balance
+}
+
+}  // namespace
+}  // namespace fcp::detail
