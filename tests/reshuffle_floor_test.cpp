@@ -268,9 +268,8 @@ TEST(ReshuffleFloorTest, EqualsTheRowByRowDefinition) {
     std::vector<int64_t> sequences(1 + rng() % 12);
     for (int64_t& length : sequences) length = static_cast<int64_t>(rng() % 90);
     const MaskKind kind = static_cast<MaskKind>(rng() % 3);
-    ReshuffleFloorConfig c =
-        Config(n, 0, kind,
-               kind == MaskKind::kSlidingWindow ? 1 + static_cast<int64_t>(rng() % 100) : 0);
+    ReshuffleFloorConfig c = Config(
+        n, 0, kind, kind == MaskKind::kSlidingWindow ? 1 + static_cast<int64_t>(rng() % 100) : 0);
     const int64_t total = SequenceOffsets(sequences).back();
     c.token_cap = rng() % 2 ? 0 : (total + n - 1) / n + static_cast<int64_t>(rng() % 20);
     c.max_work_ratio = rng() % 3 ? 1.0 : 1.1;
