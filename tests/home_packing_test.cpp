@@ -105,6 +105,30 @@ TEST(HomePackingTest, ASequenceAcrossSharesStaysCutAtHome) {
   EXPECT_EQ(p->send, (std::vector<double>{2, 0}));
 }
 
+// A partner exactly at twice the best peak is still tried (the search
+// skips partners whose work with a's is above twice it). Causal, 3
+// workers of one node, shares of 15, 16, 16 tokens, cap 18; sequence 4
+// is cut at the first boundary (rows 0-1 on worker 0, row 2 on worker 1).
+// Works: worker 0 = 1 + 15 + 3 + 15 + 3 = 37, worker 1 = 3 + 6 + 3 + 10 +
+// 10 + 3 = 35, worker 2 = 10 + 15 + 3 + 1 + 10 = 39; the budget is 2
+// tokens (5% of 47). Worker 2's first exchange within it that lowers its
+// work is sequence 12 (2 tokens, 3 pairs) to worker 1 alone: peak 38, 2
+// moved. Then sequence 13 (1 token) to worker 0 alone has the same peak
+// with 1 moved, and is kept: 37 + 39 = 2 x 38, so a bound that also
+// skipped partners at exactly twice the peak would keep 13 to worker 1
+// instead (works 37, 36, 38). After it, no exchange within the budget
+// lowers worker 2's 38.
+TEST(HomePackingTest, APartnerAtTwiceTheBestPeakIsStillTried) {
+  const std::vector<int64_t> lengths = {1, 5, 2, 5, 3, 3, 2, 4, 4, 2, 4, 5, 2, 1, 4};
+  const Mask causal;
+  const std::optional<HomePacking> p = PackAtHome(lengths, causal, 3, 18, 8, 3);
+  ASSERT_TRUE(p);
+  ExpectLayoutRules(*p, lengths, 3, 18, 8, causal);
+  EXPECT_EQ(p->compute, (std::vector<double>{38, 35, 38}));
+  EXPECT_EQ(p->moved_tokens, 1);
+  EXPECT_EQ(p->blocks[0], (Block{0, {{13, 0, 1}}}));  // away from home first
+}
+
 TEST(HomePackingTest, NoLayoutWhenASequenceIsLongerThanABlock) {
   EXPECT_FALSE(PackAtHome({5, 3}, Mask{}, 2, 4, 4, 1));
   EXPECT_TRUE(PackAtHome({4, 4}, Mask{}, 2, 4, 4, 1));

@@ -1,6 +1,7 @@
 #include "fcp/reshuffle_floor.h"
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <tuple>
 
@@ -206,6 +207,75 @@ TEST(ReshuffleFloorTest, NeverAboveTheBestBalancedAssignment) {
   }
   EXPECT_GT(checked, 100);
   EXPECT_GT(reached, checked / 2);  // the floor is tight on most small batches
+}
+
+// The floor by its definition, row by row: each home's row works sorted
+// densest first, taken until they cover its excess; the same over all
+// overloaded homes' rows pooled.
+ReshuffleFloor FloorByRows(const std::vector<int64_t>& sequences, const ReshuffleFloorConfig& c) {
+  const int64_t total = SequenceOffsets(sequences).back();
+  const int64_t cap = std::max(c.token_cap, (total + c.workers - 1) / c.workers);
+  std::vector<std::vector<int64_t>> rows(c.workers);
+  int64_t token = 0;
+  for (int64_t length : sequences)
+    for (int64_t i = 0; i < length; ++i, ++token)
+      rows[DataloaderWorker(total, c.workers, token)].push_back(
+          AllowedPairs(c.mask, {i, i + 1}, {0, length}));
+  int64_t total_work = 0;
+  for (const auto& r : rows)
+    for (int64_t w : r) total_work += w;
+  const int64_t target =
+      c.max_work_ratio == 1.0
+          ? total_work / c.workers
+          : static_cast<int64_t>(std::floor(static_cast<long double>(c.max_work_ratio) *
+                                            static_cast<long double>(total_work) / c.workers));
+  const auto cover = [](std::vector<int64_t> works, int64_t excess) {
+    std::sort(works.rbegin(), works.rend());
+    int64_t taken = 0;
+    for (; excess > 0; ++taken) excess -= works[static_cast<size_t>(taken)];
+    return taken;
+  };
+  ReshuffleFloor f;
+  std::vector<int64_t> pooled;
+  int64_t excess = 0;
+  for (const auto& r : rows) {
+    int64_t work = 0;
+    for (int64_t w : r) work += w;
+    if (work <= target) {
+      f.spare_tokens += cap - static_cast<int64_t>(r.size());
+      continue;
+    }
+    ++f.overloaded_workers;
+    excess += work - target;
+    f.shed_tokens += cover(r, work - target);
+    pooled.insert(pooled.end(), r.begin(), r.end());
+  }
+  f.pooled_shed_tokens = cover(pooled, excess);
+  f.target_token_pairs = static_cast<double>(target);
+  f.excess_token_pairs = static_cast<double>(excess);
+  f.replacement_tokens = std::max<int64_t>(0, f.pooled_shed_tokens - f.spare_tokens);
+  f.tokens = f.shed_tokens + f.replacement_tokens;
+  return f;
+}
+
+// The floor equals its definition row by row on random batches of every
+// mask (windows below, inside and above the sequences), cap and ratio,
+// with sequences long enough that runs are cut inside their ramps.
+TEST(ReshuffleFloorTest, EqualsTheRowByRowDefinition) {
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 400; ++trial) {
+    const int32_t n = 1 + static_cast<int32_t>(rng() % 9);
+    std::vector<int64_t> sequences(1 + rng() % 12);
+    for (int64_t& length : sequences) length = static_cast<int64_t>(rng() % 90);
+    const MaskKind kind = static_cast<MaskKind>(rng() % 3);
+    ReshuffleFloorConfig c = Config(
+        n, 0, kind, kind == MaskKind::kSlidingWindow ? 1 + static_cast<int64_t>(rng() % 100) : 0);
+    const int64_t total = SequenceOffsets(sequences).back();
+    c.token_cap = rng() % 2 ? 0 : (total + n - 1) / n + static_cast<int64_t>(rng() % 20);
+    c.max_work_ratio = rng() % 3 ? 1.0 : 1.1;
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    EXPECT_EQ(Fields(ComputeReshuffleFloor(sequences, c)), Fields(FloorByRows(sequences, c)));
+  }
 }
 
 }  // namespace

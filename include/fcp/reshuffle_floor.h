@@ -25,8 +25,9 @@
 //
 // Token rows of one sequence get no lighter towards its end (causal, full and
 // sliding-window masks), so each home's densest tokens are suffixes of its
-// runs: found by a binary search on the work threshold, O((N + sequences) x
-// log^2(longest sequence)). Pure: same input, same answer.
+// runs, cut in O(1) by a row's closed-form work: found by a binary search on
+// the work threshold, O((N + sequences) x log(longest sequence)). Pure: same
+// input, same answer.
 #pragma once
 
 #include <cstdint>

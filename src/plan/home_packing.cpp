@@ -160,6 +160,11 @@ std::optional<HomePacking> PackAtHome(const std::vector<int64_t>& lengths, const
       // lower peak than that (exact pruning; equal peaks are still tried).
       if (load[a] - work[x] > best.peak) continue;
       for (const int32_t b : partners) {
+        // a and b keep their work together, so the larger is at least half
+        // of it: when that half is above the best peak, so is every
+        // exchange with b (exact pruning, as above; written without the
+        // sum, which would overflow while best.peak is unset).
+        if (load[b] - best.peak > best.peak - load[a]) continue;
         // Tokens a sheds (negative: takes), both workers within the cap.
         const int64_t room_a = token_cap - tokens[a], room_b = token_cap - tokens[b];
         replacements(b, lengths[x] - room_b, lengths[x] + room_a,

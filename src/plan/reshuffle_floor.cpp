@@ -37,21 +37,31 @@ struct Tally {
   Wide token_pairs = 0;
 };
 
-// The rows of `runs` whose work is at least `threshold`: a suffix of each run,
-// as a row's work never falls along its sequence.
+// The first row of [r.begin, r.end) whose work is at least `threshold` >= 1,
+// or r.end if none: rows of a sequence get no lighter towards its end, and
+// a row's work is in closed form (fcp/mask.h: row q of a sequence of L
+// attends L keys under the full mask, q + 1 causal, min(q + 1, W) under a
+// sliding window of W), so O(1), not a binary search over the run.
+int64_t FirstRowAtLeast(const Mask& mask, const Run& r, int64_t threshold) {
+  switch (mask.kind) {
+    case MaskKind::kFull:
+      return r.length >= threshold ? r.begin : r.end;
+    case MaskKind::kSlidingWindow:
+      if (threshold > mask.window) return r.end;
+      [[fallthrough]];
+    case MaskKind::kCausal:
+      return std::clamp(threshold - 1, r.begin, r.end);
+  }
+  return r.end;
+}
+
+// The rows of `runs` whose work is at least `threshold`: a suffix of each run.
 Tally AtLeast(const Mask& mask, const std::vector<Run>& runs, int64_t threshold) {
   Tally t;
   for (const Run& r : runs) {
-    int64_t lo = r.begin, hi = r.end;
-    while (lo < hi) {
-      const int64_t mid = lo + (hi - lo) / 2;
-      if (RowWork(mask, r.length, mid) >= threshold)
-        hi = mid;
-      else
-        lo = mid + 1;
-    }
-    t.tokens += r.end - lo;
-    t.token_pairs += AllowedPairs(mask, {lo, r.end}, {0, r.length});
+    const int64_t first = FirstRowAtLeast(mask, r, threshold);
+    t.tokens += r.end - first;
+    t.token_pairs += AllowedPairs(mask, {first, r.end}, {0, r.length});
   }
   return t;
 }
