@@ -136,7 +136,7 @@ std::vector<SplitItem> ChooseSplits(const ShardBase& base, double bound, int32_t
         static_cast<size_t>((*filler_group)[i]) < group_light.size())
       take(group_light[(*filler_group)[i]]);
     take(light);
-    if (split.fillers.size() < fillers_needed) break;  // not enough light tokens: stop
+    if (split.fillers.size() < fillers_needed) break;       // not enough light tokens: stop
     std::sort(split.fillers.begin(), split.fillers.end());  // dataloader order keeps fillers local
     for (size_t f : split.fillers) removed[f] = 1;
     removed[i] = 1;
