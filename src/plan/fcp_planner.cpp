@@ -115,26 +115,36 @@ double PortProxy(const std::vector<Block>& blocks, const std::vector<RequiredPai
   const AttentionShape& a = config.attention;
   std::vector<double> kv_in(n, 0), kv_out(n, 0), fwd_in(n, 0), fwd_out(n, 0), bwd_in(n, 0),
       bwd_out(n, 0);
-  // One transfer per (K/V block, receiving worker): the pairs grouped by
-  // receiver (a counting sort), each K/V block counted once per receiver
-  // by a stamp. The sums are of whole token counts, so exact in any order.
-  std::vector<int32_t> first(n + 1, 0), by_receiver(pairs.size());
-  for (const RequiredPair& p : pairs) ++first[rename[owner[p.q_block]] + 1];
+  // One transfer per (K/V block, receiving worker): the query blocks
+  // grouped by receiver (a counting sort of the B blocks, stable), each
+  // one's pairs a run of `pairs` (sorted by q), each K/V block counted once
+  // per receiver by a stamp. The sums are of whole token counts, so exact
+  // in any order (and the order is that of the pairs sorted by receiver).
+  const int32_t block_count = static_cast<int32_t>(blocks.size());
+  std::vector<int32_t> pair_begin(block_count + 1, 0);  // q's pairs: [pair_begin[q], pair_begin[q + 1])
+  for (const RequiredPair& p : pairs) ++pair_begin[p.q_block + 1];
+  std::partial_sum(pair_begin.begin(), pair_begin.end(), pair_begin.begin());
+  std::vector<int32_t> first(n + 1, 0), by_receiver(block_count);
+  for (int32_t q = 0; q < block_count; ++q) ++first[rename[owner[q]] + 1];
   std::partial_sum(first.begin(), first.end(), first.begin());
   {
     std::vector<int32_t> next(first.begin(), first.end() - 1);
-    for (size_t k = 0; k < pairs.size(); ++k)
-      by_receiver[next[rename[owner[pairs[k].q_block]]]++] = static_cast<int32_t>(k);
+    for (int32_t q = 0; q < block_count; ++q) by_receiver[next[rename[owner[q]]]++] = q;
   }
-  std::vector<int32_t> stamp(blocks.size(), -1);
+  std::vector<int64_t> block_tokens(block_count);
+  for (int32_t b = 0; b < block_count; ++b) block_tokens[b] = blocks[b].tokens();
+  std::vector<int32_t> stamp(block_count, -1);
   for (int32_t to = 0; to < n; ++to)
     for (int32_t k = first[to]; k < first[to + 1]; ++k) {
-      const int32_t kv = pairs[by_receiver[k]].kv_block, from = rename[owner[kv]];
-      if (to / node == from / node || stamp[kv] == to) continue;
-      stamp[kv] = to;
-      const double t = static_cast<double>(blocks[kv].tokens());
-      kv_in[to] += t;
-      kv_out[from] += t;
+      const int32_t q = by_receiver[k];
+      for (int32_t x = pair_begin[q]; x < pair_begin[q + 1]; ++x) {
+        const int32_t kv = pairs[x].kv_block, from = rename[owner[kv]];
+        if (to / node == from / node || stamp[kv] == to) continue;
+        stamp[kv] = to;
+        const double t = static_cast<double>(block_tokens[kv]);
+        kv_in[to] += t;
+        kv_out[from] += t;
+      }
     }
   // Reshuffle bytes per token, in K/V tokens (2 Hkv D dtype bytes).
   const double qkv = (a.heads_q + 2.0 * a.heads_kv) / (2.0 * a.heads_kv);
