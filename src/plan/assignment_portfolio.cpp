@@ -291,7 +291,14 @@ Assignment AssignmentSearch::Shed(int32_t node_workers) {
   const auto offer_of = [&](int32_t x, int32_t b) {
     const Item& item = c.items[x];
     CachedOffer& cached = offers[b][item.small ? 0 : item.slots == 1 ? 1 : 2];
-    if (cached.slots != item.slots) cached = {item.slots, offer(x, b)};
+    if (cached.slots != item.slots) {
+      cached = {item.slots, offer(x, b)};
+    } else if (c.in.self_check) {
+      const Offer fresh = offer(x, b);
+      FCP_CHECK(fresh.work == cached.offer.work && fresh.y[0] == cached.offer.y[0] &&
+                    fresh.y[1] == cached.offer.y[1],
+                "shed layout: worker " + std::to_string(b) + "'s cached offer is stale");
+    }
     return cached.offer;
   };
   const auto move = [&](int32_t item, int32_t from, int32_t to) {

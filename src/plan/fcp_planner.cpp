@@ -408,15 +408,16 @@ detail::AssignmentInput InputOf(const Candidate& c, const std::vector<int64_t>& 
 }
 
 // The candidate of `split`: its blocks, pairs, and the assignment's input
-// and search (not run).
+// and search (not run; with `shed_only`, one that can only Shed).
 std::unique_ptr<Candidate> Shard(detail::HeavySplit split, const std::vector<int64_t>& lengths,
                                  const PlannerConfig& config, const Plan& header,
-                                 const Common& common) {
+                                 const Common& common, bool shed_only = false) {
   auto c = std::make_unique<Candidate>();
   c->split = std::move(split);
   c->sharding = detail::FinishSharding(common.base, c->split, lengths);
   c->pairs = RequiredPairs(lengths, c->sharding.blocks, header.mask);
   c->input = InputOf(*c, lengths, config, header, common);
+  c->input.shed_only = shed_only;
   c->search.emplace(c->input);
   return c;
 }
@@ -537,7 +538,8 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
       return true;
     };
     if (!same_fillers()) {
-      std::unique_ptr<Candidate> c = Shard(std::move(local), lengths, config, plan, common);
+      std::unique_ptr<Candidate> c =
+          Shard(std::move(local), lengths, config, plan, common, /*shed_only=*/true);
       detail::Assignment a = c->search->Shed(config.node_workers);
       c->search.reset();  // it points into the sharding moved out below
       sheds.push_back(Layout{std::move(c->sharding.blocks), std::move(c->pairs), std::move(a)});
