@@ -510,22 +510,26 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   }
   // The shed layouts (issue 17): items each at home, the overloaded homes
   // shedding their densest items (Shed). Two shardings: the first
-  // candidate's (Shed leaves its search as it was; its blocks and pairs
-  // are copied, as that candidate may be replaced below, and a copy costs
-  // far less than sharding again), and the same split with each split
-  // item's fillers taken from its own dataloader node first, so that a
-  // sub-item's pieces and filler share a home node and less of it moves
-  // (built only where some filler differs). Compared with the balanced
-  // plan below, by the port proxy.
+  // candidate's (Shed leaves its search as it was; the candidate is kept
+  // alive should it be replaced below: Replace), and the same split with
+  // each split item's fillers taken from its own dataloader node first, so
+  // that a sub-item's pieces and filler share a home node and less of it
+  // moves (built only where some filler differs; its search can only
+  // Shed). Compared with the balanced plan below, by the port proxy.
   struct Layout {
-    std::vector<Block> blocks;
-    std::vector<RequiredPair> pairs;
+    Candidate* source;  // its blocks and pairs
     detail::Assignment assignment;
   };
   std::vector<Layout> sheds;
+  std::unique_ptr<Candidate> first_source, local_source;  // first_source: once replaced
+  const Candidate* const first = best.get();
+  // slot = c, the first candidate kept alive in first_source if it was slot's.
+  const auto replace = [&](std::unique_ptr<Candidate>& slot, std::unique_ptr<Candidate> c) {
+    if (slot.get() == first && !sheds.empty()) first_source = std::move(slot);
+    slot = std::move(c);
+  };
   if (transparent && !home && config.workers <= kShedMaxWorkers) {
-    sheds.push_back(
-        Layout{best->sharding.blocks, best->pairs, best->search->Shed(config.node_workers)});
+    sheds.push_back(Layout{best.get(), best->search->Shed(config.node_workers)});
     const std::vector<int32_t> nodes =
         DataloaderNodes(common.base, common.offsets, config.workers, config.node_workers);
     detail::HeavySplit local =
@@ -538,11 +542,8 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
       return true;
     };
     if (!same_fillers()) {
-      std::unique_ptr<Candidate> c =
-          Shard(std::move(local), lengths, config, plan, common, /*shed_only=*/true);
-      detail::Assignment a = c->search->Shed(config.node_workers);
-      c->search.reset();  // it points into the sharding moved out below
-      sheds.push_back(Layout{std::move(c->sharding.blocks), std::move(c->pairs), std::move(a)});
+      local_source = Shard(std::move(local), lengths, config, plan, common, /*shed_only=*/true);
+      sheds.push_back(Layout{local_source.get(), local_source->search->Shed(config.node_workers)});
     }
   }
   const bool shed = !sheds.empty();
@@ -565,7 +566,7 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
           Assign(std::move(coarse_split), lengths, config, plan, common);
       const bool better = detail::Better(coarse->assignment, best->assignment, judge);
       FCP_CHECK(!(better && cannot_win), "planner: a pruned candidate would have won");
-      if (better) best = std::move(coarse);
+      if (better) replace(best, std::move(coarse));
     }
   }
   // A plan outside the imbalance bound (at most kResizeAbove): its split
@@ -581,7 +582,7 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
          ++round) {
       std::unique_ptr<Candidate> resized = ResizePieces(*c, lengths, config, plan, common);
       if (!resized || !detail::Better(resized->assignment, c->assignment, judge)) break;
-      c = std::move(resized);
+      replace(c, std::move(resized));
     }
     return c;
   };
@@ -607,7 +608,8 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
                 "planner: a candidate beyond its compute lower bound is within the bound");
       if (hopeless) continue;
       rescue = resize(std::move(rescue));
-      if (detail::Better(rescue->assignment, best->assignment, judge)) best = std::move(rescue);
+      if (detail::Better(rescue->assignment, best->assignment, judge))
+        replace(best, std::move(rescue));
     }
   }
   // A plan within the bound on compute but not on traffic (the search may
@@ -670,8 +672,11 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
     if (shed) {
       double least = ports(best->sharding.blocks, best->pairs, best->assignment, rename);
       for (size_t k = 0; k < sheds.size(); ++k) {
-        const double proxy = ports(sheds[k].blocks, sheds[k].pairs, sheds[k].assignment, identity);
-        if (proxy < least && step_cost(sheds[k].blocks, sheds[k].assignment, identity).reshuffle <
+        const Candidate& source = *sheds[k].source;
+        const double proxy =
+            ports(source.sharding.blocks, source.pairs, sheds[k].assignment, identity);
+        if (proxy < least &&
+            step_cost(source.sharding.blocks, sheds[k].assignment, identity).reshuffle <
                                  balanced.reshuffle * kShedReshuffleShare) {
           least = proxy;
           pick = k;
@@ -679,8 +684,9 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
         }
       }
     }
-    std::vector<Block>& layout_blocks = home ? home->sharding.blocks : sheds[pick].blocks;
-    const std::vector<RequiredPair>& layout_pairs = home ? home->pairs : sheds[pick].pairs;
+    std::vector<Block>& layout_blocks =
+        home ? home->sharding.blocks : sheds[pick].source->sharding.blocks;
+    const std::vector<RequiredPair>& layout_pairs = home ? home->pairs : sheds[pick].source->pairs;
     const detail::Assignment& layout = home ? home->assignment : sheds[pick].assignment;
     if (home) {
       const StepCost at_home = step_cost(layout_blocks, layout, identity);
