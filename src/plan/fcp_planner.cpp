@@ -120,40 +120,48 @@ double PortProxy(const std::vector<Block>& blocks, const std::vector<RequiredPai
   // one's pairs a run of `pairs` (sorted by q), each K/V block counted once
   // per receiver by a stamp. The sums are of whole token counts, so exact
   // in any order (and the order is that of the pairs sorted by receiver).
+  // Per block: its worker in the plan's ids, that worker's node, its tokens.
   const int32_t block_count = static_cast<int32_t>(blocks.size());
+  std::vector<int32_t> at(block_count), at_node(block_count);
+  std::vector<int64_t> block_tokens(block_count);
+  for (int32_t b = 0; b < block_count; ++b) {
+    at[b] = rename[owner[b]];
+    at_node[b] = at[b] / node;
+    block_tokens[b] = blocks[b].tokens();
+  }
   std::vector<int32_t> pair_begin(block_count + 1, 0);  // q's pairs: [pair_begin[q], pair_begin[q + 1])
   for (const RequiredPair& p : pairs) ++pair_begin[p.q_block + 1];
   std::partial_sum(pair_begin.begin(), pair_begin.end(), pair_begin.begin());
   std::vector<int32_t> first(n + 1, 0), by_receiver(block_count);
-  for (int32_t q = 0; q < block_count; ++q) ++first[rename[owner[q]] + 1];
+  for (int32_t q = 0; q < block_count; ++q) ++first[at[q] + 1];
   std::partial_sum(first.begin(), first.end(), first.begin());
   {
     std::vector<int32_t> next(first.begin(), first.end() - 1);
-    for (int32_t q = 0; q < block_count; ++q) by_receiver[next[rename[owner[q]]]++] = q;
+    for (int32_t q = 0; q < block_count; ++q) by_receiver[next[at[q]]++] = q;
   }
-  std::vector<int64_t> block_tokens(block_count);
-  for (int32_t b = 0; b < block_count; ++b) block_tokens[b] = blocks[b].tokens();
   std::vector<int32_t> stamp(block_count, -1);
-  for (int32_t to = 0; to < n; ++to)
+  for (int32_t to = 0; to < n; ++to) {
+    const int32_t to_node = to / node;
     for (int32_t k = first[to]; k < first[to + 1]; ++k) {
       const int32_t q = by_receiver[k];
       for (int32_t x = pair_begin[q]; x < pair_begin[q + 1]; ++x) {
-        const int32_t kv = pairs[x].kv_block, from = rename[owner[kv]];
-        if (to / node == from / node || stamp[kv] == to) continue;
+        const int32_t kv = pairs[x].kv_block;
+        if (at_node[kv] == to_node || stamp[kv] == to) continue;
         stamp[kv] = to;
         const double t = static_cast<double>(block_tokens[kv]);
         kv_in[to] += t;
-        kv_out[from] += t;
+        kv_out[at[kv]] += t;
       }
     }
+  }
   // Reshuffle bytes per token, in K/V tokens (2 Hkv D dtype bytes).
   const double qkv = (a.heads_q + 2.0 * a.heads_kv) / (2.0 * a.heads_kv);
   const double o = a.heads_q / (2.0 * a.heads_kv);
-  for (size_t b = 0; b < blocks.size(); ++b) {
-    const int32_t w = rename[owner[b]];
+  for (int32_t b = 0; b < block_count; ++b) {
+    const int32_t w = at[b];
     for (const Segment& s : blocks[b].segments)
       ForEachDataloaderRun(s, offsets, n, [&](int32_t home, int64_t tokens) {
-        if (home / node == w / node) return;
+        if (home / node == at_node[b]) return;
         const double t = static_cast<double>(tokens);
         fwd_in[w] += qkv * t, fwd_out[home] += qkv * t;  // Q, K, V to the worker
         fwd_out[w] += o * t, fwd_in[home] += o * t;      // O back
