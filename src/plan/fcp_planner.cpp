@@ -275,8 +275,9 @@ double HomeImbalance(const detail::ShardBase& base, const std::vector<int64_t>& 
       for (const Segment& s : block.segments) {
         int64_t start = s.start;
         ForEachDataloaderRun(s, offsets, workers, [&](int32_t home, int64_t n) {
-          work[home] +=
-              static_cast<double>(detail::QueryWork(Block{0, {{s.seq, start, n}}}, lengths, mask));
+          // QueryWork of the run as a block of its own, without making one.
+          work[home] += static_cast<double>(
+              AllowedPairs(mask, {start, start + n}, {0, lengths[s.seq]}));
           start += n;
         });
       }
