@@ -1,10 +1,14 @@
 // The assignment's shed layout (src/plan/assignment.h, AssignmentSearch::
-// Shed) on a batch with a worked answer.
+// Shed) on a batch with a worked answer, and on random batches from a
+// shed-only input.
 #include "assignment.h"
 
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "assignment_batch.h"
+#include "fcp/error.h"
 
 namespace fcp::detail {
 namespace {
@@ -41,6 +45,32 @@ TEST(AssignmentShedTest, OverloadedHomesShedTheirDensestBlocksWithinTheSlack) {
   EXPECT_EQ(shed.compute, (std::vector<double>{72, 72, 72, 72}));
   // Deterministic, and the search is left as it was.
   EXPECT_EQ(search.Shed(2).owner, shed.owner);
+}
+
+// A shed-only input (no dependency rows, no load model) sheds exactly as a
+// full one, loads included (its users graph counts the traffic), and
+// refuses every other search; under the self-check every offer Shed reuses
+// from its cache equals one computed afresh.
+TEST(AssignmentShedTest, ShedOnlyInputShedsAsAFullOneAndRefusesTheOtherSearches) {
+  for (uint32_t seed = 0; seed < 40; ++seed) {
+    SCOPED_TRACE(seed);
+    std::mt19937 rng(seed);
+    const auto batch = RandomBatch(rng);
+    const int32_t node_workers = 1 + static_cast<int32_t>(seed % 4);
+    batch->in.self_check = true;  // every cached offer checked against a fresh one
+    const Assignment full = AssignmentSearch(batch->in).Shed(node_workers);
+    AssignmentInput light = batch->in;
+    light.shed_only = true;
+    AssignmentSearch search(light);
+    const Assignment shed = search.Shed(node_workers);
+    EXPECT_TRUE(batch->KeepsSlots(shed.owner));
+    EXPECT_EQ(shed.owner, full.owner);
+    EXPECT_EQ(shed.compute, full.compute);
+    EXPECT_EQ(shed.traffic, full.traffic);
+    EXPECT_EQ(shed.send, full.send);
+    EXPECT_THROW(search.Assign(), Error);
+    EXPECT_THROW(search.Refine(shed.owner), Error);
+  }
 }
 
 }  // namespace

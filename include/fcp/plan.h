@@ -109,24 +109,64 @@ int64_t KvTransferBytes(const AttentionShape& shape, int64_t tokens);
 std::vector<int64_t> SequenceOffsets(const std::vector<int64_t>& sequences);
 
 // The dataloader layout: worker r holds global tokens
-// [floor(r*T/N), floor((r+1)*T/N)). Returns r's first token (r in [0, N]).
-int64_t DataloaderBegin(int64_t total_tokens, int32_t workers, int32_t worker);
+// [floor(r*T/N), floor((r+1)*T/N)) (shares may be empty when T < N).
+// Inline: the planner asks for every segment's runs several times per plan.
+namespace dataloader_detail {
+// a * b / d rounded toward zero, in 64 bits when the product fits (the
+// common case; a 128-bit division is a library call).
+inline int64_t MulDiv(int64_t a, int64_t b, int64_t d) {
+  int64_t product;
+  if (!__builtin_mul_overflow(a, b, &product)) return product / d;
+  return static_cast<int64_t>((static_cast<__int128>(a) * b) / d);
+}
+}  // namespace dataloader_detail
+// Returns r's first token (r in [0, N]); exact for T < 2^62 / N.
+inline int64_t DataloaderBegin(int64_t total_tokens, int32_t workers, int32_t worker) {
+  return dataloader_detail::MulDiv(worker, total_tokens, workers);
+}
+// The worker whose dataloader share holds global token `token` (the largest
+// r with DataloaderBegin(r) <= token), and DataloaderBegin(r + 1), where the
+// next share starts. Three divisions.
+struct DataloaderShare {
+  int32_t worker;
+  int64_t next_begin;
+};
+inline DataloaderShare DataloaderShareOf(int64_t total_tokens, int32_t workers, int64_t token) {
+  int32_t r = static_cast<int32_t>(dataloader_detail::MulDiv(token, workers, total_tokens));
+  int64_t next = DataloaderBegin(total_tokens, workers, r + 1);
+  while (r + 1 < workers && next <= token) next = DataloaderBegin(total_tokens, workers, ++r + 1);
+  // (floor(token N / T) never overshoots in exact arithmetic; the guard is kept.)
+  for (int64_t begin = DataloaderBegin(total_tokens, workers, r); r > 0 && begin > token;
+       begin = DataloaderBegin(total_tokens, workers, --r))
+    next = begin;
+  return {r, next};
+}
 // The worker whose dataloader share holds global token `token`.
-int32_t DataloaderWorker(int64_t total_tokens, int32_t workers, int64_t token);
+inline int32_t DataloaderWorker(int64_t total_tokens, int32_t workers, int64_t token) {
+  return DataloaderShareOf(total_tokens, workers, token).worker;
+}
 // Calls visit(dataloader worker, tokens) for each run of segment s's tokens
 // that one dataloader worker holds, in token order (offsets: SequenceOffsets
-// of the plan's sequences). O(runs).
+// of the plan's sequences). O(runs): after the first, each run's worker is
+// the next non-empty share's.
 template <typename Visit>
 void ForEachDataloaderRun(const Segment& s, const std::vector<int64_t>& offsets, int32_t workers,
                           Visit visit) {
   const int64_t total = offsets.back();
   int64_t token = offsets[s.seq] + s.start;
   const int64_t end = token + s.length;
-  while (token < end) {
-    const int32_t worker = DataloaderWorker(total, workers, token);
-    const int64_t stop = std::min(end, DataloaderBegin(total, workers, worker + 1));
-    visit(worker, stop - token);
+  if (token >= end) return;
+  DataloaderShare share = DataloaderShareOf(total, workers, token);
+  while (true) {
+    const int64_t stop = std::min(end, share.next_begin);
+    visit(share.worker, stop - token);
     token = stop;
+    if (token >= end) return;
+    // token = the next share's first token: the largest r with begin(r) <= token.
+    ++share.worker;
+    share.next_begin = DataloaderBegin(total, workers, share.worker + 1);
+    while (share.worker + 1 < workers && share.next_begin <= token)
+      share.next_begin = DataloaderBegin(total, workers, ++share.worker + 1);
   }
 }
 

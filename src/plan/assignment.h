@@ -63,6 +63,9 @@ struct AssignmentInput {
   Judge judge;
   int32_t local_search_rounds = 2;
   bool self_check = false;  // verify the local search's loads against a recount
+  // Only Shed will run: the K/V dependency rows and the load model, which
+  // the other searches need, are not built (they would throw).
+  bool shed_only = false;
 };
 
 struct Assignment {

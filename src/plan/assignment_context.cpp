@@ -10,17 +10,26 @@ namespace fcp::detail {
 
 void BuildGraphs(const std::vector<RequiredPair>& pairs, int32_t blocks, Csr& deps, Csr& users) {
   // Stable buckets of the pairs, which are sorted by (q, kv): both graphs' rows come out ascending.
-  const size_t rows = static_cast<size_t>(blocks);
-  deps = BucketBy(rows, pairs.size(), [&](int32_t k) { return pairs[k].q_block; });
+  deps = BucketBy(static_cast<size_t>(blocks), pairs.size(),
+                  [&](int32_t k) { return pairs[k].q_block; });
   for (int32_t& k : deps.items) k = pairs[k].kv_block;
-  users = BucketBy(rows, pairs.size(), [&](int32_t k) { return pairs[k].kv_block; });
+  users = BuildUsers(pairs, blocks);
+}
+
+Csr BuildUsers(const std::vector<RequiredPair>& pairs, int32_t blocks) {
+  Csr users = BucketBy(static_cast<size_t>(blocks), pairs.size(),
+                       [&](int32_t k) { return pairs[k].kv_block; });
   for (int32_t& k : users.items) k = pairs[k].q_block;
+  return users;
 }
 
 AssignmentContext::AssignmentContext(const AssignmentInput& input)
     : in(input), items(input.sharding->items), n(input.workers) {
   const int32_t blocks = static_cast<int32_t>(in.sharding->blocks.size());
-  BuildGraphs(*in.pairs, blocks, deps, users);
+  if (in.shed_only)  // Shed counts loads (users) only
+    users = BuildUsers(*in.pairs, blocks);
+  else
+    BuildGraphs(*in.pairs, blocks, deps, users);
   item_of.assign(blocks, -1);
   block_tokens.reserve(blocks);
   for (const Block& b : in.sharding->blocks) block_tokens.push_back(b.tokens());
@@ -30,9 +39,10 @@ AssignmentContext::AssignmentContext(const AssignmentInput& input)
       item_of[b] = static_cast<int32_t>(i);
       item_work[i] += static_cast<double>(in.block_work[b]);
     }
-  BuildItemDeps();
   const double total_work = std::accumulate(item_work.begin(), item_work.end(), 0.0);
   targets.compute = std::max(total_work / n, 1.0);
+  if (in.shed_only) return;
+  BuildItemDeps();
   // The narrowest counters that hold MostCount: their tables stay in cache.
   const int64_t most = MostCount();
   if (most <= std::numeric_limits<uint8_t>::max())
@@ -80,6 +90,7 @@ void AssignmentContext::BuildItemDeps() {
 }
 
 void AssignmentContext::EstimateTraffic() {
+  FCP_CHECK(!in.shed_only, "assignment: a search other than Shed on a shed-only input");
   item_traffic.assign(items.size(), 0);
   item_send.assign(items.size(), 0);
   for (size_t i = 0; i < items.size(); ++i) {

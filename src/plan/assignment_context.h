@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "assignment.h"
+#include "fcp/error.h"
 #include "assignment_parts.h"
 
 namespace fcp::detail {
@@ -48,6 +49,8 @@ struct HomeTokens {
 // deps: row q lists the K/V blocks q needs (ascending); users: row j lists
 // the query blocks that need j (ascending). `pairs` sorted by (q, kv).
 void BuildGraphs(const std::vector<RequiredPair>& pairs, int32_t blocks, Csr& deps, Csr& users);
+// The users graph alone (BuildGraphs' `users`).
+Csr BuildUsers(const std::vector<RequiredPair>& pairs, int32_t blocks);
 
 class AssignmentContext {
  public:
@@ -98,6 +101,7 @@ class AssignmentContext {
   // f(model) for the batch's load model.
   template <typename F>
   decltype(auto) WithModel(F f) {
+    FCP_CHECK(model_.has_value(), "assignment: a search other than Shed on a shed-only input");
     return std::visit(f, *model_);
   }
 

@@ -1,6 +1,7 @@
 #include "assignment_portfolio.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -279,7 +280,30 @@ Assignment AssignmentSearch::Shed(int32_t node_workers) {
       best = {one.work + two.work, {one.y[0], two.y[0]}};
     return best;
   };
+  // offer(x, b) depends on x only through its kind (small, slots) and on b
+  // only through owned[b]: cached per (worker, kind), dropped when a move
+  // changes the worker's items (the same value as computed afresh).
+  struct CachedOffer {
+    int32_t slots = -1;  // the kind's slots; -1: not cached
+    Offer offer;
+  };
+  std::vector<std::array<CachedOffer, 3>> offers(n);
+  const auto offer_of = [&](int32_t x, int32_t b) {
+    const Item& item = c.items[x];
+    CachedOffer& cached = offers[b][item.small ? 0 : item.slots == 1 ? 1 : 2];
+    if (cached.slots != item.slots) {
+      cached = {item.slots, offer(x, b)};
+    } else if (c.in.self_check) {
+      const Offer fresh = offer(x, b);
+      FCP_CHECK(fresh.work == cached.offer.work && fresh.y[0] == cached.offer.y[0] &&
+                    fresh.y[1] == cached.offer.y[1],
+                "shed layout: worker " + std::to_string(b) + "'s cached offer is stale");
+    }
+    return cached.offer;
+  };
   const auto move = [&](int32_t item, int32_t from, int32_t to) {
+    offers[from] = {};
+    offers[to] = {};
     account(item, from, -1);
     for (int32_t b : c.items[item].blocks) owner[b] = to;
     owned[from].erase(std::find(owned[from].begin(), owned[from].end(), item));
@@ -320,7 +344,7 @@ Assignment AssignmentSearch::Shed(int32_t node_workers) {
       double least_cross = std::numeric_limits<double>::infinity();
       for (size_t k = 0; k < partners.size(); ++k) {
         const int32_t b = partners[k];
-        const Offer y = offer(x, b);
+        const Offer y = offer_of(x, b);
         if (y.y[0] < 0 || y.work >= c.item_work[x]) continue;
         const double after_b = compute[b] + c.item_work[x] - y.work;
         const double after_a = compute[a] - c.item_work[x] + y.work;

@@ -116,35 +116,53 @@ double PortProxy(const std::vector<Block>& blocks, const std::vector<RequiredPai
   const AttentionShape& a = config.attention;
   std::vector<double> kv_in(n, 0), kv_out(n, 0), fwd_in(n, 0), fwd_out(n, 0), bwd_in(n, 0),
       bwd_out(n, 0);
-  // One transfer per (K/V block, receiving worker): the pairs grouped by
-  // receiver (a counting sort), each K/V block counted once per receiver
-  // by a stamp. The sums are of whole token counts, so exact in any order.
-  std::vector<int32_t> first(n + 1, 0), by_receiver(pairs.size());
-  for (const RequiredPair& p : pairs) ++first[rename[owner[p.q_block]] + 1];
+  // One transfer per (K/V block, receiving worker): the query blocks
+  // grouped by receiver (a counting sort of the B blocks, stable), each
+  // one's pairs a run of `pairs` (sorted by q), each K/V block counted once
+  // per receiver by a stamp. The sums are of whole token counts, so exact
+  // in any order (and the order is that of the pairs sorted by receiver).
+  // Per block: its worker in the plan's ids, that worker's node, its tokens.
+  const int32_t block_count = static_cast<int32_t>(blocks.size());
+  std::vector<int32_t> at(block_count), at_node(block_count);
+  std::vector<int64_t> block_tokens(block_count);
+  for (int32_t b = 0; b < block_count; ++b) {
+    at[b] = rename[owner[b]];
+    at_node[b] = at[b] / node;
+    block_tokens[b] = blocks[b].tokens();
+  }
+  std::vector<int32_t> pair_begin(block_count + 1, 0);  // q's pairs: [pair_begin[q], pair_begin[q + 1])
+  for (const RequiredPair& p : pairs) ++pair_begin[p.q_block + 1];
+  std::partial_sum(pair_begin.begin(), pair_begin.end(), pair_begin.begin());
+  std::vector<int32_t> first(n + 1, 0), by_receiver(block_count);
+  for (int32_t q = 0; q < block_count; ++q) ++first[at[q] + 1];
   std::partial_sum(first.begin(), first.end(), first.begin());
   {
     std::vector<int32_t> next(first.begin(), first.end() - 1);
-    for (size_t k = 0; k < pairs.size(); ++k)
-      by_receiver[next[rename[owner[pairs[k].q_block]]]++] = static_cast<int32_t>(k);
+    for (int32_t q = 0; q < block_count; ++q) by_receiver[next[at[q]]++] = q;
   }
-  std::vector<int32_t> stamp(blocks.size(), -1);
-  for (int32_t to = 0; to < n; ++to)
+  std::vector<int32_t> stamp(block_count, -1);
+  for (int32_t to = 0; to < n; ++to) {
+    const int32_t to_node = to / node;
     for (int32_t k = first[to]; k < first[to + 1]; ++k) {
-      const int32_t kv = pairs[by_receiver[k]].kv_block, from = rename[owner[kv]];
-      if (to / node == from / node || stamp[kv] == to) continue;
-      stamp[kv] = to;
-      const double t = static_cast<double>(blocks[kv].tokens());
-      kv_in[to] += t;
-      kv_out[from] += t;
+      const int32_t q = by_receiver[k];
+      for (int32_t x = pair_begin[q]; x < pair_begin[q + 1]; ++x) {
+        const int32_t kv = pairs[x].kv_block;
+        if (at_node[kv] == to_node || stamp[kv] == to) continue;
+        stamp[kv] = to;
+        const double t = static_cast<double>(block_tokens[kv]);
+        kv_in[to] += t;
+        kv_out[at[kv]] += t;
+      }
     }
+  }
   // Reshuffle bytes per token, in K/V tokens (2 Hkv D dtype bytes).
   const double qkv = (a.heads_q + 2.0 * a.heads_kv) / (2.0 * a.heads_kv);
   const double o = a.heads_q / (2.0 * a.heads_kv);
-  for (size_t b = 0; b < blocks.size(); ++b) {
-    const int32_t w = rename[owner[b]];
+  for (int32_t b = 0; b < block_count; ++b) {
+    const int32_t w = at[b];
     for (const Segment& s : blocks[b].segments)
       ForEachDataloaderRun(s, offsets, n, [&](int32_t home, int64_t tokens) {
-        if (home / node == w / node) return;
+        if (home / node == at_node[b]) return;
         const double t = static_cast<double>(tokens);
         fwd_in[w] += qkv * t, fwd_out[home] += qkv * t;  // Q, K, V to the worker
         fwd_out[w] += o * t, fwd_in[home] += o * t;      // O back
@@ -258,8 +276,9 @@ double HomeImbalance(const detail::ShardBase& base, const std::vector<int64_t>& 
       for (const Segment& s : block.segments) {
         int64_t start = s.start;
         ForEachDataloaderRun(s, offsets, workers, [&](int32_t home, int64_t n) {
-          work[home] +=
-              static_cast<double>(detail::QueryWork(Block{0, {{s.seq, start, n}}}, lengths, mask));
+          // QueryWork of the run as a block of its own, without making one.
+          work[home] += static_cast<double>(
+              AllowedPairs(mask, {start, start + n}, {0, lengths[s.seq]}));
           start += n;
         });
       }
@@ -399,15 +418,16 @@ detail::AssignmentInput InputOf(const Candidate& c, const std::vector<int64_t>& 
 }
 
 // The candidate of `split`: its blocks, pairs, and the assignment's input
-// and search (not run).
+// and search (not run; with `shed_only`, one that can only Shed).
 std::unique_ptr<Candidate> Shard(detail::HeavySplit split, const std::vector<int64_t>& lengths,
                                  const PlannerConfig& config, const Plan& header,
-                                 const Common& common) {
+                                 const Common& common, bool shed_only = false) {
   auto c = std::make_unique<Candidate>();
   c->split = std::move(split);
   c->sharding = detail::FinishSharding(common.base, c->split, lengths);
   c->pairs = RequiredPairs(lengths, c->sharding.blocks, header.mask);
   c->input = InputOf(*c, lengths, config, header, common);
+  c->input.shed_only = shed_only;
   c->search.emplace(c->input);
   return c;
 }
@@ -523,22 +543,26 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   }
   // The shed layouts (issue 17): items each at home, the overloaded homes
   // shedding their densest items (Shed). Two shardings: the first
-  // candidate's (Shed leaves its search as it was; its blocks and pairs
-  // are copied, as that candidate may be replaced below, and a copy costs
-  // far less than sharding again), and the same split with each split
-  // item's fillers taken from its own dataloader node first, so that a
-  // sub-item's pieces and filler share a home node and less of it moves
-  // (built only where some filler differs). Compared with the balanced
-  // plan below, by the port proxy.
+  // candidate's (Shed leaves its search as it was; the candidate is kept
+  // alive should it be replaced below: Replace), and the same split with
+  // each split item's fillers taken from its own dataloader node first, so
+  // that a sub-item's pieces and filler share a home node and less of it
+  // moves (built only where some filler differs; its search can only
+  // Shed). Compared with the balanced plan below, by the port proxy.
   struct Layout {
-    std::vector<Block> blocks;
-    std::vector<RequiredPair> pairs;
+    Candidate* source;  // its blocks and pairs
     detail::Assignment assignment;
   };
   std::vector<Layout> sheds;
+  std::unique_ptr<Candidate> first_source, local_source;  // first_source: once replaced
+  const Candidate* const first = best.get();
+  // slot = c, the first candidate kept alive in first_source if it was slot's.
+  const auto replace = [&](std::unique_ptr<Candidate>& slot, std::unique_ptr<Candidate> c) {
+    if (slot.get() == first && !sheds.empty()) first_source = std::move(slot);
+    slot = std::move(c);
+  };
   if (transparent && !home && config.workers <= kShedMaxWorkers) {
-    sheds.push_back(
-        Layout{best->sharding.blocks, best->pairs, best->search->Shed(config.node_workers)});
+    sheds.push_back(Layout{best.get(), best->search->Shed(config.node_workers)});
     const std::vector<int32_t> nodes =
         DataloaderNodes(common.base, common.offsets, config.workers, config.node_workers);
     detail::HeavySplit local =
@@ -551,10 +575,8 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
       return true;
     };
     if (!same_fillers()) {
-      std::unique_ptr<Candidate> c = Shard(std::move(local), lengths, config, plan, common);
-      detail::Assignment a = c->search->Shed(config.node_workers);
-      c->search.reset();  // it points into the sharding moved out below
-      sheds.push_back(Layout{std::move(c->sharding.blocks), std::move(c->pairs), std::move(a)});
+      local_source = Shard(std::move(local), lengths, config, plan, common, /*shed_only=*/true);
+      sheds.push_back(Layout{local_source.get(), local_source->search->Shed(config.node_workers)});
     }
   }
   const bool shed = !sheds.empty();
@@ -577,7 +599,7 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
           Assign(std::move(coarse_split), lengths, config, plan, common);
       const bool better = detail::Better(coarse->assignment, best->assignment, judge);
       FCP_CHECK(!(better && cannot_win), "planner: a pruned candidate would have won");
-      if (better) best = std::move(coarse);
+      if (better) replace(best, std::move(coarse));
     }
   }
   // A plan outside the imbalance bound (at most kResizeAbove): its split
@@ -593,7 +615,7 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
          ++round) {
       std::unique_ptr<Candidate> resized = ResizePieces(*c, lengths, config, plan, common);
       if (!resized || !detail::Better(resized->assignment, c->assignment, judge)) break;
-      c = std::move(resized);
+      replace(c, std::move(resized));
     }
     return c;
   };
@@ -619,7 +641,8 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
                 "planner: a candidate beyond its compute lower bound is within the bound");
       if (hopeless) continue;
       rescue = resize(std::move(rescue));
-      if (detail::Better(rescue->assignment, best->assignment, judge)) best = std::move(rescue);
+      if (detail::Better(rescue->assignment, best->assignment, judge))
+        replace(best, std::move(rescue));
     }
   }
   // A plan within the bound on compute but not on traffic (the search may
@@ -682,8 +705,11 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
     if (shed) {
       double least = ports(best->sharding.blocks, best->pairs, best->assignment, rename);
       for (size_t k = 0; k < sheds.size(); ++k) {
-        const double proxy = ports(sheds[k].blocks, sheds[k].pairs, sheds[k].assignment, identity);
-        if (proxy < least && step_cost(sheds[k].blocks, sheds[k].assignment, identity).reshuffle <
+        const Candidate& source = *sheds[k].source;
+        const double proxy =
+            ports(source.sharding.blocks, source.pairs, sheds[k].assignment, identity);
+        if (proxy < least &&
+            step_cost(source.sharding.blocks, sheds[k].assignment, identity).reshuffle <
                                  balanced.reshuffle * kShedReshuffleShare) {
           least = proxy;
           pick = k;
@@ -691,8 +717,9 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
         }
       }
     }
-    std::vector<Block>& layout_blocks = home ? home->sharding.blocks : sheds[pick].blocks;
-    const std::vector<RequiredPair>& layout_pairs = home ? home->pairs : sheds[pick].pairs;
+    std::vector<Block>& layout_blocks =
+        home ? home->sharding.blocks : sheds[pick].source->sharding.blocks;
+    const std::vector<RequiredPair>& layout_pairs = home ? home->pairs : sheds[pick].source->pairs;
     const detail::Assignment& layout = home ? home->assignment : sheds[pick].assignment;
     if (home) {
       const StepCost at_home = step_cost(layout_blocks, layout, identity);

@@ -64,29 +64,4 @@ std::vector<int64_t> SequenceOffsets(const std::vector<int64_t>& sequences) {
   return offsets;
 }
 
-namespace {
-
-// a * b / d rounded toward zero, in 64 bits when the product fits (the
-// common case; a 128-bit division is a library call).
-int64_t MulDiv(int64_t a, int64_t b, int64_t d) {
-  int64_t product;
-  if (!__builtin_mul_overflow(a, b, &product)) return product / d;
-  return static_cast<int64_t>((static_cast<__int128>(a) * b) / d);
-}
-
-}  // namespace
-
-int64_t DataloaderBegin(int64_t total_tokens, int32_t workers, int32_t worker) {
-  // floor(r*T/N) without overflow for T < 2^40, N < 2^20.
-  return MulDiv(worker, total_tokens, workers);
-}
-
-int32_t DataloaderWorker(int64_t total_tokens, int32_t workers, int64_t token) {
-  // Largest r with floor(r*T/N) <= token.
-  int32_t r = static_cast<int32_t>(MulDiv(token, workers, total_tokens));
-  while (r + 1 < workers && DataloaderBegin(total_tokens, workers, r + 1) <= token) ++r;
-  while (r > 0 && DataloaderBegin(total_tokens, workers, r) > token) --r;
-  return r;
-}
-
 }  // namespace fcp
