@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "assignment.h"
-#include "fcp/error.h"
 #include "assignment_parts.h"
+#include "fcp/error.h"
 
 namespace fcp::detail {
 

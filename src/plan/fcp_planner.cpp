@@ -130,7 +130,8 @@ double PortProxy(const std::vector<Block>& blocks, const std::vector<RequiredPai
     at_node[b] = at[b] / node;
     block_tokens[b] = blocks[b].tokens();
   }
-  std::vector<int32_t> pair_begin(block_count + 1, 0);  // q's pairs: [pair_begin[q], pair_begin[q + 1])
+  // q's pairs: [pair_begin[q], pair_begin[q + 1]).
+  std::vector<int32_t> pair_begin(block_count + 1, 0);
   for (const RequiredPair& p : pairs) ++pair_begin[p.q_block + 1];
   std::partial_sum(pair_begin.begin(), pair_begin.end(), pair_begin.begin());
   std::vector<int32_t> first(n + 1, 0), by_receiver(block_count);
@@ -277,8 +278,8 @@ double HomeImbalance(const detail::ShardBase& base, const std::vector<int64_t>& 
         int64_t start = s.start;
         ForEachDataloaderRun(s, offsets, workers, [&](int32_t home, int64_t n) {
           // QueryWork of the run as a block of its own, without making one.
-          work[home] += static_cast<double>(
-              AllowedPairs(mask, {start, start + n}, {0, lengths[s.seq]}));
+          work[home] +=
+              static_cast<double>(AllowedPairs(mask, {start, start + n}, {0, lengths[s.seq]}));
           start += n;
         });
       }
@@ -710,7 +711,7 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
             ports(source.sharding.blocks, source.pairs, sheds[k].assignment, identity);
         if (proxy < least &&
             step_cost(source.sharding.blocks, sheds[k].assignment, identity).reshuffle <
-                                 balanced.reshuffle * kShedReshuffleShare) {
+                balanced.reshuffle * kShedReshuffleShare) {
           least = proxy;
           pick = k;
           wins = true;
