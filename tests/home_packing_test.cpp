@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "fcp/error.h"
 #include "fcp/reshuffle_floor.h"
 
 namespace fcp::detail {
@@ -132,6 +133,14 @@ TEST(HomePackingTest, APartnerAtTwiceTheBestPeakIsStillTried) {
 TEST(HomePackingTest, NoLayoutWhenASequenceIsLongerThanABlock) {
   EXPECT_FALSE(PackAtHome({5, 3}, Mask{}, 2, 4, 4, 1));
   EXPECT_TRUE(PackAtHome({4, 4}, Mask{}, 2, 4, 4, 1));
+}
+
+// Inputs the planner validates first are still checked here: a cap below
+// ceil(T / N) = 4 would break the layout's cap invariant.
+TEST(HomePackingTest, RejectsACapBelowTheEvenShare) {
+  EXPECT_THROW(PackAtHome({4, 4}, Mask{}, 2, 3, 4, 1), Error);
+  EXPECT_THROW(PackAtHome({4, 4}, Mask{}, 0, 4, 4, 1), Error);
+  EXPECT_THROW(PackAtHome({4, 4}, Mask{}, 2, 4, 0, 1), Error);
 }
 
 // Random all-short batches (lengths uniform in [1, 256], blocks of 256,

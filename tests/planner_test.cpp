@@ -847,6 +847,10 @@ TEST(PlannerTest, ConfigErrorsNameTheField) {
   EXPECT_THAT(PlanError({8}, Config(2, 4, 0)), HasSubstr("coalesce must be >= 1, got 0"));
   EXPECT_THAT(PlanError({}, Config(2, 4, 1)), HasSubstr("the batch has no sequences"));
   EXPECT_THAT(PlanError({8, 0}, Config(2, 4, 1)), HasSubstr("sequence 1 has length 0"));
+  // 2 x (2^31)^2 = 2^63 token pairs: the work sums would pass int64.
+  const int64_t longest = int64_t{1} << 31;
+  EXPECT_THAT(PlanError({longest, longest}, Config(2, 4, 1)),
+              HasSubstr("more than 2^62 token pairs (sum of length^2, at sequence 1)"));
   EXPECT_THAT(PlanError({8}, Config(2, 4, 1, {MaskKind::kSlidingWindow, 0})),
               HasSubstr("sliding_window needs window >= 1"));
   EXPECT_THAT(PlanError({8}, Config(2, 4, 1, {MaskKind::kCausal, 5})),

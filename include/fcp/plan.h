@@ -120,7 +120,8 @@ inline int64_t MulDiv(int64_t a, int64_t b, int64_t d) {
   return static_cast<int64_t>((static_cast<__int128>(a) * b) / d);
 }
 }  // namespace dataloader_detail
-// Returns r's first token (r in [0, N]); exact for T < 2^62 / N.
+// Returns r's first token (r in [0, N]); exact for every int64 T (MulDiv
+// falls back to 128 bits). Here and below: T >= 1, N >= 1, 0 <= token < T.
 inline int64_t DataloaderBegin(int64_t total_tokens, int32_t workers, int32_t worker) {
   return dataloader_detail::MulDiv(worker, total_tokens, workers);
 }
@@ -147,8 +148,9 @@ inline int32_t DataloaderWorker(int64_t total_tokens, int32_t workers, int64_t t
 }
 // Calls visit(dataloader worker, tokens) for each run of segment s's tokens
 // that one dataloader worker holds, in token order (offsets: SequenceOffsets
-// of the plan's sequences). O(runs): after the first, each run's worker is
-// the next non-empty share's.
+// of the plan's sequences). O(runs + empty shares crossed) (shares are empty
+// only when T < N): after the first, each run's worker is the next
+// non-empty share's.
 template <typename Visit>
 void ForEachDataloaderRun(const Segment& s, const std::vector<int64_t>& offsets, int32_t workers,
                           Visit visit) {

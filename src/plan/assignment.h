@@ -77,7 +77,8 @@ struct Assignment {
 };
 
 // The searches over one input. Its dependency graphs are built once, for
-// the search and for the passes on the plan chosen (Localize, Level).
+// the search and for the passes on the plan chosen (Localize, Level);
+// not at all for a shed-only input, on which every search but Shed throws.
 // Keeps a reference to the input, which must outlive it at the same
 // address. All deterministic.
 class AssignmentSearch {

@@ -7,8 +7,10 @@
 // Invariants: items, blocks and their graphs are those of the input's
 // sharding and never change; item_work[i] is the sum of its blocks'
 // block_work; item_traffic/item_send and targets.traffic are what the last
-// EstimateTraffic computed (every search calls it first). The load model is
-// sized once for the batch (its counters as narrow as MostCount allows).
+// EstimateTraffic computed (every search but Shed calls it first). The load
+// model is sized once for the batch (its counters as narrow as MostCount
+// allows). A shed-only input (AssignmentInput::shed_only) builds neither the
+// dependency graphs nor the load model: only Shed may run on it.
 // Keeps a reference to the input, which must outlive it at the same address.
 // Construction: O(P + I) for P required pairs and I items.
 #pragma once

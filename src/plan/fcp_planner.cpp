@@ -105,7 +105,9 @@ StepCost StepCostOf(const detail::Assignment& a, const std::vector<Block>& block
 // ports carry in + out; dO in, dQ, dK, dV out; compute
 // kBackwardComputeRatio x the forward. `compute` is indexed by assigned
 // worker, `rename` maps it to the plan's ids, whose nodes count.
-// O(P k + S) for P required pairs, k receivers per K/V block, S segments.
+// `pairs` sorted by q_block (RequiredPairs' order: each query block's pairs
+// are counted from its first). O(P + B + N + S) for P required pairs, B
+// blocks, N workers, S segments.
 constexpr double kBackwardComputeRatio = 2.5 / 0.75;  // FLOPs, and 3/4 the speed
 double PortProxy(const std::vector<Block>& blocks, const std::vector<RequiredPair>& pairs,
                  const std::vector<int32_t>& owner, const std::vector<int32_t>& rename,
@@ -536,9 +538,10 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
             .total();
       };
       if (cost(packed->blocks, a) < cost(home->sharding.blocks, home->assignment)) {
-        home->sharding.blocks = std::move(packed->blocks);  // home->search is stale from here
+        home->sharding.blocks = std::move(packed->blocks);
         home->pairs = std::move(packed->pairs);
         home->assignment = std::move(a);
+        home->search.reset();  // it indexes the blocks just replaced: none to misuse
       }
     }
   }
@@ -683,7 +686,8 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   // port proxy is lower and its busiest reshuffle across nodes below
   // kShedReshuffleShare of the balanced plan's; of two such, the lower
   // proxy (it ranked the two shed layouts as the simulator did on every
-  // batch of the benchmark set: docs/planner-quality.md).
+  // benchmark row at N = 16 and 64 where both were built:
+  // docs/planner-quality.md).
   // What the plan is built from: the balanced plan, or a layout.
   std::vector<Block>* blocks = &best->sharding.blocks;
   const std::vector<RequiredPair>* pairs = &best->pairs;

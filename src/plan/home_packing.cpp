@@ -1,12 +1,15 @@
 #include "home_packing.h"
 
 #include <algorithm>
+#include <iterator>
 #include <limits>
 #include <numeric>
 #include <set>
+#include <string>
 #include <tuple>
 #include <utility>
 
+#include "fcp/error.h"
 #include "fcp/required_pairs.h"
 #include "fcp/reshuffle_floor.h"
 
@@ -47,10 +50,18 @@ std::optional<HomePacking> PackAtHome(const std::vector<int64_t>& lengths, const
   const int32_t n = workers;
   const int32_t node = std::max<int32_t>(node_workers, 1);
   const int32_t sequences = static_cast<int32_t>(lengths.size());
-  for (const int64_t len : lengths)
-    if (len > block_size || len > token_cap) return std::nullopt;
   const std::vector<int64_t> offsets = SequenceOffsets(lengths);
   const int64_t total_tokens = offsets.back();
+  if (workers < 1 || block_size < 1 ||
+      token_cap < (total_tokens + workers - 1) / std::max(workers, 1))
+    throw Error(ErrorCode::kInvalidArgument,
+                "home packing: needs workers >= 1, block_size >= 1 and token_cap >= ceil(T / N); "
+                "got " +
+                    std::to_string(workers) + " workers, block_size " + std::to_string(block_size) +
+                    ", token_cap " + std::to_string(token_cap) +
+                    " for T = " + std::to_string(total_tokens));
+  for (const int64_t len : lengths)
+    if (len > block_size || len > token_cap) return std::nullopt;
 
   // Per sequence: its runs on dataloader workers (ascending), its work.
   std::vector<int32_t> run_begin(sequences + 1, 0), run_worker;

@@ -9,16 +9,16 @@
 // one of its densest sequences x for replacements Y of a worker of its own
 // node (consecutive ids of node_workers): the shortest of that worker's
 // sequences, or a prefix of them completed by one or two more, with
-// exactly the tokens that keep both within the cap. The exchange kept is
-// the one that lowers the larger of the two works most, ties to the fewest
-// tokens away from home, then to the densest x; none lowers it, or the
-// next would take the tokens away from home past the budget (the smaller
-// of kPackMovedShare of the batch and kPackFloorMultiple x the reshuffle
-// floor): it stops. This is the reshuffle floor's rule (reshuffle_floor.h:
-// an overloaded home sheds its densest tokens and takes light ones back)
-// at sequence granularity, with the budget explicit. Partners stay inside
-// the node: the reshuffle then runs on NVLink, and its blocks are apart
-// from those at home, so it hides behind their compute.
+// tokens enough to keep both within the cap (between len(x) - room of the
+// partner and len(x) + room of the worker). Exchanges that would take the
+// tokens away from home past the budget (the smaller of kPackMovedShare of
+// the batch and kPackFloorMultiple x the reshuffle floor) are skipped; of
+// the rest, the one kept lowers the larger of the two works most, ties to
+// the fewest tokens away from home, then to the densest x. It stops when
+// none lowers it, within kPackSlack, or after 4N exchanges. This is the reshuffle floor's rule
+// (reshuffle_floor.h: an overloaded home sheds its densest tokens and takes light ones back) at
+// sequence granularity, with the budget explicit. Partners stay inside the node: the reshuffle then
+// runs on NVLink, and its blocks are apart from those at home, so it hides behind their compute.
 //
 // Invariants of a result: every token in exactly one segment, sequences
 // whole but for the pieces at share boundaries; blocks of at most
@@ -63,7 +63,9 @@ struct HomePacking {
 
 // The layout, or nothing when a sequence is longer than block_size or the
 // cap (then the caller keeps its other layouts). node_workers: consecutive
-// workers sharing fast links (< 1 counts as 1).
+// workers sharing fast links (< 1 counts as 1). Requires workers >= 1,
+// block_size >= 1 and token_cap >= ceil(T / workers) (the planner validates
+// them first); throws kInvalidArgument naming home packing otherwise.
 std::optional<HomePacking> PackAtHome(const std::vector<int64_t>& lengths, const Mask& mask,
                                       int32_t workers, int64_t token_cap, int64_t block_size,
                                       int32_t node_workers);

@@ -12,8 +12,8 @@
 namespace fcp {
 namespace {
 
-// kMaxWorkers, kMaxSequenceTokens and kMaxTotalTokens: fcp/plan_limits.h.
-constexpr int64_t kMaxTokenPairs = int64_t{1} << 62;
+// kMaxWorkers, kMaxSequenceTokens, kMaxTotalTokens, kMaxTokenPairs:
+// fcp/plan_limits.h.
 // Forward K/V traffic, in tokens moved: with <= 2^22 bytes per token
 // (AttentionShape::validate) every byte count of the metrics fits int64.
 constexpr int64_t kMaxTransferredTokens = int64_t{1} << 40;

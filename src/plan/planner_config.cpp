@@ -23,6 +23,7 @@ void PlannerConfig::validate(const std::vector<int64_t>& lengths) const {
   validate_settings();
   if (lengths.empty()) fail("the batch has no sequences");
   int64_t total = 0;
+  __int128 squares = 0;
   for (size_t s = 0; s < lengths.size(); ++s) {
     if (lengths[s] < 1)
       fail("sequence " + std::to_string(s) + " has length " + std::to_string(lengths[s]) +
@@ -31,6 +32,11 @@ void PlannerConfig::validate(const std::vector<int64_t>& lengths) const {
       fail("sequence " + std::to_string(s) + " is longer than 2^31 tokens");
     total += lengths[s];
     if (total > kMaxTotalTokens) fail("the batch holds more than 2^40 tokens");
+    // The plan validator's bound too: planning sums work in int64.
+    squares += static_cast<__int128>(lengths[s]) * lengths[s];
+    if (squares > kMaxTokenPairs)
+      fail("the batch holds more than 2^62 token pairs (sum of length^2, at sequence " +
+           std::to_string(s) + ")");
   }
   // Fewest candidate block pairs any plan of this batch lists (each sequence
   // spans at least ceil(L / block_size) pieces, sorted: the i-th attends at
