@@ -192,20 +192,20 @@ struct Loads {
   std::vector<double> compute, traffic, send;
   std::vector<int32_t> needers;
 };
-inline Loads CountLoads(const AssignmentInput& in, const Csr& users,
-                        const std::vector<int64_t>& tokens, std::vector<int32_t> owner) {
+// The K/V transfers of a complete assignment, added to the per-worker
+// loads: owner(kv) -> w for every worker w != owner(kv) that owns a block
+// needing kv (users: row kv lists those blocks), its tokens on w's traffic
+// and on the sender's traffic and send. With `needers`, needers[kv] = the
+// distinct owners of kv's users. (Token counts are integers, exact in
+// doubles: the owner's sends can be summed as a product.) O(P + B).
+inline void CountTransfers(const Csr& users, const std::vector<int64_t>& tokens,
+                           const std::vector<int32_t>& owner, std::vector<double>& traffic_out,
+                           std::vector<double>& send_out, std::vector<int32_t>* needers_out) {
   const int32_t blocks = static_cast<int32_t>(owner.size());
-  Loads loads{std::move(owner), std::vector<double>(in.workers, 0),
-              std::vector<double>(in.workers, 0), std::vector<double>(in.workers, 0),
-              std::vector<int32_t>(blocks, 0)};
-  for (int32_t b = 0; b < blocks; ++b) loads.compute[loads.owner[b]] += in.block_work[b];
-  // A transfer owner(kv) -> w for every worker w != owner(kv) that owns a
-  // block needing kv. (Token counts are integers, exact in doubles: the
-  // owner's sends can be summed as a product.)
-  std::vector<int32_t> seen(in.workers, -1);
-  const int32_t* const owner_of = loads.owner.data();
-  double* const traffic = loads.traffic.data();
-  double* const send = loads.send.data();
+  std::vector<int32_t> seen(traffic_out.size(), -1);
+  const int32_t* const owner_of = owner.data();
+  double* const traffic = traffic_out.data();
+  double* const send = send_out.data();
   for (int32_t kv = 0; kv < blocks; ++kv) {
     const int32_t kv_owner = owner_of[kv];
     const double t = static_cast<double>(tokens[kv]);
@@ -220,10 +220,20 @@ inline Loads CountLoads(const AssignmentInput& in, const Csr& users,
         ++receivers;
       }
     }
-    loads.needers[kv] = needers;
+    if (needers_out) (*needers_out)[kv] = needers;
     traffic[kv_owner] += receivers * t;
     send[kv_owner] += receivers * t;
   }
+}
+
+inline Loads CountLoads(const AssignmentInput& in, const Csr& users,
+                        const std::vector<int64_t>& tokens, std::vector<int32_t> owner) {
+  const int32_t blocks = static_cast<int32_t>(owner.size());
+  Loads loads{std::move(owner), std::vector<double>(in.workers, 0),
+              std::vector<double>(in.workers, 0), std::vector<double>(in.workers, 0),
+              std::vector<int32_t>(blocks, 0)};
+  for (int32_t b = 0; b < blocks; ++b) loads.compute[loads.owner[b]] += in.block_work[b];
+  CountTransfers(users, tokens, loads.owner, loads.traffic, loads.send, &loads.needers);
   return loads;
 }
 

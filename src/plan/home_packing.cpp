@@ -9,6 +9,8 @@
 #include <tuple>
 #include <utility>
 
+#include "assignment_context.h"
+#include "assignment_parts.h"
 #include "fcp/error.h"
 #include "fcp/required_pairs.h"
 #include "fcp/reshuffle_floor.h"
@@ -287,20 +289,16 @@ std::optional<HomePacking> PackAtHome(const std::vector<int64_t>& lengths, const
   for (const Piece& p : pieces) out.blocks.push_back(Block{p.worker, {p.segment}});
   out.pairs = RequiredPairs(lengths, out.blocks, mask);
   // K/V traffic: each block once to every other worker computing with it.
-  std::vector<std::pair<int32_t, int32_t>> sent;  // (kv block, receiver)
-  for (const RequiredPair& p : out.pairs)
-    if (out.blocks[p.q_block].worker != out.blocks[p.kv_block].worker)
-      sent.push_back({p.kv_block, out.blocks[p.q_block].worker});
-  std::sort(sent.begin(), sent.end());
-  sent.erase(std::unique(sent.begin(), sent.end()), sent.end());
+  std::vector<int32_t> block_owner;
+  std::vector<int64_t> block_tokens;
+  for (const Block& b : out.blocks) {
+    block_owner.push_back(b.worker);
+    block_tokens.push_back(b.tokens());
+  }
   out.traffic.assign(n, 0);
   out.send.assign(n, 0);
-  for (const auto& [block, to] : sent) {
-    const double t = static_cast<double>(out.blocks[block].tokens());
-    out.send[out.blocks[block].worker] += t;
-    out.traffic[out.blocks[block].worker] += t;
-    out.traffic[to] += t;
-  }
+  CountTransfers(BuildUsers(out.pairs, static_cast<int32_t>(out.blocks.size())), block_tokens,
+                 block_owner, out.traffic, out.send, nullptr);
   return out;
 }
 
