@@ -499,6 +499,16 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   const bool by_cost = config.Objective() != PlannerObjective::kBalance;
   const bool transparent = config.reshuffle_locality && by_cost;
   const detail::Judge judge = JudgeOf(config, common.base.block_size);
+  // A plan's step cost with the reshuffle charged, its workers named by
+  // `names` (the dataloader's: identity; the balanced plan's: its renaming).
+  const double weight = ReshuffleTrafficTokens(config.attention);
+  const auto step_cost = [&](const std::vector<Block>& blocks, const detail::Assignment& a,
+                             const std::vector<int32_t>& names) {
+    return StepCostOf(a, blocks, names, common.offsets, judge.pairs_per_traffic_token, weight,
+                      config.node_workers);
+  };
+  std::vector<int32_t> identity(config.workers);
+  std::iota(identity.begin(), identity.end(), 0);
   std::unique_ptr<Candidate> best = Assign(split(config.max_split), lengths, config, plan, common);
   // The home layout (issue 17): a sharding without zig-zag pairs (a
   // sequence's blocks stay on their dataloader workers), its items at home,
@@ -518,8 +528,7 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
     home = Shard(detail::SplitHeavy(home_common->base, lengths, config.mask, 0, 0), lengths, config,
                  plan, *home_common);
     home->assignment =
-        home->search->Home(config.node_workers, judge.pairs_per_traffic_token *
-                                                    ReshuffleTrafficTokens(config.attention));
+        home->search->Home(config.node_workers, judge.pairs_per_traffic_token * weight);
     // Sequences that each fit in a block: whole, at home, balanced by
     // exchanges of sequences (home_packing.h), where its step cost is lower.
     if (std::optional<detail::HomePacking> packed =
@@ -530,14 +539,8 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
       a.compute = std::move(packed->compute);
       a.traffic = std::move(packed->traffic);
       a.send = std::move(packed->send);
-      std::vector<int32_t> identity(config.workers);
-      std::iota(identity.begin(), identity.end(), 0);
-      const auto cost = [&](const std::vector<Block>& blocks, const detail::Assignment& at) {
-        return StepCostOf(at, blocks, identity, common.offsets, judge.pairs_per_traffic_token,
-                          ReshuffleTrafficTokens(config.attention), config.node_workers)
-            .total();
-      };
-      if (cost(packed->blocks, a) < cost(home->sharding.blocks, home->assignment)) {
+      if (step_cost(packed->blocks, a, identity).total() <
+          step_cost(home->sharding.blocks, home->assignment, identity).total()) {
         home->sharding.blocks = std::move(packed->blocks);
         home->pairs = std::move(packed->pairs);
         home->assignment = std::move(a);
@@ -664,12 +667,6 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   // docs/planner.md, open problem: the reshuffle).
   std::vector<int32_t> rename = detail::LocalityRenaming(
       best->sharding.blocks, best->assignment.owner, lengths, config.workers);
-  const double weight = ReshuffleTrafficTokens(config.attention);
-  const auto step_cost = [&](const std::vector<Block>& blocks, const detail::Assignment& a,
-                             const std::vector<int32_t>& names) {
-    return StepCostOf(a, blocks, names, common.offsets, judge.pairs_per_traffic_token, weight,
-                      config.node_workers);
-  };
   // The balanced plan's step cost before the exchanges too: the home layout
   // must beat both (so that it is never chosen over a plan the exchanges
   // made worse by this measure).
@@ -694,8 +691,6 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   const detail::Assignment* chosen = &best->assignment;
   int64_t block_size = best->sharding.block_size;
   if (home || shed) {
-    std::vector<int32_t> identity(config.workers);
-    std::iota(identity.begin(), identity.end(), 0);
     StepCost balanced = step_cost(best->sharding.blocks, best->assignment, rename);
     if (unexchanged.total() < balanced.total()) balanced = unexchanged;
     const auto ports = [&](const std::vector<Block>& b, const std::vector<RequiredPair>& p,
