@@ -457,6 +457,39 @@ case_make_inputs_validates() {
   no_file "heads_kv 0" "$tmp/in/k.npy"
 }
 
+# scripts/stage_gap.py against the simulator's own numbers: pass times are
+# the simulator's, the busiest worker's compute summed off the trace is the
+# lower bound's max_compute_s, the per-stage sum is at least that, and the
+# last compute's end plus the tail is the pass.
+case_stage_gap() {
+  "$fcp" workload --dist lognormal --workers 16 --seed 2 --out "$tmp/l16.txt" 2>/dev/null ||
+    fail "stage_gap: workload"
+  "$fcp" plan --lengths "$tmp/l16.txt" --workers 16 --out "$tmp/p16.json" 2>/dev/null ||
+    fail "stage_gap: plan"
+  expect 0 "simulate with a trace" -- simulate --plan "$tmp/p16.json" --profile gpu-x \
+    --reshuffle none --json --trace "$tmp/t16.json"
+  cp "$tmp/stdout" "$tmp/s16.json"
+  python3 "$src/../scripts/stage_gap.py" "$tmp/p16.json" "$tmp/t16.json" "$tmp/s16.json" --json \
+    >"$tmp/gap.json" || fail "stage_gap: the script failed"
+  python3 - "$tmp/gap.json" "$tmp/s16.json" <<'PY' || fail "stage_gap: numbers disagree with the simulator"
+import json, sys
+gap, sim = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+for p in ("forward", "backward"):
+    g = gap[p]
+    checks = {
+        "time": abs(g["time_ms"] - sim[p + "_time_s"] * 1e3) < 1e-9,
+        "compute": abs(g["compute_ms"] - sim[p + "_bounds"]["max_compute_s"] * 1e3) < 1e-3,
+        "per-stage": g["per_stage_ms"] >= g["compute_ms"] - 1e-6,
+        "waits": g["structure_wait_ms"] >= 0 and g["late_wait_ms"] >= 0,
+        "tail": abs(g["last_compute_end_ms"] + g["tail_ms"] - g["time_ms"]) < 1e-3,
+    }
+    bad = [k for k, ok in checks.items() if not ok]
+    if bad:
+        sys.exit("%s: %s wrong in %s" % (p, ", ".join(bad), g))
+    print("ok: stage_gap %s" % p)
+PY
+}
+
 if ! declare -F "case_$case_name" >/dev/null; then
   echo "cli_test.sh: unknown case '$case_name'" >&2
   exit 2
