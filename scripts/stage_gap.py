@@ -34,8 +34,9 @@ import collections
 import json
 
 # Per-GPU, per-direction NIC and NVLink bandwidths and GPUs per node of the
-# built-in profiles, as src/model/cost_model.cpp sets them (copied: this
-# script needs no build).
+# built-in profiles, as src/model/cost_model.cpp sets them (so this script
+# needs no build; tests/cli_test.sh's stage_gap case fails if they drift:
+# the busiest NIC receive summed here must be the simulator's nic_in_s).
 PROFILES = {"gpu-x": (50e9, 450e9, 8), "gpu-y": (100e9, 900e9, 8)}
 
 
@@ -116,6 +117,7 @@ def main():
                 structure += min(wait, explained)
                 congestion += wait - min(wait, explained)
             previous_end = end[(late, t)]
+        nic_receive = max(sum(port_ms[(w, t)][0] for t in range(len(stages))) for w in range(n))
         worst = max(range(n), key=lambda w: per_stage[w])
         busiest = max(range(n), key=lambda w: busy[w])
         r = result[name] = {
@@ -123,7 +125,8 @@ def main():
             "per_stage_ms": per_stage[worst], "per_stage_worker": worst,
             "last_worker": late, "last_compute_end_ms": last_end[late],
             "last_worker_compute_ms": busy[late], "structure_wait_ms": structure,
-            "late_wait_ms": congestion, "tail_ms": max(0.0, length - last_end[late])}
+            "late_wait_ms": congestion, "tail_ms": max(0.0, length - last_end[late]),
+            "nic_receive_ms": nic_receive}
         if not args.json:
             print(f"{name}: time {length:.2f} ms, compute {r['compute_ms']:.2f} (worker {busiest}), "
                   f"per-stage {r['per_stage_ms']:.2f} (worker {worst}); compute ends last on worker "

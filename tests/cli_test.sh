@@ -483,10 +483,35 @@ for p in ("forward", "backward"):
         "waits": g["structure_wait_ms"] >= 0 and g["late_wait_ms"] >= 0,
         "tail": abs(g["last_compute_end_ms"] + g["tail_ms"] - g["time_ms"]) < 1e-3,
     }
+    if p == "forward":  # the script's copy of the profile's NIC bandwidth
+        checks["nic"] = abs(g["nic_receive_ms"] - sim["forward_bounds"]["nic_in_s"] * 1e3) < 1e-6
     bad = [k for k, ok in checks.items() if not ok]
     if bad:
         sys.exit("%s: %s wrong in %s" % (p, ", ".join(bad), g))
     print("ok: stage_gap %s" % p)
+PY
+}
+
+# scripts/busy_gap.py reports the simulator's step and a busiest worker at
+# or above the mean busy time.
+case_busy_gap() {
+  "$fcp" workload --dist uniform --min-len 64 --max-len 2048 --workers 16 --seed 0 \
+    --out "$tmp/l.txt" 2>/dev/null || fail "busy_gap: workload"
+  "$fcp" plan --lengths "$tmp/l.txt" --workers 16 --out "$tmp/p.json" 2>/dev/null ||
+    fail "busy_gap: plan"
+  expect 0 "simulate" -- simulate --plan "$tmp/p.json" --profile gpu-y --reshuffle none --json
+  cp "$tmp/stdout" "$tmp/s.json"
+  python3 "$src/../scripts/busy_gap.py" --fcp "$fcp" --profiles gpu-y "$tmp/p.json" \
+    >"$tmp/gap.txt" || fail "busy_gap: the script failed"
+  python3 - "$tmp/gap.txt" "$tmp/s.json" <<'PY' || fail "busy_gap: numbers disagree with the simulator"
+import json, re, sys
+line = open(sys.argv[1]).read()
+sim = json.load(open(sys.argv[2]))
+step = float(re.search(r"step ([0-9.]+) ms", line).group(1))
+busy = float(re.search(r"busy ([-+][0-9.]+)%", line).group(1))
+if abs(step - sim["total_time_s"] * 1e3) > 1e-3 or busy < 0:
+    sys.exit("busy_gap: step %s / busy %s%% against the simulator's %s" % (step, busy, sim["total_time_s"]))
+print("ok: busy_gap")
 PY
 }
 
