@@ -13,6 +13,7 @@
 #include "fcp/schedule.h"
 #include "home_packing.h"
 #include "piece_sizing.h"
+#include "port_proxy.h"
 #include "sharding.h"
 
 namespace fcp {
@@ -93,97 +94,6 @@ StepCost StepCostOf(const detail::Assignment& a, const std::vector<Block>& block
   cost.reshuffle =
       pairs_per_traffic_token * reshuffle_weight * *std::max_element(moved.begin(), moved.end());
   return cost;
-}
-
-// The step proxy by ports (issue 17, part 3), in token pairs: per pass the
-// busiest of every worker's compute, NIC in-port and NIC out-port (bytes
-// across nodes of `node_workers`, as K/V tokens x the ratio; NVLink bytes,
-// 9x cheaper in the built-in profiles, are not counted), the two passes
-// summed, as the simulator's bound sums them (lower_bounds.h). Forward:
-// every K/V transfer (owner out, needer in), the reshuffle's Q, K, V in
-// and O out. Backward: the K/V again and the dK/dV partials back, so both
-// ports carry in + out; dO in, dQ, dK, dV out; compute
-// kBackwardComputeRatio x the forward. `compute` is indexed by assigned
-// worker, `rename` maps it to the plan's ids, whose nodes count.
-// `pairs` sorted by q_block (RequiredPairs' order: each query block's pairs
-// are counted from its first). O(P + B + N + S) for P required pairs, B
-// blocks, N workers, S segments.
-constexpr double kBackwardComputeRatio = 2.5 / 0.75;  // FLOPs, and 3/4 the speed
-double PortProxy(const std::vector<Block>& blocks, const std::vector<RequiredPair>& pairs,
-                 const std::vector<int32_t>& owner, const std::vector<int32_t>& rename,
-                 const std::vector<int64_t>& offsets, const std::vector<double>& compute,
-                 const PlannerConfig& config, double pairs_per_traffic_token) {
-  const int32_t n = config.workers;
-  const int32_t node = std::max<int32_t>(config.node_workers, 1);
-  const AttentionShape& a = config.attention;
-  std::vector<double> kv_in(n, 0), kv_out(n, 0), fwd_in(n, 0), fwd_out(n, 0), bwd_in(n, 0),
-      bwd_out(n, 0);
-  // One transfer per (K/V block, receiving worker): the query blocks
-  // grouped by receiver (a counting sort of the B blocks, stable), each
-  // one's pairs a run of `pairs` (sorted by q), each K/V block counted once
-  // per receiver by a stamp. The sums are of whole token counts, so exact
-  // in any order (and the order is that of the pairs sorted by receiver).
-  // Per block: its worker in the plan's ids, that worker's node, its tokens.
-  const int32_t block_count = static_cast<int32_t>(blocks.size());
-  std::vector<int32_t> at(block_count), at_node(block_count);
-  std::vector<int64_t> block_tokens(block_count);
-  for (int32_t b = 0; b < block_count; ++b) {
-    at[b] = rename[owner[b]];
-    at_node[b] = at[b] / node;
-    block_tokens[b] = blocks[b].tokens();
-  }
-  // q's pairs: [pair_begin[q], pair_begin[q + 1]).
-  std::vector<int32_t> pair_begin(block_count + 1, 0);
-  for (const RequiredPair& p : pairs) ++pair_begin[p.q_block + 1];
-  std::partial_sum(pair_begin.begin(), pair_begin.end(), pair_begin.begin());
-  std::vector<int32_t> first(n + 1, 0), by_receiver(block_count);
-  for (int32_t q = 0; q < block_count; ++q) ++first[at[q] + 1];
-  std::partial_sum(first.begin(), first.end(), first.begin());
-  {
-    std::vector<int32_t> next(first.begin(), first.end() - 1);
-    for (int32_t q = 0; q < block_count; ++q) by_receiver[next[at[q]]++] = q;
-  }
-  std::vector<int32_t> stamp(block_count, -1);
-  for (int32_t to = 0; to < n; ++to) {
-    const int32_t to_node = to / node;
-    for (int32_t k = first[to]; k < first[to + 1]; ++k) {
-      const int32_t q = by_receiver[k];
-      for (int32_t x = pair_begin[q]; x < pair_begin[q + 1]; ++x) {
-        const int32_t kv = pairs[x].kv_block;
-        if (at_node[kv] == to_node || stamp[kv] == to) continue;
-        stamp[kv] = to;
-        const double t = static_cast<double>(block_tokens[kv]);
-        kv_in[to] += t;
-        kv_out[at[kv]] += t;
-      }
-    }
-  }
-  // Reshuffle bytes per token, in K/V tokens (2 Hkv D dtype bytes).
-  const double qkv = (a.heads_q + 2.0 * a.heads_kv) / (2.0 * a.heads_kv);
-  const double o = a.heads_q / (2.0 * a.heads_kv);
-  for (int32_t b = 0; b < block_count; ++b) {
-    const int32_t w = at[b];
-    for (const Segment& s : blocks[b].segments)
-      ForEachDataloaderRun(s, offsets, n, [&](int32_t home, int64_t tokens) {
-        if (home / node == at_node[b]) return;
-        const double t = static_cast<double>(tokens);
-        fwd_in[w] += qkv * t, fwd_out[home] += qkv * t;  // Q, K, V to the worker
-        fwd_out[w] += o * t, fwd_in[home] += o * t;      // O back
-        bwd_in[w] += o * t, bwd_out[home] += o * t;      // dO
-        bwd_out[w] += qkv * t, bwd_in[home] += qkv * t;  // dQ, dK, dV back
-      });
-  }
-  const double r = pairs_per_traffic_token;
-  double forward = 0, backward = 0;
-  for (int32_t w = 0; w < n; ++w) {
-    const int32_t p = rename[w];
-    forward =
-        std::max({forward, compute[w], r * (kv_in[p] + fwd_in[p]), r * (kv_out[p] + fwd_out[p])});
-    const double kv = kv_in[p] + kv_out[p];
-    backward = std::max({backward, kBackwardComputeRatio * compute[w], r * (kv + bwd_in[p]),
-                         r * (kv + bwd_out[p])});
-  }
-  return forward + backward;
 }
 
 // One sharding and assignment of the batch. Its input points into it and
@@ -693,21 +603,26 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   if (home || shed) {
     StepCost balanced = step_cost(best->sharding.blocks, best->assignment, rename);
     if (unexchanged.total() < balanced.total()) balanced = unexchanged;
-    const auto ports = [&](const std::vector<Block>& b, const std::vector<RequiredPair>& p,
-                           const detail::Assignment& a, const std::vector<int32_t>& names) {
-      return PortProxy(b, p, a.owner, names, common.offsets, a.compute, config,
-                       judge.pairs_per_traffic_token);
+    const auto ports = [&](const Candidate& c, const detail::Assignment& a,
+                           const std::vector<int32_t>& names) {
+      // The port proxy (port_proxy.h), its workers named as in the plan.
+      const detail::PortInput in{&c.sharding.blocks,  &c.pairs,
+                                 &c.input.block_work, &common.offsets,
+                                 config.workers,      config.node_workers,
+                                 config.attention,    judge.pairs_per_traffic_token};
+      std::vector<int32_t> owner(a.owner.size());
+      for (size_t k = 0; k < owner.size(); ++k) owner[k] = names[a.owner[k]];
+      return detail::PortProxy(in, detail::CountPorts(in, owner));
     };
     // The shed layout that passes both tests with the lowest port proxy
     // (ties: the first), if any.
     size_t pick = 0;
     bool wins = false;
     if (shed) {
-      double least = ports(best->sharding.blocks, best->pairs, best->assignment, rename);
+      double least = ports(*best, best->assignment, rename);
       for (size_t k = 0; k < sheds.size(); ++k) {
         const Candidate& source = *sheds[k].source;
-        const double proxy =
-            ports(source.sharding.blocks, source.pairs, sheds[k].assignment, identity);
+        const double proxy = ports(source, sheds[k].assignment, identity);
         if (proxy < least &&
             step_cost(source.sharding.blocks, sheds[k].assignment, identity).reshuffle <
                 balanced.reshuffle * kShedReshuffleShare) {
