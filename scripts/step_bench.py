@@ -18,10 +18,15 @@ binary gives the same table. Example:
 
   python3 scripts/step_bench.py --workers 16,64 --json before.json > before.md
   python3 scripts/step_bench.py --workers 256 --batches lognormal-0,allshort
+  # a change judged against before.json: per-row change, geometric means per N
+  python3 scripts/step_bench.py --workers 16,64 --fcp other/fcp --compare before.json
+  # held out: the set's distributions at other seeds (rows named lognormal@3, ...)
+  python3 scripts/step_bench.py --workers 16,32 --seeds 3,4,5 --batches lognormal-0,heavy-s2.0
 """
 
 import argparse
 import json
+import math
 import os
 import re
 import subprocess
@@ -62,8 +67,13 @@ def inspect_reshuffle(fcp, plan_path):
     return int(moved.group(1)), int(floor.group(1))
 
 
-def measure(fcp, tmp, batch, workers, profiles, baselines, fcp_args=()):
-    args, seed = BATCHES[batch]
+def measure(fcp, tmp, batch, workers, profiles, baselines, fcp_args=(), seed=None):
+    """Rows of one batch (at its own seed, or at `seed`, named batch@seed)."""
+    args, own_seed = BATCHES[batch]
+    if seed is None:
+        seed = own_seed
+    else:
+        batch = "%s@%d" % (family(batch), seed)
     fcp_args = list(fcp_args)
     args = [a.replace("{giant}", str(workers * TOKENS_PER_WORKER)) for a in args]
     lengths_path = os.path.join(tmp, "l.txt")
@@ -99,6 +109,38 @@ def measure(fcp, tmp, batch, workers, profiles, baselines, fcp_args=()):
     return rows
 
 
+def family(batch):
+    """The batch's distribution: its name without a trailing seed ("lognormal-0" -> "lognormal")."""
+    return re.sub(r"-\d+$", "", batch)
+
+
+def compare(rows, before):
+    """Markdown: each row's FCP step (reshuffle overlap) against the same row of `before`, and
+    per N the geometric means of the step and of step / bound, and the rows more than 1% slower."""
+    key = lambda r: (r["batch"], r["workers"], r["profile"])
+    old = {key(r): r for r in before}
+    missing = [k for k in map(key, rows) if k not in old]
+    if missing:
+        sys.exit("step_bench: --compare file has no row %s" % (missing[0],))
+    out = ["| batch | N | profile | before ms | after ms | change |", "|---|---|---|---:|---:|---:|"]
+    by_n = {}
+    for r in rows:
+        b = old[key(r)]
+        change = r["fcp_overlap_ms"] / b["fcp_overlap_ms"]
+        out.append("| %s | %d | %s | %.1f | %.1f | %+.2f%% |" % (r["batch"], r["workers"], r["profile"],
+                   b["fcp_overlap_ms"], r["fcp_overlap_ms"], 100 * (change - 1)))
+        by_n.setdefault(r["workers"], []).append((change, b["fcp_overlap_ms"] / b["bound_ms"],
+                                                  r["fcp_overlap_ms"] / r["bound_ms"]))
+    out += ["", "| N | rows | step, geometric mean | step / bound before -> after | rows > 1% slower |",
+            "|---|---:|---:|---|---:|"]
+    geomean = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs))
+    for n, v in sorted(by_n.items()):
+        out.append("| %d | %d | %+.2f%% | %.4f -> %.4f | %d |" % (
+            n, len(v), 100 * (geomean([c for c, _, _ in v]) - 1), geomean([x for _, x, _ in v]),
+            geomean([y for _, _, y in v]), sum(1 for c, _, _ in v if c > 1.01)))
+    return "\n".join(out) + "\n"
+
+
 def markdown(rows, baselines):
     head = ["batch", "N", "profile", "FCP overlap ms", "FCP none ms", "overlap / none"]
     head += [b + " ms" for b in baselines]
@@ -111,7 +153,8 @@ def markdown(rows, baselines):
         cells = [r["batch"], str(r["workers"]), r["profile"], "%.1f" % r["fcp_overlap_ms"],
                  "%.1f" % r["fcp_none_ms"], "%.2f" % (r["fcp_overlap_ms"] / r["fcp_none_ms"])]
         cells += ["%.1f" % r[b + "_ms"] for b in baselines]
-        cells += ["%.2f" % (r["fcp_overlap_ms"] / best), "%.1f%%" % (100 * r["reshuffled"]),
+        cells += ["%.2f" % (r["fcp_overlap_ms"] / best) if baselines else "-",
+                  "%.1f%%" % (100 * r["reshuffled"]),
                   "%.1f%%" % (100 * r["floor"]),
                   "-" if ratio_floor == float("inf") else "%.1f" % ratio_floor,
                   "%.1f" % r["bound_ms"],
@@ -130,6 +173,10 @@ def main():
     p.add_argument("--fcp-args", default="",
                    help="extra `fcp plan` arguments for FCP alone, space-separated (ablations: "
                         "'--rescue-max-split 0', '--traffic-leveling false', ...)")
+    p.add_argument("--seeds", default="",
+                   help="comma-separated seeds to use instead of each batch's own (held-out checks); "
+                        "batches of one distribution are measured once per seed, as NAME@SEED")
+    p.add_argument("--compare", help="rows of an earlier --json run: also print each row's change")
     p.add_argument("--json", help="also write the rows here")
     o = p.parse_args()
     try:
@@ -143,13 +190,35 @@ def main():
     baselines = [b for b in o.baselines.split(",") if b]
     if not os.access(o.fcp, os.X_OK):
         p.error("no fcp binary at '%s' (build it, or pass --fcp)" % o.fcp)
+    try:
+        seeds = [int(x) for x in o.seeds.split(",") if x]
+    except ValueError:
+        p.error("--seeds takes comma-separated integers, got '%s'" % o.seeds)
+    before = None
+    if o.compare:
+        try:
+            with open(o.compare) as f:
+                before = json.load(f)
+        except (OSError, ValueError) as e:
+            p.error("--compare: cannot read '%s': %s" % (o.compare, e))
+    # (batch, seed) runs: each batch at its own seed, or one run per distribution and seed.
+    runs = [(b, None) for b in batches]
+    if seeds:
+        firsts = {}
+        for b in batches:
+            firsts.setdefault(family(b), b)
+        runs = [(b, s) for b in firsts.values() for s in seeds]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for n in workers:
-            for b in batches:
-                print("step_bench: %s N=%d" % (b, n), file=sys.stderr)
-                rows += measure(o.fcp, tmp, b, n, o.profiles.split(","), baselines, o.fcp_args.split())
+            for b, seed in runs:
+                print("step_bench: %s N=%d%s" % (b, n, "" if seed is None else " seed %d" % seed),
+                      file=sys.stderr)
+                rows += measure(o.fcp, tmp, b, n, o.profiles.split(","), baselines, o.fcp_args.split(),
+                                seed)
     sys.stdout.write(markdown(rows, baselines))
+    if before is not None:
+        sys.stdout.write("\n" + compare(rows, before))
     if o.json:
         with open(o.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -515,6 +515,27 @@ print("ok: busy_gap")
 PY
 }
 
+# scripts/step_bench.py: held-out seeds name their rows, and a run compared
+# with its own rows changes nothing; a --compare file without the row fails.
+case_step_bench() {
+  local bench="$src/../scripts/step_bench.py"
+  python3 "$bench" --fcp "$fcp" --workers 8 --profiles gpu-x --baselines "" \
+    --batches lognormal-0,lognormal-1 --seeds 5 --json "$tmp/rows.json" >"$tmp/out.md" 2>/dev/null ||
+    fail "step_bench: the run failed"
+  grep -q "^| lognormal@5 | 8 | gpu-x |" "$tmp/out.md" || fail "step_bench: no lognormal@5 row"
+  [ "$(grep -c '^| lognormal' "$tmp/out.md")" = 1 ] || fail "step_bench: one distribution, one seed: one row"
+  python3 "$bench" --fcp "$fcp" --workers 8 --profiles gpu-x --baselines "" --batches lognormal-0 \
+    --seeds 5 --compare "$tmp/rows.json" >"$tmp/cmp.md" 2>/dev/null || fail "step_bench: --compare failed"
+  grep -q "^| lognormal@5 | 8 | gpu-x | .* | +0.00% |" "$tmp/cmp.md" || fail "step_bench: a rerun changed"
+  grep -q "^| 8 | 1 | +0.00% | .* | 0 |" "$tmp/cmp.md" || fail "step_bench: geometric mean line"
+  if python3 "$bench" --fcp "$fcp" --workers 8 --profiles gpu-x --baselines "" --batches lognormal-0 \
+    --compare "$tmp/rows.json" >/dev/null 2>"$tmp/err"; then
+    fail "step_bench: --compare without the row succeeded"
+  fi
+  grep -q "has no row" "$tmp/err" || fail "step_bench: missing-row message"
+  echo "ok: step_bench"
+}
+
 if ! declare -F "case_$case_name" >/dev/null; then
   echo "cli_test.sh: unknown case '$case_name'" >&2
   exit 2
