@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include "assignment_context.h"
+#include "fcp/required_pairs.h"
+
 namespace fcp::detail {
 namespace {
 
@@ -17,11 +20,12 @@ struct TwoBlocks {
   std::vector<int64_t> offsets = SequenceOffsets(lengths);
   std::vector<Block> blocks{Block{0, {{0, 0, 4}}}, Block{0, {{0, 4, 4}}}};
   std::vector<RequiredPair> pairs{{0, 0, 10}, {1, 0, 16}, {1, 1, 10}};
+  Csr users = BuildUsers(pairs, 2);
   std::vector<int64_t> block_work{10, 26};
   PortInput input() const {
     PortInput in;
     in.blocks = &blocks;
-    in.pairs = &pairs;
+    in.users = &users;
     in.block_work = &block_work;
     in.offsets = &offsets;
     in.workers = 2;

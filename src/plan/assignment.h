@@ -29,6 +29,7 @@
 #include <memory>
 #include <vector>
 
+#include "buckets.h"
 #include "fcp/planner.h"
 #include "fcp/required_pairs.h"
 #include "sharding.h"
@@ -123,6 +124,10 @@ class AssignmentSearch {
   // raising the largest compute or cost (the local search with traffic as
   // its load); itself unless the traffic imbalance falls.
   Assignment Level(Assignment assignment);
+
+  // The input's users graph: row kv lists the query blocks that need K/V
+  // block kv, ascending (built for every input, shed-only too).
+  const Rows<int32_t>& users() const;
 
  private:
   class Impl;

@@ -192,23 +192,19 @@ struct Loads {
   std::vector<double> compute, traffic, send;
   std::vector<int32_t> needers;
 };
-// The K/V transfers of a complete assignment, added to the per-worker
-// loads: owner(kv) -> w for every worker w != owner(kv) that owns a block
-// needing kv (users: row kv lists those blocks), its tokens on w's traffic
-// and on the sender's traffic and send. With `needers`, needers[kv] = the
-// distinct owners of kv's users. (Token counts are integers, exact in
-// doubles: the owner's sends can be summed as a product.) O(P + B).
-inline void CountTransfers(const Csr& users, const std::vector<int64_t>& tokens,
-                           const std::vector<int32_t>& owner, std::vector<double>& traffic_out,
-                           std::vector<double>& send_out, std::vector<int32_t>* needers_out) {
+// The K/V transfers of a complete assignment, kv ascending: for every K/V
+// block kv and every distinct worker w that owns a block needing kv
+// (users: row kv lists those blocks), to(kv, w) if w != owner[kv] (one
+// transfer owner[kv] -> w); then done(kv, needers, receivers), needers
+// counting the owner too when it needs kv. `seen` is scratch, one entry
+// per worker, all below 0 on entry. O(P + B).
+template <typename To, typename Done>
+void ForEachTransfer(const Csr& users, const std::vector<int32_t>& owner,
+                     std::vector<int32_t>& seen, To to, Done done) {
   const int32_t blocks = static_cast<int32_t>(owner.size());
-  std::vector<int32_t> seen(traffic_out.size(), -1);
   const int32_t* const owner_of = owner.data();
-  double* const traffic = traffic_out.data();
-  double* const send = send_out.data();
   for (int32_t kv = 0; kv < blocks; ++kv) {
     const int32_t kv_owner = owner_of[kv];
-    const double t = static_cast<double>(tokens[kv]);
     int32_t needers = 0, receivers = 0;
     for (int32_t q : users.row(kv)) {
       const int32_t w = owner_of[q];
@@ -216,14 +212,34 @@ inline void CountTransfers(const Csr& users, const std::vector<int64_t>& tokens,
       seen[w] = kv;
       ++needers;
       if (w != kv_owner) {
-        traffic[w] += t;
+        to(kv, w);
         ++receivers;
       }
     }
-    if (needers_out) (*needers_out)[kv] = needers;
-    traffic[kv_owner] += receivers * t;
-    send[kv_owner] += receivers * t;
+    done(kv, needers, receivers);
   }
+}
+
+// The K/V transfers of a complete assignment, added to the per-worker
+// loads: each transfer's tokens on the receiver's traffic and on the
+// sender's traffic and send. With `needers`, needers[kv] = the distinct
+// owners of kv's users. (Token counts are integers, exact in doubles: the
+// owner's sends can be summed as a product.) O(P + B).
+inline void CountTransfers(const Csr& users, const std::vector<int64_t>& tokens,
+                           const std::vector<int32_t>& owner, std::vector<double>& traffic_out,
+                           std::vector<double>& send_out, std::vector<int32_t>* needers_out) {
+  std::vector<int32_t> seen(traffic_out.size(), -1);
+  double* const traffic = traffic_out.data();
+  double* const send = send_out.data();
+  ForEachTransfer(
+      users, owner, seen,
+      [&](int32_t kv, int32_t w) { traffic[w] += static_cast<double>(tokens[kv]); },
+      [&](int32_t kv, int32_t needers, int32_t receivers) {
+        if (needers_out) (*needers_out)[kv] = needers;
+        const double sent = receivers * static_cast<double>(tokens[kv]);
+        traffic[owner[kv]] += sent;
+        send[owner[kv]] += sent;
+      });
 }
 
 inline Loads CountLoads(const AssignmentInput& in, const Csr& users,

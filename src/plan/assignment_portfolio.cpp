@@ -91,6 +91,8 @@ AssignmentSearch::AssignmentSearch(const AssignmentInput& input)
     : impl_(std::make_unique<Impl>(input)) {}
 AssignmentSearch::~AssignmentSearch() = default;
 
+const Csr& AssignmentSearch::users() const { return impl_->context.users; }
+
 // The greedy starts, each refined by the exchange search with both partner
 // policies; the Better result wins (ties: the earlier). Time mode (a
 // network ratio and no imbalance bound) runs only the affinity start with

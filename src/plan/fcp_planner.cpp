@@ -606,7 +606,7 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
     const auto ports = [&](const Candidate& c, const detail::Assignment& a,
                            const std::vector<int32_t>& names) {
       // The port proxy (port_proxy.h), its workers named as in the plan.
-      const detail::PortInput in{&c.sharding.blocks,  &c.pairs,
+      const detail::PortInput in{&c.sharding.blocks,  &c.search->users(),
                                  &c.input.block_work, &common.offsets,
                                  config.workers,      config.node_workers,
                                  config.attention,    judge.pairs_per_traffic_token};

@@ -1,8 +1,8 @@
 #include "port_proxy.h"
 
 #include <algorithm>
-#include <numeric>
 
+#include "assignment_parts.h"
 #include "fcp/error.h"
 
 namespace fcp::detail {
@@ -31,7 +31,6 @@ Ports PortsOf(const PortInput& input, const PortLoads& l, int32_t w) {
 
 PortLoads CountPorts(const PortInput& input, const std::vector<int32_t>& owner) {
   const std::vector<Block>& blocks = *input.blocks;
-  const std::vector<RequiredPair>& pairs = *input.pairs;
   const int32_t n = input.workers;
   const int32_t node = NodeSize(input);
   const int32_t block_count = static_cast<int32_t>(blocks.size());
@@ -44,20 +43,6 @@ PortLoads CountPorts(const PortInput& input, const std::vector<int32_t>& owner) 
   l.lent.assign(n, 0);
   FCP_CHECK(input.block_work->size() == blocks.size(), "port loads: one work per block");
   for (int32_t b = 0; b < block_count; ++b) l.compute[owner[b]] += (*input.block_work)[b];
-  // One transfer per (K/V block, receiving worker): the query blocks
-  // grouped by receiver (a counting sort of the B blocks, stable), each
-  // one's pairs a run of `pairs` (sorted by q), each K/V block counted once
-  // per receiver by a stamp.
-  std::vector<int32_t> pair_begin(block_count + 1, 0);
-  for (const RequiredPair& p : pairs) ++pair_begin[p.q_block + 1];
-  std::partial_sum(pair_begin.begin(), pair_begin.end(), pair_begin.begin());
-  std::vector<int32_t> first(n + 1, 0), by_receiver(block_count);
-  for (int32_t q = 0; q < block_count; ++q) ++first[owner[q] + 1];
-  std::partial_sum(first.begin(), first.end(), first.begin());
-  {
-    std::vector<int32_t> next(first.begin(), first.end() - 1);
-    for (int32_t q = 0; q < block_count; ++q) by_receiver[next[owner[q]]++] = q;
-  }
   // Per block: its owner's node, its tokens.
   std::vector<int32_t> owner_node(block_count);
   std::vector<int64_t> block_tokens(block_count);
@@ -65,20 +50,16 @@ PortLoads CountPorts(const PortInput& input, const std::vector<int32_t>& owner) 
     owner_node[b] = owner[b] / node;
     block_tokens[b] = blocks[b].tokens();
   }
-  std::vector<int32_t> stamp(block_count, -1);
-  for (int32_t to = 0; to < n; ++to) {
-    const int32_t to_node = to / node;
-    for (int32_t k = first[to]; k < first[to + 1]; ++k) {
-      const int32_t q = by_receiver[k];
-      for (int32_t x = pair_begin[q]; x < pair_begin[q + 1]; ++x) {
-        const int32_t kv = pairs[x].kv_block;
-        if (owner_node[kv] == to_node || stamp[kv] == to) continue;
-        stamp[kv] = to;
+  // The transfers that cross nodes, as the assignment counts transfers.
+  std::vector<int32_t> seen(n, -1);
+  ForEachTransfer(
+      *input.users, owner, seen,
+      [&](int32_t kv, int32_t to) {
+        if (owner_node[kv] == to / node) return;
         l.kv_in[to] += block_tokens[kv];
         l.kv_out[owner[kv]] += block_tokens[kv];
-      }
-    }
-  }
+      },
+      [](int32_t, int32_t, int32_t) {});
   for (int32_t b = 0; b < block_count; ++b)
     for (const Segment& s : blocks[b].segments)
       ForEachDataloaderRun(s, *input.offsets, n, [&](int32_t home, int64_t tokens) {

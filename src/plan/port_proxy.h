@@ -21,8 +21,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "buckets.h"
 #include "fcp/plan.h"
-#include "fcp/required_pairs.h"
 
 namespace fcp::detail {
 
@@ -31,12 +31,14 @@ namespace fcp::detail {
 constexpr double kBackwardComputeRatio = 2.5 / 0.75;
 
 // What the proxy is computed from: the plan's blocks (worker unset: owners
-// are given separately, in the plan's worker ids), their required pairs
-// sorted by (q, kv), each block's work as a query block (the sum of its
-// pairs' token pairs), the sequences' first tokens (SequenceOffsets).
+// are given separately, in the plan's worker ids), the users graph of
+// their required pairs (row kv: the query blocks that need kv, as
+// AssignmentSearch::users or BuildUsers give it), each block's work as a
+// query block (the sum of its pairs' token pairs), the sequences' first
+// tokens (SequenceOffsets).
 struct PortInput {
   const std::vector<Block>* blocks = nullptr;
-  const std::vector<RequiredPair>* pairs = nullptr;
+  const Rows<int32_t>* users = nullptr;
   const std::vector<int64_t>* block_work = nullptr;
   const std::vector<int64_t>* offsets = nullptr;
   int32_t workers = 1;
