@@ -16,7 +16,9 @@
 #  5. everything into docs/gpu.md, between the gpu_check markers.
 # Usage: scripts/gpu_check.sh   (FCP_GPU_BENCH_BUDGET_S overrides the curve's
 # time budget, default 100 s; FCP_GPU_BUILD_DIR the build directory, default
-# build-gpu). Exit 1 when a correctness step fails.
+# build-gpu; FCP_GPU_DEPS a folder of .deb files from scripts/gpu_build_deps.sh
+# for a machine without the C++ build dependencies). Exit 1 when a
+# correctness step fails.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 START=$(date +%s)
@@ -47,11 +49,18 @@ say "Run on $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEA
 say ""
 block nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
 
+if [ -n "${FCP_GPU_DEPS:-}" ]; then
+  # shellcheck source=scripts/gpu_deps_env.sh
+  source "$ROOT/scripts/gpu_deps_env.sh"
+  gpu_deps_env "$WORK/prefix" || exit 1
+fi
+
 # ---- 1. build ---------------------------------------------------------------
 say ""; say "### Build"; say ""
 generator=(); command -v ninja >/dev/null && generator=(-G Ninja)
 t0=$(date +%s)
-cmake -S . -B "$B" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DFCP_WITH_CUDA=ON -DFCP_BUILD_BENCH=OFF \
+# shellcheck disable=SC2086  # FCP_GPU_CMAKE_ARGS: words, set by gpu_deps_env
+cmake -S . -B "$B" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DFCP_WITH_CUDA=ON -DFCP_BUILD_BENCH=OFF -DFCP_WARNINGS_AS_ERRORS=OFF ${FCP_GPU_CMAKE_ARGS:-} \
   >"$WORK/configure.log" 2>&1 || { cat "$WORK/configure.log"; exit 1; }
 timeout 300 cmake --build "$B" -j "$(nproc)" --target fcp_cli fcp_gpu_bench cuda_attention_test cuda_math_test \
   write_test_plan >"$WORK/build.log" 2>&1 || { tail -50 "$WORK/build.log"; exit 1; }

@@ -81,10 +81,17 @@ void AppendLines(std::string& out, const char* name, const std::vector<T>& items
   throw Error(ErrorCode::kParse, "plan: field '" + where + "' " + what);
 }
 
-const json& Field(const json& object, const char* name, const std::string& where) {
+// `where` is a C string so that a call with a literal binds no temporary
+// (GCC 13+ -Wdangling-reference warns on a reference returned from a call
+// that took a temporary std::string).
+const json& Field(const json& object, const char* name, const char* where) {
   auto it = object.find(name);
-  if (it == object.end()) ParseFail(where.empty() ? name : where + "." + name, "is missing");
+  if (it == object.end())
+    ParseFail(*where == '\0' ? std::string(name) : std::string(where) + "." + name, "is missing");
   return *it;
+}
+const json& Field(const json& object, const char* name, const std::string& where) {
+  return Field(object, name, where.c_str());
 }
 
 int64_t Int(const json& v, const std::string& where) {
@@ -252,7 +259,8 @@ void ReadBlock(const json& v, const std::string& where, Plan& plan) {
   if (!v.is_object()) ParseFail(where, "must be an object");
   Block block;
   block.worker = Int32(Field(v, "worker", where), where + ".worker");
-  const json& segments = Array(Field(v, "segments", where), where + ".segments");
+  const json& segments = Field(v, "segments", where);
+  Array(segments, where + ".segments");
   block.segments.reserve(segments.size());
   for (size_t k = 0; k < segments.size(); ++k) {
     const std::string w = where + ".segments[" + std::to_string(k) + "]";
