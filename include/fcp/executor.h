@@ -81,13 +81,14 @@ struct ExecutorOptions {
 };
 
 struct ExecutorStats {
-  double forward_s = 0;         // reshuffle in + forward stages
-  double backward_s = 0;        // dO in + backward stages + reshuffle out
-  double compute_s = 0;         // time inside the kernel
-  double transfer_s = 0;        // per stage: first post to last transfer completion, summed
-  double exposed_wait_s = 0;    // per stage: time blocked waiting for transfers, summed
-  double reshuffle_s = 0;       // each reshuffle's messages, first post to last completion, summed
-  double reshuffle_wait_s = 0;  // time blocked on them (calls waiting for their inputs too)
+  double forward_s = 0;        // reshuffle in + forward stages
+  double backward_s = 0;       // dO in + backward stages + reshuffle out
+  double compute_s = 0;        // time inside the kernel
+  double transfer_s = 0;       // per stage: first post to last transfer completion, summed
+  double exposed_wait_s = 0;   // per stage: time blocked waiting for its K/V transfers, summed
+  double partials_wait_s = 0;  // time blocked waiting for dK/dV partials to add (not in transfer_s)
+  double reshuffle_s = 0;      // each reshuffle's messages, first post to last completion, summed
+  double reshuffle_wait_s = 0;       // time blocked on them (calls waiting for their inputs too)
   int64_t peak_received_blocks = 0;  // K/V blocks held in receive buffers at once
   int64_t bytes_sent = 0;            // stage transfers only
 };

@@ -278,7 +278,7 @@ class Runner {
     if (waited) {
       const double wait_end = trace_->NowUs();
       trace_->Add("wait partials", TraceLane::kWait, wait_start, wait_end);
-      stats_->exposed_wait_s += (wait_end - wait_start) * 1e-6;
+      stats_->partials_wait_s += (wait_end - wait_start) * 1e-6;
     }
   }
 

@@ -471,7 +471,8 @@ void PrintRunSummary(Communicator& comm, const RunOptions& opt, const Plan& plan
   const auto us = [](double s) { return static_cast<int64_t>(s * 1e6); };
   std::vector<int64_t> sums = {us(stats.compute_s),        us(stats.transfer_s),
                                us(stats.exposed_wait_s),   us(stats.reshuffle_s),
-                               us(stats.reshuffle_wait_s), stats.bytes_sent};
+                               us(stats.reshuffle_wait_s), stats.bytes_sent,
+                               us(stats.partials_wait_s)};
   std::vector<int64_t> maxes = {us(total_s), us(stats.forward_s), us(stats.backward_s),
                                 stats.peak_received_blocks};
   comm.AllreduceMax(maxes);
@@ -485,9 +486,10 @@ void PrintRunSummary(Communicator& comm, const RunOptions& opt, const Plan& plan
       opt.backward ? "forward+backward" : "forward", maxes[0] * 1e-6, maxes[1] * 1e-6,
       opt.backward ? fmt::format(", backward {:.3f} s", maxes[2] * 1e-6) : std::string());
   fmt::print(
-      "  compute {:.3f} s, stage transfers {:.3f} s of which exposed {:.3f} s: {:.1f}% hidden "
-      "behind compute (summed over ranks); {:.1f} MiB sent\n",
-      sums[0] * 1e-6, transfer, exposed, transfer > 0 ? 100.0 * (1 - exposed / transfer) : 100.0,
+      "  compute {:.3f} s, stage K/V transfers {:.3f} s of which exposed {:.3f} s: {:.1f}% hidden "
+      "behind compute (summed over ranks); waiting for dK/dV partials {:.3f} s; {:.1f} MiB sent\n",
+      sums[0] * 1e-6, transfer, exposed,
+      transfer > 0 ? 100.0 * (1 - std::min(exposed, transfer) / transfer) : 100.0, sums[6] * 1e-6,
       sums[5] / 1048576.0);
   fmt::print(
       "  reshuffles {:.3f} s of which exposed {:.3f} s; peak received K/V blocks held {} "
