@@ -4,12 +4,16 @@ batch: torch.nn.attention.varlen.varlen_attn over the batch's cu_seqlens
 (flash varlen, one launch; where this torch's varlen_attn takes no GQA K/V,
 the flash varlen op it calls, directly), forward + backward, bfloat16.
 
-    python bench/torch_cuda_attention.py [--tokens 32768] [--steps 10] [--block-size 2048]
+    python bench/torch_cuda_attention.py [--tokens 32768] [--steps 10] [--block-size 2048] [--profile]
 
 Prints a markdown table, one row per mask: milliseconds per step (median of
 --steps after 3 warm-up steps, CUDA events), and fcp's time over the kernel's.
 The difference is fcp's per-stage gathers, the lse merge, the reshuffle
-(a no-op all_to_all with one rank) and the Python stage loop.
+(a no-op all_to_all with one rank) and the Python stage loop. --profile
+adds, per mask, where one step of each goes on the device (torch.profiler
+over 3 steps: device time and launches per kernel name, top 12, and the
+step's device-busy time against its wall time), to split fcp's overhead
+into kernel time and launch / host time.
 """
 
 import argparse
@@ -76,12 +80,40 @@ def timed(fn, steps):
     return statistics.median(times)
 
 
+def profile(fn, label, steps=3):
+    """Prints fn's device time per kernel name over `steps` steps (after a warm-up)."""
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        start.record()
+        for _ in range(steps):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    by_name = {}
+    for e in kernels:
+        t, n = by_name.get(e.name, (0.0, 0))
+        by_name[e.name] = (t + getattr(e, "device_time", 0.0), n + 1)
+    busy_ms = sum(t for t, _ in by_name.values()) / 1e3 / steps
+    wall_ms = start.elapsed_time(end) / steps
+    print(f"\n{label}: {wall_ms:.2f} ms/step wall, {busy_ms:.2f} ms/step device-busy (kernels summed), "
+          f"{len(kernels) / steps:.0f} kernel launches/step")
+    print("| kernel | ms/step | launches/step |")
+    print("|---|---:|---:|")
+    for name, (t, n) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[:12]:
+        print(f"| {name[:90]} | {t / 1e3 / steps:.2f} | {n / steps:.0f} |")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=32768)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--block-size", type=int, default=2048)
     ap.add_argument("--window", type=int, default=4096)
+    ap.add_argument("--profile", action="store_true", help="also print where each step's device time goes")
     args = ap.parse_args()
     import fcp.torch as ft
 
@@ -119,6 +151,9 @@ def main():
             header = True
         ms_fcp, ms_kernel = timed(fcp_step, args.steps), timed(kernel_step, args.steps)
         print(f"| {mask} | {ms_fcp:.2f} | {ms_kernel:.2f} | {ms_fcp / ms_kernel:.2f} |")
+        if args.profile:
+            profile(fcp_step, f"fcp.torch, {mask}")
+            profile(kernel_step, f"{label}, {mask}")
     dist.destroy_process_group()
 
 

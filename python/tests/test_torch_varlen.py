@@ -83,6 +83,76 @@ def test_launches_group_by_window_and_tabulate():
     assert (a.max_q, a.max_k) == (3, 2) and a.cu_q.dtype == torch.int32
     assert a.q_unique.tolist() == [0, 1, 2] and a.q_inverse.tolist() == [0, 1, 2, 1, 2]
     assert b.q_index.tolist() == [5, 6] and b.k_index.tolist() == [20, 21, 22, 23]
+    # Spans: only an index that is exactly a range of rows is read and added as a slice.
+    assert (a.q_span, a.k_span, a.dkv_span) == (None, None, None)
+    assert (b.q_span, b.k_span) == ((5, 7), (20, 24))
+
+
+def test_merge_adjacent_joins_exact_cases():
+    # A query block's keys before it (all visible) then its own (aligned): one aligned piece.
+    assert V.merge_adjacent([(P(10, 2, 0, 4, -1, -1), 100), (P(10, 2, 4, 2, -1, 0), 104)]) == \
+        [(P(10, 2, 0, 6, -1, 0), 100)]
+    # The next query block of the sequence, keys extended by its own rows: one piece over both.
+    assert V.merge_adjacent([(P(0, 2, 0, 2, -1, 0), 0), (P(2, 3, 0, 5, -1, 0), 0)]) == [(P(0, 5, 0, 5, -1, 0), 0)]
+    assert V.merge_adjacent([(P(0, 2, 0, 5, -1, -1), 7), (P(2, 3, 0, 5, -1, -1), 7)]) == [(P(0, 5, 0, 5, -1, -1), 7)]
+    # Not joined: aligned then all-visible; key rows or dK/dV rows not following on; a left bound;
+    # keys not extended by exactly the new query rows.
+    for items in ([(P(0, 2, 0, 2, -1, 0), 0), (P(0, 2, 2, 2, -1, -1), 2)],
+                  [(P(0, 2, 0, 2, -1, -1), 0), (P(0, 2, 3, 2, -1, 0), 3)],
+                  [(P(0, 2, 0, 2, -1, -1), 0), (P(0, 2, 2, 2, -1, 0), 9)],
+                  [(P(0, 2, 0, 2, 5, -1), 0), (P(0, 2, 2, 2, 5, 0), 2)],
+                  [(P(0, 2, 0, 2, -1, 0), 0), (P(2, 3, 0, 4, -1, 0), 0)]):
+        assert V.merge_adjacent(items) == items
+
+
+def _coverage(items, rows):
+    """How many times each (query row, key row) is computed by the pieces, under flash's rule."""
+    cover = torch.zeros(rows, rows, dtype=torch.int32)
+    for p, _ in items:
+        cover[p.q_row:p.q_row + p.q_len, p.k_row:p.k_row + p.k_len] += \
+            V.flash_allowed(p.q_len, p.k_len, p.left, p.right).to(torch.int32)
+    return cover
+
+
+@pytest.mark.parametrize("mask", ["causal", "full", "sliding_window"])
+def test_merge_adjacent_computes_the_same_pairs_on_random_layouts(mask):
+    # Sequences cut into blocks laid out in order (rows = positions, as one worker holds them),
+    # every block pair's pieces listed query block by query block (or shuffled): joining
+    # never changes which (query, key) pairs are computed, nor how often.
+    rng = random.Random(7)
+    for _ in range(60):
+        lengths = [rng.randint(1, 40) for _ in range(rng.randint(1, 4))]
+        block, window = rng.randint(1, 16), rng.randint(1, 20)
+        items, base = [], 0
+        for n in lengths:
+            cuts = list(range(0, n, block))
+            for qs in cuts:
+                for ks in cuts:
+                    ql, kl = min(block, n - qs), min(block, n - ks)
+                    for p in V.kernel_pieces(mask, window, base + qs, base + ks, qs, ks, ql, kl):
+                        items.append((p, p.k_row))
+            base += n
+        shuffled = rng.random() < 0.3
+        if shuffled:
+            rng.shuffle(items)
+        joined = V.merge_adjacent(items)
+        assert len(joined) <= len(items)
+        assert torch.equal(_coverage(joined, base), _coverage(items, base))
+        if mask != "sliding_window" and not shuffled:  # in order: one piece a sequence, as one flash call
+            assert len(joined) == len(lengths), (lengths, block, joined)
+
+
+def test_rows_and_add_rows_agree_on_both_paths():
+    x = torch.arange(12.0).reshape(6, 2)
+    acc_slice, acc_index = torch.zeros(6, 2), torch.zeros(6, 2)
+    index = torch.tensor([2, 3, 4])
+    part = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], dtype=torch.bfloat16)
+    assert torch.equal(V.rows(x, index, (2, 5)), V.rows(x, index, None))
+    assert V.rows(x, index, (2, 5)).data_ptr() == x[2].data_ptr()  # a view, no copy
+    V.add_rows(acc_slice, index, (2, 5), part)
+    V.add_rows(acc_index, index, None, part)
+    assert torch.equal(acc_slice, acc_index) and acc_slice.dtype == torch.float32
+    assert acc_slice[2:5].tolist() == [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]] and acc_slice[:2].abs().sum() == 0
 
 
 def test_merge_partials_is_the_log_sum_exp_rule():
@@ -99,6 +169,20 @@ def test_merge_partials_is_the_log_sum_exp_rule():
     assert lse[0, 0].item() == pytest.approx(math.log(7), rel=1e-6)
     assert (o[1, 0, 0].item(), lse[1, 0].item()) == (5.0, 2.0)
     assert (o[2, 0, 0].item(), lse[2, 0].item()) == (7.0, 1.0)
+
+
+def test_merge_partials_on_a_span_of_rows_is_the_same_rule():
+    # Rows 1..2 once each, in order (the slice path): row 1 has (o=1, lse=0) and takes
+    # (o=3, lse=log 3), weights 1:3; row 2 has nothing yet and takes (o=5, lse=2). Rows 0, 3 untouched.
+    o = torch.tensor([[[9.0]], [[1.0]], [[0.0]], [[8.0]]])
+    lse = torch.tensor([[4.0], [0.0], [-math.inf], [6.0]])
+    launch = V.launches([(P(1, 2, 0, 1, -1, -1), 0)])[0]
+    assert launch.q_span == (1, 3)
+    V.merge_partials(o, lse, launch, torch.tensor([[[3.0]], [[5.0]]]), torch.tensor([[math.log(3)], [2.0]]))
+    assert o[1, 0, 0].item() == pytest.approx((1 * 1 + 3 * 3) / 4, rel=1e-6)
+    assert lse[1, 0].item() == pytest.approx(math.log(4), rel=1e-6)
+    assert (o[2, 0, 0].item(), lse[2, 0].item()) == (5.0, 2.0)
+    assert (o[0, 0, 0].item(), lse[0, 0].item(), o[3, 0, 0].item(), lse[3, 0].item()) == (9.0, 4.0, 8.0, 6.0)
 
 
 def test_merge_partials_keeps_rows_without_keys_empty():

@@ -37,7 +37,7 @@ device-independent and tested on CPU (python/tests/test_torch_varlen.py).
 from __future__ import annotations
 
 import math
-from typing import Dict, List, NamedTuple, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 
@@ -114,6 +114,12 @@ class Launch(NamedTuple):
     max_k: int
     q_unique: torch.Tensor    # sorted distinct q_index
     q_inverse: torch.Tensor   # q_index = q_unique[q_inverse]
+    # (start, stop) where the index above is exactly range(start, stop), else
+    # None: such rows are read as a slice (a view, no gather kernel) and
+    # accumulated into in place (no index_add, no cast), see rows / add_rows.
+    q_span: Optional[Tuple[int, int]] = None
+    k_span: Optional[Tuple[int, int]] = None
+    dkv_span: Optional[Tuple[int, int]] = None
 
     def to(self, device) -> "Launch":
         return self._replace(**{f: getattr(self, f).to(device) for f in self._fields
@@ -134,8 +140,31 @@ def launches(pieces: List[Tuple[Piece, int]]) -> List[Launch]:
         cu_k = torch.tensor([0] + [p.k_len for p, _ in items], dtype=torch.int64).cumsum(0).to(torch.int32)
         unique, inverse = torch.unique(qi, sorted=True, return_inverse=True)
         out.append(Launch(left, right, qi, ki, di, cu_q, cu_k, max(p.q_len for p, _ in items),
-                          max(p.k_len for p, _ in items), unique, inverse))
+                          max(p.k_len for p, _ in items), unique, inverse, _span(qi), _span(ki), _span(di)))
     return out
+
+
+def _span(index: torch.Tensor) -> Optional[Tuple[int, int]]:
+    """(start, stop) if index == arange(start, stop), else None."""
+    if index.numel() == 0:
+        return None
+    start = int(index[0])
+    if not torch.equal(index, torch.arange(start, start + index.numel(), dtype=index.dtype)):
+        return None
+    return start, start + index.numel()
+
+
+def rows(x: torch.Tensor, index: torch.Tensor, span: Optional[Tuple[int, int]]) -> torch.Tensor:
+    """x's rows `index` (a view where they are the slice `span`)."""
+    return x[span[0]:span[1]] if span is not None else x.index_select(0, index)
+
+
+def add_rows(acc: torch.Tensor, index: torch.Tensor, span: Optional[Tuple[int, int]], x: torch.Tensor) -> None:
+    """acc[index] += x (float32 acc; rows of index may repeat), in place."""
+    if span is not None:
+        acc[span[0]:span[1]].add_(x)
+    else:
+        acc.index_add_(0, index, x.to(acc.dtype))
 
 
 def stage_launches(program, pass_: str, stage: int, early: int, mask: str, window: int) -> List[Launch]:
@@ -158,7 +187,57 @@ def stage_launches(program, pass_: str, stage: int, early: int, mask: str, windo
         for s_q_row, s_k_row, q_pos, k_pos, q_len, k_len in segments[seg_lo:seg_hi].tolist():
             for p in kernel_pieces(mask, window, q_row + s_q_row, k_base + s_k_row, q_pos, k_pos, q_len, k_len):
                 items.append((p, d_base + (p.k_row - k_base)))  # dK/dV rows parallel the K/V rows
-    return launches(items)
+    return launches(merge_adjacent(items))
+
+
+def merge_adjacent(items: List[Tuple[Piece, int]]) -> List[Tuple[Piece, int]]:
+    """Joins each piece into the one before it where flash computes the pair as one piece; pure.
+
+    A piece whose keys are all visible (window (-1, -1)) and the next piece of
+    the same query rows, with no left bound, whose key rows (and dK/dV rows)
+    follow on directly, are one piece with the second one's window: its keys
+    stay all visible, and the second's diagonal sits where it was, counted
+    from the end of the joined keys (flash aligns the window bottom-right;
+    the second piece sees at least one key from every query row, so the
+    first's keys all lie left of every row's diagonal). So a query block's
+    causal keys, one pair per key block, become one launch row instead of
+    many, and the query rows are gathered (and accumulated) once.
+
+    Then, the same way, a piece and the next one whose query rows follow on
+    directly, with the same first key (and dK/dV) row and window, and no left
+    bound: either both see all their keys and the keys are the same, or both
+    are aligned (-1, 0) and the second's keys extend the first's by exactly
+    its own query rows. Flash's diagonal for the joined piece is each part's
+    own (it counts from the end of the keys, and the first part's keys end
+    its rows later, by the second's query rows). So a sequence computed
+    whole on one worker is one piece again, as one flash call over it.
+    """
+    def keys_after(last: Piece, piece: Piece, last_dkv: int, dkv: int) -> bool:
+        return (last.left == UNBOUNDED and last.right == UNBOUNDED and piece.left == UNBOUNDED
+                and (last.q_row, last.q_len) == (piece.q_row, piece.q_len)
+                and last.k_row + last.k_len == piece.k_row and last_dkv + last.k_len == dkv)
+
+    def rows_after(last: Piece, piece: Piece, last_dkv: int, dkv: int) -> bool:
+        if not (last.left == piece.left == UNBOUNDED and last.right == piece.right
+                and last.q_row + last.q_len == piece.q_row and last.k_row == piece.k_row and last_dkv == dkv):
+            return False
+        if piece.right == UNBOUNDED:
+            return piece.k_len == last.k_len
+        return piece.right == 0 and piece.k_len - last.k_len == piece.q_len
+
+    def join(items, joinable, joined):
+        out: List[Tuple[Piece, int]] = []
+        for piece, dkv in items:
+            if out and joinable(out[-1][0], piece, out[-1][1], dkv):
+                out[-1] = (joined(out[-1][0], piece), out[-1][1])
+            else:
+                out.append((piece, dkv))
+        return out
+
+    by_keys = join(items, keys_after, lambda a, b: Piece(a.q_row, a.q_len, a.k_row, a.k_len + b.k_len, b.left,
+                                                         b.right))
+    return join(by_keys, rows_after, lambda a, b: Piece(a.q_row, a.q_len + b.q_len, a.k_row, b.k_len, b.left,
+                                                        b.right))
 
 
 def merge_partials(o: torch.Tensor, lse: torch.Tensor, launch: Launch, o_part: torch.Tensor,
@@ -171,6 +250,18 @@ def merge_partials(o: torch.Tensor, lse: torch.Tensor, launch: Launch, o_part: t
     exp(lse_i - lse''). Only exponentials of non-positive numbers; a row with
     no keys yet (lse = -inf everywhere) stays (0, -inf). o, lse float32.
     """
+    if launch.q_span is not None:
+        # Every row once, in order: the rule on two terms, in place on the slice.
+        a, b = launch.q_span
+        o_s, lse_s = o[a:b], lse[a:b]
+        m = torch.maximum(lse_s, lse_part)
+        m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+        w_old, w_part = torch.exp(lse_s - m), torch.exp(lse_part - m)
+        total = w_old + w_part
+        safe = torch.where(total > 0, total, torch.ones_like(total))
+        o_s.mul_((w_old / safe).unsqueeze(-1)).add_(o_part * (w_part / safe).unsqueeze(-1))
+        lse_s.copy_(m + torch.log(total))
+        return
     u, inv = launch.q_unique, launch.q_inverse
     lse_u, o_u = lse.index_select(0, u), o.index_select(0, u)
     m = lse_u.scatter_reduce(0, inv.unsqueeze(1).expand_as(lse_part), lse_part, "amax", include_self=True)
@@ -178,7 +269,7 @@ def merge_partials(o: torch.Tensor, lse: torch.Tensor, launch: Launch, o_part: t
     w_old = torch.exp(lse_u - m)
     w_part = torch.exp(lse_part - m.index_select(0, inv))
     total = w_old.index_add(0, inv, w_part)
-    acc = (o_u * w_old.unsqueeze(-1)).index_add(0, inv, o_part * w_part.unsqueeze(-1))
+    acc = (o_u * w_old.unsqueeze(-1)).index_add(0, inv, (o_part * w_part.unsqueeze(-1)).to(o.dtype))
     safe = torch.where(total > 0, total, torch.ones_like(total))
     o.index_copy_(0, u, acc / safe.unsqueeze(-1))
     lse.index_copy_(0, u, m + torch.log(total))
@@ -277,17 +368,16 @@ class DeviceProgram:
 
     def forward_stage(self, stage, scale, early, q, k_all, v_all, o, lse) -> None:
         for L in self.launches("forward", stage, early):
-            out, part_lse = self._forward(q.index_select(0, L.q_index), k_all.index_select(0, L.k_index),
-                                          v_all.index_select(0, L.k_index), L, scale)
-            merge_partials(o, lse, L, out.float(), part_lse)
+            out, part_lse = self._forward(rows(q, L.q_index, L.q_span), rows(k_all, L.k_index, L.k_span),
+                                          rows(v_all, L.k_index, L.k_span), L, scale)
+            merge_partials(o, lse, L, out, part_lse)
 
     def backward_stage(self, stage, scale, q, k_all, v_all, d_o, o, lse, dq, dk_all, dv_all) -> None:
         """o: the merged forward output in q's dtype; accumulates into dq, dk_all, dv_all (float32)."""
         for L in self.launches("backward", stage):
-            rows = L.q_index
-            dq_, dk_, dv_ = self._backward(d_o.index_select(0, rows), q.index_select(0, rows),
-                                           k_all.index_select(0, L.k_index), v_all.index_select(0, L.k_index),
-                                           o.index_select(0, rows), lse.index_select(0, rows), L, scale)
-            dq.index_add_(0, rows, dq_.float())
-            dk_all.index_add_(0, L.dkv_index, dk_.float())
-            dv_all.index_add_(0, L.dkv_index, dv_.float())
+            qi, qs, ki, ks = L.q_index, L.q_span, L.k_index, L.k_span
+            dq_, dk_, dv_ = self._backward(rows(d_o, qi, qs), rows(q, qi, qs), rows(k_all, ki, ks),
+                                           rows(v_all, ki, ks), rows(o, qi, qs), rows(lse, qi, qs), L, scale)
+            add_rows(dq, qi, qs, dq_)
+            add_rows(dk_all, L.dkv_index, L.dkv_span, dk_)
+            add_rows(dv_all, L.dkv_index, L.dkv_span, dv_)
