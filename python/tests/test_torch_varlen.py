@@ -95,12 +95,19 @@ def test_merge_adjacent_joins_exact_cases():
     # The next query block of the sequence, keys extended by its own rows: one piece over both.
     assert V.merge_adjacent([(P(0, 2, 0, 2, -1, 0), 0), (P(2, 3, 0, 5, -1, 0), 0)]) == [(P(0, 5, 0, 5, -1, 0), 0)]
     assert V.merge_adjacent([(P(0, 2, 0, 5, -1, -1), 7), (P(2, 3, 0, 5, -1, -1), 7)]) == [(P(0, 5, 0, 5, -1, -1), 7)]
-    # Not joined: aligned then all-visible; key rows or dK/dV rows not following on; a left bound;
-    # keys not extended by exactly the new query rows.
+    # Sliding window: the left bound moves with the joined keys (window 6: 5 = 2 + 3 keys)...
+    assert V.merge_adjacent([(P(10, 2, 0, 4, 2, -1), 0), (P(10, 2, 4, 3, 5, 0), 4)]) == [(P(10, 2, 0, 7, 5, 0), 0)]
+    # ...and with the rows: the same keys seen by the next rows (right -1), one row nearer the window's edge.
+    assert V.merge_adjacent([(P(0, 2, 0, 3, 4, -1), 0), (P(2, 1, 0, 3, 3, -1), 0)]) == [(P(0, 3, 0, 3, 3, -1), 0)]
+    # Not joined: aligned then all-visible; key rows or dK/dV rows not following on; a left bound
+    # that does not move with the keys (or only one of two bounded); keys not extended by exactly
+    # the new query rows.
     for items in ([(P(0, 2, 0, 2, -1, 0), 0), (P(0, 2, 2, 2, -1, -1), 2)],
                   [(P(0, 2, 0, 2, -1, -1), 0), (P(0, 2, 3, 2, -1, 0), 3)],
                   [(P(0, 2, 0, 2, -1, -1), 0), (P(0, 2, 2, 2, -1, 0), 9)],
                   [(P(0, 2, 0, 2, 5, -1), 0), (P(0, 2, 2, 2, 5, 0), 2)],
+                  [(P(0, 2, 0, 2, -1, -1), 0), (P(0, 2, 2, 2, 5, 0), 2)],
+                  [(P(0, 2, 0, 3, 4, -1), 0), (P(2, 1, 0, 3, 4, -1), 0)],
                   [(P(0, 2, 0, 2, -1, 0), 0), (P(2, 3, 0, 4, -1, 0), 0)]):
         assert V.merge_adjacent(items) == items
 

@@ -193,37 +193,45 @@ def stage_launches(program, pass_: str, stage: int, early: int, mask: str, windo
 def merge_adjacent(items: List[Tuple[Piece, int]]) -> List[Tuple[Piece, int]]:
     """Joins each piece into the one before it where flash computes the pair as one piece; pure.
 
-    A piece whose keys are all visible (window (-1, -1)) and the next piece of
-    the same query rows, with no left bound, whose key rows (and dK/dV rows)
-    follow on directly, are one piece with the second one's window: its keys
-    stay all visible, and the second's diagonal sits where it was, counted
-    from the end of the joined keys (flash aligns the window bottom-right;
-    the second piece sees at least one key from every query row, so the
-    first's keys all lie left of every row's diagonal). So a query block's
-    causal keys, one pair per key block, become one launch row instead of
-    many, and the query rows are gathered (and accumulated) once.
+    Flash's rule for a piece of sq query rows and sk keys: row i sees key j iff
+    i + sk - sq - left <= j <= i + sk - sq + right. Two pieces are one when the
+    joined piece's rule, written in its own rows and keys, is each part's rule
+    (the joined window is always the second part's, so no new window value
+    appears; a left bound of at least the piece's keys never binds, so the
+    aten wrapper's -1 for left >= max_k changes nothing):
 
-    Then, the same way, a piece and the next one whose query rows follow on
-    directly, with the same first key (and dK/dV) row and window, and no left
-    bound: either both see all their keys and the keys are the same, or both
-    are aligned (-1, 0) and the second's keys extend the first's by exactly
-    its own query rows. Flash's diagonal for the joined piece is each part's
-    own (it counts from the end of the keys, and the first part's keys end
-    its rows later, by the second's query rows). So a sequence computed
-    whole on one worker is one piece again, as one flash call over it.
+    * keys after: the same query rows, the second's key rows (and dK/dV rows)
+      following on; the first sees every key up to its end (right -1), and
+      either neither has a left bound or the second's is the first's plus
+      the second's keys. The second sees a key of its own from every row
+      (kernel_pieces cuts empty rows), so no first-part key lies right of a
+      row's joined diagonal. So a query block's keys, one pair per key block,
+      become one launch row and the query rows are gathered (and
+      accumulated) once.
+    * rows after (then, on the result): the second's query rows following
+      on, the same first key (and dK/dV) row, the same right; the second's
+      keys extend the first's by exactly its own rows when right is bounded
+      (by none when not), and the left bounds agree the same way (the
+      second's is the first's plus that extension minus its rows). So a
+      sequence computed whole on one worker is one piece again, as in one
+      flash call over it.
     """
+    def same_left(last: Piece, piece: Piece, shift: int) -> bool:
+        if last.left == UNBOUNDED or piece.left == UNBOUNDED:
+            return last.left == piece.left
+        return piece.left == last.left + shift
+
     def keys_after(last: Piece, piece: Piece, last_dkv: int, dkv: int) -> bool:
-        return (last.left == UNBOUNDED and last.right == UNBOUNDED and piece.left == UNBOUNDED
-                and (last.q_row, last.q_len) == (piece.q_row, piece.q_len)
-                and last.k_row + last.k_len == piece.k_row and last_dkv + last.k_len == dkv)
+        return (last.right == UNBOUNDED and (last.q_row, last.q_len) == (piece.q_row, piece.q_len)
+                and last.k_row + last.k_len == piece.k_row and last_dkv + last.k_len == dkv
+                and same_left(last, piece, piece.k_len))
 
     def rows_after(last: Piece, piece: Piece, last_dkv: int, dkv: int) -> bool:
-        if not (last.left == piece.left == UNBOUNDED and last.right == piece.right
-                and last.q_row + last.q_len == piece.q_row and last.k_row == piece.k_row and last_dkv == dkv):
+        if not (last.right == piece.right and last.q_row + last.q_len == piece.q_row
+                and last.k_row == piece.k_row and last_dkv == dkv):
             return False
-        if piece.right == UNBOUNDED:
-            return piece.k_len == last.k_len
-        return piece.right == 0 and piece.k_len - last.k_len == piece.q_len
+        grow = piece.k_len - last.k_len
+        return grow == (0 if piece.right == UNBOUNDED else piece.q_len) and same_left(last, piece, grow - piece.q_len)
 
     def join(items, joinable, joined):
         out: List[Tuple[Piece, int]] = []
