@@ -39,6 +39,10 @@ BASELINES = PLANNERS[1:]
 # `fcp simulate` and of `fcp compare`'s --reshuffle). The secondary line is the
 # same planner with no reshuffle charged (the dataloader adopts the plan's
 # layout). Baselines are charged no reshuffle, as `fcp compare` does by default.
+# Ring's plans hold N^2 K/V transfers (1.05M forward at N = 1024, 1.97 GB to
+# simulate), so beyond this N ring, and WLB-like, which plans by simulating
+# ring, are recorded as missing with that reason instead of being run.
+RING_MAX_WORKERS = 1024
 FT = "fcp (transparent)"
 FP = "fcp, plan layout"
 LINES = [FT, FP] + BASELINES
@@ -290,6 +294,11 @@ def figure_scale(runner, md, rows, workers, extra, timeout_s, network):
         for line, args in [(FT, ["--planners", "fcp", "--reshuffle", "overlap"]),
                            (FP, ["--planners", "fcp", "--reshuffle", "none"])] + [
                 (p, ["--planners", p, "--baseline-reshuffle", "none"]) for p in BASELINES]:
+            if line in ("ring", "wlb") and n > RING_MAX_WORKERS:
+                missing.append((line, n, f"not run: ring's plan holds N^2 = {n * n:,} K/V transfers a pass "
+                                f"(WLB-like plans by simulating ring), past the 4 GB budget beyond N = "
+                                f"{RING_MAX_WORKERS}", "-"))
+                continue
             cmd, got, why = runner.compare(base + args, timeout_s=timeout_s)
             shown.append(cmd)
             if got is None:
@@ -318,7 +327,8 @@ def figure_scale(runner, md, rows, workers, extra, timeout_s, network):
     body = [[n] + [cell(p, n) for p in LINES] for n in ns]
     sim = [[n] + [("-" if points.get((p, n)) is None else f"{points[(p, n)]['sim_s']:.1f}") for p in LINES]
            for n in ns]
-    miss_text = "\n".join(f"* {line} at N = {n}: {why} (`{cmd}`)" for line, n, why, cmd in missing)
+    miss_text = "\n".join(f"* {line} at N = {n}: {why}" + (f" (`{cmd}`)" if cmd != "-" else "")
+                         for line, n, why, cmd in missing)
     md.append(f"""## Scale: module MFU and bMFU from N = {ns[0]} to N = {ns[-1]} (gpu-x)
 
 The paper's setup (lognormal lengths seed 0, 32K tokens per GPU, block 4K, coalesce 16) at every N.
@@ -599,12 +609,11 @@ default) does.
 TIMING = """
 ## How long the script takes
 
-Measured on the shared 2-core machine on 2026-12-01 (wall clock, one run each, the project's CI
-running alongside): `scripts/eval.py --quick` 64 s with no cache (an earlier binary); the full run
-with an empty cache (a new binary) 1552 s wall, 951 s of it in `fcp` runs: the figures up to N = 256
-about 120 s, the scale points at N = 512 and 1024 the rest (the table below). WLB-like at N = 1024
-ran past its 600 s in that run (it had taken 451 s of planning alone before) and was computed by a
-second run with `--scale-timeout 1800`, every other point then read from the cache; the header's
+Measured on the shared 2-core machine on 2026-12-04 (wall clock, one run, nothing else running):
+the full run with an empty cache, `--scale 512,1024,2048,4096 --scale-timeout 2400`, 1297 s wall
+(1549 s user CPU, 1.98 GB peak RSS, ring at N = 1024), 1295 s of it in `fcp` runs: the figures up
+to N = 256 about 110 s, the scale points the rest (the table below). Earlier (2026-12-01, the CI
+running alongside): `--quick` 64 s with no cache; `--scale 512,1024` 1552 s wall. The header's
 "fcp runs" total adds the recorded time of every run, cached or not. WLB-like shows no simulator
 time at N >= 512 because it simulates ring and ByteScale-like while planning (its `plan_s`).
 To skip the scale points: `--scale ''`.
@@ -612,22 +621,22 @@ To skip the scale points: `--scale ''`.
 Since issue 21 the scale points beyond N = 256 are simulated with `--network quantized`
 (`--scale-network`, default quantized; `--scale-network exact` for the reference engine): step
 times within 0.5% of exact's on the simulator's 108 comparison cases; FCP's N = 1024 step +0.28%
-(its backward +0.63%; docs/simulator.md). Measured per scale point, one `fcp compare` of `figure_scale` each
-(wall / user CPU, one run each, load average 4-9 on the shared 2-core machine, 2026-12-01):
+(its backward +0.63%; docs/simulator.md). Wall time of each scale point, one `fcp compare` of
+`figure_scale` each (planning and simulating), the 2026-12-04 run:
 
 | N | fcp (transparent) | fcp, plan layout | ring | bytescale | magi | wlb |
 |---:|---:|---:|---:|---:|---:|---:|
-| 512 | 9.6 / 15.1 s | 6.1 / 8.3 s | 72 / 62 s | 0.1 / 0.0 s | 1.2 / 0.5 s | 141 / 67 s |
-| 1024 | 114 / 89 s | 125 / 43 s | 452 / 300 s (1.97 GB) | 0.1 / 0.0 s | 2.0 / 1.2 s | 412 s wall (a second run, alone but for one other job) |
-| 4096 | ~350 / 184 s (its `fcp simulate`) | not run | not run | not run | not run | not run |
+| 512 | 12.8 s | 7.4 s | 57.9 s | 0.0 s | 0.3 s | 67.1 s |
+| 1024 | 49.2 s | 27.8 s | 311.5 s (1.97 GB, an earlier run) | 0.1 s | 0.9 s | 388.0 s |
+| 2048 | 77.6 s | 43.0 s | not run | 0.1 s | 2.3 s | not run |
+| 4096 | 101.1 s | 49.4 s | not run | 0.2 s | 5.8 s | not run |
 
-WLB-like is not helped: it plans by simulating ring and ByteScale-like with the exact engine
-(PlannerConfig carries no network engine). Ring's plans grow as N^2 transfers (1.05M forward at
-N = 1024, a 398 MB plan file that takes 1.3 GB to plan), so ring at N = 2048 and 4096 is out of
-reach of the 4 GB budget as ring plans are represented now. `--scale 512,1024,2048,4096
---scale-timeout 3600` would therefore spend its time in ring and WLB-like at N >= 1024 (each
-running into the timeout at 2048 and 4096 and recorded as missing) plus roughly 10-20 minutes of
-FCP; not run end to end.
+WLB-like is not helped by the quantized engine: it plans by simulating ring and ByteScale-like
+with the exact engine (PlannerConfig carries no network engine). Ring's plans grow as N^2
+transfers (1.05M forward at N = 1024, a 398 MB plan file that takes 1.3 GB to plan), so ring, and
+WLB-like with it, are not run beyond N = 1024 (`RING_MAX_WORKERS`; recorded as missing, with the
+reason, under the scale figure): 4.2M transfers at N = 2048 and 16.8M at 4096 are past the 4 GB
+budget as ring plans are represented now.
 """
 
 
@@ -694,8 +703,7 @@ def discussion(facts, mid):
   reaches {", ".join(mfu(FT, n) for n in big)} module MFU (plan layout {", ".join(mfu(FP, n) for n in big)});
   MagiAttention-like {", ".join(mfu("magi", n) for n in big)}, ByteScale-like
   {", ".join(mfu("bytescale", n) for n in big)}, ring {", ".join(mfu("ring", n) for n in big)}.
-  {len(missing)} point(s) missing. N = 2048 and 4096 are not run (the timing section says why and
-  gives the command).
+  {len(missing)} point(s) missing (listed under the scale figure, with why).
 """
     return f"""## How these numbers differ from the paper's, and why
 
