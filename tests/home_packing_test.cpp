@@ -149,7 +149,7 @@ TEST(HomePackingTest, RejectsACapBelowTheEvenShare) {
 // token once, the cap, blocks within the block size, the budget: 5% and
 // twice the reshuffle floor), the
 // largest work never exceeds the dataloader layout's, and the same input
-// gives the same layout.
+// gives the same layout (the second time under the self-check).
 TEST(HomePackingTest, RandomAllShortBatchesKeepEveryRule) {
   std::mt19937_64 rng(17);
   int improved = 0;
@@ -184,7 +184,10 @@ TEST(HomePackingTest, RandomAllShortBatchesKeepEveryRule) {
     const double after = *std::max_element(p->compute.begin(), p->compute.end());
     EXPECT_LE(after, before);
     improved += after < before;
-    const std::optional<HomePacking> again = PackAtHome(lengths, mask, workers, cap, 256, node);
+    // Again, with the self-check (its recount of the compute loads, the cap and
+    // the block size must agree): the same layout.
+    const std::optional<HomePacking> again =
+        PackAtHome(lengths, mask, workers, cap, 256, node, /*self_check=*/true);
     ASSERT_TRUE(again);
     EXPECT_EQ(again->blocks, p->blocks);
   }

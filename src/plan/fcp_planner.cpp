@@ -441,9 +441,9 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
         home->search->Home(config.node_workers, judge.pairs_per_traffic_token * weight);
     // Sequences that each fit in a block: whole, at home, balanced by
     // exchanges of sequences (home_packing.h), where its step cost is lower.
-    if (std::optional<detail::HomePacking> packed =
-            detail::PackAtHome(lengths, config.mask, config.workers, plan.token_cap,
-                               home_common->base.block_size, config.node_workers)) {
+    if (std::optional<detail::HomePacking> packed = detail::PackAtHome(
+            lengths, config.mask, config.workers, plan.token_cap, home_common->base.block_size,
+            config.node_workers, config.self_check)) {
       detail::Assignment a;
       for (const Block& b : packed->blocks) a.owner.push_back(b.worker);
       a.compute = std::move(packed->compute);

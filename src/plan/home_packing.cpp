@@ -48,7 +48,7 @@ struct Exchange {
 
 std::optional<HomePacking> PackAtHome(const std::vector<int64_t>& lengths, const Mask& mask,
                                       int32_t workers, int64_t token_cap, int64_t block_size,
-                                      int32_t node_workers) {
+                                      int32_t node_workers, bool self_check) {
   const int32_t n = workers;
   const int32_t node = std::max<int32_t>(node_workers, 1);
   const int32_t sequences = static_cast<int32_t>(lengths.size());
@@ -299,6 +299,22 @@ std::optional<HomePacking> PackAtHome(const std::vector<int64_t>& lengths, const
   out.send.assign(n, 0);
   CountTransfers(BuildUsers(out.pairs, static_cast<int32_t>(out.blocks.size())), block_tokens,
                  block_owner, out.traffic, out.send, nullptr);
+  if (self_check) {
+    // The exchanges kept `load` incrementally; recount it from the pairs.
+    std::vector<int64_t> recount(n, 0), held(n, 0);
+    for (const RequiredPair& p : out.pairs) recount[block_owner[p.q_block]] += p.token_pairs;
+    for (size_t b = 0; b < out.blocks.size(); ++b) {
+      FCP_CHECK(block_tokens[b] <= block_size,
+                "home packing: block " + std::to_string(b) + " holds more than block_size tokens");
+      held[block_owner[b]] += block_tokens[b];
+    }
+    for (int32_t w = 0; w < n; ++w) {
+      FCP_CHECK(recount[w] == load[w], "home packing: worker " + std::to_string(w) +
+                                           "'s compute differs from a recount of its pairs");
+      FCP_CHECK(held[w] <= token_cap,
+                "home packing: worker " + std::to_string(w) + " holds more than the token cap");
+    }
+  }
   return out;
 }
 

@@ -66,8 +66,11 @@ struct HomePacking {
 // workers sharing fast links (< 1 counts as 1). Requires workers >= 1,
 // block_size >= 1 and token_cap >= ceil(T / workers) (the planner validates
 // them first); throws kInvalidArgument naming home packing otherwise.
+// self_check (PlannerConfig::self_check): the result's compute loads are
+// recounted from its pairs and its blocks checked against block_size and the
+// cap; a difference throws kInternal.
 std::optional<HomePacking> PackAtHome(const std::vector<int64_t>& lengths, const Mask& mask,
                                       int32_t workers, int64_t token_cap, int64_t block_size,
-                                      int32_t node_workers);
+                                      int32_t node_workers, bool self_check = false);
 
 }  // namespace fcp::detail
