@@ -297,7 +297,7 @@ def figure_scale(runner, md, rows, workers, extra, timeout_s, network):
             if line in ("ring", "wlb") and n > RING_MAX_WORKERS:
                 missing.append((line, n, f"not run: ring's plan holds N^2 = {n * n:,} K/V transfers a pass "
                                 f"(WLB-like plans by simulating ring), past the 4 GB budget beyond N = "
-                                f"{RING_MAX_WORKERS}", "-"))
+                                f"{RING_MAX_WORKERS}", None))
                 continue
             cmd, got, why = runner.compare(base + args, timeout_s=timeout_s)
             shown.append(cmd)
@@ -327,7 +327,7 @@ def figure_scale(runner, md, rows, workers, extra, timeout_s, network):
     body = [[n] + [cell(p, n) for p in LINES] for n in ns]
     sim = [[n] + [("-" if points.get((p, n)) is None else f"{points[(p, n)]['sim_s']:.1f}") for p in LINES]
            for n in ns]
-    miss_text = "\n".join(f"* {line} at N = {n}: {why}" + (f" (`{cmd}`)" if cmd != "-" else "")
+    miss_text = "\n".join(f"* {line} at N = {n}: {why}" + (f" (`{cmd}`)" if cmd else "")
                          for line, n, why, cmd in missing)
     md.append(f"""## Scale: module MFU and bMFU from N = {ns[0]} to N = {ns[-1]} (gpu-x)
 
