@@ -52,6 +52,17 @@ void SwapRemove(int32_t id, std::vector<int32_t>& active, std::vector<int32_t>& 
   }
 }
 
+// The epoch of the next recomputation (items marked with it are done in
+// it); on wrap-around `clear_marks` resets every mark, and 0 is never used.
+template <class ClearMarks>
+uint32_t NextEpoch(uint32_t& epoch, ClearMarks clear_marks) {
+  if (++epoch == 0) {
+    clear_marks();
+    epoch = 1;
+  }
+  return epoch;
+}
+
 // An id for a new item: the last freed one if any (so per-item arrays stay
 // as large as the most items active at once, cache-resident, not as every
 // item ever started), else `next_id` once `append()` has grown the arrays.
@@ -464,11 +475,9 @@ void BundledNetwork::Recompute() {
   SortInitialShares(for_each_port);
   // A bundle is frozen in this recomputation when its epoch is this one's
   // (no pass to clear flags); epoch 0 is never used.
-  if (++epoch_ == 0) {
+  const uint32_t epoch = NextEpoch(epoch_, [&] {
     for (Hot& h : hot_) h.epoch = 0;
-    epoch_ = 1;
-  }
-  const uint32_t epoch = epoch_;
+  });
   Hot* const hot = hot_.data();
   double* const remaining_capacity = remaining_capacity_.data();
   int32_t* const unfrozen = unfrozen_.data();
@@ -578,7 +587,7 @@ void QuantizedNetwork::Start(int32_t src, int32_t dst, double bytes, int64_t tag
     for (auto* v : {&out_port_, &in_port_, &active_slot_, &out_slot_, &in_slot_}) v->push_back(0);
     for (auto* v : {&bytes_at_t0_, &t0_, &rate_}) v->push_back(0);
     for (auto* v : {&seq_, &tag_}) v->push_back(0);
-    version_.push_back(0);
+    for (auto* v : {&version_, &frozen_epoch_}) v->push_back(0);
   });
   const int32_t out = OutPort(src, dst), in = InPort(src, dst);
   out_port_[id] = out;
@@ -591,9 +600,9 @@ void QuantizedNetwork::Start(int32_t src, int32_t dst, double bytes, int64_t tag
   active_slot_[id] = static_cast<int32_t>(active_.size());
   active_.push_back(id);
   out_slot_[id] = static_cast<int32_t>(port_flows_[out].size());
-  port_flows_[out].push_back(id);
+  port_flows_[out].push_back({id, in});
   in_slot_[id] = static_cast<int32_t>(port_flows_[in].size());
-  port_flows_[in].push_back(id);
+  port_flows_[in].push_back({id, out});
   // What both ports have left.
   const double rate = std::min(unallocated_[out], unallocated_[in]);
   if (rate > kSliver * std::min(capacity_[out], capacity_[in])) {
@@ -625,11 +634,7 @@ double QuantizedNetwork::RateOf(int64_t tag) {
 double QuantizedNetwork::NextDrainTime() {
   if (active_.empty()) return kInfinity;
   RecomputeIfDue();
-  while (!due_.empty() && due_.front().version != version_[due_.front().id]) {
-    std::pop_heap(due_.begin(), due_.end());
-    due_.pop_back();
-  }
-  const double drain = due_.empty() ? kInfinity : due_.front().time;
+  const double drain = NextDueTime();
   return dirty_ ? std::min(drain, next_recompute_) : drain;
 }
 
@@ -650,12 +655,10 @@ void QuantizedNetwork::AdvanceTo(double time, std::vector<int64_t>& drained) {
 
 void QuantizedNetwork::DrainUntil(double time, double horizon) {
   now_ = std::max(now_, time);
-  while (!due_.empty() && due_.front().time <= horizon) {
+  while (NextDueTime() <= horizon) {
     std::pop_heap(due_.begin(), due_.end());
-    const Due due = due_.back();
+    const int32_t id = due_.back().id;
     due_.pop_back();
-    if (due.version != version_[due.id]) continue;
-    const int32_t id = due.id;
     drained_scratch_.emplace_back(seq_[id], tag_[id]);
     const int32_t out = out_port_[id], in = in_port_[id];
     for (const int32_t port : {out, in})
@@ -667,16 +670,31 @@ void QuantizedNetwork::DrainUntil(double time, double horizon) {
   }
 }
 
+double QuantizedNetwork::NextDueTime() {
+  for (;;) {
+    while (!due_.empty() && due_.front().version != version_[due_.front().id]) {
+      std::pop_heap(due_.begin(), due_.end());
+      due_.pop_back();
+    }
+    // far_min_ bounds the far entries' times from below (some may be stale),
+    // so no far entry precedes the heap's front unless this holds.
+    if (far_.empty() || (!due_.empty() && far_min_ > due_.front().time))
+      return due_.empty() ? kInfinity : due_.front().time;
+    due_.insert(due_.end(), far_.begin(), far_.end());
+    std::make_heap(due_.begin(), due_.end());
+    far_.clear();
+    far_min_ = kInfinity;
+  }
+}
+
 void QuantizedNetwork::Refill(int32_t port) {
   double spare = unallocated_[port];
   const double sliver = kSliver * capacity_[port];
   if (spare <= sliver) return;
   candidates_.clear();
-  for (const int32_t id : port_flows_[port]) {
-    const int32_t other = out_port_[id] == port ? in_port_[id] : out_port_[id];
+  for (const auto [id, other] : port_flows_[port])
     if (unallocated_[other] > kSliver * capacity_[other])
       candidates_.emplace_back(unallocated_[other], id);
-  }
   std::sort(candidates_.begin(), candidates_.end());
   for (size_t k = 0; k < candidates_.size() && spare > sliver; ++k) {
     const int32_t id = candidates_[k].second;
@@ -693,7 +711,7 @@ void QuantizedNetwork::Refill(int32_t port) {
 
 void QuantizedNetwork::Remove(int32_t id) {
   SwapRemove(id, active_, active_slot_, port_flows_, out_port_, in_port_, out_slot_, in_slot_,
-             [](int32_t e) { return e; });
+             [](const FlowEntry& e) { return e.id; });
   ++version_[id];  // its heap entries are stale
   free_ids_.push_back(id);
 }
@@ -705,25 +723,56 @@ void QuantizedNetwork::RecomputeIfDue() {
 void QuantizedNetwork::Recompute() {
   dirty_ = false;
   next_recompute_ = now_ + quantum_s_;
-  const size_t flows = active_.size();
-  flow_out_.resize(flows);
-  flow_in_.resize(flows);
-  flow_rate_.resize(flows);
-  for (size_t k = 0; k < flows; ++k) {
-    const int32_t id = active_[k];
+  for (const int32_t id : active_) {
     bytes_at_t0_[id] -= rate_[id] * (now_ - t0_[id]);
     t0_[id] = now_;
-    flow_out_[k] = out_port_[id];
-    flow_in_[k] = in_port_[id];
   }
-  MaxMinRates(flows, flow_out_.data(), flow_in_.data(), flow_rate_.data());
+  // The progressive filling over the port lists kept current since the last
+  // recomputation. Its rates do not depend on the order of a port's flows: a
+  // port's flows all get its share, and each subtracts that same share from
+  // its other port, so the same numbers come out as from MaxMinRates (which
+  // the exact engine uses) without its counting sort of the flows.
+  const size_t ports = capacity_.size();
+  remaining_capacity_.assign(capacity_.begin(), capacity_.end());
+  unfrozen_.resize(ports);
+  for (size_t p = 0; p < ports; ++p) unfrozen_[p] = static_cast<int32_t>(port_flows_[p].size());
+  SortInitialShares([ports](auto visit) {
+    for (size_t p = 0; p < ports; ++p) visit(static_cast<int32_t>(p));
+  });
+  // A flow is frozen in this recomputation when its epoch is this one's (no
+  // pass to clear flags); epoch 0 is never used.
+  const uint32_t epoch =
+      NextEpoch(epoch_, [&] { std::fill(frozen_epoch_.begin(), frozen_epoch_.end(), 0); });
+  uint32_t* const frozen_epoch = frozen_epoch_.data();
+  double* const rates = rate_.data();
+  double* const remaining_capacity = remaining_capacity_.data();
+  int32_t* const unfrozen = unfrozen_.data();
+  Fill([&](int32_t port, double share, double rate) {
+    for (const auto [id, other] : port_flows_[port]) {
+      if (frozen_epoch[id] == epoch) continue;
+      frozen_epoch[id] = epoch;
+      rates[id] = rate;
+      remaining_capacity[other] = std::max(0.0, remaining_capacity[other] - share);
+      --unfrozen[other];
+    }
+    remaining_capacity[port] = 0;  // saturated (up to rounding)
+  });
   unallocated_.assign(remaining_capacity_.begin(), remaining_capacity_.end());
   due_.clear();
-  for (size_t k = 0; k < flows; ++k) {
-    const int32_t id = active_[k];
-    rate_[id] = flow_rate_[k];
-    due_.push_back(
-        {now_ + std::max(0.0, bytes_at_t0_[id]) / rate_[id], seq_[id], id, ++version_[id]});
+  far_.clear();
+  far_min_ = kInfinity;
+  // Only the drains before the next recomputation or two are ordered now;
+  // the next recomputation re-times the rest (NextDueTime merges them first
+  // if none comes).
+  const double near = now_ + 2 * quantum_s_;
+  for (const int32_t id : active_) {
+    const Due due{now_ + std::max(0.0, bytes_at_t0_[id]) / rate_[id], seq_[id], id, ++version_[id]};
+    if (due.time <= near) {
+      due_.push_back(due);
+    } else {
+      far_.push_back(due);
+      far_min_ = std::min(far_min_, due.time);
+    }
   }
   std::make_heap(due_.begin(), due_.end());
 }

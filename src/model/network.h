@@ -204,11 +204,14 @@ class BundledNetwork final : public FlowNetwork {
 //    further away, waits for the next recomputation).
 // Drains are reported at their exact times under the rates in force. So the
 // recomputations number at most min(events, T / quantum) for a pass of
-// length T, each O(F + P + R log R) as the exact engine's, and a start or
-// drain between them is O(k log k + log F) for k flows on its ports (a
-// min-heap of drain times with versioned entries, rebuilt at each
-// recomputation). The error against the exact engine shrinks with the
-// quantum; docs/simulator.md has it measured.
+// length T, each O(F + P + R log R) as the exact engine's (the same
+// filling, bit for bit, run over per-port flow lists kept current instead of
+// a counting sort of the flows), and a start or drain between them is
+// O(k log k + log F) for k flows on its ports (a min-heap of drain times with
+// versioned entries; a recomputation heaps only the drains due within two
+// quanta and leaves the rest unordered until one of them could be next). The
+// error against the exact engine shrinks with the quantum; docs/simulator.md
+// has it measured.
 class QuantizedNetwork final : public FlowNetwork {
  public:
   QuantizedNetwork(const HardwareProfile& profile, int32_t workers, double quantum_s);
@@ -233,6 +236,9 @@ class QuantizedNetwork final : public FlowNetwork {
     bool operator<(const Due& o) const { return time != o.time ? time > o.time : seq > o.seq; }
   };
   void RecomputeIfDue();
+  // Time of the next current drain-heap entry (infinity if none), stale
+  // entries dropped and far_ merged where needed; due_.front() is that entry.
+  double NextDueTime();
   void Recompute();
   // Drains every flow due by `horizon` (appended as (seq, tag)), the clock at `time`.
   void DrainUntil(double time, double horizon);
@@ -251,17 +257,24 @@ class QuantizedNetwork final : public FlowNetwork {
   std::vector<int32_t> out_port_, in_port_, active_slot_, out_slot_, in_slot_;
   std::vector<double> bytes_at_t0_, t0_, rate_;
   std::vector<int64_t> seq_, tag_;
-  std::vector<uint32_t> version_;
-  std::vector<std::vector<int32_t>> port_flows_;        // active flow ids per port
+  std::vector<uint32_t> version_, frozen_epoch_;
+  // Per port its active flows, each with its other port.
+  struct FlowEntry {
+    int32_t id, other;
+  };
+  std::vector<std::vector<FlowEntry>> port_flows_;
+  uint32_t epoch_ = 0;                                  // of the recomputation (frozen_epoch_)
   std::vector<std::pair<double, int32_t>> candidates_;  // Refill scratch: (headroom, id)
   std::vector<int32_t> free_ids_;
   std::vector<int32_t> active_;      // active flow ids
   std::vector<double> unallocated_;  // per port: capacity minus the rates in force
-  std::vector<Due> due_;             // flows with a rate > 0
+  // Drain-heap entries of flows with a rate > 0: due_ a heap of those due
+  // soon, far_ the rest unordered (at least far_min_), merged into due_ only
+  // when one of them could be next. The entries are totally ordered (time,
+  // start order), so the drains come in the same order as from one heap.
+  std::vector<Due> due_, far_;
+  double far_min_ = std::numeric_limits<double>::infinity();
   std::vector<std::pair<int64_t, int64_t>> drained_scratch_;  // (seq, tag)
-  // Scratch for Recompute: the active flows' ports and rates, compact.
-  std::vector<int32_t> flow_out_, flow_in_;
-  std::vector<double> flow_rate_;
 };
 
 }  // namespace fcp::sim
