@@ -583,56 +583,57 @@ QuantizedNetwork::QuantizedNetwork(const HardwareProfile& profile, int32_t worke
       unallocated_(capacity_) {}
 
 void QuantizedNetwork::Start(int32_t src, int32_t dst, double bytes, int64_t tag) {
-  const int32_t id = ReuseOrAppendId(free_ids_, out_port_.size(), [&] {
-    for (auto* v : {&out_port_, &in_port_, &active_slot_, &out_slot_, &in_slot_}) v->push_back(0);
-    for (auto* v : {&bytes_at_t0_, &t0_, &rate_}) v->push_back(0);
-    for (auto* v : {&seq_, &tag_}) v->push_back(0);
-    for (auto* v : {&version_, &frozen_epoch_}) v->push_back(0);
+  const int32_t id = ReuseOrAppendId(free_ids_, version_.size(), [&] {
+    slot_of_.push_back(0);
+    version_.push_back(0);
   });
   const int32_t out = OutPort(src, dst), in = InPort(src, dst);
-  out_port_[id] = out;
-  in_port_[id] = in;
-  bytes_at_t0_[id] = bytes;
-  t0_[id] = now_;
-  rate_[id] = 0;
-  seq_[id] = next_seq_++;
-  tag_[id] = tag;
-  active_slot_[id] = static_cast<int32_t>(active_.size());
-  active_.push_back(id);
-  out_slot_[id] = static_cast<int32_t>(port_flows_[out].size());
-  port_flows_[out].push_back({id, in});
-  in_slot_[id] = static_cast<int32_t>(port_flows_[in].size());
-  port_flows_[in].push_back({id, out});
+  const auto slot = static_cast<int32_t>(id_.size());
+  slot_of_[id] = slot;
+  id_.push_back(id);
+  out_port_.push_back(out);
+  in_port_.push_back(in);
+  out_pos_.push_back(static_cast<int32_t>(port_flows_[out].size()));
+  in_pos_.push_back(static_cast<int32_t>(port_flows_[in].size()));
+  bytes_at_t0_.push_back(bytes);
+  t0_.push_back(now_);
+  rate_.push_back(0);
+  seq_.push_back(next_seq_++);
+  tag_.push_back(tag);
+  frozen_epoch_.push_back(0);
+  port_flows_[out].push_back({slot, in});
+  port_flows_[in].push_back({slot, out});
   // What both ports have left.
   const double rate = std::min(unallocated_[out], unallocated_[in]);
   if (rate > kSliver * std::min(capacity_[out], capacity_[in])) {
     unallocated_[out] = std::max(0.0, unallocated_[out] - rate);
     unallocated_[in] = std::max(0.0, unallocated_[in] - rate);
-    SetRate(id, rate);
+    SetRate(slot, rate);
   } else if (bytes <= 0) {
-    SetRate(id, 0);
+    SetRate(slot, 0);
   }
   dirty_ = true;
 }
 
-void QuantizedNetwork::SetRate(int32_t id, double rate) {
-  bytes_at_t0_[id] -= rate_[id] * (now_ - t0_[id]);
-  t0_[id] = now_;
-  rate_[id] = rate;
-  const double bytes = std::max(0.0, bytes_at_t0_[id]);
-  due_.push_back({now_ + (bytes > 0 ? bytes / rate : 0), seq_[id], id, ++version_[id]});
+void QuantizedNetwork::SetRate(int32_t slot, double rate) {
+  bytes_at_t0_[slot] -= rate_[slot] * (now_ - t0_[slot]);
+  t0_[slot] = now_;
+  rate_[slot] = rate;
+  const double bytes = std::max(0.0, bytes_at_t0_[slot]);
+  const int32_t id = id_[slot];
+  due_.push_back({now_ + (bytes > 0 ? bytes / rate : 0), seq_[slot], id, ++version_[id]});
   std::push_heap(due_.begin(), due_.end());
 }
 
 double QuantizedNetwork::RateOf(int64_t tag) {
   RecomputeIfDue();
-  for (const int32_t id : active_)
-    if (tag_[id] == tag) return rate_[id];
+  for (size_t slot = 0; slot < tag_.size(); ++slot)
+    if (tag_[slot] == tag) return rate_[slot];
   return -1;
 }
 
 double QuantizedNetwork::NextDrainTime() {
-  if (active_.empty()) return kInfinity;
+  if (id_.empty()) return kInfinity;
   RecomputeIfDue();
   const double drain = NextDueTime();
   return dirty_ ? std::min(drain, next_recompute_) : drain;
@@ -644,9 +645,9 @@ void QuantizedNetwork::AdvanceTo(double time, std::vector<int64_t>& drained) {
   // A recomputation due before `time` happens at its time (the drivers that
   // stop at NextDrainTime never skip one; this keeps the model the same for
   // those that do).
-  while (dirty_ && !active_.empty() && next_recompute_ < time) {
+  while (dirty_ && !id_.empty() && next_recompute_ < time) {
     DrainUntil(next_recompute_, next_recompute_ + kDrainSlack_s);
-    if (!active_.empty()) Recompute();
+    if (!id_.empty()) Recompute();
   }
   DrainUntil(time, time + kDrainSlack_s);
   std::sort(drained_scratch_.begin(), drained_scratch_.end());
@@ -657,13 +658,13 @@ void QuantizedNetwork::DrainUntil(double time, double horizon) {
   now_ = std::max(now_, time);
   while (NextDueTime() <= horizon) {
     std::pop_heap(due_.begin(), due_.end());
-    const int32_t id = due_.back().id;
+    const int32_t slot = slot_of_[due_.back().id];
     due_.pop_back();
-    drained_scratch_.emplace_back(seq_[id], tag_[id]);
-    const int32_t out = out_port_[id], in = in_port_[id];
+    drained_scratch_.emplace_back(seq_[slot], tag_[slot]);
+    const int32_t out = out_port_[slot], in = in_port_[slot];
     for (const int32_t port : {out, in})
-      unallocated_[port] = std::min(capacity_[port], unallocated_[port] + rate_[id]);
-    Remove(id);
+      unallocated_[port] = std::min(capacity_[port], unallocated_[port] + rate_[slot]);
+    Remove(slot);
     Refill(out);
     Refill(in);
     dirty_ = true;
@@ -691,29 +692,60 @@ void QuantizedNetwork::Refill(int32_t port) {
   double spare = unallocated_[port];
   const double sliver = kSliver * capacity_[port];
   if (spare <= sliver) return;
+  // Ordered by (headroom, id): ties go by id, as flows are numbered.
   candidates_.clear();
-  for (const auto [id, other] : port_flows_[port])
+  for (const auto [slot, other] : port_flows_[port])
     if (unallocated_[other] > kSliver * capacity_[other])
-      candidates_.emplace_back(unallocated_[other], id);
+      candidates_.emplace_back(unallocated_[other], id_[slot]);
   std::sort(candidates_.begin(), candidates_.end());
   for (size_t k = 0; k < candidates_.size() && spare > sliver; ++k) {
-    const int32_t id = candidates_[k].second;
-    const int32_t other = out_port_[id] == port ? in_port_[id] : out_port_[id];
+    const int32_t slot = slot_of_[candidates_[k].second];
+    const int32_t other = out_port_[slot] == port ? in_port_[slot] : out_port_[slot];
     const double extra =
         std::min(unallocated_[other], spare / static_cast<double>(candidates_.size() - k));
     if (extra <= kSliver * capacity_[other]) continue;
     unallocated_[other] = std::max(0.0, unallocated_[other] - extra);
     spare -= extra;
-    SetRate(id, rate_[id] + extra);
+    SetRate(slot, rate_[slot] + extra);
   }
   unallocated_[port] = std::max(0.0, spare);
 }
 
-void QuantizedNetwork::Remove(int32_t id) {
-  SwapRemove(id, active_, active_slot_, port_flows_, out_port_, in_port_, out_slot_, in_slot_,
-             [](const FlowEntry& e) { return e.id; });
+void QuantizedNetwork::Remove(int32_t slot) {
+  const int32_t id = id_[slot];
   ++version_[id];  // its heap entries are stale
   free_ids_.push_back(id);
+  // Out of its two port lists: the last entry of each takes its place.
+  for (const auto& [port, pos] :
+       {std::pair{out_port_[slot], out_pos_[slot]}, std::pair{in_port_[slot], in_pos_[slot]}}) {
+    std::vector<FlowEntry>& list = port_flows_[port];
+    const int32_t moved = list.back().slot;
+    list[pos] = list.back();
+    list.pop_back();
+    (out_port_[moved] == port ? out_pos_ : in_pos_)[moved] = pos;
+  }
+  // The last slot takes its place.
+  const auto last = static_cast<int32_t>(id_.size()) - 1;
+  if (slot != last) {
+    id_[slot] = id_[last];
+    out_port_[slot] = out_port_[last];
+    in_port_[slot] = in_port_[last];
+    out_pos_[slot] = out_pos_[last];
+    in_pos_[slot] = in_pos_[last];
+    bytes_at_t0_[slot] = bytes_at_t0_[last];
+    t0_[slot] = t0_[last];
+    rate_[slot] = rate_[last];
+    seq_[slot] = seq_[last];
+    tag_[slot] = tag_[last];
+    frozen_epoch_[slot] = frozen_epoch_[last];
+    slot_of_[id_[slot]] = slot;
+    port_flows_[out_port_[slot]][out_pos_[slot]].slot = slot;
+    port_flows_[in_port_[slot]][in_pos_[slot]].slot = slot;
+  }
+  for (auto* v : {&id_, &out_port_, &in_port_, &out_pos_, &in_pos_}) v->pop_back();
+  for (auto* v : {&bytes_at_t0_, &t0_, &rate_}) v->pop_back();
+  for (auto* v : {&seq_, &tag_}) v->pop_back();
+  frozen_epoch_.pop_back();
 }
 
 void QuantizedNetwork::RecomputeIfDue() {
@@ -723,9 +755,10 @@ void QuantizedNetwork::RecomputeIfDue() {
 void QuantizedNetwork::Recompute() {
   dirty_ = false;
   next_recompute_ = now_ + quantum_s_;
-  for (const int32_t id : active_) {
-    bytes_at_t0_[id] -= rate_[id] * (now_ - t0_[id]);
-    t0_[id] = now_;
+  const size_t flows = id_.size();
+  for (size_t slot = 0; slot < flows; ++slot) {
+    bytes_at_t0_[slot] -= rate_[slot] * (now_ - t0_[slot]);
+    t0_[slot] = now_;
   }
   // The progressive filling over the port lists kept current since the last
   // recomputation. Its rates do not depend on the order of a port's flows: a
@@ -748,10 +781,10 @@ void QuantizedNetwork::Recompute() {
   double* const remaining_capacity = remaining_capacity_.data();
   int32_t* const unfrozen = unfrozen_.data();
   Fill([&](int32_t port, double share, double rate) {
-    for (const auto [id, other] : port_flows_[port]) {
-      if (frozen_epoch[id] == epoch) continue;
-      frozen_epoch[id] = epoch;
-      rates[id] = rate;
+    for (const auto [slot, other] : port_flows_[port]) {
+      if (frozen_epoch[slot] == epoch) continue;
+      frozen_epoch[slot] = epoch;
+      rates[slot] = rate;
       remaining_capacity[other] = std::max(0.0, remaining_capacity[other] - share);
       --unfrozen[other];
     }
@@ -765,8 +798,11 @@ void QuantizedNetwork::Recompute() {
   // the next recomputation re-times the rest (NextDueTime merges them first
   // if none comes).
   const double near = now_ + 2 * quantum_s_;
-  for (const int32_t id : active_) {
-    const Due due{now_ + std::max(0.0, bytes_at_t0_[id]) / rate_[id], seq_[id], id, ++version_[id]};
+  // The heap is rebuilt, so the flows' versions stay as they are.
+  for (size_t slot = 0; slot < flows; ++slot) {
+    const int32_t id = id_[slot];
+    const Due due{now_ + std::max(0.0, bytes_at_t0_[slot]) / rate_[slot], seq_[slot], id,
+                  version_[id]};
     if (due.time <= near) {
       due_.push_back(due);
     } else {

@@ -221,7 +221,7 @@ class QuantizedNetwork final : public FlowNetwork {
   // waits for it (an AdvanceTo there drains nothing and recomputes).
   double NextDrainTime() override;
   void AdvanceTo(double time, std::vector<int64_t>& drained) override;
-  int64_t active_flows() const override { return static_cast<int64_t>(active_.size()); }
+  int64_t active_flows() const override { return static_cast<int64_t>(id_.size()); }
   double RateOf(int64_t tag) override;
 
  private:
@@ -242,31 +242,37 @@ class QuantizedNetwork final : public FlowNetwork {
   void Recompute();
   // Drains every flow due by `horizon` (appended as (seq, tag)), the clock at `time`.
   void DrainUntil(double time, double horizon);
-  void Remove(int32_t id);
+  void Remove(int32_t slot);
   // Hands `port`'s unallocated capacity to its flows, up to what their other
   // port has left, in equal parts (water-filling over the flows ordered by
   // that headroom).
   void Refill(int32_t port);
-  void SetRate(int32_t id, double rate);  // from now, a new drain-heap entry
+  void SetRate(int32_t slot, double rate);  // from now, a new drain-heap entry
 
   double quantum_s_;
   bool dirty_ = false;
   double next_recompute_ = 0;  // earliest time of the next recomputation
   int64_t next_seq_ = 0;
-  // Per flow id (ids of drained flows are reused).
-  std::vector<int32_t> out_port_, in_port_, active_slot_, out_slot_, in_slot_;
+  // Active flows sit in slots 0..F-1 (a drained flow's slot takes the last
+  // one), so a recomputation reads their state in order. A flow's id, its
+  // drain-heap entries' handle and the refill's tie-break, stays while it is
+  // active; ids of drained flows are reused.
+  std::vector<int32_t> slot_of_;   // per id
+  std::vector<uint32_t> version_;  // per id: its current drain-heap entry's
+  std::vector<int32_t> free_ids_;
+  // Per slot: its id, ports, positions in the two port lists, bytes left at
+  // t0 and rate since t0, start order, tag, and the recomputation that froze it.
+  std::vector<int32_t> id_, out_port_, in_port_, out_pos_, in_pos_;
   std::vector<double> bytes_at_t0_, t0_, rate_;
   std::vector<int64_t> seq_, tag_;
-  std::vector<uint32_t> version_, frozen_epoch_;
+  std::vector<uint32_t> frozen_epoch_;
+  uint32_t epoch_ = 0;
   // Per port its active flows, each with its other port.
   struct FlowEntry {
-    int32_t id, other;
+    int32_t slot, other;
   };
   std::vector<std::vector<FlowEntry>> port_flows_;
-  uint32_t epoch_ = 0;                                  // of the recomputation (frozen_epoch_)
   std::vector<std::pair<double, int32_t>> candidates_;  // Refill scratch: (headroom, id)
-  std::vector<int32_t> free_ids_;
-  std::vector<int32_t> active_;      // active flow ids
   std::vector<double> unallocated_;  // per port: capacity minus the rates in force
   // Drain-heap entries of flows with a rate > 0: due_ a heap of those due
   // soon, far_ the rest unordered (at least far_min_), merged into due_ only
