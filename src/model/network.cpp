@@ -52,6 +52,17 @@ void SwapRemove(int32_t id, std::vector<int32_t>& active, std::vector<int32_t>& 
   }
 }
 
+// Row `from` of a structure of arrays copied to row `to`, and every array
+// resized to `rows`.
+template <class... Arrays>
+void CopyRow(size_t from, size_t to, Arrays&... arrays) {
+  ((arrays[to] = arrays[from]), ...);
+}
+template <class... Arrays>
+void ResizeAll(size_t rows, Arrays&... arrays) {
+  (arrays.resize(rows), ...);
+}
+
 // The epoch of the next recomputation (items marked with it are done in
 // it); on wrap-around `clear_marks` resets every mark, and 0 is never used.
 template <class ClearMarks>
@@ -274,19 +285,13 @@ void Network::AdvanceTo(double time, std::vector<int64_t>& drained) {
       drained.push_back(tag_[k]);
       continue;
     }
-    out_port_[kept] = out_port_[k];
-    in_port_[kept] = in_port_[k];
-    remaining_bytes_[kept] = remaining_bytes_[k];
-    tolerance_bytes_[kept] = tolerance_bytes_[k];
-    rate_[kept] = rate_[k];
-    drain_time_[kept] = drain_time_[k];
-    tag_[kept] = tag_[k];
+    CopyRow(k, kept, out_port_, in_port_, remaining_bytes_, tolerance_bytes_, rate_, drain_time_,
+            tag_);
     ++kept;
   }
   if (kept != tag_.size()) {
-    for (auto* v : {&out_port_, &in_port_}) v->resize(kept);
-    for (auto* v : {&remaining_bytes_, &tolerance_bytes_, &rate_, &drain_time_}) v->resize(kept);
-    tag_.resize(kept);
+    ResizeAll(kept, out_port_, in_port_, remaining_bytes_, tolerance_bytes_, rate_, drain_time_,
+              tag_);
     dirty_ = true;
   }
 }
@@ -727,25 +732,14 @@ void QuantizedNetwork::Remove(int32_t slot) {
   // The last slot takes its place.
   const auto last = static_cast<int32_t>(id_.size()) - 1;
   if (slot != last) {
-    id_[slot] = id_[last];
-    out_port_[slot] = out_port_[last];
-    in_port_[slot] = in_port_[last];
-    out_pos_[slot] = out_pos_[last];
-    in_pos_[slot] = in_pos_[last];
-    bytes_at_t0_[slot] = bytes_at_t0_[last];
-    t0_[slot] = t0_[last];
-    rate_[slot] = rate_[last];
-    seq_[slot] = seq_[last];
-    tag_[slot] = tag_[last];
-    frozen_epoch_[slot] = frozen_epoch_[last];
+    CopyRow(last, slot, id_, out_port_, in_port_, out_pos_, in_pos_, bytes_at_t0_, t0_, rate_, seq_,
+            tag_, frozen_epoch_);
     slot_of_[id_[slot]] = slot;
     port_flows_[out_port_[slot]][out_pos_[slot]].slot = slot;
     port_flows_[in_port_[slot]][in_pos_[slot]].slot = slot;
   }
-  for (auto* v : {&id_, &out_port_, &in_port_, &out_pos_, &in_pos_}) v->pop_back();
-  for (auto* v : {&bytes_at_t0_, &t0_, &rate_}) v->pop_back();
-  for (auto* v : {&seq_, &tag_}) v->pop_back();
-  frozen_epoch_.pop_back();
+  ResizeAll(last, id_, out_port_, in_port_, out_pos_, in_pos_, bytes_at_t0_, t0_, rate_, seq_, tag_,
+            frozen_epoch_);
 }
 
 void QuantizedNetwork::RecomputeIfDue() {
