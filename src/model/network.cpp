@@ -606,6 +606,7 @@ void QuantizedNetwork::Start(int32_t src, int32_t dst, double bytes, int64_t tag
   seq_.push_back(next_seq_++);
   tag_.push_back(tag);
   frozen_epoch_.push_back(0);
+  entry_made_.push_back(1);
   port_flows_[out].push_back({slot, in});
   port_flows_[in].push_back({slot, out});
   // What both ports have left.
@@ -618,6 +619,12 @@ void QuantizedNetwork::Start(int32_t src, int32_t dst, double bytes, int64_t tag
     SetRate(slot, 0);
   }
   dirty_ = true;
+}
+
+QuantizedNetwork::Due QuantizedNetwork::DueOf(int32_t slot) const {
+  const int32_t id = id_[slot];
+  return {t0_[slot] + std::max(0.0, bytes_at_t0_[slot]) / rate_[slot], seq_[slot], id,
+          version_[id]};
 }
 
 void QuantizedNetwork::SetRate(int32_t slot, double rate) {
@@ -682,14 +689,17 @@ double QuantizedNetwork::NextDueTime() {
       std::pop_heap(due_.begin(), due_.end());
       due_.pop_back();
     }
-    // far_min_ bounds the far entries' times from below (some may be stale),
-    // so no far entry precedes the heap's front unless this holds.
-    if (far_.empty() || (!due_.empty() && far_min_ > due_.front().time))
-      return due_.empty() ? kInfinity : due_.front().time;
-    due_.insert(due_.end(), far_.begin(), far_.end());
+    // No far flow drains before far_from_, so none precedes the heap's front
+    // unless this holds.
+    const double front = due_.empty() ? kInfinity : due_.front().time;
+    if (far_from_ == kInfinity || far_from_ > front) return front;
+    for (size_t slot = 0; slot < id_.size(); ++slot)
+      if (!entry_made_[slot]) {
+        due_.push_back(DueOf(slot));
+        entry_made_[slot] = 1;
+      }
     std::make_heap(due_.begin(), due_.end());
-    far_.clear();
-    far_min_ = kInfinity;
+    far_from_ = kInfinity;
   }
 }
 
@@ -733,13 +743,13 @@ void QuantizedNetwork::Remove(int32_t slot) {
   const auto last = static_cast<int32_t>(id_.size()) - 1;
   if (slot != last) {
     CopyRow(last, slot, id_, out_port_, in_port_, out_pos_, in_pos_, bytes_at_t0_, t0_, rate_, seq_,
-            tag_, frozen_epoch_);
+            tag_, frozen_epoch_, entry_made_);
     slot_of_[id_[slot]] = slot;
     port_flows_[out_port_[slot]][out_pos_[slot]].slot = slot;
     port_flows_[in_port_[slot]][in_pos_[slot]].slot = slot;
   }
   ResizeAll(last, id_, out_port_, in_port_, out_pos_, in_pos_, bytes_at_t0_, t0_, rate_, seq_, tag_,
-            frozen_epoch_);
+            frozen_epoch_, entry_made_);
 }
 
 void QuantizedNetwork::RecomputeIfDue() {
@@ -785,25 +795,24 @@ void QuantizedNetwork::Recompute() {
     remaining_capacity[port] = 0;  // saturated (up to rounding)
   });
   unallocated_.assign(remaining_capacity_.begin(), remaining_capacity_.end());
+  // Only the drains before the next recomputation or two get an entry now;
+  // the next recomputation re-times the rest (NextDueTime makes their
+  // entries first if none comes). A flow is far when bytes > rate x 2 quanta
+  // by a margin that rounding cannot cross: then its drain time is at least
+  // `near`, and the division is left undone. The heap is rebuilt, so the
+  // flows' versions stay as they are.
   due_.clear();
-  far_.clear();
-  far_min_ = kInfinity;
-  // Only the drains before the next recomputation or two are ordered now;
-  // the next recomputation re-times the rest (NextDueTime merges them first
-  // if none comes).
   const double near = now_ + 2 * quantum_s_;
-  // The heap is rebuilt, so the flows' versions stay as they are.
+  const double far_margin = 2 * quantum_s_ * (1 + 1e-9);
+  bool any_far = false;
   for (size_t slot = 0; slot < flows; ++slot) {
-    const int32_t id = id_[slot];
-    const Due due{now_ + std::max(0.0, bytes_at_t0_[slot]) / rate_[slot], seq_[slot], id,
-                  version_[id]};
-    if (due.time <= near) {
-      due_.push_back(due);
-    } else {
-      far_.push_back(due);
-      far_min_ = std::min(far_min_, due.time);
-    }
+    const double bytes = bytes_at_t0_[slot], rate = rate_[slot];
+    const bool far = bytes > rate * far_margin;
+    entry_made_[slot] = !far;
+    any_far |= far;
+    if (!far) due_.push_back(DueOf(slot));
   }
+  far_from_ = any_far ? near : kInfinity;
   std::make_heap(due_.begin(), due_.end());
 }
 

@@ -248,6 +248,7 @@ class QuantizedNetwork final : public FlowNetwork {
   // that headroom).
   void Refill(int32_t port);
   void SetRate(int32_t slot, double rate);  // from now, a new drain-heap entry
+  Due DueOf(int32_t slot) const;            // its drain-heap entry under the rate since t0
 
   double quantum_s_;
   bool dirty_ = false;
@@ -266,6 +267,7 @@ class QuantizedNetwork final : public FlowNetwork {
   std::vector<double> bytes_at_t0_, t0_, rate_;
   std::vector<int64_t> seq_, tag_;
   std::vector<uint32_t> frozen_epoch_;
+  std::vector<char> entry_made_;
   uint32_t epoch_ = 0;
   // Per port its active flows, each with its other port.
   struct FlowEntry {
@@ -274,12 +276,13 @@ class QuantizedNetwork final : public FlowNetwork {
   std::vector<std::vector<FlowEntry>> port_flows_;
   std::vector<std::pair<double, int32_t>> candidates_;  // Refill scratch: (headroom, id)
   std::vector<double> unallocated_;  // per port: capacity minus the rates in force
-  // Drain-heap entries of flows with a rate > 0: due_ a heap of those due
-  // soon, far_ the rest unordered (at least far_min_), merged into due_ only
-  // when one of them could be next. The entries are totally ordered (time,
-  // start order), so the drains come in the same order as from one heap.
-  std::vector<Due> due_, far_;
-  double far_min_ = std::numeric_limits<double>::infinity();
+  // The drain heap: an entry per flow with a rate > 0, except the flows a
+  // recomputation found far from draining (entry_made_ 0), whose entries are
+  // made only once one of them could be next (none drains before far_from_).
+  // Entries are totally ordered (time, start order), so the drains come in
+  // the same order as if every entry were in the heap.
+  std::vector<Due> due_;
+  double far_from_ = std::numeric_limits<double>::infinity();
   std::vector<std::pair<int64_t, int64_t>> drained_scratch_;  // (seq, tag)
 };
 
