@@ -327,7 +327,7 @@ BundledNetwork::BundledNetwork(const HardwareProfile& profile, int32_t workers)
     : FlowNetwork(profile, workers),
       port_bundles_(capacity_.size()),
       port_flows_(capacity_.size(), 0),
-      port_active_bits_((capacity_.size() + 63) / 64, 0) {
+      ports_with_flows_(capacity_.size()) {
   remaining_capacity_.assign(capacity_.size(), 0);
   unfrozen_.assign(capacity_.size(), 0);
 }
@@ -357,11 +357,7 @@ uint64_t BundledNetwork::PairKey(int32_t out_port, int32_t in_port) {
 
 void BundledNetwork::AddPortFlows(int32_t port, int32_t delta) {
   port_flows_[port] += delta;
-  const uint64_t bit = uint64_t{1} << (port % 64);
-  if (port_flows_[port] > 0)
-    port_active_bits_[port / 64] |= bit;
-  else
-    port_active_bits_[port / 64] &= ~bit;
+  ports_with_flows_.Assign(port, port_flows_[port] > 0);
 }
 
 void BundledNetwork::Activate(int32_t b) {
@@ -466,13 +462,7 @@ void BundledNetwork::AdvanceTo(double time, std::vector<int64_t>& drained) {
 
 void BundledNetwork::Recompute() {
   dirty_ = false;
-  const uint64_t* const bits = port_active_bits_.data();
-  const size_t words = port_active_bits_.size();
-  const auto for_each_port = [bits, words](auto visit) {
-    for (size_t w = 0; w < words; ++w)
-      for (uint64_t word = bits[w]; word != 0; word &= word - 1)
-        visit(static_cast<int32_t>(w * 64 + std::countr_zero(word)));
-  };
+  const auto for_each_port = [this](auto visit) { ports_with_flows_.ForEach(visit); };
   for_each_port([&](int32_t p) {
     remaining_capacity_[p] = capacity_[p];
     unfrozen_[p] = port_flows_[p];
@@ -585,7 +575,11 @@ QuantizedNetwork::QuantizedNetwork(const HardwareProfile& profile, int32_t worke
     : FlowNetwork(profile, workers),
       quantum_s_(quantum_s),
       port_flows_(capacity_.size()),
-      unallocated_(capacity_) {}
+      ports_with_flows_(capacity_.size()),
+      unallocated_(capacity_) {
+  remaining_capacity_.assign(capacity_.size(), 0);
+  unfrozen_.assign(capacity_.size(), 0);
+}
 
 void QuantizedNetwork::Start(int32_t src, int32_t dst, double bytes, int64_t tag) {
   const int32_t id = ReuseOrAppendId(free_ids_, version_.size(), [&] {
@@ -609,6 +603,8 @@ void QuantizedNetwork::Start(int32_t src, int32_t dst, double bytes, int64_t tag
   entry_made_.push_back(1);
   port_flows_[out].push_back({slot, in});
   port_flows_[in].push_back({slot, out});
+  ports_with_flows_.Assign(out, true);
+  ports_with_flows_.Assign(in, true);
   // What both ports have left.
   const double rate = std::min(unallocated_[out], unallocated_[in]);
   if (rate > kSliver * std::min(capacity_[out], capacity_[in])) {
@@ -738,6 +734,10 @@ void QuantizedNetwork::Remove(int32_t slot) {
     list[pos] = list.back();
     list.pop_back();
     (out_port_[moved] == port ? out_pos_ : in_pos_)[moved] = pos;
+    if (list.empty()) {
+      ports_with_flows_.Assign(port, false);
+      emptied_ports_.push_back(port);
+    }
   }
   // The last slot takes its place.
   const auto last = static_cast<int32_t>(id_.size()) - 1;
@@ -769,13 +769,14 @@ void QuantizedNetwork::Recompute() {
   // port's flows all get its share, and each subtracts that same share from
   // its other port, so the same numbers come out as from MaxMinRates (which
   // the exact engine uses) without its counting sort of the flows.
-  const size_t ports = capacity_.size();
-  remaining_capacity_.assign(capacity_.begin(), capacity_.end());
-  unfrozen_.resize(ports);
-  for (size_t p = 0; p < ports; ++p) unfrozen_[p] = static_cast<int32_t>(port_flows_[p].size());
-  SortInitialShares([ports](auto visit) {
-    for (size_t p = 0; p < ports; ++p) visit(static_cast<int32_t>(p));
+  // Only ports with flows take part (those without are skipped by the
+  // filling anyway).
+  const auto for_each_port = [this](auto visit) { ports_with_flows_.ForEach(visit); };
+  for_each_port([&](int32_t p) {
+    remaining_capacity_[p] = capacity_[p];
+    unfrozen_[p] = static_cast<int32_t>(port_flows_[p].size());
   });
+  SortInitialShares(for_each_port);
   // A flow is frozen in this recomputation when its epoch is this one's (no
   // pass to clear flags); epoch 0 is never used.
   const uint32_t epoch =
@@ -794,7 +795,12 @@ void QuantizedNetwork::Recompute() {
     }
     remaining_capacity[port] = 0;  // saturated (up to rounding)
   });
-  unallocated_.assign(remaining_capacity_.begin(), remaining_capacity_.end());
+  // What the filling left where flows are; a port without flows has its
+  // capacity (it has held it since it lost its last flow).
+  for_each_port([&](int32_t p) { unallocated_[p] = remaining_capacity_[p]; });
+  for (const int32_t p : emptied_ports_)
+    if (port_flows_[p].empty()) unallocated_[p] = capacity_[p];
+  emptied_ports_.clear();
   // Only the drains before the next recomputation or two get an entry now;
   // the next recomputation re-times the rest (NextDueTime makes their
   // entries first if none comes). A flow is far when bytes > rate x 2 quanta

@@ -27,6 +27,7 @@
 // start order.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -38,6 +39,25 @@
 #include "fcp/simulator.h"
 
 namespace fcp::sim {
+
+// A set of ports (a bitmap, P / 64 words), visited in rising order.
+class PortSet {
+ public:
+  explicit PortSet(size_t ports) : words_((ports + 63) / 64, 0) {}
+  void Assign(int32_t port, bool member) {
+    const uint64_t bit = uint64_t{1} << (port % 64);
+    words_[port / 64] = member ? words_[port / 64] | bit : words_[port / 64] & ~bit;
+  }
+  template <class Visit>
+  void ForEach(Visit visit) const {
+    for (size_t w = 0; w < words_.size(); ++w)
+      for (uint64_t word = words_[w]; word != 0; word &= word - 1)
+        visit(static_cast<int32_t>(w * 64 + std::countr_zero(word)));
+  }
+
+ private:
+  std::vector<uint64_t> words_;
+};
 
 // The interface the pass simulator drives; port capacities and numbering
 // (4 ports per worker: NVLink out, NVLink in, NIC out, NIC in) are shared.
@@ -186,7 +206,7 @@ class BundledNetwork final : public FlowNetwork {
   std::vector<int32_t> active_;                       // active bundles
   std::vector<std::vector<PortEntry>> port_bundles_;  // active bundles per port
   std::vector<int32_t> port_flows_;                   // active flows per port
-  std::vector<uint64_t> port_active_bits_;            // ports with flows
+  PortSet ports_with_flows_;
   std::vector<int32_t> drain_heap_;
   std::vector<std::pair<int64_t, int64_t>> drained_scratch_;  // (seq, tag)
 };
@@ -274,6 +294,11 @@ class QuantizedNetwork final : public FlowNetwork {
     int32_t slot, other;
   };
   std::vector<std::vector<FlowEntry>> port_flows_;
+  // Ports with flows, and ports that lost their last flow since the last
+  // recomputation (the only ports without flows whose unallocated capacity
+  // may differ from their capacity).
+  PortSet ports_with_flows_;
+  std::vector<int32_t> emptied_ports_;
   std::vector<std::pair<double, int32_t>> candidates_;  // Refill scratch: (headroom, id)
   std::vector<double> unallocated_;  // per port: capacity minus the rates in force
   // The drain heap: an entry per flow with a rate > 0, except the flows a
