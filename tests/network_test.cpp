@@ -401,6 +401,30 @@ TEST(QuantizedNetworkTest, RatesWaitForTheNextRecomputationByHand) {
   EXPECT_EQ(net->active_flows(), 0);
 }
 
+TEST(QuantizedNetworkTest, APortThatLostItsFlowsOffersItsCapacityAfterARecomputation) {
+  // 3 B/s links, one GPU per node, quantum 4 s. A: 0->1 (12 bytes) and B:
+  // 2->3 (30) at t = 0, recomputed at 0: both 3 B/s (no shared port), A
+  // drains at 4, B at 10. At 4, A drains (1's in-port has no flow left) and
+  // the recomputation (B alone, 3) is due. E: 4->1 (6 bytes) starts at 4 with
+  // what its ports have left: all of 1's in-port, 3 B/s, so it drains at 6,
+  // before the next recomputation at 8.
+  const std::unique_ptr<sim::FlowNetwork> net =
+      sim::MakeNetwork(NetworkModel::kQuantized, Links(3, 3, 1), 5, 4);
+  std::vector<int64_t> drained;
+  net->Start(0, 1, 12, 0);  // A
+  net->Start(2, 3, 30, 1);  // B
+  EXPECT_EQ(net->NextDrainTime(), 4);
+  net->AdvanceTo(4, drained);
+  EXPECT_EQ(drained, std::vector<int64_t>{0});
+  EXPECT_EQ(net->NextDrainTime(), 10);  // recomputed at 4
+  net->Start(4, 1, 6, 2);               // E
+  EXPECT_EQ(net->RateOf(2), 3);
+  EXPECT_EQ(net->NextDrainTime(), 6);
+  drained.clear();
+  net->AdvanceTo(6, drained);
+  EXPECT_EQ(drained, std::vector<int64_t>{2});
+}
+
 TEST(QuantizedNetworkTest, NoPortOverCapacityAndDrainsNearTheExactEngine) {
   // Random flows, the same (start time, ports, bytes) list for both engines,
   // each driven on its own: every flow drains once; after every event no
