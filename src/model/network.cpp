@@ -631,6 +631,7 @@ void QuantizedNetwork::SetRate(int32_t slot, double rate) {
   const int32_t id = id_[slot];
   due_.push_back({now_ + (bytes > 0 ? bytes / rate : 0), seq_[slot], id, ++version_[id]});
   std::push_heap(due_.begin(), due_.end());
+  entry_made_[slot] = 1;  // a far flow refilled: its entry is this one
 }
 
 double QuantizedNetwork::RateOf(int64_t tag) {
