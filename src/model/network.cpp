@@ -192,40 +192,27 @@ void FlowNetwork::Fill(Freeze freeze) {
   }
 }
 
-void FlowNetwork::MaxMinRates(size_t flows, const int32_t* out_port, const int32_t* in_port,
-                              double* rates) {
-  const size_t ports = capacity_.size();
-  remaining_capacity_.assign(capacity_.begin(), capacity_.end());
-  unfrozen_.assign(ports, 0);
-  port_begin_.assign(ports + 1, 0);
-  for (size_t k = 0; k < flows; ++k) {
-    ++port_begin_[out_port[k] + 1];
-    ++port_begin_[in_port[k] + 1];
-  }
-  for (size_t p = 0; p < ports; ++p) port_begin_[p + 1] += port_begin_[p];
-  port_slots_.resize(port_begin_[ports]);
-  for (size_t k = 0; k < flows; ++k) {
-    port_slots_[port_begin_[out_port[k]] + unfrozen_[out_port[k]]++] = static_cast<int32_t>(k);
-    port_slots_[port_begin_[in_port[k]] + unfrozen_[in_port[k]]++] = static_cast<int32_t>(k);
-  }
-  frozen_.assign(flows, 0);
-  SortInitialShares([ports](auto visit) {
-    for (size_t p = 0; p < ports; ++p) visit(static_cast<int32_t>(p));
+void FlowNetwork::FillPortLists(const PortFlows& lists, const PortSet& ports,
+                                std::vector<uint32_t>& frozen_epoch, uint32_t& epoch,
+                                double* rates) {
+  const auto for_each_port = [&ports](auto visit) { ports.ForEach(visit); };
+  for_each_port([&](int32_t p) {
+    remaining_capacity_[p] = capacity_[p];
+    unfrozen_[p] = static_cast<int32_t>(lists[p].size());
   });
-  // Raw pointers for the filling loop: its stores (a char among them, which
-  // may alias anything) would otherwise reload every vector's data pointer.
-  char* const frozen = frozen_.data();
+  SortInitialShares(for_each_port);
+  // A flow is frozen in this filling when its epoch is this one's (no pass
+  // to clear flags); epoch 0 is never used.
+  const uint32_t current =
+      NextEpoch(epoch, [&] { std::fill(frozen_epoch.begin(), frozen_epoch.end(), 0); });
+  uint32_t* const frozen = frozen_epoch.data();
   double* const remaining_capacity = remaining_capacity_.data();
   int32_t* const unfrozen = unfrozen_.data();
-  const int32_t* const port_begin = port_begin_.data();
-  const int32_t* const port_slots = port_slots_.data();
   Fill([&](int32_t port, double share, double rate) {
-    for (int32_t i = port_begin[port]; i < port_begin[port + 1]; ++i) {
-      const int32_t k = port_slots[i];
-      if (frozen[k]) continue;
-      frozen[k] = 1;
-      rates[k] = rate;
-      const int32_t other = out_port[k] == port ? in_port[k] : out_port[k];
+    for (const auto [slot, other] : lists[port]) {
+      if (frozen[slot] == current) continue;
+      frozen[slot] = current;
+      rates[slot] = rate;
       remaining_capacity[other] = std::max(0.0, remaining_capacity[other] - share);
       --unfrozen[other];
     }
@@ -233,14 +220,68 @@ void FlowNetwork::MaxMinRates(size_t flows, const int32_t* out_port, const int32
   });
 }
 
+void FlowNetwork::LinkToPorts(int32_t slot, int32_t out, int32_t in, PortFlows& lists,
+                              std::vector<int32_t>& out_pos, std::vector<int32_t>& in_pos,
+                              PortSet& ports) {
+  out_pos[slot] = static_cast<int32_t>(lists[out].size());
+  in_pos[slot] = static_cast<int32_t>(lists[in].size());
+  lists[out].push_back({slot, in});
+  lists[in].push_back({slot, out});
+  ports.Assign(out, true);
+  ports.Assign(in, true);
+}
+
+template <class OnEmptied>
+void FlowNetwork::UnlinkFromPorts(int32_t slot, const std::vector<int32_t>& out_port,
+                                  const std::vector<int32_t>& in_port, PortFlows& lists,
+                                  std::vector<int32_t>& out_pos, std::vector<int32_t>& in_pos,
+                                  PortSet& ports, OnEmptied on_emptied) {
+  // The last entry of each list takes its place; a flow's out- and in-port
+  // differ in kind, so the moved entry's flow has `port` as its out-port
+  // exactly when `port` is an out-port.
+  for (const auto& [port, pos] :
+       {std::pair{out_port[slot], out_pos[slot]}, std::pair{in_port[slot], in_pos[slot]}}) {
+    std::vector<FlowEntry>& list = lists[port];
+    const int32_t moved = list.back().slot;
+    list[pos] = list.back();
+    list.pop_back();
+    (out_port[moved] == port ? out_pos : in_pos)[moved] = pos;
+    if (list.empty()) {
+      ports.Assign(port, false);
+      on_emptied(port);
+    }
+  }
+}
+
+void FlowNetwork::Relink(int32_t slot, const std::vector<int32_t>& out_port,
+                         const std::vector<int32_t>& in_port, const std::vector<int32_t>& out_pos,
+                         const std::vector<int32_t>& in_pos, PortFlows& lists) {
+  lists[out_port[slot]][out_pos[slot]].slot = slot;
+  lists[in_port[slot]][in_pos[slot]].slot = slot;
+}
+
+Network::Network(const HardwareProfile& profile, int32_t workers)
+    : FlowNetwork(profile, workers),
+      port_flows_(capacity_.size()),
+      ports_with_flows_(capacity_.size()) {
+  remaining_capacity_.assign(capacity_.size(), 0);
+  unfrozen_.assign(capacity_.size(), 0);
+}
+
 void Network::Start(int32_t src, int32_t dst, double bytes, int64_t tag) {
-  out_port_.push_back(OutPort(src, dst));
-  in_port_.push_back(InPort(src, dst));
+  const auto slot = static_cast<int32_t>(tag_.size());
+  const int32_t out = OutPort(src, dst), in = InPort(src, dst);
+  out_port_.push_back(out);
+  in_port_.push_back(in);
+  out_pos_.push_back(0);
+  in_pos_.push_back(0);
   remaining_bytes_.push_back(bytes);
   tolerance_bytes_.push_back(1e-12 * bytes);
   rate_.push_back(0);
   drain_time_.push_back(kInfinity);
   tag_.push_back(tag);
+  frozen_epoch_.push_back(0);
+  LinkToPorts(slot, out, in, port_flows_, out_pos_, in_pos_, ports_with_flows_);
   dirty_ = true;
 }
 
@@ -276,22 +317,25 @@ void Network::AdvanceTo(double time, std::vector<int64_t>& drained) {
     remaining[k] -= rate[k] * dt;
     return remaining[k] <= tolerance[k] || drain_time[k] <= horizon;
   };
-  size_t first = 0;
-  while (first < flows && !drains(first)) ++first;
-  size_t kept = first;
-  if (first < flows) drained.push_back(tag_[first]);
-  for (size_t k = first + 1; k < flows; ++k) {
+  size_t kept = 0;
+  for (size_t k = 0; k < flows; ++k) {
+    const auto slot = static_cast<int32_t>(k);
     if (drains(k)) {
       drained.push_back(tag_[k]);
+      UnlinkFromPorts(slot, out_port_, in_port_, port_flows_, out_pos_, in_pos_, ports_with_flows_,
+                      [](int32_t) {});
       continue;
     }
-    CopyRow(k, kept, out_port_, in_port_, remaining_bytes_, tolerance_bytes_, rate_, drain_time_,
-            tag_);
+    if (kept != k) {
+      CopyRow(k, kept, out_port_, in_port_, out_pos_, in_pos_, remaining_bytes_, tolerance_bytes_,
+              rate_, drain_time_, tag_, frozen_epoch_);
+      Relink(static_cast<int32_t>(kept), out_port_, in_port_, out_pos_, in_pos_, port_flows_);
+    }
     ++kept;
   }
   if (kept != tag_.size()) {
-    ResizeAll(kept, out_port_, in_port_, remaining_bytes_, tolerance_bytes_, rate_, drain_time_,
-              tag_);
+    ResizeAll(kept, out_port_, in_port_, out_pos_, in_pos_, remaining_bytes_, tolerance_bytes_,
+              rate_, drain_time_, tag_, frozen_epoch_);
     dirty_ = true;
   }
 }
@@ -307,7 +351,7 @@ void Network::Recompute() {
   if (dt != 0)
     for (size_t k = 0; k < flows; ++k) remaining_bytes_[k] -= rate_[k] * dt;
 
-  MaxMinRates(flows, out_port_.data(), in_port_.data(), rate_.data());
+  FillPortLists(port_flows_, ports_with_flows_, frozen_epoch_, epoch_, rate_.data());
   // Locals: a store through drain_time_ could otherwise alias next_drain_ and now_.
   double next_drain = kInfinity;
   const double now = now_;
@@ -592,8 +636,8 @@ void QuantizedNetwork::Start(int32_t src, int32_t dst, double bytes, int64_t tag
   id_.push_back(id);
   out_port_.push_back(out);
   in_port_.push_back(in);
-  out_pos_.push_back(static_cast<int32_t>(port_flows_[out].size()));
-  in_pos_.push_back(static_cast<int32_t>(port_flows_[in].size()));
+  out_pos_.push_back(0);
+  in_pos_.push_back(0);
   bytes_at_t0_.push_back(bytes);
   t0_.push_back(now_);
   rate_.push_back(0);
@@ -601,10 +645,7 @@ void QuantizedNetwork::Start(int32_t src, int32_t dst, double bytes, int64_t tag
   tag_.push_back(tag);
   frozen_epoch_.push_back(0);
   entry_made_.push_back(1);
-  port_flows_[out].push_back({slot, in});
-  port_flows_[in].push_back({slot, out});
-  ports_with_flows_.Assign(out, true);
-  ports_with_flows_.Assign(in, true);
+  LinkToPorts(slot, out, in, port_flows_, out_pos_, in_pos_, ports_with_flows_);
   // What both ports have left.
   const double rate = std::min(unallocated_[out], unallocated_[in]);
   if (rate > kSliver * std::min(capacity_[out], capacity_[in])) {
@@ -727,27 +768,15 @@ void QuantizedNetwork::Remove(int32_t slot) {
   const int32_t id = id_[slot];
   ++version_[id];  // its heap entries are stale
   free_ids_.push_back(id);
-  // Out of its two port lists: the last entry of each takes its place.
-  for (const auto& [port, pos] :
-       {std::pair{out_port_[slot], out_pos_[slot]}, std::pair{in_port_[slot], in_pos_[slot]}}) {
-    std::vector<FlowEntry>& list = port_flows_[port];
-    const int32_t moved = list.back().slot;
-    list[pos] = list.back();
-    list.pop_back();
-    (out_port_[moved] == port ? out_pos_ : in_pos_)[moved] = pos;
-    if (list.empty()) {
-      ports_with_flows_.Assign(port, false);
-      emptied_ports_.push_back(port);
-    }
-  }
+  UnlinkFromPorts(slot, out_port_, in_port_, port_flows_, out_pos_, in_pos_, ports_with_flows_,
+                  [&](int32_t port) { emptied_ports_.push_back(port); });
   // The last slot takes its place.
   const auto last = static_cast<int32_t>(id_.size()) - 1;
   if (slot != last) {
     CopyRow(last, slot, id_, out_port_, in_port_, out_pos_, in_pos_, bytes_at_t0_, t0_, rate_, seq_,
             tag_, frozen_epoch_, entry_made_);
     slot_of_[id_[slot]] = slot;
-    port_flows_[out_port_[slot]][out_pos_[slot]].slot = slot;
-    port_flows_[in_port_[slot]][in_pos_[slot]].slot = slot;
+    Relink(slot, out_port_, in_port_, out_pos_, in_pos_, port_flows_);
   }
   ResizeAll(last, id_, out_port_, in_port_, out_pos_, in_pos_, bytes_at_t0_, t0_, rate_, seq_, tag_,
             frozen_epoch_, entry_made_);
@@ -765,40 +794,12 @@ void QuantizedNetwork::Recompute() {
     bytes_at_t0_[slot] -= rate_[slot] * (now_ - t0_[slot]);
     t0_[slot] = now_;
   }
-  // The progressive filling over the port lists kept current since the last
-  // recomputation. Its rates do not depend on the order of a port's flows: a
-  // port's flows all get its share, and each subtracts that same share from
-  // its other port, so the same numbers come out as from MaxMinRates (which
-  // the exact engine uses) without its counting sort of the flows.
-  // Only ports with flows take part (those without are skipped by the
-  // filling anyway).
-  const auto for_each_port = [this](auto visit) { ports_with_flows_.ForEach(visit); };
-  for_each_port([&](int32_t p) {
-    remaining_capacity_[p] = capacity_[p];
-    unfrozen_[p] = static_cast<int32_t>(port_flows_[p].size());
-  });
-  SortInitialShares(for_each_port);
-  // A flow is frozen in this recomputation when its epoch is this one's (no
-  // pass to clear flags); epoch 0 is never used.
-  const uint32_t epoch =
-      NextEpoch(epoch_, [&] { std::fill(frozen_epoch_.begin(), frozen_epoch_.end(), 0); });
-  uint32_t* const frozen_epoch = frozen_epoch_.data();
-  double* const rates = rate_.data();
-  double* const remaining_capacity = remaining_capacity_.data();
-  int32_t* const unfrozen = unfrozen_.data();
-  Fill([&](int32_t port, double share, double rate) {
-    for (const auto [slot, other] : port_flows_[port]) {
-      if (frozen_epoch[slot] == epoch) continue;
-      frozen_epoch[slot] = epoch;
-      rates[slot] = rate;
-      remaining_capacity[other] = std::max(0.0, remaining_capacity[other] - share);
-      --unfrozen[other];
-    }
-    remaining_capacity[port] = 0;  // saturated (up to rounding)
-  });
+  // The filling over the port lists kept current since the last
+  // recomputation, over the ports with flows only.
+  FillPortLists(port_flows_, ports_with_flows_, frozen_epoch_, epoch_, rate_.data());
   // What the filling left where flows are; a port without flows has its
   // capacity (it has held it since it lost its last flow).
-  for_each_port([&](int32_t p) { unallocated_[p] = remaining_capacity_[p]; });
+  ports_with_flows_.ForEach([&](int32_t p) { unallocated_[p] = remaining_capacity_[p]; });
   for (const int32_t p : emptied_ports_)
     if (port_flows_[p].empty()) unallocated_[p] = capacity_[p];
   emptied_ports_.clear();

@@ -6,10 +6,12 @@
 //
 // Two engines compute the same allocation (SimConfig::network):
 //  * Network (exact, the default): every active flow in compact arrays
-//    (structure of arrays); a recomputation, O(F + P + R log R) for F active
-//    flows, P ports and R ports pushed back in the lazy queue, brings every
-//    flow's byte count and drain time up to date. Its floating-point results
-//    are the reference the simulator comparison cases are saved with.
+//    (structure of arrays) and on its two ports' lists, kept current as flows
+//    start and drain; a recomputation, O(F + P_a + R log R) for F active
+//    flows, P_a ports with flows and R ports pushed back in the lazy queue,
+//    brings every flow's byte count and drain time up to date. Its
+//    floating-point results are the reference the simulator comparison cases
+//    are saved with.
 //  * BundledNetwork (fast): flows on one (out-port, in-port) pair always get
 //    the same max-min rate, so they form one bundle of multiplicity k, counted
 //    k times on both ports; its members' remaining bytes are offsets against
@@ -100,15 +102,36 @@ class FlowNetwork {
   // ports' remaining capacity and unfrozen count).
   template <class Freeze>
   void Fill(Freeze freeze);
-  // Max-min fair rates of `flows` flows, flow k from out_port[k] to
-  // in_port[k], into rates[k] (port lists built by a counting sort, the
-  // initial shares of every port sorted, then Fill). Leaves
-  // remaining_capacity_ at what each port has left unallocated (0 at a
-  // bottleneck).
-  void MaxMinRates(size_t flows, const int32_t* out_port, const int32_t* in_port, double* rates);
-  // Scratch of MaxMinRates.
-  std::vector<int32_t> port_begin_, port_slots_;
-  std::vector<char> frozen_;
+  // A flow on a port's list: its slot and its other port. Every active flow
+  // is on the lists of both its ports.
+  struct FlowEntry {
+    int32_t slot, other;
+  };
+  using PortFlows = std::vector<std::vector<FlowEntry>>;
+  // Max-min fair rates of the flows on `lists` (those of the ports in
+  // `ports`, the ports with flows) into rates[slot]: the initial shares of
+  // those ports sorted, then Fill. The result does not depend on the order of
+  // a list: a port's flows all get its share, and each subtracts that same
+  // share from its other port. Leaves remaining_capacity_ of those ports at
+  // what each has left unallocated (0 at a bottleneck). frozen_epoch (one
+  // per slot) and epoch are the caller's scratch, never cleared between calls.
+  void FillPortLists(const PortFlows& lists, const PortSet& ports,
+                     std::vector<uint32_t>& frozen_epoch, uint32_t& epoch, double* rates);
+  // Keeping the port lists current: a new flow in `slot` (its positions in
+  // the two lists into out_pos / in_pos); a flow taken out (each list's last
+  // entry takes its place; on_emptied(port) for a port left without flows);
+  // a flow moved to `slot` (its two entries pointed there).
+  static void LinkToPorts(int32_t slot, int32_t out, int32_t in, PortFlows& lists,
+                          std::vector<int32_t>& out_pos, std::vector<int32_t>& in_pos,
+                          PortSet& ports);
+  template <class OnEmptied>
+  static void UnlinkFromPorts(int32_t slot, const std::vector<int32_t>& out_port,
+                              const std::vector<int32_t>& in_port, PortFlows& lists,
+                              std::vector<int32_t>& out_pos, std::vector<int32_t>& in_pos,
+                              PortSet& ports, OnEmptied on_emptied);
+  static void Relink(int32_t slot, const std::vector<int32_t>& out_port,
+                     const std::vector<int32_t>& in_port, const std::vector<int32_t>& out_pos,
+                     const std::vector<int32_t>& in_pos, PortFlows& lists);
 };
 
 // `quantum_s` (> 0) is the quantized engine's recomputation quantum; the
@@ -118,7 +141,7 @@ std::unique_ptr<FlowNetwork> MakeNetwork(NetworkModel model, const HardwareProfi
 
 class Network final : public FlowNetwork {
  public:
-  Network(const HardwareProfile& profile, int32_t workers) : FlowNetwork(profile, workers) {}
+  Network(const HardwareProfile& profile, int32_t workers);
 
   void Start(int32_t src, int32_t dst, double bytes, int64_t tag) override;
   double NextDrainTime() override;
@@ -131,10 +154,15 @@ class Network final : public FlowNetwork {
 
   bool dirty_ = false;
   double next_drain_ = std::numeric_limits<double>::infinity();
-  // Active flows, one slot each (kept in start order).
-  std::vector<int32_t> out_port_, in_port_;
+  // Active flows, one slot each (kept in start order), with their positions
+  // in their ports' lists and the filling that froze them.
+  std::vector<int32_t> out_port_, in_port_, out_pos_, in_pos_;
   std::vector<double> remaining_bytes_, tolerance_bytes_, rate_, drain_time_;
   std::vector<int64_t> tag_;
+  std::vector<uint32_t> frozen_epoch_;
+  uint32_t epoch_ = 0;
+  PortFlows port_flows_;
+  PortSet ports_with_flows_;
   double updated_ = 0;  // time at which remaining_bytes_ was last brought up to date
 };
 
@@ -289,11 +317,7 @@ class QuantizedNetwork final : public FlowNetwork {
   std::vector<uint32_t> frozen_epoch_;
   std::vector<char> entry_made_;
   uint32_t epoch_ = 0;
-  // Per port its active flows, each with its other port.
-  struct FlowEntry {
-    int32_t slot, other;
-  };
-  std::vector<std::vector<FlowEntry>> port_flows_;
+  PortFlows port_flows_;  // per port its active flows
   // Ports with flows, and ports that lost their last flow since the last
   // recomputation (the only ports without flows whose unallocated capacity
   // may differ from their capacity).
