@@ -252,9 +252,8 @@ class BundledNetwork final : public FlowNetwork {
 //    further away, waits for the next recomputation).
 // Drains are reported at their exact times under the rates in force. So the
 // recomputations number at most min(events, T / quantum) for a pass of
-// length T, each O(F + P + R log R) as the exact engine's (the same
-// filling, bit for bit, run over per-port flow lists kept current instead of
-// a counting sort of the flows), and a start or drain between them is
+// length T, each O(F + P_a + R log R) as the exact engine's (the same
+// filling, FlowNetwork::FillPortLists), and a start or drain between them is
 // O(k log k + log F) for k flows on its ports (a min-heap of drain times with
 // versioned entries; a recomputation heaps only the drains due within two
 // quanta and leaves the rest unordered until one of them could be next). The
@@ -285,7 +284,8 @@ class QuantizedNetwork final : public FlowNetwork {
   };
   void RecomputeIfDue();
   // Time of the next current drain-heap entry (infinity if none), stale
-  // entries dropped and far_ merged where needed; due_.front() is that entry.
+  // entries dropped and the far flows' entries made where one of them could
+  // be next; due_.front() is that entry.
   double NextDueTime();
   void Recompute();
   // Drains every flow due by `horizon` (appended as (seq, tag)), the clock at `time`.
