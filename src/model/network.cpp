@@ -28,7 +28,7 @@ double ShareOf(QueueEntry e) { return std::bit_cast<double>(static_cast<uint64_t
 int32_t PortOf(QueueEntry e) { return static_cast<int32_t>(static_cast<uint32_t>(e)); }
 enum Port { kNvlinkOut = 0, kNvlinkIn = 1, kNicOut = 2, kNicIn = 3, kPortsPerWorker = 4 };
 
-// Swap-removes item `id` (a bundle or a flow) from the active list and from
+// Swap-removes item `id` (a bundle of the fast engine) from the active list and from
 // its two port lists, slots kept current in active_slot, out_slot and
 // in_slot. An item's out- and in-port differ, so the item moved within
 // `port`'s list has `port` as exactly one of its two ports, whose slot it
