@@ -99,6 +99,8 @@ FlowNetwork::FlowNetwork(const HardwareProfile& profile, int32_t workers)
     capacity_[w * kPortsPerWorker + kNicOut] = profile.nic_bytes_per_s;
     capacity_[w * kPortsPerWorker + kNicIn] = profile.nic_bytes_per_s;
   }
+  remaining_capacity_.assign(capacity_.size(), 0);
+  unfrozen_.assign(capacity_.size(), 0);
 }
 
 int32_t FlowNetwork::OutPort(int32_t src, int32_t dst) const {
@@ -192,15 +194,19 @@ void FlowNetwork::Fill(Freeze freeze) {
   }
 }
 
+template <class FlowsOn>
+void FlowNetwork::StartFilling(const PortSet& ports, FlowsOn flows_on) {
+  ports.ForEach([&](int32_t p) {
+    remaining_capacity_[p] = capacity_[p];
+    unfrozen_[p] = flows_on(p);
+  });
+  SortInitialShares([&ports](auto visit) { ports.ForEach(visit); });
+}
+
 void FlowNetwork::FillPortLists(const PortFlows& lists, const PortSet& ports,
                                 std::vector<uint32_t>& frozen_epoch, uint32_t& epoch,
                                 double* rates) {
-  const auto for_each_port = [&ports](auto visit) { ports.ForEach(visit); };
-  for_each_port([&](int32_t p) {
-    remaining_capacity_[p] = capacity_[p];
-    unfrozen_[p] = static_cast<int32_t>(lists[p].size());
-  });
-  SortInitialShares(for_each_port);
+  StartFilling(ports, [&](int32_t p) { return static_cast<int32_t>(lists[p].size()); });
   // A flow is frozen in this filling when its epoch is this one's (no pass
   // to clear flags); epoch 0 is never used.
   const uint32_t current =
@@ -263,10 +269,7 @@ void FlowNetwork::Relink(int32_t slot, const std::vector<int32_t>& out_port,
 Network::Network(const HardwareProfile& profile, int32_t workers)
     : FlowNetwork(profile, workers),
       port_flows_(capacity_.size()),
-      ports_with_flows_(capacity_.size()) {
-  remaining_capacity_.assign(capacity_.size(), 0);
-  unfrozen_.assign(capacity_.size(), 0);
-}
+      ports_with_flows_(capacity_.size()) {}
 
 void Network::Start(int32_t src, int32_t dst, double bytes, int64_t tag) {
   const auto slot = static_cast<int32_t>(tag_.size());
@@ -371,10 +374,7 @@ BundledNetwork::BundledNetwork(const HardwareProfile& profile, int32_t workers)
     : FlowNetwork(profile, workers),
       port_bundles_(capacity_.size()),
       port_flows_(capacity_.size(), 0),
-      ports_with_flows_(capacity_.size()) {
-  remaining_capacity_.assign(capacity_.size(), 0);
-  unfrozen_.assign(capacity_.size(), 0);
-}
+      ports_with_flows_(capacity_.size()) {}
 
 int32_t BundledNetwork::BundleOf(int32_t out_port, int32_t in_port) {
   const auto [it, inserted] = bundle_of_pair_.try_emplace(PairKey(out_port, in_port), 0);
@@ -506,12 +506,7 @@ void BundledNetwork::AdvanceTo(double time, std::vector<int64_t>& drained) {
 
 void BundledNetwork::Recompute() {
   dirty_ = false;
-  const auto for_each_port = [this](auto visit) { ports_with_flows_.ForEach(visit); };
-  for_each_port([&](int32_t p) {
-    remaining_capacity_[p] = capacity_[p];
-    unfrozen_[p] = port_flows_[p];
-  });
-  SortInitialShares(for_each_port);
+  StartFilling(ports_with_flows_, [&](int32_t p) { return port_flows_[p]; });
   // A bundle is frozen in this recomputation when its epoch is this one's
   // (no pass to clear flags); epoch 0 is never used.
   const uint32_t epoch = NextEpoch(epoch_, [&] {
@@ -620,10 +615,7 @@ QuantizedNetwork::QuantizedNetwork(const HardwareProfile& profile, int32_t worke
       quantum_s_(quantum_s),
       port_flows_(capacity_.size()),
       ports_with_flows_(capacity_.size()),
-      unallocated_(capacity_) {
-  remaining_capacity_.assign(capacity_.size(), 0);
-  unfrozen_.assign(capacity_.size(), 0);
-}
+      unallocated_(capacity_) {}
 
 void QuantizedNetwork::Start(int32_t src, int32_t dst, double bytes, int64_t tag) {
   const int32_t id = ReuseOrAppendId(free_ids_, version_.size(), [&] {
@@ -660,17 +652,16 @@ void QuantizedNetwork::Start(int32_t src, int32_t dst, double bytes, int64_t tag
 
 QuantizedNetwork::Due QuantizedNetwork::DueOf(int32_t slot) const {
   const int32_t id = id_[slot];
-  return {t0_[slot] + std::max(0.0, bytes_at_t0_[slot]) / rate_[slot], seq_[slot], id,
-          version_[id]};
+  const double bytes = bytes_at_t0_[slot];
+  return {t0_[slot] + (bytes > 0 ? bytes / rate_[slot] : 0), seq_[slot], id, version_[id]};
 }
 
 void QuantizedNetwork::SetRate(int32_t slot, double rate) {
   bytes_at_t0_[slot] -= rate_[slot] * (now_ - t0_[slot]);
   t0_[slot] = now_;
   rate_[slot] = rate;
-  const double bytes = std::max(0.0, bytes_at_t0_[slot]);
-  const int32_t id = id_[slot];
-  due_.push_back({now_ + (bytes > 0 ? bytes / rate : 0), seq_[slot], id, ++version_[id]});
+  ++version_[id_[slot]];
+  due_.push_back(DueOf(slot));
   std::push_heap(due_.begin(), due_.end());
   entry_made_[slot] = 1;  // a far flow refilled: its entry is this one
 }

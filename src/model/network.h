@@ -102,6 +102,10 @@ class FlowNetwork {
   // ports' remaining capacity and unfrozen count).
   template <class Freeze>
   void Fill(Freeze freeze);
+  // Readies a filling over `ports`: each at its capacity with flows_on(p)
+  // unfrozen flows, their initial shares sorted.
+  template <class FlowsOn>
+  void StartFilling(const PortSet& ports, FlowsOn flows_on);
   // A flow on a port's list: its slot and its other port. Every active flow
   // is on the lists of both its ports.
   struct FlowEntry {
@@ -296,7 +300,8 @@ class QuantizedNetwork final : public FlowNetwork {
   // that headroom).
   void Refill(int32_t port);
   void SetRate(int32_t slot, double rate);  // from now, a new drain-heap entry
-  Due DueOf(int32_t slot) const;            // its drain-heap entry under the rate since t0
+  // Its drain-heap entry under the rate since t0 (at t0 if no bytes are left).
+  Due DueOf(int32_t slot) const;
 
   double quantum_s_;
   bool dirty_ = false;
