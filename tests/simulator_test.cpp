@@ -599,9 +599,13 @@ TEST(SimulatorTest, NoPassIsFasterThanItsLowerBound) {
 // engine's max-min rates up to rounding: step times and every worker's
 // exposed communication within 1e-9 relative on every planner, reshuffle
 // and transfer mode tried. The quantized engine approximates them at its
-// default quantum: step times within 1% on these plans of 512-token blocks
-// (measured: at most 0.77%, ring N = 32; the comparison set's 108 cases are
-// within 0.5%, docs/simulator.md), the same work and transfers.
+// default quantum: step times within 2% on these plans of 512-token blocks
+// (measured: at most 1.63%, the fcp N = 32 plan's forward with the
+// reshuffle blocking and pulled transfers, a plan whose exact step itself
+// moves by 0.3-0.6% when the NIC bandwidth moves by 1e-4, and the quantized
+// one's by 0.35-2.0%; 0.77% before the planner's short-sequence rehoming
+// changed that plan; the comparison set's 108 cases are within 0.5%,
+// docs/simulator.md), the same work and transfers.
 TEST(SimulatorTest, FastAndQuantizedNetworksNearTheExactOne) {
   const HardwareProfile gpu_x = BuiltinProfile("gpu-x");
   for (const char* planner : {"fcp", "ring", "magi"})
@@ -638,7 +642,7 @@ TEST(SimulatorTest, FastAndQuantizedNetworksNearTheExactOne) {
                         1e-9 * exact.total_time_s);
           for (const auto field : {&SimResult::forward_time_s, &SimResult::backward_time_s,
                                    &SimResult::total_time_s}) {
-            EXPECT_NEAR(quantized.*field, exact.*field, 0.01 * exact.*field);
+            EXPECT_NEAR(quantized.*field, exact.*field, 0.02 * exact.*field);
           }
           EXPECT_EQ(quantized.transfers, exact.transfers);
           EXPECT_EQ(quantized.forward_flops, exact.forward_flops);

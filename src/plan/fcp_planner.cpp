@@ -6,6 +6,8 @@
 #include <utility>
 
 #include "assignment.h"
+#include "assignment_context.h"
+#include "assignment_parts.h"
 #include "fcp/error.h"
 #include "fcp/plan_metrics.h"
 #include "fcp/planner.h"
@@ -15,6 +17,7 @@
 #include "piece_sizing.h"
 #include "port_proxy.h"
 #include "sharding.h"
+#include "short_rehoming.h"
 
 namespace fcp {
 
@@ -177,6 +180,35 @@ std::vector<int32_t> DataloaderNodes(const detail::ShardBase& base,
                     std::max<int32_t>(node_workers, 1));
   }
   return nodes;
+}
+
+// Per worker: allowed token pairs of its query blocks, and K/V tokens it
+// sends plus receives (each block once to every other worker computing
+// with it), of blocks whose workers are set; and the tokens away from
+// their dataloader worker.
+struct BlockLoads {
+  std::vector<double> compute, traffic;
+  int64_t away = 0;
+};
+BlockLoads LoadsOf(const std::vector<Block>& blocks, const std::vector<RequiredPair>& pairs,
+                   const std::vector<int64_t>& offsets, int32_t workers) {
+  BlockLoads loads{std::vector<double>(workers, 0), std::vector<double>(workers, 0)};
+  std::vector<int32_t> owner;
+  std::vector<int64_t> tokens;
+  for (const Block& b : blocks) {
+    owner.push_back(b.worker);
+    tokens.push_back(b.tokens());
+    for (const Segment& s : b.segments)
+      ForEachDataloaderRun(s, offsets, workers, [&](int32_t home, int64_t n) {
+        if (home != b.worker) loads.away += n;
+      });
+  }
+  for (const RequiredPair& p : pairs)
+    loads.compute[owner[p.q_block]] += static_cast<double>(p.token_pairs);
+  std::vector<double> send(workers, 0);
+  detail::CountTransfers(detail::BuildUsers(pairs, static_cast<int32_t>(blocks.size())), tokens,
+                         owner, loads.traffic, send, nullptr);
+  return loads;
 }
 
 // The compute imbalance of the dataloader layout: each token's query work
@@ -652,6 +684,33 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   plan.block_size = block_size;
   plan.blocks = std::move(*blocks);
   for (size_t b = 0; b < plan.blocks.size(); ++b) plan.blocks[b].worker = rename[chosen->owner[b]];
+  // Short sequences back to their dataloader workers where the compute
+  // allows (short_rehoming.h): the blocks change, so do their pairs.
+  // The home layout is already at home; its packing is balanced by
+  // exchanges this pass would undo. Kept only where it helps without
+  // breaking the plan's balance promise (below).
+  std::vector<RequiredPair> rehomed_pairs;
+  if (config.reshuffle_locality && !(home && chosen == &home->assignment)) {
+    std::vector<Block> rehomed = detail::RehomeShortSequences(
+        lengths, config.mask, plan.blocks, config.workers, block_size, config.node_workers);
+    rehomed_pairs = RequiredPairs(lengths, rehomed, config.mask);
+    const BlockLoads before = LoadsOf(plan.blocks, *pairs, common.offsets, config.workers);
+    const BlockLoads after = LoadsOf(rehomed, rehomed_pairs, common.offsets, config.workers);
+    const auto largest = [](const std::vector<double>& v) {
+      return *std::max_element(v.begin(), v.end());
+    };
+    // Fewer tokens away from home, no maximum higher, and the traffic
+    // within the bound where it was (less traffic at the same maximum reads
+    // as more imbalance; where the plan was outside the bound, a shed
+    // layout, only the maximum counts).
+    const bool traffic_held = Imbalance(after.traffic) <= judge.max_imbalance ||
+                              Imbalance(before.traffic) > judge.max_imbalance;
+    if (after.away < before.away && largest(after.compute) <= largest(before.compute) &&
+        largest(after.traffic) <= largest(before.traffic) && traffic_held) {
+      plan.blocks = std::move(rehomed);
+      pairs = &rehomed_pairs;
+    }
+  }
 
   // 3-5. Transfer graph, colouring, coalesced forward and backward stages.
   BuildStages(plan, *pairs, config.self_check);

@@ -14,6 +14,7 @@
 #include "fcp/error.h"
 #include "fcp/required_pairs.h"
 #include "fcp/reshuffle_floor.h"
+#include "short_rehoming.h"
 
 namespace fcp::detail {
 namespace {
@@ -262,30 +263,13 @@ std::optional<HomePacking> PackAtHome(const std::vector<int64_t>& lengths, const
   out.moved_tokens = moved;
   out.compute.assign(load.begin(), load.end());
   // Blocks: per worker its whole sequences away from home, then those at
-  // home, each in id order, at most block_size tokens a block (every
-  // sequence fits one); then each piece in a block of its own (transfers
-  // move whole blocks). A block computes once all its rows have arrived:
-  // apart, the sequences at home compute while the others arrive, and
-  // those come first in the worker's compute order, so they compute as
-  // soon as they are in and their outputs leave early.
-  std::vector<std::vector<int32_t>> by_worker(n);
-  for (const bool at_home : {false, true})
-    for (int32_t s = 0; s < sequences; ++s)
-      if (owner[s] >= 0 && (away(s, owner[s]) == 0) == at_home) by_worker[owner[s]].push_back(s);
-  for (int32_t w = 0; w < n; ++w) {
-    int64_t room = 0;
-    bool block_at_home = false;
-    for (const int32_t s : by_worker[w]) {
-      const bool at_home = away(s, w) == 0;
-      if (lengths[s] > room || at_home != block_at_home) {
-        out.blocks.push_back(Block{w, {}});
-        room = block_size;
-        block_at_home = at_home;
-      }
-      out.blocks.back().segments.push_back({s, 0, lengths[s]});
-      room -= lengths[s];
-    }
-  }
+  // home, each in id order (AppendSequenceBlocks); then each piece in a
+  // block of its own (transfers move whole blocks).
+  std::vector<std::vector<int32_t>> away_of(n), home_of(n);
+  for (int32_t s = 0; s < sequences; ++s)
+    if (owner[s] >= 0) (away(s, owner[s]) == 0 ? home_of : away_of)[owner[s]].push_back(s);
+  for (int32_t w = 0; w < n; ++w)
+    AppendSequenceBlocks(w, away_of[w], home_of[w], lengths, block_size, out.blocks);
   for (const Piece& p : pieces) out.blocks.push_back(Block{p.worker, {p.segment}});
   out.pairs = RequiredPairs(lengths, out.blocks, mask);
   // K/V traffic: each block once to every other worker computing with it.

@@ -1,0 +1,292 @@
+#include "short_rehoming.h"
+
+#include <algorithm>
+#include <string>
+#include <unordered_map>
+
+#include "fcp/error.h"
+
+namespace fcp::detail {
+namespace {
+
+// The repair (step 3): exchanges per worker, its longest sequences offered
+// per exchange, and partners (the least computing) tried for each; the
+// bounds keep it O(1) exchanges of O(sequences a partner holds) each.
+constexpr size_t kRepairExchanges = 64;
+constexpr size_t kRepairOffers = 64;
+constexpr size_t kRepairPartners = 64;
+
+}  // namespace
+
+void AppendSequenceBlocks(int32_t worker, const std::vector<int32_t>& away,
+                          const std::vector<int32_t>& at_home, const std::vector<int64_t>& lengths,
+                          int64_t block_size, std::vector<Block>& out,
+                          const std::vector<int32_t>* away_source) {
+  for (const std::vector<int32_t>* group : {&away, &at_home}) {
+    int64_t room = 0;
+    int32_t source = -1;
+    for (const int32_t s : *group) {
+      const bool new_source =
+          group == &away && away_source != nullptr && (*away_source)[s] != source;
+      if (lengths[s] > room || new_source) {
+        out.push_back(Block{worker, {}});
+        room = block_size;
+        if (group == &away && away_source != nullptr) source = (*away_source)[s];
+      }
+      out.back().segments.push_back({s, 0, lengths[s]});
+      room -= lengths[s];
+    }
+  }
+}
+
+std::vector<Block> RehomeShortSequences(const std::vector<int64_t>& lengths, const Mask& mask,
+                                        const std::vector<Block>& blocks, int32_t workers,
+                                        int64_t block_size, int32_t node_workers) {
+  const int32_t n = workers;
+  const int32_t node = std::max<int32_t>(node_workers, 1);
+  const int32_t sequences = static_cast<int32_t>(lengths.size());
+  const auto fail = [](const std::string& what) {
+    throw Error(ErrorCode::kInvalidArgument, "short-sequence rehoming: " + what);
+  };
+  if (workers < 1 || block_size < 1)
+    fail("needs workers >= 1 and block_size >= 1; got " + std::to_string(workers) +
+         " workers, block_size " + std::to_string(block_size));
+  for (int32_t s = 0; s < sequences; ++s)
+    if (lengths[s] < 1)
+      fail("sequence " + std::to_string(s) + " has length " + std::to_string(lengths[s]));
+  const std::vector<int64_t> offsets = SequenceOffsets(lengths);
+  const auto is_short = [&](int32_t s) { return lengths[s] <= block_size; };
+
+  // Each worker's room (its short tokens) and compute without them; the
+  // plan's largest compute, which the re-deal keeps.
+  std::vector<int64_t> room(n, 0), compute(n, 0), before(n, 0);
+  int64_t largest = 0;
+  {
+    std::vector<int64_t> covered(sequences, 0);
+    for (const Block& b : blocks) {
+      if (b.worker < 0 || b.worker >= n)
+        fail("block worker " + std::to_string(b.worker) + " outside [0, " + std::to_string(n) +
+             ")");
+      for (const Segment& g : b.segments) {
+        if (g.seq < 0 || g.seq >= sequences || g.start < 0 || g.length < 1 ||
+            g.start + g.length > lengths[g.seq])
+          fail("segment [" + std::to_string(g.seq) + ", " + std::to_string(g.start) + ", " +
+               std::to_string(g.length) + "] is outside its sequence");
+        covered[g.seq] += g.length;
+        const int64_t work = AllowedPairs(mask, {g.start, g.start + g.length}, {0, lengths[g.seq]});
+        before[b.worker] += work;
+        if (is_short(g.seq))
+          room[b.worker] += g.length;
+        else
+          compute[b.worker] += work;
+      }
+    }
+    largest = *std::max_element(before.begin(), before.end());
+    for (int32_t s = 0; s < sequences; ++s)
+      if (covered[s] != lengths[s])
+        fail("the blocks hold " + std::to_string(covered[s]) + " tokens of sequence " +
+             std::to_string(s) + ", which has " + std::to_string(lengths[s]));
+  }
+
+  // 1. At home, in sequence order.
+  std::vector<int64_t> work(sequences, 0);
+  std::vector<int32_t> home(sequences, -1), owner(sequences, -1);
+  std::vector<int32_t> shorts;
+  for (int32_t s = 0; s < sequences; ++s) {
+    if (!is_short(s)) continue;
+    shorts.push_back(s);
+    work[s] = AllowedPairs(mask, {0, lengths[s]}, {0, lengths[s]});
+    int64_t most = -1;
+    ForEachDataloaderRun(Segment{s, 0, lengths[s]}, offsets, n, [&](int32_t w, int64_t t) {
+      if (t > most) {
+        most = t;
+        home[s] = w;
+      }
+    });
+  }
+  for (const int32_t s : shorts) {
+    const int32_t h = home[s];
+    if (lengths[s] <= room[h] && compute[h] + work[s] <= before[h]) {
+      owner[s] = h;
+      room[h] -= lengths[s];
+      compute[h] += work[s];
+    }
+  }
+
+  // 2. The rest, longest first (ties by id), whole where they fit, else
+  // cut. (shorts in that order too, for step 3.)
+  std::sort(shorts.begin(), shorts.end(), [&](int32_t a, int32_t b) {
+    return lengths[a] != lengths[b] ? lengths[a] > lengths[b] : a < b;
+  });
+  std::vector<int32_t> rest;
+  for (const int32_t s : shorts)
+    if (owner[s] < 0) rest.push_back(s);
+  struct Piece {
+    int32_t worker;
+    Segment segment;
+  };
+  std::vector<Piece> pieces;
+  // The worker of `candidates` (a callable that visits them in order) with
+  // room for s and, within the largest compute, the most of it left per
+  // token of room left after s (the densest sequences come first and go
+  // where the headroom is, so the last rooms still fit the lightest); or,
+  // when `capped` is false, the least computing one with room. -1 if none.
+  const auto best = [&](int32_t s, auto candidates, bool capped) {
+    int32_t pick = -1;
+    __int128 pick_headroom = 0, pick_room = 1;
+    candidates([&](int32_t w) {
+      if (lengths[s] > room[w]) return;
+      const __int128 headroom = static_cast<__int128>(largest) - compute[w] - work[s];
+      const __int128 left = std::max<int64_t>(room[w] - lengths[s], 1);
+      if (capped) {
+        if (headroom < 0) return;
+        if (pick < 0 || headroom * pick_room > pick_headroom * left) {
+          pick = w;
+          pick_headroom = headroom;
+          pick_room = left;
+        }
+      } else if (pick < 0 || compute[w] < compute[pick]) {
+        pick = w;
+      }
+    });
+    return pick;
+  };
+  // Nodes with room left, ascending (pruned as rooms fill). Past its own
+  // node, a sequence goes to the first node after it (cyclically) with a
+  // fit within the largest compute, so a sequence costs O(workers of the
+  // nodes looked at), not O(N).
+  const int32_t nodes = (n + node - 1) / node;
+  std::vector<int64_t> node_room(nodes, 0);
+  for (int32_t w = 0; w < n; ++w) node_room[w / node] += room[w];
+  std::vector<int32_t> open;
+  for (int32_t k = 0; k < nodes; ++k)
+    if (node_room[k] > 0) open.push_back(k);
+  const auto workers_of = [&](int32_t k) {
+    return [&, k](auto visit) {
+      for (int32_t w = k * node; w < std::min(n, (k + 1) * node); ++w) visit(w);
+    };
+  };
+  for (const int32_t s : rest) {
+    const int32_t own = home[s] / node;
+    int32_t w = best(s, workers_of(own), true);
+    if (w < 0) {
+      std::erase_if(open, [&](int32_t k) { return node_room[k] == 0; });
+      // (A node whose rooms add up to less than s holds no room for it.)
+      const auto all = [&](auto visit) {
+        for (const int32_t k : open)
+          if (node_room[k] >= lengths[s]) workers_of(k)(visit);
+      };
+      w = best(s, all, true);
+      // None within the largest: the least computing with room of all.
+      if (w < 0) w = best(s, all, false);
+    }
+    if (w >= 0) {
+      owner[s] = w;
+      room[w] -= lengths[s];
+      node_room[w / node] -= lengths[s];
+      compute[w] += work[s];
+      continue;
+    }
+    // Cut in token order across the workers with the most room (ties: the
+    // lowest id); the rooms sum to the tokens left, so it always ends.
+    for (int64_t start = 0; start < lengths[s];) {
+      const int32_t most =
+          static_cast<int32_t>(std::max_element(room.begin(), room.end()) - room.begin());
+      const int64_t take = std::min(room[most], lengths[s] - start);
+      FCP_CHECK(take > 0,
+                "short-sequence rehoming: no room left for sequence " + std::to_string(s));
+      pieces.push_back({most, {s, start, take}});
+      room[most] -= take;
+      node_room[most / node] -= take;
+      compute[most] += AllowedPairs(mask, {start, start + take}, {0, lengths[s]});
+      start += take;
+    }
+  }
+
+  // 3. Repair: while a worker is above the largest compute, it gives one
+  // of its longest whole short sequences x for two whole short sequences
+  // y, z of a less loaded worker v with len(y) + len(z) = len(x): the
+  // tokens stay exact, and y and z weigh less than x (a row attends more
+  // keys the later it is), so work moves to v, which must stay within the
+  // largest. Partners by least compute (ties: lowest id).
+  std::vector<std::vector<int32_t>> held(n);  // whole short sequences, longest first
+  for (const int32_t s : shorts)
+    if (owner[s] >= 0) held[owner[s]].push_back(s);
+  const auto insert = [&](std::vector<int32_t>& list, int32_t s) {
+    list.insert(std::upper_bound(list.begin(), list.end(), s,
+                                 [&](int32_t p, int32_t q) {
+                                   return lengths[p] != lengths[q] ? lengths[p] > lengths[q]
+                                                                   : p < q;
+                                 }),
+                s);
+  };
+  // One exchange for a, if any: x = held[a][i], y = held[v][k], z = held[v][m].
+  const auto exchange = [&](int32_t a) {
+    std::vector<int32_t> partners;
+    for (int32_t v = 0; v < n; ++v)
+      if (v != a && compute[v] < largest) partners.push_back(v);
+    const size_t tried = std::min(partners.size(), kRepairPartners);
+    std::partial_sort(partners.begin(), partners.begin() + static_cast<std::ptrdiff_t>(tried),
+                      partners.end(), [&](int32_t p, int32_t q) {
+                        return compute[p] != compute[q] ? compute[p] < compute[q] : p < q;
+                      });
+    for (size_t i = 0; i < std::min(held[a].size(), kRepairOffers); ++i) {
+      const int32_t x = held[a][i];
+      for (size_t j = 0; j < tried; ++j) {
+        const int32_t v = partners[j];
+        std::unordered_map<int64_t, size_t> first_of_length;  // in held[v]
+        for (size_t k = 0; k < held[v].size(); ++k) first_of_length.emplace(lengths[held[v][k]], k);
+        for (size_t k = 0; k < held[v].size(); ++k) {
+          const int32_t y = held[v][k];
+          if (lengths[y] >= lengths[x]) continue;
+          const auto it = first_of_length.find(lengths[x] - lengths[y]);
+          if (it == first_of_length.end()) continue;
+          size_t m = it->second;
+          if (m == k) {  // z must differ from y: the next of that length
+            m = k + 1;
+            if (m >= held[v].size() || lengths[held[v][m]] != lengths[y]) continue;
+          }
+          const int32_t z = held[v][m];
+          const int64_t gain = work[x] - work[y] - work[z];
+          if (gain <= 0 || compute[v] + gain > largest) continue;
+          compute[a] -= gain;
+          compute[v] += gain;
+          owner[x] = v;
+          owner[y] = owner[z] = a;
+          held[a].erase(held[a].begin() + static_cast<std::ptrdiff_t>(i));
+          held[v].erase(held[v].begin() + static_cast<std::ptrdiff_t>(std::max(k, m)));
+          held[v].erase(held[v].begin() + static_cast<std::ptrdiff_t>(std::min(k, m)));
+          insert(held[v], x);
+          insert(held[a], y);
+          insert(held[a], z);
+          return true;
+        }
+      }
+    }
+    return false;
+  };
+  for (int32_t a = 0; a < n; ++a)
+    for (size_t e = 0; e < kRepairExchanges && compute[a] > largest; ++e)
+      if (!exchange(a)) break;
+
+  // Blocks: per worker away, then at home; the cut pieces; the rest.
+  std::vector<std::vector<int32_t>> away(n), at_home(n);
+  for (int32_t s = 0; s < sequences; ++s)
+    if (owner[s] >= 0) (owner[s] == home[s] ? at_home : away)[owner[s]].push_back(s);
+  std::vector<Block> out;
+  for (const Block& b : blocks) {
+    Block kept{b.worker, {}};
+    for (const Segment& g : b.segments)
+      if (!is_short(g.seq)) kept.segments.push_back(g);
+    if (!kept.segments.empty()) out.push_back(std::move(kept));
+  }
+  for (int32_t w = 0; w < n; ++w) {
+    std::stable_sort(away[w].begin(), away[w].end(),
+                     [&](int32_t a, int32_t b) { return home[a] < home[b]; });
+    AppendSequenceBlocks(w, away[w], at_home[w], lengths, block_size, out, &home);
+  }
+  for (const Piece& p : pieces) out.push_back(Block{p.worker, {p.segment}});
+  return out;
+}
+
+}  // namespace fcp::detail
