@@ -25,6 +25,11 @@
 //      where a search by compute + traffic + reshuffle lowers the most
 //      loaded worker, replaces the balanced plan when its step cost with
 //      the reshuffle is lower and its busiest reshuffle at most half;
+//   2c. with the reshuffle charged, on any plan but the home layout: the
+//      short sequences (those that fit one block) dealt back to their
+//      dataloader workers where the compute allows, every worker keeping
+//      its token count, kept when fewer tokens are away from home and no
+//      largest compute or traffic rises;
 //   3. transfer graph: one edge (owner(j) -> w) per K/V block j that worker w
 //      needs and does not own; colour its edges into exactly Delta matchings;
 //   4. coalesce c colours per stage; compute the pairs of a block received in
@@ -115,9 +120,10 @@ struct PlannerConfig {
   // or cost, so the reshuffle into the plan's layout moves fewer tokens
   // (how many fewer: docs/planner.md, step 7); with a network ratio also
   // the home layout (pipeline step 2b; all-short batches then reshuffle
-  // nothing). Off when the training loop feeds tokens in the
-  // plan's layout and never reshuffles: the exchanges may leave traffic
-  // more uneven below its maximum, the home layout compute.
+  // nothing); and the short sequences re-dealt home (pipeline step 2c).
+  // Off when the training loop feeds tokens in the plan's layout and
+  // never reshuffles: the exchanges may leave traffic more uneven below
+  // its maximum, the home layout compute.
   bool reshuffle_locality = true;
   // FCP only: workers per node (consecutive ids share a node's fast links;
   // 8 GPUs a node in the built-in profiles). The home layout places an item

@@ -130,8 +130,9 @@ const std::vector<PlannerOption>& PlannerOptions() {
        .recorded = true},
       {.field = "reshuffle_locality",
        .flag = "reshuffle-locality",
-       .help = "fcp: exchanges that keep blocks on their dataloader worker (fewer tokens "
-               "reshuffled; false when the training loop feeds the plan's layout)",
+       .help = "fcp: exchanges, and a re-deal of the short sequences, that keep tokens on their "
+               "dataloader worker (fewer tokens reshuffled; false when the training loop feeds "
+               "the plan's layout)",
        .ref = FCP_FIELD(reshuffle_locality),
        .recorded = true},
       {.field = "node_workers",
