@@ -609,27 +609,28 @@ default) does.
 TIMING = """
 ## How long the script takes
 
-Measured on the shared 2-core machine on 2026-12-04 (wall clock, one run, nothing else running):
-the full run with an empty cache, `--scale 512,1024,2048,4096 --scale-timeout 2400`, 1297 s wall
-(1549 s user CPU, 1.98 GB peak RSS, ring at N = 1024), 1295 s of it in `fcp` runs: the figures up
-to N = 256 about 110 s, the scale points the rest (the table below). Earlier (2026-12-01, the CI
-running alongside): `--quick` 64 s with no cache; `--scale 512,1024` 1552 s wall. The header's
-"fcp runs" total adds the recorded time of every run, cached or not. WLB-like shows no simulator
-time at N >= 512 because it simulates ring and ByteScale-like while planning (its `plan_s`).
-To skip the scale points: `--scale ''`.
+Measured on the shared 2-core machine on 2026-12-05 (wall clock, one run, nothing else heavy
+running): the full run with an empty cache, `--scale 512,1024,2048,4096 --scale-timeout 2400`,
+991 s wall (1099 s user CPU, 1.98 GB peak RSS, ring at N = 1024), 989 s of it in `fcp` runs, the
+scale points most of it (the table below); on 2026-12-04, before the quantized engine's byte-identical
+speed-up (docs/simulator.md, "At scale"), the same run took 1297 s. Earlier (2026-12-01, the CI
+running alongside): `--quick` 64 s with no cache. The header's "fcp runs" total adds the recorded
+time of every run, cached or not. WLB-like shows no simulator time at N >= 512 because it
+simulates ring and ByteScale-like while planning (its `plan_s`). To skip the scale points:
+`--scale ''`.
 
 Since issue 21 the scale points beyond N = 256 are simulated with `--network quantized`
 (`--scale-network`, default quantized; `--scale-network exact` for the reference engine): step
 times within 0.5% of exact's on the simulator's 108 comparison cases; FCP's N = 1024 step +0.28%
 (its backward +0.63%; docs/simulator.md). Wall time of each scale point, one `fcp compare` of
-`figure_scale` each (planning and simulating), the 2026-12-04 run:
+`figure_scale` each (planning and simulating), the 2026-12-05 run:
 
 | N | fcp (transparent) | fcp, plan layout | ring | bytescale | magi | wlb |
 |---:|---:|---:|---:|---:|---:|---:|
-| 512 | 12.8 s | 7.4 s | 57.9 s | 0.0 s | 0.3 s | 67.1 s |
-| 1024 | 49.2 s | 27.8 s | 311.5 s (1.97 GB, an earlier run) | 0.1 s | 0.9 s | 388.0 s |
-| 2048 | 77.6 s | 43.0 s | not run | 0.1 s | 2.3 s | not run |
-| 4096 | 101.1 s | 49.4 s | not run | 0.2 s | 5.8 s | not run |
+| 512 | 5.6 s | 3.2 s | 56.5 s | 0.0 s | 0.3 s | 61.4 s |
+| 1024 | 21.4 s | 11.8 s | 297.3 s | 0.0 s | 0.6 s | 339.0 s |
+| 2048 | 35.8 s | 18.8 s | not run | 0.1 s | 1.3 s | not run |
+| 4096 | 31.7 s | 22.1 s | not run | 0.1 s | 2.9 s | not run |
 
 WLB-like is not helped by the quantized engine: it plans by simulating ring and ByteScale-like
 with the exact engine (PlannerConfig carries no network engine). Ring's plans grow as N^2
