@@ -184,20 +184,23 @@ std::vector<int32_t> DataloaderNodes(const detail::ShardBase& base,
 
 // Per worker: allowed token pairs of its query blocks, and K/V tokens it
 // sends plus receives (each block once to every other worker computing
-// with it), of blocks whose workers are set; and the tokens away from
-// their dataloader worker.
+// with it), and tokens held, of blocks whose workers are set; and the
+// tokens away from their dataloader worker.
 struct BlockLoads {
   std::vector<double> compute, traffic;
+  std::vector<int64_t> tokens;
   int64_t away = 0;
 };
 BlockLoads LoadsOf(const std::vector<Block>& blocks, const std::vector<RequiredPair>& pairs,
                    const std::vector<int64_t>& offsets, int32_t workers) {
-  BlockLoads loads{std::vector<double>(workers, 0), std::vector<double>(workers, 0)};
+  BlockLoads loads{std::vector<double>(workers, 0), std::vector<double>(workers, 0),
+                   std::vector<int64_t>(workers, 0)};
   std::vector<int32_t> owner;
   std::vector<int64_t> tokens;
   for (const Block& b : blocks) {
     owner.push_back(b.worker);
     tokens.push_back(b.tokens());
+    loads.tokens[b.worker] += tokens.back();
     for (const Segment& s : b.segments)
       ForEachDataloaderRun(s, offsets, workers, [&](int32_t home, int64_t n) {
         if (home != b.worker) loads.away += n;
@@ -696,6 +699,9 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
     rehomed_pairs = RequiredPairs(lengths, rehomed, config.mask);
     const BlockLoads before = LoadsOf(plan.blocks, *pairs, common.offsets, config.workers);
     const BlockLoads after = LoadsOf(rehomed, rehomed_pairs, common.offsets, config.workers);
+    if (config.self_check)
+      FCP_CHECK(after.tokens == before.tokens,
+                "planner: short-sequence rehoming changed a worker's token count");
     const auto largest = [](const std::vector<double>& v) {
       return *std::max_element(v.begin(), v.end());
     };

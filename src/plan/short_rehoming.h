@@ -14,32 +14,45 @@
 // and every other segment where it is, and re-deals the short sequences:
 //   1. at home: in sequence order, each to the dataloader worker holding
 //      most of its tokens (ties: the first), if it fits that worker's room
-//      whole and keeps its compute within the plan's largest;
+//      whole and keeps the worker's compute within what it had before;
 //   2. the rest, longest first (ties by id), whole to the worker with room
-//      for it and the least compute within the largest: of the home's node
-//      (node_workers consecutive ids) first, then of all; else whole to the
-//      least computing worker with room; else cut across the workers with
-//      the most room, in token order (the cut pieces need each other's K/V,
-//      as fillers did).
+//      for it and, within the plan's largest compute, the most headroom per
+//      token of room it leaves (the densest go where the headroom is, so
+//      the last rooms still fit the lightest): of the home's node
+//      (node_workers consecutive ids) first, then of every node with room;
+//      else whole to the least computing worker with room; else cut across
+//      the workers with the most room, in token order (the cut pieces need
+//      each other's K/V, as fillers did);
+//   3. repair: a worker left above the plan's largest compute gives one of
+//      its longest whole sequences x for two whole sequences y, z of a less
+//      loaded worker with len(y) + len(z) = len(x) (tokens exact; a later
+//      row attends more keys, so y and z weigh less than x), the partner
+//      staying within the largest (bounded: kRepairExchanges per worker,
+//      kRepairOffers sequences offered, kRepairPartners partners).
 // Blocks: every other block as it was (its short segments removed, empty
 // ones dropped); then per worker its whole sequences away from home,
 // grouped by their home (a block then waits for one sender), then those at
 // home, packed in that order into blocks of at most block_size tokens
 // (AppendSequenceBlocks); then each cut piece in a block of its own.
 //
-// Measured (docs/planner-quality.md, short-sequence rehoming): on the
-// benchmark set it lowers the step with the reshuffle overlapped by 2.4%
-// (N = 16) and 1.1% (N = 64), geometric means, no row more than 1% slower,
-// and moves a third fewer tokens on the lognormal mixes. Not run on the home
-// layout, which is at home already and balanced by exchanges this would
-// undo.
+// The planner keeps the result only where fewer tokens are away from home
+// and no maximum rises (fcp_planner.cpp); measured there
+// (docs/planner-quality.md, the report card after short-sequence
+// rehoming): the step with the reshuffle overlapped -2.0% (N = 16) and
+// -1.2% (N = 64) on the benchmark set, geometric means, no row slower,
+// and a third fewer tokens reshuffled on the lognormal mixes. Not run on
+// the home layout, which is at home already and balanced by exchanges
+// this would undo.
 //
 // Invariants of the result: every token in exactly one segment; every
 // worker holds as many tokens as before (so the cap holds); segments of
-// sequences longer than block_size unchanged and on the same workers; no
-// worker's compute (allowed token pairs of its queries) above the input's
-// largest unless step 2 had to fall back. Deterministic. O(S log S + B + S N)
-// for S short sequences, B segments and N workers (step 2 scans workers).
+// sequences longer than block_size unchanged and on the same workers.
+// A worker's compute (allowed token pairs of its queries) ends above the
+// input's largest only where step 2 fell back or cut and step 3 found no
+// exchange. Deterministic. O(S log S + B + S W + N R) for S short
+// sequences, B segments, W workers of the nodes a sequence looks at (its
+// own node, or every node with room enough) and R = the repair's bounded
+// work per worker (its partners' sequences).
 #pragma once
 
 #include <cstdint>
