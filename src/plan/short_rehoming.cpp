@@ -152,9 +152,11 @@ std::vector<Block> RehomeShortSequences(const std::vector<int64_t>& lengths, con
     return pick;
   };
   // Nodes with room left, ascending (pruned as rooms fill). Past its own
-  // node, a sequence goes to the first node after it (cyclically) with a
-  // fit within the largest compute, so a sequence costs O(workers of the
-  // nodes looked at), not O(N).
+  // node, a sequence looks at the workers of every node whose rooms add up
+  // to its length or more, so late in the deal, when few rooms are left,
+  // a sequence costs far less than O(N). (Taking the first node after the
+  // home's with a fit instead was cheaper and lost N = 64's gain:
+  // docs/planner-quality.md.)
   const int32_t nodes = (n + node - 1) / node;
   std::vector<int64_t> node_room(nodes, 0);
   for (int32_t w = 0; w < n; ++w) node_room[w / node] += room[w];
