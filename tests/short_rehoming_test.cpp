@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <random>
 
 #include <gmock/gmock.h>
@@ -44,7 +45,7 @@ TEST(ShortRehomingTest, SequencesDealtAwayGoBackHome) {
   const std::vector<int64_t> lengths = {4, 2, 2, 4};
   const std::vector<Block> away = {
       {1, {{0, 0, 4}}}, {1, {{1, 0, 2}}}, {0, {{2, 0, 2}}}, {0, {{3, 0, 4}}}};
-  const std::vector<Block> out = RehomeShortSequences(lengths, Causal(), away, 2, 4, 8);
+  const std::vector<Block> out = *RehomeShortSequences(lengths, Causal(), away, 2, 4, 8);
   const std::vector<Block> expected = {
       {0, {{0, 0, 4}}}, {0, {{1, 0, 2}}}, {1, {{2, 0, 2}}}, {1, {{3, 0, 4}}}};
   EXPECT_EQ(out, expected);
@@ -66,7 +67,7 @@ TEST(ShortRehomingTest, ASequenceWithoutRoomIsCutAcrossTheMostRoom) {
   const std::vector<int64_t> lengths = {4, 4, 1, 1, 1, 1};
   const std::vector<Block> dealt = {
       {0, {{0, 0, 4}}}, {0, {{2, 0, 1}, {3, 0, 1}}}, {1, {{1, 0, 4}}}, {1, {{4, 0, 1}, {5, 0, 1}}}};
-  const std::vector<Block> out = RehomeShortSequences(lengths, Causal(), dealt, 2, 4, 1);
+  const std::vector<Block> out = *RehomeShortSequences(lengths, Causal(), dealt, 2, 4, 1);
   const std::vector<Block> expected = {{0, {{0, 0, 4}}},
                                        {1, {{2, 0, 1}, {3, 0, 1}, {4, 0, 1}, {5, 0, 1}}},
                                        {0, {{1, 0, 2}}},
@@ -91,7 +92,7 @@ TEST(ShortRehomingTest, AHomeTakesBackNoMoreThanItsOwnCompute) {
   const std::vector<int64_t> lengths = {1, 3, 4, 2};
   const std::vector<Block> in = {
       {0, {{0, 0, 1}}}, {1, {{1, 0, 3}}}, {0, {{2, 0, 4}}}, {1, {{3, 0, 2}}}};
-  const std::vector<Block> out = RehomeShortSequences(lengths, Causal(), in, 2, 4, 1);
+  const std::vector<Block> out = *RehomeShortSequences(lengths, Causal(), in, 2, 4, 1);
   const std::vector<Block> expected = {
       {0, {{0, 0, 1}, {1, 0, 3}}}, {1, {{3, 0, 2}}}, {1, {{2, 0, 3}}}, {0, {{2, 3, 1}}}};
   EXPECT_EQ(out, expected);
@@ -111,7 +112,7 @@ TEST(ShortRehomingTest, TheRepairTradesALongSequenceForTwoShorter) {
   const std::vector<int64_t> lengths = {2, 3, 2, 1, 4, 4};
   const std::vector<Block> in = {{1, {{0, 0, 2}}}, {0, {{1, 0, 3}}}, {1, {{2, 0, 2}}},
                                  {0, {{3, 0, 1}}}, {1, {{4, 0, 4}}}, {0, {{5, 0, 4}}}};
-  const std::vector<Block> out = RehomeShortSequences(lengths, Causal(), in, 2, 4, 1);
+  const std::vector<Block> out = *RehomeShortSequences(lengths, Causal(), in, 2, 4, 1);
   const std::vector<Block> expected = {
       {0, {{4, 0, 4}}}, {0, {{0, 0, 2}, {2, 0, 2}}}, {1, {{1, 0, 3}, {3, 0, 1}}}, {1, {{5, 0, 4}}}};
   EXPECT_EQ(out, expected);
@@ -129,7 +130,7 @@ TEST(ShortRehomingTest, TheRepairTradesALongSequenceForTwoShorter) {
 TEST(ShortRehomingTest, LongSequencesStayPut) {
   const std::vector<int64_t> lengths = {10, 3, 3};
   const std::vector<Block> in = {{1, {{0, 0, 6}}}, {0, {{0, 6, 4}, {1, 0, 3}, {2, 0, 3}}}};
-  const std::vector<Block> out = RehomeShortSequences(lengths, Causal(), in, 2, 4, 8);
+  const std::vector<Block> out = *RehomeShortSequences(lengths, Causal(), in, 2, 4, 8);
   const std::vector<Block> expected = {
       {1, {{0, 0, 6}}}, {0, {{0, 6, 4}}}, {0, {{1, 0, 3}}}, {0, {{2, 0, 3}}}};
   EXPECT_EQ(out, expected);
@@ -162,8 +163,14 @@ TEST(ShortRehomingTest, PropertiesOnRandomLayouts) {
         start += len;
       }
     SCOPED_TRACE("trial " + std::to_string(trial));
-    const std::vector<Block> out = RehomeShortSequences(lengths, mask, in, n, block_size, node);
-    EXPECT_EQ(out, RehomeShortSequences(lengths, mask, in, n, block_size, node));
+    const std::optional<std::vector<Block>> dealt =
+        RehomeShortSequences(lengths, mask, in, n, block_size, node);
+    EXPECT_EQ(dealt, RehomeShortSequences(lengths, mask, in, n, block_size, node));
+    const bool any_short =
+        std::any_of(lengths.begin(), lengths.end(), [&](int64_t len) { return len <= block_size; });
+    ASSERT_EQ(dealt.has_value(), any_short);
+    if (!dealt) continue;
+    const std::vector<Block>& out = *dealt;
     EXPECT_EQ(HeldBy(out, lengths, n, mask).tokens, HeldBy(in, lengths, n, mask).tokens);
     std::map<std::pair<int32_t, int64_t>, std::pair<int32_t, int64_t>> long_in, long_out;
     std::vector<int64_t> covered(lengths.size(), 0);
@@ -189,6 +196,14 @@ TEST(ShortRehomingTest, PropertiesOnRandomLayouts) {
     EXPECT_EQ(long_out, long_in);
     EXPECT_EQ(covered, lengths);
   }
+}
+
+// A batch with no sequence that fits one block has nothing to deal.
+TEST(ShortRehomingTest, NothingToDealWithoutShortSequences) {
+  const std::vector<Block> blocks = {{0, {{0, 0, 4}}}, {1, {{0, 4, 4}}}};
+  EXPECT_FALSE(RehomeShortSequences({8}, Causal(), blocks, 2, 4, 8).has_value());
+  EXPECT_TRUE(RehomeShortSequences({4, 4}, Causal(), {{0, {{0, 0, 4}}}, {1, {{1, 0, 4}}}}, 2, 4, 8)
+                  .has_value());
 }
 
 TEST(ShortRehomingTest, BadInputIsRefused) {

@@ -23,6 +23,23 @@ Csr BuildUsers(const std::vector<RequiredPair>& pairs, int32_t blocks) {
   return users;
 }
 
+BlockLoads CountBlockLoads(const std::vector<Block>& blocks, const std::vector<RequiredPair>& pairs,
+                           int32_t workers) {
+  BlockLoads loads{std::vector<int64_t>(workers, 0), std::vector<int64_t>(workers, 0),
+                   std::vector<double>(workers, 0), std::vector<double>(workers, 0)};
+  std::vector<int32_t> owner;
+  std::vector<int64_t> tokens;
+  for (const Block& b : blocks) {
+    owner.push_back(b.worker);
+    tokens.push_back(b.tokens());
+    loads.tokens[b.worker] += tokens.back();
+  }
+  for (const RequiredPair& p : pairs) loads.compute[owner[p.q_block]] += p.token_pairs;
+  CountTransfers(BuildUsers(pairs, static_cast<int32_t>(blocks.size())), tokens, owner,
+                 loads.traffic, loads.send, nullptr);
+  return loads;
+}
+
 AssignmentContext::AssignmentContext(const AssignmentInput& input)
     : in(input), items(input.sharding->items), n(input.workers) {
   const int32_t blocks = static_cast<int32_t>(in.sharding->blocks.size());

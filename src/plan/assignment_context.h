@@ -54,6 +54,18 @@ void BuildGraphs(const std::vector<RequiredPair>& pairs, int32_t blocks, Csr& de
 // The users graph alone (BuildGraphs' `users`).
 Csr BuildUsers(const std::vector<RequiredPair>& pairs, int32_t blocks);
 
+// The loads of blocks whose workers are set (0..workers-1), with their
+// required pairs: per worker, allowed token pairs of its query blocks,
+// tokens held, and K/V tokens sent plus received and the part sent, each
+// block once to every other worker computing with it (CountTransfers).
+// O(P + B) for P pairs and B blocks.
+struct BlockLoads {
+  std::vector<int64_t> compute, tokens;
+  std::vector<double> traffic, send;
+};
+BlockLoads CountBlockLoads(const std::vector<Block>& blocks, const std::vector<RequiredPair>& pairs,
+                           int32_t workers);
+
 class AssignmentContext {
  public:
   explicit AssignmentContext(const AssignmentInput& input);

@@ -7,7 +7,6 @@
 
 #include "assignment.h"
 #include "assignment_context.h"
-#include "assignment_parts.h"
 #include "fcp/error.h"
 #include "fcp/plan_metrics.h"
 #include "fcp/planner.h"
@@ -182,36 +181,16 @@ std::vector<int32_t> DataloaderNodes(const detail::ShardBase& base,
   return nodes;
 }
 
-// Per worker: allowed token pairs of its query blocks, and K/V tokens it
-// sends plus receives (each block once to every other worker computing
-// with it), and tokens held, of blocks whose workers are set; and the
-// tokens away from their dataloader worker.
-struct BlockLoads {
-  std::vector<double> compute, traffic;
-  std::vector<int64_t> tokens;
+// Tokens of `blocks` (workers set) away from their dataloader worker.
+int64_t TokensAway(const std::vector<Block>& blocks, const std::vector<int64_t>& offsets,
+                   int32_t workers) {
   int64_t away = 0;
-};
-BlockLoads LoadsOf(const std::vector<Block>& blocks, const std::vector<RequiredPair>& pairs,
-                   const std::vector<int64_t>& offsets, int32_t workers) {
-  BlockLoads loads{std::vector<double>(workers, 0), std::vector<double>(workers, 0),
-                   std::vector<int64_t>(workers, 0)};
-  std::vector<int32_t> owner;
-  std::vector<int64_t> tokens;
-  for (const Block& b : blocks) {
-    owner.push_back(b.worker);
-    tokens.push_back(b.tokens());
-    loads.tokens[b.worker] += tokens.back();
+  for (const Block& b : blocks)
     for (const Segment& s : b.segments)
       ForEachDataloaderRun(s, offsets, workers, [&](int32_t home, int64_t n) {
-        if (home != b.worker) loads.away += n;
+        if (home != b.worker) away += n;
       });
-  }
-  for (const RequiredPair& p : pairs)
-    loads.compute[owner[p.q_block]] += static_cast<double>(p.token_pairs);
-  std::vector<double> send(workers, 0);
-  detail::CountTransfers(detail::BuildUsers(pairs, static_cast<int32_t>(blocks.size())), tokens,
-                         owner, loads.traffic, send, nullptr);
-  return loads;
+  return away;
 }
 
 // The compute imbalance of the dataloader layout: each token's query work
@@ -693,27 +672,30 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   // exchanges this pass would undo. Kept only where it helps without
   // breaking the plan's balance promise (below).
   std::vector<RequiredPair> rehomed_pairs;
-  if (config.reshuffle_locality && !(home && chosen == &home->assignment)) {
-    std::vector<Block> rehomed = detail::RehomeShortSequences(
-        lengths, config.mask, plan.blocks, config.workers, block_size, config.node_workers);
-    rehomed_pairs = RequiredPairs(lengths, rehomed, config.mask);
-    const BlockLoads before = LoadsOf(plan.blocks, *pairs, common.offsets, config.workers);
-    const BlockLoads after = LoadsOf(rehomed, rehomed_pairs, common.offsets, config.workers);
+  std::optional<std::vector<Block>> rehomed;
+  if (config.reshuffle_locality && !(home && chosen == &home->assignment))
+    rehomed = detail::RehomeShortSequences(lengths, config.mask, plan.blocks, config.workers,
+                                           block_size, config.node_workers);
+  if (rehomed) {
+    rehomed_pairs = RequiredPairs(lengths, *rehomed, config.mask);
+    const detail::BlockLoads before = detail::CountBlockLoads(plan.blocks, *pairs, config.workers);
+    const detail::BlockLoads after =
+        detail::CountBlockLoads(*rehomed, rehomed_pairs, config.workers);
     if (config.self_check)
       FCP_CHECK(after.tokens == before.tokens,
                 "planner: short-sequence rehoming changed a worker's token count");
-    const auto largest = [](const std::vector<double>& v) {
-      return *std::max_element(v.begin(), v.end());
-    };
+    const auto largest = [](const auto& v) { return *std::max_element(v.begin(), v.end()); };
     // Fewer tokens away from home, no maximum higher, and the traffic
     // within the bound where it was (less traffic at the same maximum reads
     // as more imbalance; where the plan was outside the bound, a shed
     // layout, only the maximum counts).
     const bool traffic_held = Imbalance(after.traffic) <= judge.max_imbalance ||
                               Imbalance(before.traffic) > judge.max_imbalance;
-    if (after.away < before.away && largest(after.compute) <= largest(before.compute) &&
+    if (TokensAway(*rehomed, common.offsets, config.workers) <
+            TokensAway(plan.blocks, common.offsets, config.workers) &&
+        largest(after.compute) <= largest(before.compute) &&
         largest(after.traffic) <= largest(before.traffic) && traffic_held) {
-      plan.blocks = std::move(rehomed);
+      plan.blocks = std::move(*rehomed);
       pairs = &rehomed_pairs;
     }
   }

@@ -273,29 +273,18 @@ std::optional<HomePacking> PackAtHome(const std::vector<int64_t>& lengths, const
   for (const Piece& p : pieces) out.blocks.push_back(Block{p.worker, {p.segment}});
   out.pairs = RequiredPairs(lengths, out.blocks, mask);
   // K/V traffic: each block once to every other worker computing with it.
-  std::vector<int32_t> block_owner;
-  std::vector<int64_t> block_tokens;
-  for (const Block& b : out.blocks) {
-    block_owner.push_back(b.worker);
-    block_tokens.push_back(b.tokens());
-  }
-  out.traffic.assign(n, 0);
-  out.send.assign(n, 0);
-  CountTransfers(BuildUsers(out.pairs, static_cast<int32_t>(out.blocks.size())), block_tokens,
-                 block_owner, out.traffic, out.send, nullptr);
+  BlockLoads loads = CountBlockLoads(out.blocks, out.pairs, n);
+  out.traffic = std::move(loads.traffic);
+  out.send = std::move(loads.send);
   if (self_check) {
     // The exchanges kept `load` incrementally; recount it from the pairs.
-    std::vector<int64_t> recount(n, 0), held(n, 0);
-    for (const RequiredPair& p : out.pairs) recount[block_owner[p.q_block]] += p.token_pairs;
-    for (size_t b = 0; b < out.blocks.size(); ++b) {
-      FCP_CHECK(block_tokens[b] <= block_size,
+    for (size_t b = 0; b < out.blocks.size(); ++b)
+      FCP_CHECK(out.blocks[b].tokens() <= block_size,
                 "home packing: block " + std::to_string(b) + " holds more than block_size tokens");
-      held[block_owner[b]] += block_tokens[b];
-    }
     for (int32_t w = 0; w < n; ++w) {
-      FCP_CHECK(recount[w] == load[w], "home packing: worker " + std::to_string(w) +
-                                           "'s compute differs from a recount of its pairs");
-      FCP_CHECK(held[w] <= token_cap,
+      FCP_CHECK(loads.compute[w] == load[w], "home packing: worker " + std::to_string(w) +
+                                                 "'s compute differs from a recount of its pairs");
+      FCP_CHECK(loads.tokens[w] <= token_cap,
                 "home packing: worker " + std::to_string(w) + " holds more than the token cap");
     }
   }

@@ -39,9 +39,11 @@ void AppendSequenceBlocks(int32_t worker, const std::vector<int32_t>& away,
   }
 }
 
-std::vector<Block> RehomeShortSequences(const std::vector<int64_t>& lengths, const Mask& mask,
-                                        const std::vector<Block>& blocks, int32_t workers,
-                                        int64_t block_size, int32_t node_workers) {
+std::optional<std::vector<Block>> RehomeShortSequences(const std::vector<int64_t>& lengths,
+                                                       const Mask& mask,
+                                                       const std::vector<Block>& blocks,
+                                                       int32_t workers, int64_t block_size,
+                                                       int32_t node_workers) {
   const int32_t n = workers;
   const int32_t node = std::max<int32_t>(node_workers, 1);
   const int32_t sequences = static_cast<int32_t>(lengths.size());
@@ -87,6 +89,9 @@ std::vector<Block> RehomeShortSequences(const std::vector<int64_t>& lengths, con
         fail("the blocks hold " + std::to_string(covered[s]) + " tokens of sequence " +
              std::to_string(s) + ", which has " + std::to_string(lengths[s]));
   }
+
+  if (std::none_of(lengths.begin(), lengths.end(), [&](int64_t len) { return len <= block_size; }))
+    return std::nullopt;
 
   // 1. At home, in sequence order.
   std::vector<int64_t> work(sequences, 0);

@@ -56,6 +56,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "fcp/mask.h"
@@ -76,13 +77,17 @@ void AppendSequenceBlocks(int32_t worker, const std::vector<int32_t>& away,
                           const std::vector<int32_t>* away_source = nullptr);
 
 // `blocks` with workers set (the final names, 0..workers-1), tiling every
-// sequence exactly once. Returns the new blocks. Throws
+// sequence exactly once. Returns the new blocks, or nothing when no
+// sequence fits one block (nothing to deal: the caller then skips the
+// pairs and loads it would compare). Throws
 // Error(kInvalidArgument) naming the pass when workers < 1, block_size < 1,
 // a length is < 1, a worker is out of range, a segment leaves its sequence
 // or the segments of a sequence do not add up to its length. (Overlaps
 // that add up are not looked for: RequiredPairs of the result finds them.)
-std::vector<Block> RehomeShortSequences(const std::vector<int64_t>& lengths, const Mask& mask,
-                                        const std::vector<Block>& blocks, int32_t workers,
-                                        int64_t block_size, int32_t node_workers);
+std::optional<std::vector<Block>> RehomeShortSequences(const std::vector<int64_t>& lengths,
+                                                       const Mask& mask,
+                                                       const std::vector<Block>& blocks,
+                                                       int32_t workers, int64_t block_size,
+                                                       int32_t node_workers);
 
 }  // namespace fcp::detail
