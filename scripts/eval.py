@@ -289,7 +289,7 @@ def figure_scale(runner, md, rows, workers, extra, timeout_s, network):
     missing = []
     for n in extra:
         base = ["--dist", "lognormal", "--workers", str(n), "--profile", "gpu-x", "--seed", "0"]
-        if n > 256 and network != "exact":
+        if n > 256:  # `fcp compare` would pick quantized there itself (--network auto)
             base += ["--network", network]
         for line, args in [(FT, ["--planners", "fcp", "--reshuffle", "overlap"]),
                            (FP, ["--planners", "fcp", "--reshuffle", "none"])] + [

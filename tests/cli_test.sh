@@ -109,6 +109,7 @@ case_happy_paths() {
   contains "simulate" "$tmp/stdout" "MFU:"
   contains "simulate bound" "$tmp/stdout" "time / bound"
   contains "simulate trace" "$tmp/trace.json" '"traceEvents"'
+  contains "simulate names the engine auto picked" "$tmp/stderr" "(network exact)"
   expect 0 "simulate --json" -- simulate --plan "$tmp/plan.json" --profile gpu-y --json --reshuffle none
   contains "simulate json" "$tmp/stdout" '"mfu"'
   contains "simulate json bound" "$tmp/stdout" '"bound_ratio"'
@@ -116,10 +117,12 @@ case_happy_paths() {
   expect 0 "simulate --network quantized" -- simulate --plan "$tmp/plan.json" --network quantized \
     --network-quantum 0.5 --json
   contains "simulate quantized json" "$tmp/stdout" '"total_time_s"'
+  contains "simulate names the engine asked for" "$tmp/stderr" "(network quantized)"
 
   expect 0 "compare" -- compare --dist lognormal --workers 2,4 --tokens-per-worker 2048 \
     --max-len 8192 --block-size 256 --planners fcp,ring,magi --csv "$tmp/compare.csv"
   contains "compare" "$tmp/stdout" "magi"
+  contains "compare names the engine" "$tmp/stdout" "; network auto"
   [[ $(wc -l <"$tmp/compare.csv") -eq 7 ]] || fail "compare: expected a header and 6 CSV rows"
   head -1 "$tmp/compare.csv" | grep -q '^dist,seed,workers,.*,plan_s,sim_s,bound_s,bound_ratio,forward_bound_' ||
     fail "compare: the bound columns follow the existing ones"

@@ -626,6 +626,7 @@ TEST(SimulatorTest, FastAndQuantizedNetworksNearTheExactOne) {
           SimConfig config;
           config.reshuffle = reshuffle;
           config.transfers = mode;
+          config.network = NetworkModel::kExact;
           const SimResult exact = Simulate(plan, gpu_x, config);
           config.network = NetworkModel::kFast;
           const SimResult fast = Simulate(plan, gpu_x, config);
@@ -648,6 +649,41 @@ TEST(SimulatorTest, FastAndQuantizedNetworksNearTheExactOne) {
           EXPECT_EQ(quantized.forward_flops, exact.forward_flops);
         }
     }
+}
+
+// The default engine (auto) is exact up to kAutoExactMaxWorkers workers and
+// quantized above, to the bit: lognormal plans of 256 and 257 workers.
+TEST(SimulatorTest, AutoNetworkIsExactUpTo256WorkersAndQuantizedAbove) {
+  EXPECT_EQ(SimConfig{}.network, NetworkModel::kAuto);
+  EXPECT_EQ(ResolveNetworkModel(NetworkModel::kAuto, 1), NetworkModel::kExact);
+  EXPECT_EQ(ResolveNetworkModel(NetworkModel::kAuto, 256), NetworkModel::kExact);
+  EXPECT_EQ(ResolveNetworkModel(NetworkModel::kAuto, 257), NetworkModel::kQuantized);
+  for (NetworkModel m : {NetworkModel::kExact, NetworkModel::kFast, NetworkModel::kQuantized})
+    EXPECT_EQ(ResolveNetworkModel(m, 4096), m);
+  const HardwareProfile gpu_x = BuiltinProfile("gpu-x");
+  for (const int32_t n : {256, 257}) {
+    WorkloadConfig wc;
+    wc.workers = n;
+    wc.tokens_per_worker = 1024;
+    wc.max_len = 32768;
+    PlannerConfig pc;
+    pc.workers = n;
+    pc.block_size = 256;
+    pc.coalesce = 4;
+    const Plan plan = MakePlan(GenerateWorkload(wc), pc);
+    SimConfig config;
+    config.reshuffle = ReshuffleMode::kNone;
+    const SimResult automatic = Simulate(plan, gpu_x, config);
+    config.network = n <= 256 ? NetworkModel::kExact : NetworkModel::kQuantized;
+    const SimResult resolved = Simulate(plan, gpu_x, config);
+    config.network = n <= 256 ? NetworkModel::kQuantized : NetworkModel::kExact;
+    const SimResult other = Simulate(plan, gpu_x, config);
+    SCOPED_TRACE("N=" + std::to_string(n));
+    EXPECT_EQ(automatic.total_time_s, resolved.total_time_s);
+    EXPECT_EQ(automatic.forward_time_s, resolved.forward_time_s);
+    // The two engines differ on these plans, so the test tells them apart.
+    EXPECT_NE(automatic.total_time_s, other.total_time_s);
+  }
 }
 
 TEST(SimulatorTest, RejectsOutOfRangePlans) {
@@ -680,9 +716,10 @@ TEST(SimulatorTest, RejectsOutOfRangePlans) {
   EXPECT_EQ(ParseNetworkModel("fast"), NetworkModel::kFast);
   EXPECT_EQ(ParseNetworkModel("quantized"), NetworkModel::kQuantized);
   EXPECT_EQ(NetworkModelName(ParseNetworkModel("exact")), std::string("exact"));
+  EXPECT_EQ(ParseNetworkModel("auto"), NetworkModel::kAuto);
   EXPECT_EQ(testing::ExpectedErrorMessage(ErrorCode::kInvalidArgument,
                                           [] { ParseNetworkModel("approx"); }),
-            "simulate: unknown network model 'approx' (expected exact, fast or quantized)");
+            "simulate: unknown network model 'approx' (expected exact, fast, quantized or auto)");
   for (const double quantum : {0.0, -1.0, std::numeric_limits<double>::infinity()}) {
     SimConfig config;
     config.network_quantum = quantum;

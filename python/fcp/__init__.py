@@ -312,7 +312,7 @@ class Plan:
 
     def simulate(self, profile: str = "gpu-x", reshuffle: str = "overlap",
                  transfers: str = "pull", dkv_bytes: int = 0,
-                 trace: Optional[str] = None, network: str = "exact",
+                 trace: Optional[str] = None, network: str = "auto",
                  network_quantum: float = 0.02) -> Dict[str, object]:
         """:func:`fcp.simulate` of this plan."""
         return simulate(self, profile=profile, reshuffle=reshuffle, transfers=transfers,
@@ -459,7 +459,7 @@ _document_plan_options()
 
 def simulate(plan: Plan, profile: str = "gpu-x", reshuffle: str = "overlap",
              transfers: str = "pull", dkv_bytes: int = 0,
-             trace: Optional[str] = None, network: str = "exact",
+             trace: Optional[str] = None, network: str = "auto",
              network_quantum: float = 0.02) -> Dict[str, object]:
     """Runs ``plan`` on the event-driven model cluster, as ``fcp simulate``.
 
@@ -470,10 +470,11 @@ def simulate(plan: Plan, profile: str = "gpu-x", reshuffle: str = "overlap",
     runtime) or 'grouped' (one send/receive call per worker and stage).
     dkv_bytes: bytes per element of partial dK/dV
     transfers (0 = the plan's dtype). trace: also write a Chrome trace there.
-    network: 'exact' (the default), 'fast' (flows bundled per port pair: the
-    same max-min rates up to rounding, 1.2-1.5x less CPU on large plans) or
-    'quantized' (rates recomputed at most once per quantum of simulated time:
-    an approximation for large N, its error in docs/simulator.md).
+    network: 'auto' (the default: 'exact' up to 256 workers, 'quantized'
+    above), 'exact' (the reference), 'fast' (flows bundled per port pair:
+    the same max-min rates up to rounding, 1.2-1.5x less CPU on large plans)
+    or 'quantized' (rates recomputed at most once per quantum of simulated
+    time: an approximation for large N, its error in docs/simulator.md).
     network_quantum: the quantized engine's quantum as a fraction of the
     pass's mean stage transfer time at NIC bandwidth (``--network-quantum``).
 

@@ -115,6 +115,7 @@ int32_t FlowNetwork::InPort(int32_t src, int32_t dst) const {
 
 std::unique_ptr<FlowNetwork> MakeNetwork(NetworkModel model, const HardwareProfile& profile,
                                          int32_t workers, double quantum_s) {
+  model = ResolveNetworkModel(model, workers);
   if (model == NetworkModel::kFast) return std::make_unique<BundledNetwork>(profile, workers);
   if (model == NetworkModel::kQuantized)
     return std::make_unique<QuantizedNetwork>(profile, workers, quantum_s);

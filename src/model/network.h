@@ -138,8 +138,8 @@ class FlowNetwork {
                      const std::vector<int32_t>& in_pos, PortFlows& lists);
 };
 
-// `quantum_s` (> 0) is the quantized engine's recomputation quantum; the
-// other engines ignore it.
+// The engine ResolveNetworkModel(model, workers) names. `quantum_s` (> 0) is
+// the quantized engine's recomputation quantum; the other engines ignore it.
 std::unique_ptr<FlowNetwork> MakeNetwork(NetworkModel model, const HardwareProfile& profile,
                                          int32_t workers, double quantum_s = 1);
 

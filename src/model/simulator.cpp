@@ -886,6 +886,7 @@ constexpr detail::EnumName<NetworkModel> kNetworkModelNames[] = {
     {NetworkModel::kExact, "exact"},
     {NetworkModel::kFast, "fast"},
     {NetworkModel::kQuantized, "quantized"},
+    {NetworkModel::kAuto, "auto"},
 };
 
 const char* ReshuffleModeName(ReshuffleMode mode) {
@@ -904,6 +905,11 @@ const char* NetworkModelName(NetworkModel model) {
 
 NetworkModel ParseNetworkModel(const std::string& name) {
   return detail::ValueNamed(kNetworkModelNames, name, "simulate: unknown network model");
+}
+
+NetworkModel ResolveNetworkModel(NetworkModel model, int32_t workers) {
+  if (model != NetworkModel::kAuto) return model;
+  return workers <= kAutoExactMaxWorkers ? NetworkModel::kExact : NetworkModel::kQuantized;
 }
 
 ReshuffleMode ParseReshuffleMode(const std::string& name) {

@@ -88,7 +88,7 @@ struct CompareOptions {
   std::string reshuffle = "overlap";
   std::string baseline_reshuffle = "none";
   std::string transfers = "pull";
-  std::string network = "exact";
+  std::string network = NetworkModelName(SimConfig{}.network);
   double network_quantum = SimConfig{}.network_quantum;
   int32_t seeds = 1;
   bool validate = false;
@@ -242,13 +242,13 @@ void RunCompare(CompareOptions& o) {
 
   fmt::print(
       "compare: {}, block {}, coalesce {}, mask {}, profile {}; "
-      "reshuffle: fcp* {}, baselines {}; transfers {}\n",
+      "reshuffle: fcp* {}, baselines {}; transfers {}; network {}\n",
       file_lengths.empty()
           ? fmt::format("{} tokens per worker, dist {}", o.workload.tokens_per_worker, o.dist)
           : fmt::format("lengths from {} ({} tokens)", o.lengths_path,
                         SequenceOffsets(file_lengths).back()),
       o.planner.block_size, o.planner.coalesce, o.mask, profile.name, o.reshuffle,
-      o.baseline_reshuffle, o.transfers);
+      o.baseline_reshuffle, o.transfers, o.network);
   fmt::print("{:>5} {:>5} {:<17} {:>10} {:>7} {:>7} {:>7} {:>8} {:>8} {:>9} {:>8} {:>8} {:>7}\n",
              "N", "seed", "planner", "time ms", "MFU", "normMFU", "batchN", "comp-imb", "traf-imb",
              "exposed", "plan s", "sim s", "/bound");
@@ -284,10 +284,10 @@ constexpr const char* kTransfersHelp =
     "How the runtime moves stage transfers: pull (receivers pull K/V, partials pushed on their "
     "own stream) | grouped (one send/receive call per stage)";
 constexpr const char* kNetworkHelp =
-    "Max-min rate engine: exact (the reference) | fast (flows bundled per port pair, only "
-    "changed rates updated: the same rates up to rounding, step times within ~1e-9) | quantized "
-    "(rates recomputed at most once per quantum of simulated time: an approximation for large N, "
-    "docs/simulator.md)";
+    "Max-min rate engine: auto (exact up to 256 workers, quantized above) | exact (the "
+    "reference) | fast (flows bundled per port pair, only changed rates updated: the same rates "
+    "up to rounding, step times within ~1e-9) | quantized (rates recomputed at most once per "
+    "quantum of simulated time: an approximation for large N, docs/simulator.md)";
 
 constexpr const char* kNetworkQuantumHelp =
     "quantized: the recomputation quantum as a fraction of the pass's mean stage transfer time "
@@ -296,7 +296,7 @@ constexpr const char* kNetworkQuantumHelp =
 void AddSimulateCommands(CLI::App& app) {
   struct SimulateOptions {
     std::string plan, profile = "gpu-x", trace, reshuffle = "overlap", transfers = "pull",
-                      network = "exact";
+                      network = NetworkModelName(SimConfig{}.network);
     bool json = false, per_worker = false, no_validate = false;
     int32_t dkv_bytes = 0;
     double network_quantum = SimConfig{}.network_quantum;
@@ -345,7 +345,8 @@ void AddSimulateCommands(CLI::App& app) {
       fmt::print("{}", SimResultJson(result, so->per_worker));
     else
       PrintSimSummary(plan, result);
-    std::fprintf(stderr, "fcp simulate: simulated in %.3f s%s\n", seconds,
+    std::fprintf(stderr, "fcp simulate: simulated in %.3f s (network %s)%s\n", seconds,
+                 NetworkModelName(ResolveNetworkModel(config.network, plan.workers)),
                  so->trace.empty() ? "" : (", trace -> " + so->trace).c_str());
   });
 
