@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <limits>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <utility>
@@ -683,6 +684,43 @@ TEST(SimulatorTest, AutoNetworkIsExactUpTo256WorkersAndQuantizedAbove) {
     EXPECT_EQ(automatic.forward_time_s, resolved.forward_time_s);
     // The two engines differ on these plans, so the test tells them apart.
     EXPECT_NE(automatic.total_time_s, other.total_time_s);
+  }
+}
+
+// on_progress reports each pass's share of pairs done, in steps of at least
+// 1%, ending at exactly 1 once; the results are the same without it.
+TEST(SimulatorTest, ProgressRisesToOnePerPassAndChangesNothing) {
+  WorkloadConfig wc;
+  wc.workers = 16;
+  wc.tokens_per_worker = 4096;
+  wc.max_len = 32768;
+  PlannerConfig pc;
+  pc.workers = 16;
+  pc.block_size = 512;
+  pc.coalesce = 4;
+  const Plan plan = MakePlan(GenerateWorkload(wc), pc);
+  const HardwareProfile gpu_x = BuiltinProfile("gpu-x");
+  std::mutex mutex;
+  std::vector<double> done[2];
+  SimConfig config;
+  config.on_progress = [&](int pass, double share) {
+    const std::lock_guard lock(mutex);
+    ASSERT_TRUE(pass == 0 || pass == 1) << pass;
+    done[pass].push_back(share);
+  };
+  const SimResult reported = Simulate(plan, gpu_x, config);
+  const SimResult silent = Simulate(plan, gpu_x);
+  EXPECT_EQ(reported.total_time_s, silent.total_time_s);
+  EXPECT_EQ(reported.forward_time_s, silent.forward_time_s);
+  for (const auto& shares : done) {
+    ASSERT_GT(shares.size(), 50u);  // the plan has thousands of pairs a pass
+    EXPECT_LE(shares.size(), 101u);
+    EXPECT_EQ(shares.back(), 1.0);
+    EXPECT_EQ(std::count(shares.begin(), shares.end(), 1.0), 1);
+    // Every report but the end's a further 1% or more after the one before.
+    for (size_t k = 1; k + 1 < shares.size(); ++k)
+      EXPECT_GE(shares[k] - shares[k - 1], 0.01 - 1e-12) << k;
+    EXPECT_GT(shares.back(), shares[shares.size() - 2]);
   }
 }
 

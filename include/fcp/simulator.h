@@ -52,6 +52,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <string>
 #include <vector>
@@ -139,7 +140,14 @@ struct SimConfig {
   // 0.5% (docs/simulator.md).
   double network_quantum = 0.02;
   bool record_trace = false;  // fill SimResult::trace (Chrome trace events)
-  void validate() const;      // Error(kInvalidArgument) naming the field
+  // Called as the passes progress, for display only (`fcp simulate` draws a
+  // progress line with it on a terminal): pass 0 is the forward, 1 the
+  // backward; done is the share of the pass's pair computations finished,
+  // at every further 1% of them, and 1 once at the pass's end. Without a
+  // trace the passes run on two threads, so it may be called from both at
+  // once. The results do not depend on it.
+  std::function<void(int pass, double done)> on_progress;
+  void validate() const;  // Error(kInvalidArgument) naming the field
 };
 
 struct WorkerSimStats {

@@ -286,6 +286,7 @@ class PassSimulator {
         throw Error(ErrorCode::kInternal, "simulate: worker " + std::to_string(w) +
                                               " stalled in stage " +
                                               std::to_string(workers_[w].c_stage));
+    if (config_.on_progress) config_.on_progress(in_.backward ? 1 : 0, 1.0);
     PassOutput out;
     out.time_s = end_time_;
     out.busy_s.resize(n_);
@@ -616,6 +617,7 @@ class PassSimulator {
       s.busy = false;
       Touch(p.worker, now_);
       PairDone(p);
+      ReportProgress();
       Progress(p.worker);
       return;
     }
@@ -668,6 +670,17 @@ class PassSimulator {
         break;
       }
     }
+  }
+
+  // SimConfig::on_progress, each time another 1% of the pass's pairs is
+  // done (the end is reported by Run).
+  void ReportProgress() {
+    if (!config_.on_progress) return;
+    const auto pairs = static_cast<int64_t>(in_.pairs.size());
+    const int64_t step = std::max<int64_t>(1, (pairs + 99) / 100);  // >= 1% of them
+    if (++pairs_done_ % step != 0 || pairs_done_ >= pairs) return;
+    config_.on_progress(in_.backward ? 1 : 0,
+                        static_cast<double>(pairs_done_) / static_cast<double>(pairs));
   }
 
   void BlockArrived(int32_t b) {
@@ -777,6 +790,7 @@ class PassSimulator {
   // Indices into in_.pairs and in_.transfers per (stage, worker) and per
   // (channel, stage, worker) cell, in input order.
   detail::Buckets pairs_by_cell_, sends_by_cell_, recvs_by_cell_;
+  int64_t pairs_done_ = 0;          // ReportProgress
   std::vector<int32_t> recv_left_;  // per (channel, stage, worker): receives not yet arrived
   std::vector<int32_t> arrivals_;
   std::vector<char> started_;

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <sstream>
 
@@ -126,6 +128,35 @@ class Progress {
  private:
   size_t total_, done_ = 0;
   bool enabled_;
+};
+
+// `fcp simulate`'s progress line on a terminal (SimConfig::on_progress): both
+// passes' shares done, redrawn at most every kRedraw_s, erased at the end.
+// The passes report from two threads, hence the lock.
+class PassProgressLine {
+ public:
+  void Update(int pass, double done) {
+    const std::lock_guard lock(mutex_);
+    done_[pass] = done;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_ < std::chrono::duration<double>(kRedraw_s)) return;
+    last_ = now;
+    drawn_ = true;
+    std::fprintf(stderr, "\rfcp simulate: forward %3.0f%%, backward %3.0f%%", 100 * done_[0],
+                 100 * done_[1]);
+    std::fflush(stderr);
+  }
+  void Erase() {
+    const std::lock_guard lock(mutex_);
+    if (drawn_) std::fprintf(stderr, "\r%60s\r", "");
+  }
+
+ private:
+  static constexpr double kRedraw_s = 0.25;
+  std::mutex mutex_;
+  double done_[2] = {0, 0};
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+  bool drawn_ = false;
 };
 
 void WriteCsv(const std::string& path, const CompareOptions& o, const std::vector<Row>& rows) {
@@ -333,8 +364,16 @@ void AddSimulateCommands(CLI::App& app) {
     config.record_trace = !so->trace.empty();
     const Plan plan = ReadPlanJsonFile(so->plan);
     if (!so->no_validate) ValidatePlan(plan);
+    auto progress = std::make_shared<PassProgressLine>();
+    if (isatty(fileno(stderr)))
+      config.on_progress = [progress](int pass, double done) { progress->Update(pass, done); };
     const auto start = std::chrono::steady_clock::now();
-    const SimResult result = Simulate(plan, profile, config);
+    const SimResult result = [&] {
+      // Erased also when the simulation throws, before its error is printed.
+      const std::unique_ptr<PassProgressLine, void (*)(PassProgressLine*)> erase(
+          progress.get(), [](PassProgressLine* line) { line->Erase(); });
+      return Simulate(plan, profile, config);
+    }();
     const double seconds = SecondsSince(start);
     if (!so->trace.empty()) {
       std::ostringstream trace;
