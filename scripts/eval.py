@@ -632,8 +632,12 @@ times within 0.5% of exact's on the simulator's 108 comparison cases; FCP's N = 
 | 2048 | 35.8 s | 18.8 s | not run | 0.1 s | 1.3 s | not run |
 | 4096 | 31.7 s | 22.1 s | not run | 0.1 s | 2.9 s | not run |
 
-WLB-like is not helped by the quantized engine: it plans by simulating ring and ByteScale-like
-with the exact engine (PlannerConfig carries no network engine). Ring's plans grow as N^2
+WLB-like plans by simulating ring and ByteScale-like with the simulator's default engine, exact
+in this run (PlannerConfig carries no network engine); since `--network auto` became the default
+(2026-12-05) that is the quantized engine beyond 256 workers, which helps ring little (its 1,024
+stages of N transfers each leave few events for the quantum to merge: 452 s against 484 s at
+N = 1024, docs/simulator.md) and picks the same plans (ring and ByteScale-like are far apart
+there). Ring's plans grow as N^2
 transfers (1.05M forward at N = 1024, a 398 MB plan file that takes 1.3 GB to plan), so ring, and
 WLB-like with it, are not run beyond N = 1024 (`RING_MAX_WORKERS`; recorded as missing, with the
 reason, under the scale figure): 4.2M transfers at N = 2048 and 16.8M at 4096 are past the 4 GB

@@ -10,7 +10,7 @@ namespace fcp {
 
 Plan MakeWlbPlan(const std::vector<int64_t>& lengths, const PlannerConfig& config) {
   const HardwareProfile profile = BuiltinProfile("gpu-x");
-  SimConfig sim;
+  SimConfig sim;  // the default engine: exact up to 256 workers, quantized above
   sim.reshuffle = ReshuffleMode::kNone;
   Plan ring = MakeRingPlan(lengths, config);
   Plan bytescale = MakeByteScalePlan(lengths, config);
