@@ -1,6 +1,7 @@
 #include "fcp/simulator.h"
 #include "fcp/planner_registry.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <mutex>
