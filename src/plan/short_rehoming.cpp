@@ -1,6 +1,7 @@
 #include "short_rehoming.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -237,17 +238,24 @@ std::optional<std::vector<Block>> RehomeShortSequences(const std::vector<int64_t
                       partners.end(), [&](int32_t p, int32_t q) {
                         return compute[p] != compute[q] ? compute[p] < compute[q] : p < q;
                       });
+    // Per partner tried, the first index of each length in its held list,
+    // made when first needed (held lists change only with an exchange,
+    // which ends the call).
+    std::vector<std::optional<std::unordered_map<int64_t, size_t>>> first_of_length(tried);
     for (size_t i = 0; i < std::min(held[a].size(), kRepairOffers); ++i) {
       const int32_t x = held[a][i];
       for (size_t j = 0; j < tried; ++j) {
         const int32_t v = partners[j];
-        std::unordered_map<int64_t, size_t> first_of_length;  // in held[v]
-        for (size_t k = 0; k < held[v].size(); ++k) first_of_length.emplace(lengths[held[v][k]], k);
+        if (!first_of_length[j]) {
+          first_of_length[j].emplace();
+          for (size_t k = 0; k < held[v].size(); ++k)
+            first_of_length[j]->emplace(lengths[held[v][k]], k);
+        }
         for (size_t k = 0; k < held[v].size(); ++k) {
           const int32_t y = held[v][k];
           if (lengths[y] >= lengths[x]) continue;
-          const auto it = first_of_length.find(lengths[x] - lengths[y]);
-          if (it == first_of_length.end()) continue;
+          const auto it = first_of_length[j]->find(lengths[x] - lengths[y]);
+          if (it == first_of_length[j]->end()) continue;
           size_t m = it->second;
           if (m == k) {  // z must differ from y: the next of that length
             m = k + 1;
