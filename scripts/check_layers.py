@@ -56,7 +56,7 @@ PUBLIC_HEADERS = {
     "lengths_file": "io",
     "cost_model": "model", "lower_bounds": "model", "simulator": "model",
     "baselines": "baselines",
-    "planner_registry": "registry",
+    "planner_registry": "registry", "fcp_tuning": "registry",
     "attention_kernel": "kernels", "reference_attention": "kernels", "bfloat16": "kernels",
     "lowering": "lowering",
     "communicator": "runtime", "executor": "runtime", "trace": "io",

@@ -296,6 +296,33 @@ case_long_value_quoted() {
 # `fcp validate` (reader and validator) on a 19 MB plan stays within 6x the
 # file above an idle fcp (main's fcp of 2026-12-01: 10.6x; now 4.9x),
 # and running out of memory is one line and exit 1, never an abort.
+case_plan_tune() {
+  # ---- fcp plan --tune: the simulated step picks the heavy split ---------------------
+  "$fcp" workload --dist uniform --min-len 16384 --max-len 131072 --workers 16 --seed 0 \
+    --out "$tmp/u.txt" 2>/dev/null || fail "tune: workload"
+  expect 0 "plan --tune" -- plan --lengths "$tmp/u.txt" --workers 16 --tune --out "$tmp/tuned.json"
+  contains "plan --tune" "$tmp/stderr" "tuned on gpu-x (reshuffle overlap): heavy fraction"
+  contains "plan --tune lists its tries" "$tmp/stderr" "(0.1: "
+  # The plan records the fraction it was made with: planning at it writes the same file.
+  local fraction
+  fraction=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["planner_options"]["heavy_fraction"])' \
+    "$tmp/tuned.json")
+  expect 0 "plan at the tuned fraction" -- plan --lengths "$tmp/u.txt" --workers 16 \
+    --heavy-fraction "$fraction" --out "$tmp/again.json"
+  cmp -s "$tmp/tuned.json" "$tmp/again.json" || fail "plan --tune: its recorded fraction re-makes another plan"
+  expect 0 "plan --tune on gpu-y, layout fed" -- plan --lengths "$tmp/u.txt" --workers 16 --tune \
+    --profile gpu-y --reshuffle-locality false --out "$tmp/tuned_y.json"
+  contains "plan --tune --profile" "$tmp/stderr" "tuned on gpu-y (reshuffle none)"
+  expect 2 "--profile without --tune" -- plan --lengths "$tmp/u.txt" --workers 16 --profile gpu-y \
+    --out "$tmp/x.json"
+  expect 2 "--tune with another planner" -- plan --lengths "$tmp/u.txt" --workers 16 --tune \
+    --planner magi --out "$tmp/x.json"
+  contains "--tune --planner magi" "$tmp/stderr" "tunes the fcp planner, not 'magi'"
+  expect 1 "--tune on a missing profile file" -- plan --lengths "$tmp/u.txt" --workers 16 --tune \
+    --profile "$tmp/no_such_profile.json" --out "$tmp/x.json"
+  [[ ! -e "$tmp/x.json" ]] || fail "a refused --tune wrote its plan"
+}
+
 case_plan_reader_memory() {
   python3 -c "print('\n'.join(['1']*1000000))" >"$tmp/ones.txt"
   "$fcp" plan --lengths "$tmp/ones.txt" --workers 64 --block-size 128 --out "$tmp/big.json" 2>/dev/null ||

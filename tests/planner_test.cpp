@@ -135,6 +135,27 @@ TEST(PlannerTest, TwoWorkersOneSequenceCausal) {
   EXPECT_EQ(sends[0].src, sent.worker);
 }
 
+// The compute floor of whole items, worked by hand. Two workers, cap 8192
+// (two 4K slots each), causal:
+//
+//   seq 0: | b0 [0,4K) | b1 [4K,8K) |   one zig-zag item (b0, b1), two slots,
+//   seq 1: | [0,4K) |  seq 2: | [0,4K) |   two one-slot items.
+//
+// Work in allowed pairs: the item 8192 x 8193 / 2 = 33,558,528, each single
+// 4096 x 4097 / 2 = 8,390,656; mean 25,169,920. The item fills one worker
+// whichever it is, so the imbalance is at least (33,558,528 - 25,169,920) /
+// 33,558,528.
+TEST(PlannerTest, ComputeFloorOfWholeItemsByHand) {
+  PlannerConfig whole = Config(2, 4096, 16);
+  whole.heavy_fraction = 0;
+  const std::vector<int64_t> lengths = {8192, 4096, 4096};
+  EXPECT_DOUBLE_EQ(FcpComputeImbalanceFloor(lengths, whole), 8388608.0 / 33558528.0);
+  // No plan beats its floor.
+  const Plan plan = MakePlan(lengths, whole);
+  const PlanMetrics m = ComputePlanMetrics(plan);
+  EXPECT_GE(m.compute_imbalance, 8388608.0 / 33558528.0 - 1e-12);
+}
+
 // Two short sequences packed into one block of 4096 on one worker:
 //   | seq0 [0,1000) | seq1 [0,3096) |   one block, two segments, one pair.
 TEST(PlannerTest, PackedBlockOnOneWorker) {

@@ -170,4 +170,12 @@ PlannerConfig PlannerConfigOf(const Plan& plan);
 // The FCP planner itself.
 Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& config);
 
+// A floor on the compute imbalance, (max - mean) / max, of every assignment
+// of the items MakeFcpPlan's first candidate cuts the batch into (its heavy
+// split as `config` sets it): 0 where nothing forces one. With
+// heavy_fraction 0 it says how well whole zig-zag items can be balanced at
+// best. Error(kInvalidArgument) as MakeFcpPlan. O(S + I log I) for S
+// segments and I items.
+double FcpComputeImbalanceFloor(const std::vector<int64_t>& lengths, const PlannerConfig& config);
+
 }  // namespace fcp

@@ -412,13 +412,17 @@ def _planner_options(options: dict) -> dict:
 
 def plan(lengths: Iterable[int], workers: int, *, mask: str = "causal",
          window: Optional[int] = None, token_cap: Optional[int] = None, planner: str = "fcp",
-         check: bool = False, **options) -> Plan:
+         check: bool = False, tune: Optional[str] = None, **options) -> Plan:
     """Plans one batch: the same as ``fcp plan`` with the same arguments.
 
     lengths: one positive int per sequence, in dataloader order (list or numpy array).
     workers: N. mask: 'causal', 'full' or 'sliding_window' (needs ``window``).
     token_cap: most tokens per worker (None: ceil(T/N)).
     planner: see :func:`planners`. check: validate the result (debug self-check).
+    tune: a hardware profile (built-in name such as 'gpu-x', or a JSON file):
+    FCP's plans at a few heavy-split fractions are each simulated on it and
+    the fastest is returned, as ``fcp plan --tune --profile P`` (a planning
+    and a simulation per candidate; planner must be 'fcp').
     options: the planner's settings below, each the ``fcp plan`` flag of the
     same name (``block_size`` is ``--block-size``); None keeps the default
     (docs/planner.md, "Knobs"). The GIL is released while the planner runs.
@@ -433,8 +437,11 @@ def plan(lengths: Iterable[int], workers: int, *, mask: str = "causal",
     # Lists and tuples are read in C++ directly; anything else via numpy.
     if type(lengths) not in (list, tuple):
         lengths = _lengths(lengths)
+    if tune is not None and _str("planner", planner) != "fcp":
+        raise ValueError(f"plan: tune= tunes the fcp planner, not '{planner}'")
     return Plan(_fcp.plan(lengths, mask, 0 if window is None else _int("window", window),
-                          _str("planner", planner), _bool("check", check), options))
+                          _str("planner", planner), _bool("check", check), options,
+                          "" if tune is None else _str("tune", tune)))
 
 
 def _document_plan_options():

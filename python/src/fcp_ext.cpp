@@ -36,6 +36,7 @@
 #include <nanobind/stl/unique_ptr.h>
 
 #include "fcp/error.h"
+#include "fcp/fcp_tuning.h"
 #include "fcp/plan.h"
 #include "fcp/plan_json.h"
 #include "fcp/plan_metrics.h"
@@ -305,9 +306,12 @@ void SetPlannerOptions(PlannerConfig& config, const nb::dict& options) {
   }
 }
 
+// `tune`: "" plans once; else the profile (built-in name or JSON file)
+// TuneFcpPlan simulates FCP's candidates on (fcp/fcp_tuning.h), the
+// reshuffle as the plan will run (overlapped where it keeps tokens home).
 std::unique_ptr<PlanHandle> MakePlanHandle(nb::handle lengths, const std::string& mask,
                                            int64_t window, const std::string& planner, bool check,
-                                           const nb::dict& options) {
+                                           const nb::dict& options, const std::string& tune) {
   PlannerConfig config;
   config.mask.kind = ParseMaskKind(mask);
   config.mask.window = window;
@@ -315,9 +319,15 @@ std::unique_ptr<PlanHandle> MakePlanHandle(nb::handle lengths, const std::string
   config.self_check = check;
   SetPlannerOptions(config, options);  // unset keywords keep the library's defaults
   const std::vector<int64_t> values = LengthsFrom(lengths);
+  FcpTuning tuning;
+  if (!tune.empty()) {
+    tuning.profile = ResolveProfile(tune);
+    tuning.sim.reshuffle =
+        config.reshuffle_locality ? ReshuffleMode::kOverlapped : ReshuffleMode::kNone;
+  }
   return WithoutGil([&] {
     const auto start = std::chrono::steady_clock::now();
-    Plan plan = MakePlan(values, config);
+    Plan plan = tune.empty() ? MakePlan(values, config) : TuneFcpPlan(values, config, tuning).plan;
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return std::make_unique<PlanHandle>(std::move(plan), /*known_valid=*/true, seconds);
@@ -602,7 +612,7 @@ void BindTokenLayout(PlanClass& cls) {
 // Making plans: the planner, parsing, and the tables fcp.plan is built from.
 void BindPlanning(nb::module_& m) {
   m.def("plan", &MakePlanHandle, nb::arg("lengths"), nb::arg("mask"), nb::arg("window"),
-        nb::arg("planner"), nb::arg("check"), nb::arg("options"));
+        nb::arg("planner"), nb::arg("check"), nb::arg("options"), nb::arg("tune"));
 
   m.def("from_json", [](const std::string& text) {
     return WithoutGil([&] {

@@ -41,6 +41,9 @@ CONFIGS = [
     ({"workers": 9, "node_workers": 2}, ["--node-workers", 2]),
     *[({"workers": 8, "planner": name}, ["--planner", name])
       for name in ["ring", "bytescale", "wlb", "magi", "fcp-nocoalesce"]],
+    ({"workers": 8, "tune": "gpu-x"}, ["--tune"]),
+    ({"workers": 8, "tune": "gpu-y", "reshuffle_locality": False},
+     ["--tune", "--profile", "gpu-y", "--reshuffle-locality", "false"]),
 ]
 
 

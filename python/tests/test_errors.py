@@ -31,6 +31,14 @@ PLAN_ERRORS = [
 ]
 
 
+def test_tune_errors():
+    """tune= tunes only the fcp planner, on a profile that exists."""
+    with pytest.raises(ValueError, match="tunes the fcp planner, not 'magi'"):
+        fcp.plan(LENGTHS, workers=2, planner="magi", tune="gpu-x")
+    with pytest.raises(OSError, match="gpu-z"):  # not a built-in name: read as a file
+        fcp.plan(LENGTHS, workers=2, tune="gpu-z")
+
+
 @pytest.mark.parametrize("kwargs,flags,error", PLAN_ERRORS)
 def test_plan_errors(kwargs, flags, error):
     with pytest.raises(error):

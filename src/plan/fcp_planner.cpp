@@ -404,6 +404,16 @@ std::unique_ptr<Candidate> ResizePieces(const Candidate& c, const std::vector<in
 
 }  // namespace
 
+double FcpComputeImbalanceFloor(const std::vector<int64_t>& lengths, const PlannerConfig& config) {
+  config.validate(lengths);
+  const Plan header = PlanHeader(lengths, config, "fcp");
+  const detail::ShardBase base = detail::ShardSteps123(lengths, config.block_size, header.token_cap,
+                                                       config.workers, config.mask);
+  return ComputeImbalanceLowerBound(
+      base, detail::SplitHeavy(base, lengths, config.mask, config.heavy_fraction, config.max_split),
+      config.workers);
+}
+
 Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& config) {
   config.validate(lengths);
   Plan plan = PlanHeader(lengths, config, "fcp");

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string_view>
 #include <variant>
 
@@ -10,6 +11,7 @@
 #include "commands.h"
 #include "fcp/cost_model.h"
 #include "fcp/error.h"
+#include "fcp/fcp_tuning.h"
 #include "fcp/lengths_file.h"
 #include "fcp/plan.h"
 #include "fcp/plan_json.h"
@@ -17,6 +19,7 @@
 #include "fcp/planner.h"
 #include "fcp/planner_options.h"
 #include "fcp/planner_registry.h"
+#include "fcp/simulator.h"
 #include "fcp/workload.h"
 
 namespace fcp::cli {
@@ -28,6 +31,8 @@ struct PlanOptions {
   std::string mask = "causal";
   int64_t window = 0;
   bool check = false;
+  bool tune = false;
+  std::string tune_profile = "gpu-x";
   PlannerConfig config;
 };
 
@@ -47,11 +52,34 @@ void RunPlan(PlanOptions& options, bool block_size_given) {
     c.validate_settings();
     FindPlanner(c.planner);
   });
+  FcpTuning tuning;
+  if (options.tune) {
+    if (c.planner != "fcp")
+      throw UsageError("plan: --tune tunes the fcp planner, not '" + c.planner + "'");
+    tuning.profile = ResolveProfile(options.tune_profile);
+    // Judged as the plan will run: the reshuffle overlapped where the plan
+    // keeps tokens home for it, not charged where the loop feeds its layout.
+    tuning.sim.reshuffle = c.reshuffle_locality ? ReshuffleMode::kOverlapped : ReshuffleMode::kNone;
+  }
   const std::vector<int64_t> lengths = ReadLengthsFile(options.lengths_path);
   const auto start = std::chrono::steady_clock::now();
-  const Plan result = MakePlan(lengths, c);
+  std::optional<TunedFcpPlan> tuned;
+  if (options.tune) tuned = TuneFcpPlan(lengths, c, tuning);
+  const Plan result = tuned ? std::move(tuned->plan) : MakePlan(lengths, c);
   const double seconds = SecondsSince(start);
   WriteOutput(options.out, WritePlanJson(result), "plan");
+  if (tuned) {
+    std::string tries;
+    for (const FcpTuningTry& t : tuned->tried)
+      tries += fmt::format("{}{:g}: {}", tries.empty() ? "" : ", ", t.heavy_fraction,
+                           t.simulated ? fmt::format("{:.2f} ms", t.step_s * 1e3)
+                                       : std::string("skipped (whole items cannot be balanced)"));
+    std::fprintf(stderr,
+                 "fcp plan: tuned on %s (reshuffle %s): heavy fraction %g, simulated step %.2f "
+                 "ms (%s)\n",
+                 tuning.profile.name.c_str(), ReshuffleModeName(tuning.sim.reshuffle),
+                 tuned->heavy_fraction, tuned->step_s * 1e3, tries.c_str());
+  }
   // A block never holds more than the cap: say so when --block-size asked for more.
   if (block_size_given && c.block_size > result.token_cap)
     std::fprintf(stderr,
@@ -86,6 +114,14 @@ void AddPlanCommand(CLI::App& app) {
   plan->add_option("--out", options->out, "Plan file to write ('-' = stdout)")->required();
   plan->add_flag("--check", options->check,
                  "Validate the plan before writing it (debug self-check)");
+  CLI::Option* tune =
+      plan->add_flag("--tune", options->tune,
+                     "fcp: plan several heavy-split fractions, simulate each on --profile and "
+                     "keep the fastest (a planning and a simulation per candidate)");
+  plan->add_option("--profile", options->tune_profile,
+                   "Hardware profile --tune simulates on (built-in name or JSON file)")
+      ->capture_default_str()
+      ->needs(tune);
   const CLI::Option* block_size = plan->get_option("--block-size");
   plan->callback([options, block_size] { RunPlan(*options, block_size->count() > 0); });
 }
