@@ -11,8 +11,9 @@
 // row, and no fraction is best on every batch, nor does the step's lower
 // bound pick the right one (docs/planner-quality.md, "Whole items against
 // the heavy split"). The simulation does, at the price of one planning and
-// one simulation per candidate: tens of milliseconds a candidate at
-// N = 16, about a second at N = 64-128, seconds at N = 256. So it is for
+// one simulation per candidate: on the lognormal batches about 15 ms a
+// candidate at N = 16, 60 ms at N = 64, 2-3 s at N = 256 (the five of
+// `fcp plan --tune`: 0.08, 0.28 and 11 s; docs/planner-quality.md). So it is for
 // plans made ahead of the training step (a packing job, a prefetching
 // dataloader with cores to spare), not the default.
 //
