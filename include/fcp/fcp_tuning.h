@@ -25,7 +25,10 @@
 // config's own plan is the first candidate and a later one is kept only if
 // strictly faster, so the result's simulated step is never above the
 // untuned plan's on the tuning profile. Cost: K plannings and K
-// simulations for the K candidates tried.
+// simulations for the K candidates tried, run concurrently (a thread per
+// candidate, each simulation two more), so the wall time can approach the
+// slowest candidate's where cores are free; the result does not depend on
+// the threads.
 #pragma once
 
 #include <cstdint>
@@ -40,7 +43,8 @@ namespace fcp {
 
 struct FcpTuning {
   HardwareProfile profile;  // the judge: the step simulated on it
-  SimConfig sim;            // how (reshuffle, transfers, network engine)
+  SimConfig sim;            // how (reshuffle, transfers, network engine); its
+                            // on_progress, if set, hears every candidate at once
   // Heavy fractions tried after the config's own (skipped where equal to
   // it), in this order: coarser splits and none (0). None is skipped where
   // whole items cannot come within the config's imbalance bound

@@ -3,6 +3,7 @@
 #include "fcp/fcp_tuning.h"
 
 #include <cmath>
+#include <future>
 #include <string>
 #include <utility>
 
@@ -32,27 +33,41 @@ TunedFcpPlan TuneFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfi
     for (double f : fractions) seen = seen || f == fraction;
     if (!seen) fractions.push_back(fraction);
   }
+  // The candidates are independent: each is planned and simulated on a
+  // thread of its own (the results do not depend on the threads; the choice
+  // below is in candidate order).
+  struct Outcome {
+    Plan plan;
+    double step_s = 0;
+  };
   TunedFcpPlan best;
-  bool have = false;
-  for (double fraction : fractions) {
+  std::vector<std::future<Outcome>> outcomes(fractions.size());
+  for (size_t k = 0; k < fractions.size(); ++k) {
     PlannerConfig candidate = config;
-    candidate.heavy_fraction = fraction;
-    FcpTuningTry tried{fraction, false, 0};
+    candidate.heavy_fraction = fractions[k];
+    best.tried.push_back({fractions[k], false, 0});
     // Whole items (no split) only where they can be balanced at all.
-    const bool hopeless = fraction == 0 && config.heavy_fraction != 0 &&
-                          FcpComputeImbalanceFloor(lengths, candidate) > config.max_imbalance;
-    if (!hopeless) {
-      Plan plan = MakePlan(lengths, candidate);
-      tried.simulated = true;
-      tried.step_s = Simulate(plan, tuning.profile, tuning.sim).total_time_s;
-      if (!have || tried.step_s < best.step_s) {
-        best.plan = std::move(plan);
-        best.heavy_fraction = fraction;
-        best.step_s = tried.step_s;
-        have = true;
-      }
+    if (fractions[k] == 0 && config.heavy_fraction != 0 &&
+        FcpComputeImbalanceFloor(lengths, candidate) > config.max_imbalance)
+      continue;
+    best.tried[k].simulated = true;
+    outcomes[k] = std::async(std::launch::async, [&lengths, &tuning, candidate] {
+      Outcome o{MakePlan(lengths, candidate), 0};
+      o.step_s = Simulate(o.plan, tuning.profile, tuning.sim).total_time_s;
+      return o;
+    });
+  }
+  bool have = false;
+  for (size_t k = 0; k < fractions.size(); ++k) {
+    if (!outcomes[k].valid()) continue;
+    Outcome o = outcomes[k].get();  // rethrows a candidate's error
+    best.tried[k].step_s = o.step_s;
+    if (!have || o.step_s < best.step_s) {
+      best.plan = std::move(o.plan);
+      best.heavy_fraction = fractions[k];
+      best.step_s = o.step_s;
+      have = true;
     }
-    best.tried.push_back(tried);
   }
   return best;
 }
