@@ -321,6 +321,10 @@ case_plan_tune() {
   expect 1 "--tune on a missing profile file" -- plan --lengths "$tmp/u.txt" --workers 16 --tune \
     --profile "$tmp/no_such_profile.json" --out "$tmp/x.json"
   [[ ! -e "$tmp/x.json" ]] || fail "a refused --tune wrote its plan"
+  # compare --tune: FCP's rows tuned on compare's profile, said in the header.
+  expect 0 "compare --tune" -- compare --dist uniform --min-len 16384 --max-len 131072 --workers 16 \
+    --planners fcp --tune
+  contains "compare --tune" "$tmp/stdout" "fcp tuned (heavy split by the simulated step)"
 }
 
 case_plan_reader_memory() {

@@ -15,6 +15,7 @@
 #include "commands.h"
 #include "fcp/cost_model.h"
 #include "fcp/error.h"
+#include "fcp/fcp_tuning.h"
 #include "fcp/file_io.h"
 #include "fcp/lengths_file.h"
 #include "fcp/plan.h"
@@ -94,6 +95,7 @@ struct CompareOptions {
   double network_quantum = SimConfig{}.network_quantum;
   int32_t seeds = 1;
   bool validate = false;
+  bool tune = false;
   WorkloadConfig workload;
   PlannerConfig planner;
   std::optional<double> network_flops_per_byte;  // unset: from the profile
@@ -257,7 +259,17 @@ void RunCompare(CompareOptions& o) {
         sc.network = network;
         sc.network_quantum = o.network_quantum;
         auto start = std::chrono::steady_clock::now();
-        Row row{wc.seed, n, name, ReshuffleModeName(sc.reshuffle), MakePlan(lengths, pc), {}, 0, 0};
+        // --tune: FCP's heavy split chosen by this very simulation (fcp_tuning.h).
+        const bool tune = o.tune && name == "fcp";
+        Row row{
+            wc.seed,
+            n,
+            name,
+            ReshuffleModeName(sc.reshuffle),
+            tune ? TuneFcpPlan(lengths, pc, FcpTuning{profile, sc}).plan : MakePlan(lengths, pc),
+            {},
+            0,
+            0};
         row.plan_s = SecondsSince(start);
         if (o.validate) ValidatePlan(row.plan);
         start = std::chrono::steady_clock::now();
@@ -273,13 +285,14 @@ void RunCompare(CompareOptions& o) {
 
   fmt::print(
       "compare: {}, block {}, coalesce {}, mask {}, profile {}; "
-      "reshuffle: fcp* {}, baselines {}; transfers {}; network {}\n",
+      "reshuffle: fcp* {}, baselines {}; transfers {}; network {}{}\n",
       file_lengths.empty()
           ? fmt::format("{} tokens per worker, dist {}", o.workload.tokens_per_worker, o.dist)
           : fmt::format("lengths from {} ({} tokens)", o.lengths_path,
                         SequenceOffsets(file_lengths).back()),
       o.planner.block_size, o.planner.coalesce, o.mask, profile.name, o.reshuffle,
-      o.baseline_reshuffle, o.transfers, o.network);
+      o.baseline_reshuffle, o.transfers, o.network,
+      o.tune ? "; fcp tuned (heavy split by the simulated step)" : "");
   fmt::print("{:>5} {:>5} {:<17} {:>10} {:>7} {:>7} {:>7} {:>8} {:>8} {:>9} {:>8} {:>8} {:>7}\n",
              "N", "seed", "planner", "time ms", "MFU", "normMFU", "batchN", "comp-imb", "traf-imb",
              "exposed", "plan s", "sim s", "/bound");
@@ -428,6 +441,9 @@ void AddSimulateCommands(CLI::App& app) {
   cmp->add_option("--network-quantum", co->network_quantum, kNetworkQuantumHelp)
       ->capture_default_str();
   cmp->add_flag("--validate", co->validate, "ValidatePlan every plan (slow at large N)");
+  cmp->add_flag("--tune", co->tune,
+                "fcp: heavy split chosen per batch by the simulated step on --profile (as `fcp "
+                "plan --tune`; a planning and a simulation per candidate)");
   cmp->callback([co] { RunCompare(*co); });
 }
 
