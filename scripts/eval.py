@@ -45,6 +45,7 @@ BASELINES = PLANNERS[1:]
 RING_MAX_WORKERS = 1024
 FT = "fcp (transparent)"
 FP = "fcp, plan layout"
+TUNED = "fcp (transparent, tuned)"  # not a line of the figures: a mode (`fcp compare --tune`)
 LINES = [FT, FP] + BASELINES
 COLORS = {FT: "tab:red", FP: "darkred", "ring": "tab:blue", "bytescale": "tab:green",
           "wlb": "tab:purple", "magi": "tab:orange"}
@@ -275,7 +276,8 @@ The two FCP rows are two plans: the transparent plan is made knowing the reshuff
 plan without that locality. The extra rows are the transparent planner in its other modes:
 {mode_lines}
 
-Balance mode judges plans by imbalance alone; time mode by cost alone, whatever the imbalance.
+Balance mode judges plans by imbalance alone; time mode by cost alone, whatever the imbalance;
+tuned plans at several heavy-split fractions and keeps the one the simulation finds fastest.
 """)
 
 
@@ -422,13 +424,21 @@ def main():
     shown, rows = r.sweep(lognormal + ["--profile", "gpu-x"])
     base_fcp = lognormal + ["--profile", "gpu-x", "--planners", "fcp", "--reshuffle", "overlap"]
     modes = {"fcp (transparent, balance mode)": r.compare(base_fcp + ["--network-flops-per-byte", "0"]),
-             "fcp (transparent, time mode)": r.compare(base_fcp + ["--max-imbalance", "1"])}
+             "fcp (transparent, time mode)": r.compare(base_fcp + ["--max-imbalance", "1"]),
+             TUNED: r.compare(base_fcp + ["--tune"])}
     figure9(md, workers, rows, shown, modes)
     md.append("## Figure 11: attention-module MFU versus N (gpu-x)\n")
     facts = {"rows": rows, "workers": workers}
     series, ratios = figure11(
         md, workers, shown, rows, "fig11_mfu.png", "module MFU, lognormal, gpu-x",
         "Paper: FCP 1.13x-2.21x over the baselines, all similar at 16 GPUs.")
+    tuned_shown, tuned_rows = modes[TUNED]
+    md.append(f"""FCP tuned (`{tuned_shown}`: opt-in, each batch's heavy split chosen by the simulated
+step, docs/planner.md, "Tuning by simulation"): module MFU {", ".join(
+        f"N={n}: {pct(one(tuned_rows, workers=n)['mfu'])} "
+        f"({one(tuned_rows, workers=n)['mfu'] / max(series[p][i] for p in BASELINES if p in series):.2f}x the best baseline)"
+        for i, n in enumerate(workers))}.
+""")
 
     # Figure 10: every length equal to the mean.
     fixed = int(round(mean_len))
