@@ -75,14 +75,14 @@ TEST(FcpTuning, KeepsTheFastestCandidateItsOptionsRemake) {
         fastest = t.step_s;
         fastest_fraction = t.heavy_fraction;
       }
-    EXPECT_EQ(tuned.step_s, fastest);
+    EXPECT_EQ(tuned.sim.total_time_s, fastest);
     EXPECT_EQ(tuned.heavy_fraction, fastest_fraction);
-    EXPECT_LE(tuned.step_s, tuned.tried[0].step_s);
+    EXPECT_LE(tuned.sim.total_time_s, tuned.tried[0].step_s);
     PlannerConfig chosen = config;
     chosen.heavy_fraction = tuned.heavy_fraction;
     EXPECT_TRUE(tuned.plan == MakePlan(lengths, chosen));
     EXPECT_TRUE(MakePlan(lengths, PlannerConfigOf(tuned.plan)) == tuned.plan);
-    EXPECT_EQ(Simulate(tuned.plan, tuning.profile).total_time_s, tuned.step_s);
+    EXPECT_EQ(Simulate(tuned.plan, tuning.profile).total_time_s, tuned.sim.total_time_s);
     EXPECT_TRUE(TuneFcpPlan(lengths, config, tuning).plan == tuned.plan);  // deterministic
     changed += tuned.heavy_fraction != config.heavy_fraction;
   }

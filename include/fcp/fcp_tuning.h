@@ -64,9 +64,16 @@ struct FcpTuningTry {
 struct TunedFcpPlan {
   Plan plan;                        // the fastest candidate's (ties: the earlier)
   double heavy_fraction = 0;        // the one it was made with
-  double step_s = 0;                // its simulated step
+  SimResult sim;                    // its simulation (sim.total_time_s: its step)
   std::vector<FcpTuningTry> tried;  // every candidate, the config's own first
 };
+
+// The tuning that judges plans as they will run: on `profile`, the
+// reshuffle overlapped where `config` keeps tokens home for it
+// (reshuffle_locality), not charged where the training loop feeds the
+// plan's layout; the rest as SimConfig's defaults. What `fcp plan --tune`
+// and `fcp.plan(..., tune=)` use.
+FcpTuning FcpTuningFor(HardwareProfile profile, const PlannerConfig& config);
 
 // Error(kInvalidArgument) where config.planner is not "fcp", and as MakePlan
 // and Simulate for bad settings, lengths or tuning.

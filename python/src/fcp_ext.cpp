@@ -307,8 +307,7 @@ void SetPlannerOptions(PlannerConfig& config, const nb::dict& options) {
 }
 
 // `tune`: "" plans once; else the profile (built-in name or JSON file)
-// TuneFcpPlan simulates FCP's candidates on (fcp/fcp_tuning.h), the
-// reshuffle as the plan will run (overlapped where it keeps tokens home).
+// TuneFcpPlan simulates FCP's candidates on (fcp/fcp_tuning.h, FcpTuningFor).
 std::unique_ptr<PlanHandle> MakePlanHandle(nb::handle lengths, const std::string& mask,
                                            int64_t window, const std::string& planner, bool check,
                                            const nb::dict& options, const std::string& tune) {
@@ -320,11 +319,7 @@ std::unique_ptr<PlanHandle> MakePlanHandle(nb::handle lengths, const std::string
   SetPlannerOptions(config, options);  // unset keywords keep the library's defaults
   const std::vector<int64_t> values = LengthsFrom(lengths);
   FcpTuning tuning;
-  if (!tune.empty()) {
-    tuning.profile = ResolveProfile(tune);
-    tuning.sim.reshuffle =
-        config.reshuffle_locality ? ReshuffleMode::kOverlapped : ReshuffleMode::kNone;
-  }
+  if (!tune.empty()) tuning = FcpTuningFor(ResolveProfile(tune), config);
   return WithoutGil([&] {
     const auto start = std::chrono::steady_clock::now();
     Plan plan = tune.empty() ? MakePlan(values, config) : TuneFcpPlan(values, config, tuning).plan;

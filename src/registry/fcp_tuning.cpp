@@ -2,6 +2,7 @@
 // candidate heavy fraction planned by MakePlan and simulated, the fastest kept.
 #include "fcp/fcp_tuning.h"
 
+#include <algorithm>
 #include <cmath>
 #include <future>
 #include <string>
@@ -21,6 +22,14 @@ void FcpTuning::validate() const {
                                                    " is not a finite number >= 0");
 }
 
+FcpTuning FcpTuningFor(HardwareProfile profile, const PlannerConfig& config) {
+  FcpTuning tuning;
+  tuning.profile = std::move(profile);
+  tuning.sim.reshuffle =
+      config.reshuffle_locality ? ReshuffleMode::kOverlapped : ReshuffleMode::kNone;
+  return tuning;
+}
+
 TunedFcpPlan TuneFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& config,
                          const FcpTuning& tuning) {
   if (config.planner != "fcp")
@@ -28,17 +37,15 @@ TunedFcpPlan TuneFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfi
                                                  QuoteForError(config.planner) + "')");
   tuning.validate();
   std::vector<double> fractions = {config.heavy_fraction};
-  for (double fraction : tuning.heavy_fractions) {
-    bool seen = false;
-    for (double f : fractions) seen = seen || f == fraction;
-    if (!seen) fractions.push_back(fraction);
-  }
+  for (double fraction : tuning.heavy_fractions)
+    if (std::find(fractions.begin(), fractions.end(), fraction) == fractions.end())
+      fractions.push_back(fraction);
   // The candidates are independent: each is planned and simulated on a
   // thread of its own (the results do not depend on the threads; the choice
   // below is in candidate order).
   struct Outcome {
     Plan plan;
-    double step_s = 0;
+    SimResult sim;
   };
   TunedFcpPlan best;
   std::vector<std::future<Outcome>> outcomes(fractions.size());
@@ -52,21 +59,20 @@ TunedFcpPlan TuneFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfi
       continue;
     best.tried[k].simulated = true;
     outcomes[k] = std::async(std::launch::async, [&lengths, &tuning, candidate] {
-      Outcome o{MakePlan(lengths, candidate), 0};
-      o.step_s = Simulate(o.plan, tuning.profile, tuning.sim).total_time_s;
+      Outcome o{MakePlan(lengths, candidate), {}};
+      o.sim = Simulate(o.plan, tuning.profile, tuning.sim);
       return o;
     });
   }
-  bool have = false;
+  // The config's own fraction (k = 0) is never skipped: the first kept.
   for (size_t k = 0; k < fractions.size(); ++k) {
     if (!outcomes[k].valid()) continue;
     Outcome o = outcomes[k].get();  // rethrows a candidate's error
-    best.tried[k].step_s = o.step_s;
-    if (!have || o.step_s < best.step_s) {
+    best.tried[k].step_s = o.sim.total_time_s;
+    if (k == 0 || o.sim.total_time_s < best.sim.total_time_s) {
       best.plan = std::move(o.plan);
       best.heavy_fraction = fractions[k];
-      best.step_s = o.step_s;
-      have = true;
+      best.sim = std::move(o.sim);
     }
   }
   return best;

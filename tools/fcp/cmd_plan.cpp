@@ -56,10 +56,7 @@ void RunPlan(PlanOptions& options, bool block_size_given) {
   if (options.tune) {
     if (c.planner != "fcp")
       throw UsageError("plan: --tune tunes the fcp planner, not '" + c.planner + "'");
-    tuning.profile = ResolveProfile(options.tune_profile);
-    // Judged as the plan will run: the reshuffle overlapped where the plan
-    // keeps tokens home for it, not charged where the loop feeds its layout.
-    tuning.sim.reshuffle = c.reshuffle_locality ? ReshuffleMode::kOverlapped : ReshuffleMode::kNone;
+    tuning = FcpTuningFor(ResolveProfile(options.tune_profile), c);
   }
   const std::vector<int64_t> lengths = ReadLengthsFile(options.lengths_path);
   const auto start = std::chrono::steady_clock::now();
@@ -78,7 +75,7 @@ void RunPlan(PlanOptions& options, bool block_size_given) {
                  "fcp plan: tuned on %s (reshuffle %s): heavy fraction %g, simulated step %.2f "
                  "ms (%s)\n",
                  tuning.profile.name.c_str(), ReshuffleModeName(tuning.sim.reshuffle),
-                 tuned->heavy_fraction, tuned->step_s * 1e3, tries.c_str());
+                 tuned->heavy_fraction, tuned->sim.total_time_s * 1e3, tries.c_str());
   }
   // A block never holds more than the cap: say so when --block-size asked for more.
   if (block_size_given && c.block_size > result.token_cap)
