@@ -277,7 +277,8 @@ plan without that locality. The extra rows are the transparent planner in its ot
 {mode_lines}
 
 Balance mode judges plans by imbalance alone; time mode by cost alone, whatever the imbalance;
-tuned plans at several heavy-split fractions and keeps the one the simulation finds fastest.
+tuned plans at several heavy-split fractions and imbalance bounds and keeps the one the simulation
+finds fastest.
 """)
 
 
@@ -433,8 +434,8 @@ def main():
         md, workers, shown, rows, "fig11_mfu.png", "module MFU, lognormal, gpu-x",
         "Paper: FCP 1.13x-2.21x over the baselines, all similar at 16 GPUs.")
     tuned_shown, tuned_rows = modes[TUNED]
-    md.append(f"""FCP tuned (`{tuned_shown}`: opt-in, each batch's heavy split chosen by the simulated
-step, docs/planner.md, "Tuning by simulation"): module MFU {", ".join(
+    md.append(f"""FCP tuned (`{tuned_shown}`: opt-in, each batch's heavy split and imbalance bound chosen by
+the simulated step, docs/planner.md, "Tuning by simulation"): module MFU {", ".join(
         f"N={n}: {pct(one(tuned_rows, workers=n)['mfu'])} "
         f"({one(tuned_rows, workers=n)['mfu'] / max(series[p][i] for p in BASELINES if p in series):.2f}x the best baseline)"
         for i, n in enumerate(workers))}.

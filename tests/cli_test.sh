@@ -302,14 +302,15 @@ case_plan_tune() {
     --out "$tmp/u.txt" 2>/dev/null || fail "tune: workload"
   expect 0 "plan --tune" -- plan --lengths "$tmp/u.txt" --workers 16 --tune --out "$tmp/tuned.json"
   contains "plan --tune" "$tmp/stderr" "tuned on gpu-x (reshuffle overlap): heavy fraction"
-  contains "plan --tune lists its tries" "$tmp/stderr" "(0.1: "
-  # The plan records the fraction it was made with: planning at it writes the same file.
-  local fraction
-  fraction=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["planner_options"]["heavy_fraction"])' \
+  contains "plan --tune lists its tries" "$tmp/stderr" "(heavy fraction/max imbalance: 0.1/0.05: "
+  contains "plan --tune tries a lifted bound" "$tmp/stderr" ", 0.1/1: "
+  # The plan records the settings it was made with: planning with them writes the same file.
+  local settings
+  settings=$(python3 -c 'import json, sys; o = json.load(open(sys.argv[1]))["planner_options"]; print(o["heavy_fraction"], o["max_imbalance"])' \
     "$tmp/tuned.json")
-  expect 0 "plan at the tuned fraction" -- plan --lengths "$tmp/u.txt" --workers 16 \
-    --heavy-fraction "$fraction" --out "$tmp/again.json"
-  cmp -s "$tmp/tuned.json" "$tmp/again.json" || fail "plan --tune: its recorded fraction re-makes another plan"
+  expect 0 "plan at the tuned settings" -- plan --lengths "$tmp/u.txt" --workers 16 \
+    --heavy-fraction "${settings% *}" --max-imbalance "${settings#* }" --out "$tmp/again.json"
+  cmp -s "$tmp/tuned.json" "$tmp/again.json" || fail "plan --tune: its recorded settings re-make another plan"
   expect 0 "plan --tune on gpu-y, layout fed" -- plan --lengths "$tmp/u.txt" --workers 16 --tune \
     --profile gpu-y --reshuffle-locality false --out "$tmp/tuned_y.json"
   contains "plan --tune --profile" "$tmp/stderr" "tuned on gpu-y (reshuffle none)"
@@ -324,7 +325,7 @@ case_plan_tune() {
   # compare --tune: FCP's rows tuned on compare's profile, said in the header.
   expect 0 "compare --tune" -- compare --dist uniform --min-len 16384 --max-len 131072 --workers 16 \
     --planners fcp --tune
-  contains "compare --tune" "$tmp/stdout" "fcp tuned (heavy split by the simulated step)"
+  contains "compare --tune" "$tmp/stdout" "fcp tuned (heavy split and imbalance bound by the simulated step)"
 }
 
 case_plan_reader_memory() {

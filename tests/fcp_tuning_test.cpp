@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "error_message.h"
@@ -40,15 +41,16 @@ FcpTuning GpuX() {
   return t;
 }
 
-std::vector<double> Fractions(const TunedFcpPlan& tuned) {
-  std::vector<double> out;
-  for (const FcpTuningTry& t : tuned.tried) out.push_back(t.heavy_fraction);
+// (heavy fraction, max imbalance) of every candidate tried, in order.
+std::vector<std::pair<double, double>> Settings(const TunedFcpPlan& tuned) {
+  std::vector<std::pair<double, double>> out;
+  for (const FcpTuningTry& t : tuned.tried) out.emplace_back(t.heavy_fraction, t.max_imbalance);
   return out;
 }
 
 // On every batch: the plan kept is the fastest simulated candidate (the
 // earlier on a tie), never slower than the config's own plan, and exactly
-// MakePlan's plan for its fraction, which its recorded options re-make.
+// MakePlan's plan for its settings, which its recorded options re-make.
 TEST(FcpTuning, KeepsTheFastestCandidateItsOptionsRemake) {
   const FcpTuning tuning = GpuX();
   int changed = 0;
@@ -63,28 +65,33 @@ TEST(FcpTuning, KeepsTheFastestCandidateItsOptionsRemake) {
     const std::vector<int64_t> lengths = Batch(dist, 16, seed, min_len, max_len);
     const PlannerConfig config = Fcp(16);
     const TunedFcpPlan tuned = TuneFcpPlan(lengths, config, tuning);
-    ASSERT_EQ(tuned.tried.size(), 5u);
+    ASSERT_EQ(tuned.tried.size(), 7u);
     ASSERT_TRUE(tuned.tried[0].simulated);
     EXPECT_EQ(tuned.tried[0].heavy_fraction, config.heavy_fraction);
+    EXPECT_EQ(tuned.tried[0].max_imbalance, config.max_imbalance);
     EXPECT_EQ(tuned.tried[0].step_s,
               Simulate(MakePlan(lengths, config), tuning.profile).total_time_s);
     double fastest = std::numeric_limits<double>::infinity();
-    double fastest_fraction = -1;
+    const FcpTuningTry* fastest_try = nullptr;
     for (const FcpTuningTry& t : tuned.tried)
       if (t.simulated && t.step_s < fastest) {
         fastest = t.step_s;
-        fastest_fraction = t.heavy_fraction;
+        fastest_try = &t;
       }
+    ASSERT_NE(fastest_try, nullptr);
     EXPECT_EQ(tuned.sim.total_time_s, fastest);
-    EXPECT_EQ(tuned.heavy_fraction, fastest_fraction);
+    EXPECT_EQ(tuned.heavy_fraction, fastest_try->heavy_fraction);
+    EXPECT_EQ(tuned.max_imbalance, fastest_try->max_imbalance);
     EXPECT_LE(tuned.sim.total_time_s, tuned.tried[0].step_s);
     PlannerConfig chosen = config;
     chosen.heavy_fraction = tuned.heavy_fraction;
+    chosen.max_imbalance = tuned.max_imbalance;
     EXPECT_TRUE(tuned.plan == MakePlan(lengths, chosen));
     EXPECT_TRUE(MakePlan(lengths, PlannerConfigOf(tuned.plan)) == tuned.plan);
     EXPECT_EQ(Simulate(tuned.plan, tuning.profile).total_time_s, tuned.sim.total_time_s);
     EXPECT_TRUE(TuneFcpPlan(lengths, config, tuning).plan == tuned.plan);  // deterministic
-    changed += tuned.heavy_fraction != config.heavy_fraction;
+    changed += tuned.heavy_fraction != config.heavy_fraction ||
+               tuned.max_imbalance != config.max_imbalance;
   }
   // The batch set is chosen so that tuning changes some plans (uniform
   // 16K-128K: whole items are 3-6% faster, docs/planner-quality.md); a
@@ -92,10 +99,10 @@ TEST(FcpTuning, KeepsTheFastestCandidateItsOptionsRemake) {
   EXPECT_GE(changed, 1);
 }
 
-// The order: the config's own fraction, then the tuning's, each once; whole
-// items skipped (not planned) where they cannot be balanced, tried where
-// the config asks for them itself.
-TEST(FcpTuning, TriesTheConfigsFractionFirstAndSkipsHopelessWholeItems) {
+// The order: the config's own settings, then the tuning's candidates, each
+// setting once; whole items skipped (not planned) where they cannot be
+// balanced, tried where the config asks for them itself.
+TEST(FcpTuning, TriesTheConfigsSettingsFirstAndSkipsHopelessWholeItems) {
   const std::vector<int64_t> lengths = Batch(LengthDistribution::kLognormal, 16, 1);
   PlannerConfig config = Fcp(16);
   config.heavy_fraction = 0.3;
@@ -103,19 +110,27 @@ TEST(FcpTuning, TriesTheConfigsFractionFirstAndSkipsHopelessWholeItems) {
   whole.heavy_fraction = 0;
   ASSERT_GT(FcpComputeImbalanceFloor(lengths, whole), config.max_imbalance);
   const TunedFcpPlan tuned = TuneFcpPlan(lengths, config, GpuX());
-  EXPECT_EQ(Fractions(tuned), (std::vector<double>{0.3, 0.2, 0.4, 0}));
-  EXPECT_TRUE(tuned.tried[0].simulated && tuned.tried[1].simulated && tuned.tried[2].simulated);
-  EXPECT_FALSE(tuned.tried[3].simulated);
+  using Tried = std::vector<std::pair<double, double>>;
+  EXPECT_EQ(Settings(tuned),
+            (Tried{{0.3, 0.05}, {0.2, 0.05}, {0.4, 0.05}, {0, 0.05}, {0.3, 0.1}, {0.3, 1}}));
+  for (size_t k = 0; k < tuned.tried.size(); ++k)
+    EXPECT_EQ(tuned.tried[k].simulated, k != 3) << "candidate " << k;
   EXPECT_NE(tuned.heavy_fraction, 0);
 
+  // A config already at a candidate's settings tries them once.
+  PlannerConfig loose = Fcp(16);
+  loose.max_imbalance = 0.1;
+  EXPECT_EQ(Settings(TuneFcpPlan(lengths, loose, GpuX())),
+            (Tried{{0.1, 0.1}, {0.2, 0.1}, {0.3, 0.1}, {0.4, 0.1}, {0, 0.1}, {0.1, 1}}));
+
   FcpTuning only_whole = GpuX();
-  only_whole.heavy_fractions = {0.3};
+  only_whole.candidates = {{.heavy_fraction = 0.3}};
   const TunedFcpPlan asked = TuneFcpPlan(lengths, whole, only_whole);
-  EXPECT_EQ(Fractions(asked), (std::vector<double>{0, 0.3}));
+  EXPECT_EQ(Settings(asked), (Tried{{0, 0.05}, {0.3, 0.05}}));
   EXPECT_TRUE(asked.tried[0].simulated);
 }
 
-TEST(FcpTuning, RefusesOtherPlannersAndBadFractions) {
+TEST(FcpTuning, RefusesOtherPlannersAndBadSettings) {
   const std::vector<int64_t> lengths = Batch(LengthDistribution::kUniform, 4, 0, 64, 2048);
   PlannerConfig magi = Fcp(4);
   magi.planner = "magi";
@@ -124,10 +139,15 @@ TEST(FcpTuning, RefusesOtherPlannersAndBadFractions) {
             "tune: only the fcp planner is tuned (planner 'magi')");
   for (double bad : {-0.5, std::nan("")}) {
     FcpTuning tuning = GpuX();
-    tuning.heavy_fractions = {0.2, bad};
+    tuning.candidates = {{.heavy_fraction = 0.2}, {.heavy_fraction = bad}};
     EXPECT_NE(ExpectedErrorMessage(ErrorCode::kInvalidArgument,
                                    [&] { TuneFcpPlan(lengths, Fcp(4), tuning); })
                   .find("tune: heavy fraction"),
+              std::string::npos);
+    tuning.candidates = {{.max_imbalance = bad}};
+    EXPECT_NE(ExpectedErrorMessage(ErrorCode::kInvalidArgument,
+                                   [&] { TuneFcpPlan(lengths, Fcp(4), tuning); })
+                  .find("tune: max imbalance"),
               std::string::npos);
   }
   FcpTuning no_profile;  // an empty profile does not validate

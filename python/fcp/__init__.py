@@ -420,8 +420,8 @@ def plan(lengths: Iterable[int], workers: int, *, mask: str = "causal",
     token_cap: most tokens per worker (None: ceil(T/N)).
     planner: see :func:`planners`. check: validate the result (debug self-check).
     tune: a hardware profile (built-in name such as 'gpu-x', or a JSON file):
-    FCP's plans at a few heavy-split fractions are each simulated on it and
-    the fastest is returned, as ``fcp plan --tune --profile P`` (a planning
+    FCP's plans at a few heavy-split fractions and imbalance bounds are each
+    simulated on it and the fastest is returned, as ``fcp plan --tune --profile P`` (a planning
     and a simulation per candidate; planner must be 'fcp').
     options: the planner's settings below, each the ``fcp plan`` flag of the
     same name (``block_size`` is ``--block-size``); None keeps the default

@@ -1,5 +1,6 @@
 // FCP planned per batch by the simulated step (fcp/fcp_tuning.h): each
-// candidate heavy fraction planned by MakePlan and simulated, the fastest kept.
+// candidate (heavy fraction, imbalance bound) planned by MakePlan and
+// simulated, the fastest kept.
 #include "fcp/fcp_tuning.h"
 
 #include <algorithm>
@@ -16,10 +17,16 @@ namespace fcp {
 void FcpTuning::validate() const {
   profile.validate();
   sim.validate();
-  for (double fraction : heavy_fractions)
-    if (!std::isfinite(fraction) || fraction < 0)
-      throw Error(ErrorCode::kInvalidArgument, "tune: heavy fraction " + std::to_string(fraction) +
+  const auto check = [](const std::optional<double>& value, const char* name) {
+    if (value && (!std::isfinite(*value) || *value < 0))
+      throw Error(ErrorCode::kInvalidArgument, std::string("tune: ") + name + " " +
+                                                   std::to_string(*value) +
                                                    " is not a finite number >= 0");
+  };
+  for (const FcpTuningCandidate& candidate : candidates) {
+    check(candidate.heavy_fraction, "heavy fraction");
+    check(candidate.max_imbalance, "max imbalance");
+  }
 }
 
 FcpTuning FcpTuningFor(HardwareProfile profile, const PlannerConfig& config) {
@@ -36,10 +43,18 @@ TunedFcpPlan TuneFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfi
     throw Error(ErrorCode::kInvalidArgument, "tune: only the fcp planner is tuned (planner '" +
                                                  QuoteForError(config.planner) + "')");
   tuning.validate();
-  std::vector<double> fractions = {config.heavy_fraction};
-  for (double fraction : tuning.heavy_fractions)
-    if (std::find(fractions.begin(), fractions.end(), fraction) == fractions.end())
-      fractions.push_back(fraction);
+  // The config's own settings first, then each candidate's not tried yet.
+  std::vector<PlannerConfig> configs = {config};
+  for (const FcpTuningCandidate& variant : tuning.candidates) {
+    PlannerConfig candidate = config;
+    candidate.heavy_fraction = variant.heavy_fraction.value_or(config.heavy_fraction);
+    candidate.max_imbalance = variant.max_imbalance.value_or(config.max_imbalance);
+    const auto same = [&](const PlannerConfig& c) {
+      return c.heavy_fraction == candidate.heavy_fraction &&
+             c.max_imbalance == candidate.max_imbalance;
+    };
+    if (std::none_of(configs.begin(), configs.end(), same)) configs.push_back(candidate);
+  }
   // The candidates are independent: each is planned and simulated on a
   // thread of its own (the results do not depend on the threads; the choice
   // below is in candidate order).
@@ -48,14 +63,13 @@ TunedFcpPlan TuneFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfi
     SimResult sim;
   };
   TunedFcpPlan best;
-  std::vector<std::future<Outcome>> outcomes(fractions.size());
-  for (size_t k = 0; k < fractions.size(); ++k) {
-    PlannerConfig candidate = config;
-    candidate.heavy_fraction = fractions[k];
-    best.tried.push_back({fractions[k], false, 0});
+  std::vector<std::future<Outcome>> outcomes(configs.size());
+  for (size_t k = 0; k < configs.size(); ++k) {
+    const PlannerConfig& candidate = configs[k];
+    best.tried.push_back({candidate.heavy_fraction, candidate.max_imbalance, false, 0});
     // Whole items (no split) only where they can be balanced at all.
-    if (fractions[k] == 0 && config.heavy_fraction != 0 &&
-        FcpComputeImbalanceFloor(lengths, candidate) > config.max_imbalance)
+    if (k > 0 && candidate.heavy_fraction == 0 &&
+        FcpComputeImbalanceFloor(lengths, candidate) > candidate.max_imbalance)
       continue;
     best.tried[k].simulated = true;
     outcomes[k] = std::async(std::launch::async, [&lengths, &tuning, candidate] {
@@ -64,14 +78,15 @@ TunedFcpPlan TuneFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfi
       return o;
     });
   }
-  // The config's own fraction (k = 0) is never skipped: the first kept.
-  for (size_t k = 0; k < fractions.size(); ++k) {
+  // The config's own plan (k = 0) is never skipped: the first kept.
+  for (size_t k = 0; k < configs.size(); ++k) {
     if (!outcomes[k].valid()) continue;
     Outcome o = outcomes[k].get();  // rethrows a candidate's error
     best.tried[k].step_s = o.sim.total_time_s;
     if (k == 0 || o.sim.total_time_s < best.sim.total_time_s) {
       best.plan = std::move(o.plan);
-      best.heavy_fraction = fractions[k];
+      best.heavy_fraction = configs[k].heavy_fraction;
+      best.max_imbalance = configs[k].max_imbalance;
       best.sim = std::move(o.sim);
     }
   }

@@ -68,14 +68,16 @@ void RunPlan(PlanOptions& options, bool block_size_given) {
   if (tuned) {
     std::string tries;
     for (const FcpTuningTry& t : tuned->tried)
-      tries += fmt::format("{}{:g}: {}", tries.empty() ? "" : ", ", t.heavy_fraction,
+      tries += fmt::format("{}{:g}/{:g}: {}", tries.empty() ? "" : ", ", t.heavy_fraction,
+                           t.max_imbalance,
                            t.simulated ? fmt::format("{:.2f} ms", t.step_s * 1e3)
                                        : std::string("skipped (whole items cannot be balanced)"));
     std::fprintf(stderr,
-                 "fcp plan: tuned on %s (reshuffle %s): heavy fraction %g, simulated step %.2f "
-                 "ms (%s)\n",
+                 "fcp plan: tuned on %s (reshuffle %s): heavy fraction %g, max imbalance %g, "
+                 "simulated step %.2f ms (heavy fraction/max imbalance: %s)\n",
                  tuning.profile.name.c_str(), ReshuffleModeName(tuning.sim.reshuffle),
-                 tuned->heavy_fraction, tuned->sim.total_time_s * 1e3, tries.c_str());
+                 tuned->heavy_fraction, tuned->max_imbalance, tuned->sim.total_time_s * 1e3,
+                 tries.c_str());
   }
   // A block never holds more than the cap: say so when --block-size asked for more.
   if (block_size_given && c.block_size > result.token_cap)
@@ -113,8 +115,9 @@ void AddPlanCommand(CLI::App& app) {
                  "Validate the plan before writing it (debug self-check)");
   CLI::Option* tune =
       plan->add_flag("--tune", options->tune,
-                     "fcp: plan several heavy-split fractions, simulate each on --profile and "
-                     "keep the fastest (a planning and a simulation per candidate)");
+                     "fcp: plan at several heavy-split fractions and imbalance bounds, simulate "
+                     "each on --profile and keep the fastest (a planning and a simulation per "
+                     "candidate)");
   plan->add_option("--profile", options->tune_profile,
                    "Hardware profile --tune simulates on (built-in name or JSON file)")
       ->capture_default_str()

@@ -293,7 +293,7 @@ void RunCompare(CompareOptions& o) {
                         SequenceOffsets(file_lengths).back()),
       o.planner.block_size, o.planner.coalesce, o.mask, profile.name, o.reshuffle,
       o.baseline_reshuffle, o.transfers, o.network,
-      o.tune ? "; fcp tuned (heavy split by the simulated step)" : "");
+      o.tune ? "; fcp tuned (heavy split and imbalance bound by the simulated step)" : "");
   fmt::print("{:>5} {:>5} {:<17} {:>10} {:>7} {:>7} {:>7} {:>8} {:>8} {:>9} {:>8} {:>8} {:>7}\n",
              "N", "seed", "planner", "time ms", "MFU", "normMFU", "batchN", "comp-imb", "traf-imb",
              "exposed", "plan s", "sim s", "/bound");
@@ -443,8 +443,9 @@ void AddSimulateCommands(CLI::App& app) {
       ->capture_default_str();
   cmp->add_flag("--validate", co->validate, "ValidatePlan every plan (slow at large N)");
   cmp->add_flag("--tune", co->tune,
-                "fcp: heavy split chosen per batch by the simulated step on --profile (as `fcp "
-                "plan --tune`; a planning and a simulation per candidate, all in plan s)");
+                "fcp: heavy split and imbalance bound chosen per batch by the simulated step on "
+                "--profile (as `fcp plan --tune`; a planning and a simulation per candidate, all "
+                "in plan s)");
   cmp->callback([co] { RunCompare(*co); });
 }
 
