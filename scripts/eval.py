@@ -341,8 +341,9 @@ def figure_scale(runner, md, rows, workers, extra, timeout_s, network):
 The paper's setup (lognormal lengths seed 0, 32K tokens per GPU, block 4K, coalesce 16) at every N.
 Points up to N = {workers[-1]} are Figure 11's runs; each larger N is one `fcp compare` per line,
 one seed, each given {timeout_s:.0f} s, simulated beyond N = 256 with `--network {network}`
-(`--scale-network`; quantized: step times within 0.5% of the exact engine's on the simulator's
-comparison cases, docs/simulator.md):  
+(`--scale-network`; quantized at its default quantum for the size, 0.2 of the mean transfer above
+256 workers: step times within about 1% of the exact engine's at N = 512 and 1024, about what exact
+itself moves under a 1e-4 change of the NIC bandwidth, docs/simulator.md):  
 {commands(shown)}
 
 ![scale](figures/fig_scale.png)
@@ -629,28 +630,32 @@ Measured on the shared 2-core machine on 2026-12-05 (wall clock, one run, nothin
 running): the full run with an empty cache, `--scale 512,1024,2048,4096 --scale-timeout 2400`,
 991 s wall (1099 s user CPU, 1.98 GB peak RSS, ring at N = 1024), 989 s of it in `fcp` runs, the
 scale points most of it (the table below); on 2026-12-04, before the quantized engine's byte-identical
-speed-up (docs/simulator.md, "At scale"), the same run took 1297 s. Earlier (2026-12-01, the CI
+speed-up (docs/simulator.md, "At scale"), the same run took 1297 s; with the quantum 0.2 above 256
+workers (later on 2026-12-05), 863 s, ring at N = 1024 most of it. Earlier (2026-12-01, the CI
 running alongside): `--quick` 64 s with no cache. The header's "fcp runs" total adds the recorded
 time of every run, cached or not. WLB-like shows no simulator time at N >= 512 because it
 simulates ring and ByteScale-like while planning (its `plan_s`). To skip the scale points:
 `--scale ''`.
 
 Since issue 21 the scale points beyond N = 256 are simulated with `--network quantized`
-(`--scale-network`, default quantized; `--scale-network exact` for the reference engine): step
-times within 0.5% of exact's on the simulator's 108 comparison cases; FCP's N = 1024 step +0.28%
-(its backward +0.63%; docs/simulator.md). Wall time of each scale point, one `fcp compare` of
-`figure_scale` each (planning and simulating), the 2026-12-05 run:
+(`--scale-network`, default quantized; `--scale-network exact` for the reference engine), at the
+quantized engine's default quantum for the size: 0.2 of the mean transfer above 256 workers, whose
+step is on average 0.1-0.8% off exact's at N = 512 and 1024 over four profiles a 1e-4 NIC bandwidth
+apart (up to 2.9% on one, where exact itself moves by up to 1%; docs/simulator.md, "The quantum
+above 256 workers"). Wall time of each scale point, one `fcp compare` of `figure_scale` each
+(planning and simulating), the last 2026-12-05 run (before the quantum change, FCP transparent took
+5.6 / 21.4 / 35.8 / 31.7 s):
 
 | N | fcp (transparent) | fcp, plan layout | ring | bytescale | magi | wlb |
 |---:|---:|---:|---:|---:|---:|---:|
-| 512 | 5.6 s | 3.2 s | 56.5 s | 0.0 s | 0.3 s | 61.4 s |
-| 1024 | 21.4 s | 11.8 s | 297.3 s | 0.0 s | 0.6 s | 339.0 s |
-| 2048 | 35.8 s | 18.8 s | not run | 0.1 s | 1.3 s | not run |
-| 4096 | 31.7 s | 22.1 s | not run | 0.1 s | 2.9 s | not run |
+| 512 | 1.1 s | 0.8 s | 57.4 s | 0.0 s | 0.2 s | 61.0 s |
+| 1024 | 4.9 s | 3.2 s | 306.6 s | 0.0 s | 0.2 s | 306.0 s |
+| 2048 | 7.6 s | 5.2 s | not run | 0.1 s | 0.5 s | not run |
+| 4096 | 8.0 s | 6.9 s | not run | 0.1 s | 1.1 s | not run |
 
-WLB-like plans by simulating ring and ByteScale-like with the simulator's default engine, exact
-in this run (PlannerConfig carries no network engine); since `--network auto` became the default
-(2026-12-05) that is the quantized engine beyond 256 workers, which helps ring little (its 1,024
+WLB-like plans by simulating ring and ByteScale-like with the simulator's default engine
+(PlannerConfig carries no network engine): the quantized engine beyond 256 workers, at the default
+quantum for the size, which helps ring little (its 1,024
 stages of N transfers each leave few events for the quantum to merge: 452 s against 484 s at
 N = 1024, docs/simulator.md) and picks the same plans (ring and ByteScale-like are far apart
 there). Ring's plans grow as N^2

@@ -117,7 +117,7 @@ case_happy_paths() {
   expect 0 "simulate --network quantized" -- simulate --plan "$tmp/plan.json" --network quantized \
     --network-quantum 0.5 --json
   contains "simulate quantized json" "$tmp/stdout" '"total_time_s"'
-  contains "simulate names the engine asked for" "$tmp/stderr" "(network quantized)"
+  contains "simulate names the engine asked for" "$tmp/stderr" "(network quantized, quantum 0.5)"
 
   expect 0 "compare" -- compare --dist lognormal --workers 2,4 --tokens-per-worker 2048 \
     --max-len 8192 --block-size 256 --planners fcp,ring,magi --csv "$tmp/compare.csv"

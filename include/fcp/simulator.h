@@ -54,6 +54,7 @@
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -107,12 +108,13 @@ enum class NetworkModel {
   // takes what its ports have left and a drained flow's rate goes to the
   // flows on its two ports that have room, the rest waiting for the next
   // one (src/model/network.h). An approximation: step times within 0.5% of
-  // kExact's on the comparison cases at the default quantum
-  // (docs/simulator.md).
+  // kExact's on the comparison cases at the default quantum, and at N = 512
+  // and 1024 as close to kExact's as kExact's own to a 1e-4 change of the
+  // NIC bandwidth (docs/simulator.md).
   kQuantized,
   // kExact for plans of up to kAutoExactMaxWorkers workers, kQuantized for
   // larger ones: the reference where it takes seconds, the approximation
-  // where exact takes minutes (N = 1024: 156 s against 36 s of CPU;
+  // where exact takes minutes (N = 1024: 160-185 s against 7 s of CPU;
   // docs/simulator.md). Every comparison case has N <= 256, so its outputs
   // are exact's, byte for byte.
   kAuto,
@@ -125,6 +127,15 @@ NetworkModel ParseNetworkModel(const std::string& name);  // Error(kInvalidArgum
 // or for kAuto the one it stands for at that size.
 NetworkModel ResolveNetworkModel(NetworkModel model, int32_t workers);
 
+// kQuantized's default quantum (SimConfig::network_quantum unset): up to
+// kAutoExactMaxWorkers workers the largest measured with every comparison
+// case within 0.5% of kExact; above, ten times that, whose error against
+// kExact at N = 512 and 1024 (12 plans and profiles) is no larger than the
+// small one's, both within what kExact itself moves when the NIC bandwidth
+// moves by 1e-4 (docs/simulator.md), for 5x less CPU at N = 1024.
+inline constexpr double kSmallPlanNetworkQuantum = 0.02;
+inline constexpr double kLargePlanNetworkQuantum = 0.2;
+
 struct SimConfig {
   ReshuffleMode reshuffle = ReshuffleMode::kOverlapped;
   // Bytes per element of a partial dK/dV transfer; 0 = the plan's dtype_bytes
@@ -135,10 +146,9 @@ struct SimConfig {
   NetworkModel network = NetworkModel::kAuto;
   // kQuantized's quantum as a fraction of the pass's mean stage transfer
   // (its bytes at NIC bandwidth; of a mean reshuffle flow in a pass without
-  // transfers), so that small and large N get the same relative error. > 0;
-  // 0.02 is the largest of those measured with every comparison case within
-  // 0.5% (docs/simulator.md).
-  double network_quantum = 0.02;
+  // transfers), so that small and large N get the same relative error. > 0
+  // where set; unset, the default for the plan's size (NetworkQuantumFor).
+  std::optional<double> network_quantum;
   bool record_trace = false;  // fill SimResult::trace (Chrome trace events)
   // Called as the passes progress, for display only (`fcp simulate` draws a
   // progress line with it on a terminal): pass 0 is the forward, 1 the
@@ -149,6 +159,12 @@ struct SimConfig {
   std::function<void(int pass, double done)> on_progress;
   void validate() const;  // Error(kInvalidArgument) naming the field
 };
+
+// The quantum fraction a plan of `workers` workers is simulated with by
+// kQuantized: config.network_quantum where set, else
+// kSmallPlanNetworkQuantum up to kAutoExactMaxWorkers workers and
+// kLargePlanNetworkQuantum above.
+double NetworkQuantumFor(const SimConfig& config, int32_t workers);
 
 struct WorkerSimStats {
   double busy_s = 0;          // compute stream busy (both passes)

@@ -313,7 +313,7 @@ class Plan:
     def simulate(self, profile: str = "gpu-x", reshuffle: str = "overlap",
                  transfers: str = "pull", dkv_bytes: int = 0,
                  trace: Optional[str] = None, network: str = "auto",
-                 network_quantum: float = 0.02) -> Dict[str, object]:
+                 network_quantum: Optional[float] = None) -> Dict[str, object]:
         """:func:`fcp.simulate` of this plan."""
         return simulate(self, profile=profile, reshuffle=reshuffle, transfers=transfers,
                         dkv_bytes=dkv_bytes, trace=trace, network=network,
@@ -467,7 +467,7 @@ _document_plan_options()
 def simulate(plan: Plan, profile: str = "gpu-x", reshuffle: str = "overlap",
              transfers: str = "pull", dkv_bytes: int = 0,
              trace: Optional[str] = None, network: str = "auto",
-             network_quantum: float = 0.02) -> Dict[str, object]:
+             network_quantum: Optional[float] = None) -> Dict[str, object]:
     """Runs ``plan`` on the event-driven model cluster, as ``fcp simulate``.
 
     profile: 'gpu-x' (H100-like), 'gpu-y' (B200-like) or a JSON profile file.
@@ -483,7 +483,8 @@ def simulate(plan: Plan, profile: str = "gpu-x", reshuffle: str = "overlap",
     or 'quantized' (rates recomputed at most once per quantum of simulated
     time: an approximation for large N, its error in docs/simulator.md).
     network_quantum: the quantized engine's quantum as a fraction of the
-    pass's mean stage transfer time at NIC bandwidth (``--network-quantum``).
+    pass's mean stage transfer time at NIC bandwidth (``--network-quantum``;
+    None: 0.02 up to 256 workers, 0.2 above, as docs/simulator.md measured).
 
     Returns the fields of ``fcp simulate --json --per-worker`` (times in
     seconds, FLOPs, MFU, imbalances, exposed communication); ``worker_stats``
@@ -496,7 +497,8 @@ def simulate(plan: Plan, profile: str = "gpu-x", reshuffle: str = "overlap",
     result = json.loads(_fcp.simulate(
         plan._h, _path("profile", profile), _str("reshuffle", reshuffle),
         _str("transfers", transfers), _str("network", network),
-        _float("network_quantum", network_quantum), _int("dkv_bytes", dkv_bytes),
+        None if network_quantum is None else _float("network_quantum", network_quantum),
+        _int("dkv_bytes", dkv_bytes),
         None if trace is None else _path("trace", trace)))
     rows = result["worker_stats"]
     names = list(rows[0]) if rows else []

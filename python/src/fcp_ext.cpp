@@ -631,8 +631,9 @@ void BindSimulate(nb::module_& m) {
   m.def(
       "simulate",
       [](PlanHandle& h, const std::string& profile, const std::string& reshuffle,
-         const std::string& transfers, const std::string& network, double network_quantum,
-         int64_t dkv_bytes, std::optional<std::string> trace) {
+         const std::string& transfers, const std::string& network,
+         std::optional<double> network_quantum, int64_t dkv_bytes,
+         std::optional<std::string> trace) {
         return WithoutGil([&] {
           const HardwareProfile hardware = ResolveProfile(profile);
           SimConfig config;
@@ -649,7 +650,7 @@ void BindSimulate(nb::module_& m) {
         });
       },
       nb::arg("plan"), nb::arg("profile"), nb::arg("reshuffle"), nb::arg("transfers"),
-      nb::arg("network"), nb::arg("network_quantum"), nb::arg("dkv_bytes"),
+      nb::arg("network"), nb::arg("network_quantum").none(), nb::arg("dkv_bytes"),
       nb::arg("trace").none());
 }
 

@@ -225,7 +225,7 @@ struct PassOutput {
 
 // The quantized network's quantum for a pass (SimConfig::network_quantum).
 double NetworkQuantum_s(const SimConfig& config, const HardwareProfile& profile,
-                        const PassInput& in) {
+                        const PassInput& in, int32_t workers) {
   double bytes = 0;
   size_t flows = in.transfers.size();
   for (const StageTransfer& t : in.transfers) bytes += t.bytes;
@@ -235,7 +235,7 @@ double NetworkQuantum_s(const SimConfig& config, const HardwareProfile& profile,
   const double mean_s =
       flows > 0 ? bytes / static_cast<double>(flows) / profile.nic_bytes_per_s : 0;
   // Any positive quantum where nothing flows.
-  return mean_s > 0 ? config.network_quantum * mean_s : 1;
+  return mean_s > 0 ? NetworkQuantumFor(config, workers) * mean_s : 1;
 }
 
 // Tags of flows in the network: kind in the low 2 bits.
@@ -252,7 +252,7 @@ class PassSimulator {
         in_(in),
         n_(plan.workers),
         net_(sim::MakeNetwork(config.network, profile, plan.workers,
-                              NetworkQuantum_s(config, profile, in))),
+                              NetworkQuantum_s(config, profile, in, plan.workers))),
         trace_offset_s_(trace_offset_s),
         trace_(trace) {}
 
@@ -921,6 +921,11 @@ NetworkModel ParseNetworkModel(const std::string& name) {
   return detail::ValueNamed(kNetworkModelNames, name, "simulate: unknown network model");
 }
 
+double NetworkQuantumFor(const SimConfig& config, int32_t workers) {
+  if (config.network_quantum) return *config.network_quantum;
+  return workers <= kAutoExactMaxWorkers ? kSmallPlanNetworkQuantum : kLargePlanNetworkQuantum;
+}
+
 NetworkModel ResolveNetworkModel(NetworkModel model, int32_t workers) {
   if (model != NetworkModel::kAuto) return model;
   return workers <= kAutoExactMaxWorkers ? NetworkModel::kExact : NetworkModel::kQuantized;
@@ -935,10 +940,10 @@ void SimConfig::validate() const {
     throw Error(ErrorCode::kInvalidArgument,
                 "simulate: dkv_dtype_bytes must be >= 0 (0 = the plan's dtype), got " +
                     std::to_string(dkv_dtype_bytes));
-  if (!(network_quantum > 0) || !std::isfinite(network_quantum))
+  if (network_quantum && (!(*network_quantum > 0) || !std::isfinite(*network_quantum)))
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("simulate: network_quantum must be a positive number, got {:g}",
-                            network_quantum));
+                            *network_quantum));
 }
 
 namespace {

@@ -92,7 +92,7 @@ struct CompareOptions {
   std::string baseline_reshuffle = "none";
   std::string transfers = "pull";
   std::string network = NetworkModelName(SimConfig{}.network);
-  double network_quantum = SimConfig{}.network_quantum;
+  std::optional<double> network_quantum;
   int32_t seeds = 1;
   bool validate = false;
   bool tune = false;
@@ -336,7 +336,8 @@ constexpr const char* kNetworkHelp =
 
 constexpr const char* kNetworkQuantumHelp =
     "quantized: the recomputation quantum as a fraction of the pass's mean stage transfer time "
-    "at NIC bandwidth (> 0; the default is the value checked against exact)";
+    "at NIC bandwidth (> 0; default 0.02 up to 256 workers, 0.2 above: the values checked "
+    "against exact, docs/simulator.md)";
 
 void AddSimulateCommands(CLI::App& app) {
   struct SimulateOptions {
@@ -344,7 +345,7 @@ void AddSimulateCommands(CLI::App& app) {
                       network = NetworkModelName(SimConfig{}.network);
     bool json = false, per_worker = false, no_validate = false;
     int32_t dkv_bytes = 0;
-    double network_quantum = SimConfig{}.network_quantum;
+    std::optional<double> network_quantum;
   };
   auto so = std::make_shared<SimulateOptions>();
   CLI::App* sim = app.add_subcommand("simulate", "Simulate a plan on a model cluster");
@@ -355,8 +356,7 @@ void AddSimulateCommands(CLI::App& app) {
   sim->add_option("--reshuffle", so->reshuffle, "overlap | blocking | none")->capture_default_str();
   sim->add_option("--transfers", so->transfers, kTransfersHelp)->capture_default_str();
   sim->add_option("--network", so->network, kNetworkHelp)->capture_default_str();
-  sim->add_option("--network-quantum", so->network_quantum, kNetworkQuantumHelp)
-      ->capture_default_str();
+  sim->add_option("--network-quantum", so->network_quantum, kNetworkQuantumHelp);
   sim->add_option("--dkv-bytes", so->dkv_bytes,
                   "Bytes per element of partial dK/dV transfers (0 = the plan's dtype)")
       ->capture_default_str();
@@ -398,8 +398,13 @@ void AddSimulateCommands(CLI::App& app) {
       fmt::print("{}", SimResultJson(result, so->per_worker));
     else
       PrintSimSummary(plan, result);
-    std::fprintf(stderr, "fcp simulate: simulated in %.3f s (network %s)%s\n", seconds,
-                 NetworkModelName(ResolveNetworkModel(config.network, plan.workers)),
+    const NetworkModel engine = ResolveNetworkModel(config.network, plan.workers);
+    const std::string quantum =
+        engine == NetworkModel::kQuantized
+            ? fmt::format(", quantum {:g}", NetworkQuantumFor(config, plan.workers))
+            : "";
+    std::fprintf(stderr, "fcp simulate: simulated in %.3f s (network %s%s)%s\n", seconds,
+                 NetworkModelName(engine), quantum.c_str(),
                  so->trace.empty() ? "" : (", trace -> " + so->trace).c_str());
   });
 
@@ -439,8 +444,7 @@ void AddSimulateCommands(CLI::App& app) {
       ->capture_default_str();
   cmp->add_option("--transfers", co->transfers, kTransfersHelp)->capture_default_str();
   cmp->add_option("--network", co->network, kNetworkHelp)->capture_default_str();
-  cmp->add_option("--network-quantum", co->network_quantum, kNetworkQuantumHelp)
-      ->capture_default_str();
+  cmp->add_option("--network-quantum", co->network_quantum, kNetworkQuantumHelp);
   cmp->add_flag("--validate", co->validate, "ValidatePlan every plan (slow at large N)");
   cmp->add_flag("--tune", co->tune,
                 "fcp: heavy split and imbalance bound chosen per batch by the simulated step on "
