@@ -21,6 +21,7 @@ import os
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 
 import matplotlib
@@ -86,13 +87,15 @@ class Runner:
                     entry = json.load(f)
                 self.command_s += entry["elapsed_s"]
         if entry is None:
-            path = os.path.join(FIGS, f".compare.{os.getpid()}.csv")
             start = time.time()
+            # The CSV goes to a directory removed however the run ends (a
+            # killed script left one in docs/figures, where git picked it up).
             try:
-                self.run(["compare"] + args + ["--csv", path], timeout_s)
-                with open(path) as f:
-                    entry = {"csv": f.read()}
-                os.remove(path)
+                with tempfile.TemporaryDirectory(prefix="fcp-eval-") as scratch:
+                    path = os.path.join(scratch, "compare.csv")
+                    self.run(["compare"] + args + ["--csv", path], timeout_s)
+                    with open(path) as f:
+                        entry = {"csv": f.read()}
             except subprocess.TimeoutExpired:
                 if timeout_s is None:
                     raise
