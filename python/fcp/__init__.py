@@ -421,8 +421,9 @@ def plan(lengths: Iterable[int], workers: int, *, mask: str = "causal",
     planner: see :func:`planners`. check: validate the result (debug self-check).
     tune: a hardware profile (built-in name such as 'gpu-x', or a JSON file):
     FCP's plans at a few heavy-split fractions and imbalance bounds are each
-    simulated on it and the fastest is returned, as ``fcp plan --tune --profile P`` (a planning
-    and a simulation per candidate; planner must be 'fcp').
+    simulated on it and the fastest is returned, as ``fcp plan --tune
+    --profile P`` (a planning and a simulation per candidate; planner must be
+    'fcp').
     options: the planner's settings below, each the ``fcp plan`` flag of the
     same name (``block_size`` is ``--block-size``); None keeps the default
     (docs/planner.md, "Knobs"). The GIL is released while the planner runs.

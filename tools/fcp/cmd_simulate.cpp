@@ -259,8 +259,8 @@ void RunCompare(CompareOptions& o) {
         sc.network = network;
         sc.network_quantum = o.network_quantum;
         auto start = std::chrono::steady_clock::now();
-        // --tune: FCP's heavy split chosen by this very simulation
-        // (fcp_tuning.h), whose result is the row's: its time is in plan s.
+        // --tune: FCP's heavy split and imbalance bound chosen by this very
+        // simulation (fcp_tuning.h), whose result is the row's: its time is in plan s.
         std::optional<TunedFcpPlan> tuned;
         if (o.tune && name == "fcp") tuned = TuneFcpPlan(lengths, pc, FcpTuning{profile, sc});
         Row row{wc.seed,
