@@ -19,6 +19,7 @@
 #include "fcp/communicator.h"
 #include "fcp/error.h"
 #include "fcp/executor.h"
+#include "fcp/lowering.h"
 #include "fcp/planner.h"
 #include "fcp/planner_registry.h"
 #include "fcp/reference_attention.h"
@@ -111,6 +112,52 @@ TEST(ExecutorLocal, HeldBackReshuffleMessages) {
     ExpectExact(FcpPlan(4, mask), /*backward=*/true, options);
     ExpectExact(testing::MakeRingTestPlan(Spec(3, mask, 1)), /*backward=*/true, options);
   }
+}
+
+// A stage-0 call of rank `rank` (FCP's stage 0 computes with owned K/V
+// only) whose query block waits for a piece from another rank: (the piece's
+// block, its sender). {-1, -1}: none, or a single stage.
+std::pair<int32_t, int32_t> LatePiece(const RankProgram& p, bool backward) {
+  const auto& pass = backward ? p.backward : p.forward;
+  const auto& recv = backward ? p.do_in.recv : p.reshuffle_in.recv;
+  if (pass.stages.size() < 2) return {-1, -1};
+  for (const ComputeCall& c : pass.stages[0].compute)
+    for (const ReshufflePiece& x : recv)
+      if (x.block == c.q_block) return {x.block, x.src};
+  return {-1, -1};
+}
+
+// A call whose reshuffled rows are late is carried past its stage (the
+// simulator's rule, docs/runtime.md step 1): with one piece of the Q|K|V (or
+// dO) reshuffle held back for 50 ms, the receiver carries calls into the next
+// stage, and every output is bitwise that of a run without the delay (each
+// output row still takes its calls in plan order) and exact.
+TEST(ExecutorLocal, CallsWaitingForReshuffledRowsAreCarriedPastTheirStage) {
+  int held_back = 0;
+  for (const Mask& mask : kMasks) {
+    const Plan plan = FcpPlan(4, mask);
+    ExecutorOptions options;
+    options.backward = true;
+    const testing::PlanRunErrors undelayed = testing::RunPlanOnThreads(plan, options);
+    for (const bool backward : {false, true})
+      for (int32_t rank = 0; rank < plan.workers; ++rank) {
+        const std::string what = std::string(MaskKindName(mask.kind)) +
+                                 (backward ? " dO" : " qkv") + " rank " + std::to_string(rank);
+        const auto [block, sender] = LatePiece(LowerPlan(plan, rank), backward);
+        if (block < 0) continue;
+        ++held_back;
+        ExecutorOptions held = options;
+        auto hold = [block, rank](int32_t b, int32_t dst) {
+          if (b == block && dst == rank) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        };
+        (backward ? held.before_do_send : held.before_reshuffle_send) = hold;
+        const testing::PlanRunErrors e = testing::RunPlanOnThreads(plan, held);
+        EXPECT_GT(e.carried_calls, 0) << what << ": block " << block << " from rank " << sender;
+        EXPECT_EQ(e.outputs, undelayed.outputs) << what << ": outputs depend on arrival times";
+        EXPECT_LT(std::max({e.o, e.dq, e.dk, e.dv}), 1e-5) << what;
+      }
+  }
+  EXPECT_GE(held_back, 6) << "too few stage-0 calls wait for another rank's rows";
 }
 
 // Outputs go home one message at a time per destination rank (the

@@ -285,6 +285,44 @@ TEST(SimulatorTest, ReshuffleOverlapHidesBehindLocalWork) {
   EXPECT_DOUBLE_EQ(overlap.worker_stats[1].reshuffle_bytes_sent, 12 + 4);  // Q/K/V in, dO in
 }
 
+// A pair that waits for reshuffled rows is carried past its stage when
+// nothing else of the stage is left and its K/V are the worker's own: the
+// next stage's received K/V need not wait for it. Two workers, causal; the
+// dataloader gives w0 global tokens [0,6), w1 [6,12). Sequence 0 (4 tokens,
+// w0's) is block 0 on w1; sequence 1 (8 tokens) is block 1 = [0,2) on w0
+// and block 2 = [2,8) on w1, both at home. Forward: stage 0 w0 sends
+// block 1's K/V (4 bytes) to w1, w0 computes (1,1) and w1 (0,0) (10 pairs);
+// stage 1 w1 computes (2,2) (21 pairs) and (2,1) (12 pairs).
+//   t=0: w0's out-port carries block 0's Q/K/V (12 bytes) and block 1's K/V
+//     at 1/2 each: the K/V drains at 8 -> 9; the Q/K/V has 8 bytes left
+//     then, drains at 16 -> 17.
+//   carried: w1's (0,0) cannot start and is its stage's last pair, so
+//     stage 1 opens with the K/V at 9: (2,2) [9,30], then (0,0), ready since
+//     17, ahead of the stage's own pairs [30,40], (2,1) [40,52]; O of block
+//     0 (4 bytes) goes home [40,44] -> 45                                => 52
+//   waiting in place (the rule before): (0,0) [17,27], (2,2) [27,48],
+//     (2,1) [48,60]                                                       => 60
+TEST(SimulatorTest, PairsWaitingForReshuffledRowsAreCarriedPastTheirStage) {
+  Plan plan = UnitPlan(2, {4, 8});
+  plan.blocks = {{1, {{0, 0, 4}}}, {0, {{1, 0, 2}}}, {1, {{1, 2, 6}}}};
+  plan.forward = {{{{1, 0, 1}}, {{1, 1}, {0, 0}}}, {{}, {{2, 2}, {2, 1}}}};
+  plan.backward = {
+      {{{1, 0, 1}}, {}, {{1, 1}, {0, 0}}}, {{}, {}, {{2, 2}, {2, 1}}}, {{}, {{1, 1, 0}}, {}}};
+  ASSERT_NO_THROW(ValidatePlan(plan));
+  SimConfig c;
+  c.reshuffle = ReshuffleMode::kOverlapped;
+  for (TransferMode mode : {TransferMode::kPull, TransferMode::kGrouped}) {
+    c.transfers = mode;
+    EXPECT_NEAR(Simulate(plan, UnitProfile(), c).forward_time_s, 52, 1e-9)
+        << TransferModeName(mode);
+  }
+  // Blocking carries nothing: the Q/K/V go first, alone [0,12] -> 13, then
+  // the K/V [13,17] -> 18; (0,0) [13,23], (2,2) [23,44], (2,1) [44,56]; O
+  // of block 0 goes home after the last compute [56,60] -> 61.
+  c.reshuffle = ReshuffleMode::kBlocking;
+  EXPECT_NEAR(Simulate(plan, UnitProfile(), c).forward_time_s, 61, 1e-9);
+}
+
 // Gradients go home in two parts, each once final. Two workers, one causal
 // sequence of 8 tokens, both blocks away from home (dataloader: w0 holds
 // [0,4), w1 [4,8)): block 0 = [0,4) on w1, block 1 = [4,8) on w0. Backward:

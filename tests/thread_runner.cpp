@@ -69,15 +69,20 @@ PlanRunErrors RunPlanOnThreads(const Plan& plan, const ExecutorOptions& options,
     return RelativeError(got.data(), want.data(), static_cast<int64_t>(want.size()));
   };
   PlanRunErrors e;
-  e.o = err(gather(&RankOutputs::o), ref.o);
-  e.lse = err(gather(&RankOutputs::lse), ref.lse);
+  e.outputs = {gather(&RankOutputs::o), gather(&RankOutputs::lse)};
+  e.o = err(e.outputs[0], ref.o);
+  e.lse = err(e.outputs[1], ref.lse);
   if (backward) {
-    e.dq = err(gather(&RankOutputs::dq), ref.dq);
-    e.dk = err(gather(&RankOutputs::dk), ref.dk);
-    e.dv = err(gather(&RankOutputs::dv), ref.dv);
+    for (auto member : {&RankOutputs::dq, &RankOutputs::dk, &RankOutputs::dv})
+      e.outputs.push_back(gather(member));
+    e.dq = err(e.outputs[2], ref.dq);
+    e.dk = err(e.outputs[3], ref.dk);
+    e.dv = err(e.outputs[4], ref.dv);
   }
-  for (const ExecutorStats& s : stats)
+  for (const ExecutorStats& s : stats) {
     e.peak_received_blocks = std::max(e.peak_received_blocks, s.peak_received_blocks);
+    e.carried_calls += s.carried_calls;
+  }
   return e;
 }
 

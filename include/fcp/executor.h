@@ -78,6 +78,8 @@ struct ExecutorOptions {
   // (the Q|K|V rows of `block` it holds, for the block's owner `dst`), in
   // posting order. Empty: nothing. Tests delay a message with it.
   std::function<void(int32_t block, int32_t dst)> before_reshuffle_send;
+  // The same for the dO reshuffle before the backward.
+  std::function<void(int32_t block, int32_t dst)> before_do_send;
 };
 
 struct ExecutorStats {
@@ -90,6 +92,7 @@ struct ExecutorStats {
   double reshuffle_s = 0;      // each reshuffle's messages, first post to last completion, summed
   double reshuffle_wait_s = 0;       // time blocked on them (calls waiting for their inputs too)
   int64_t peak_received_blocks = 0;  // K/V blocks held in receive buffers at once
+  int64_t carried_calls = 0;         // calls carried past their stage, waiting for reshuffled rows
   int64_t bytes_sent = 0;            // stage transfers only
 };
 

@@ -329,6 +329,12 @@ class PassSimulator {
     // O(P^2): docs/simulator.md, at scale).
     std::vector<int32_t> pending;
     size_t pending_head = 0;
+    // Carried pairs: of earlier stages, with K/V of the worker's own blocks,
+    // whose reshuffled inputs had not arrived when nothing else of their stage
+    // was left (CarryWaitingPairs); each runs, ahead of the current stage's
+    // pairs, once its inputs are in. In plan order.
+    std::vector<int32_t> carried;
+    std::vector<char> carried_launch;  // per carried pair: it pays its stage's kernel launch
     double busy_s = 0;
     double last_activity_s = 0;
     double run_start_s = -1, run_end_s = -1;  // current compute trace span
@@ -537,6 +543,18 @@ class PassSimulator {
           moved = true;
         }
       }
+      if (!s.busy && !s.carried.empty()) {
+        const auto it = std::find_if(s.carried.begin(), s.carried.end(),
+                                     [&](int32_t p) { return PairReady(in_.pairs[p]); });
+        if (it != s.carried.end()) {
+          const auto at = it - s.carried.begin();
+          const int32_t p = *it;
+          const bool launch = s.carried_launch[at];
+          s.carried.erase(it);
+          s.carried_launch.erase(s.carried_launch.begin() + at);
+          StartPair(w, p, launch);
+        }
+      }
       if (!s.busy && s.c_stage < in_.stages) {
         if (!s.c_started && s.c_done == s.c_stage - 1 && s.channel[0].r_done >= s.c_stage - 1) {
           const auto pairs = pairs_by_cell_.row(Cell(s.c_stage, w));
@@ -554,20 +572,9 @@ class PassSimulator {
             *it = -1;
             while (s.pending_head < s.pending.size() && s.pending[s.pending_head] < 0)
               ++s.pending_head;
-            double seconds = in_.pairs[p].seconds;
-            if (!s.launched) {
-              seconds += profile_.kernel_launch_s;
-              s.launched = true;
-            }
-            s.busy = true;
-            s.busy_s += seconds;
-            if (trace_) {
-              if (s.run_end_s != now_) FlushRun(w);
-              if (s.run_start_s < 0) s.run_start_s = now_;
-              s.run_end_s = now_ + seconds;
-            }
-            Push(now_ + seconds, EventKind::kComputeDone, p);
-          } else if (s.pending_head == s.pending.size()) {
+            StartPair(w, p, !s.launched);
+            s.launched = true;
+          } else if (s.pending_head == s.pending.size() || CarryWaitingPairs(w)) {
             if (trace_) FlushRun(w);
             s.c_done = s.c_stage++;
             s.c_started = false;
@@ -577,6 +584,45 @@ class PassSimulator {
       }
       if (!moved) return;
     }
+  }
+
+  // Pair p starts on worker w now; `launch`: it is the first of its stage's
+  // kernel to run, and pays the launch.
+  void StartPair(int32_t w, int32_t p, bool launch) {
+    WorkerState& s = workers_[w];
+    const double seconds = in_.pairs[p].seconds + (launch ? profile_.kernel_launch_s : 0.0);
+    s.busy = true;
+    s.busy_s += seconds;
+    if (trace_) {
+      if (s.run_end_s != now_) FlushRun(w);
+      if (s.run_start_s < 0) s.run_start_s = now_;
+      s.run_end_s = now_ + seconds;
+    }
+    Push(now_ + seconds, EventKind::kComputeDone, p);
+  }
+
+  // None of the current stage's remaining pairs is ready. If every one of
+  // them reads K/V of the worker's own blocks (it waits only for reshuffled
+  // rows, holds no receive slot and sends no partial) and a later stage
+  // exists, they are carried past the stage, so that the next stage's
+  // received K/V need not wait for them: true. The last stage waits.
+  bool CarryWaitingPairs(int32_t w) {
+    WorkerState& s = workers_[w];
+    if (config_.reshuffle != ReshuffleMode::kOverlapped || s.c_stage + 1 >= in_.stages)
+      return false;
+    const auto head = s.pending.begin() + static_cast<std::ptrdiff_t>(s.pending_head);
+    const bool all_own = std::all_of(head, s.pending.end(), [&](int32_t p) {
+      return p < 0 || plan_.blocks[in_.pairs[p].kv_block].worker == w;
+    });
+    if (!all_own) return false;
+    for (auto p = head; p != s.pending.end(); ++p) {
+      if (*p < 0) continue;
+      s.carried.push_back(*p);
+      s.carried_launch.push_back(!s.launched);
+      s.launched = true;
+    }
+    s.pending_head = s.pending.size();
+    return true;
   }
 
   void FlushRun(int32_t w) {

@@ -98,9 +98,11 @@ struct Arrivals {
 };
 
 // Outputs of owned blocks going home to the dataloader layout, block by
-// block, each as soon as it is final (after stage final_stage[block]);
-// receivers post everything up front. Messages from one rank to another
-// go in (final stage, block) order on both sides.
+// block, each as soon as it is final (after stage final_stage[block], and
+// after any call of it carried past that stage); receivers post everything
+// up front. Messages from one rank to another go in (final stage, block)
+// order on both sides: a block still waiting for a carried call holds back
+// the later ones to the same rank.
 struct ReturnGroup {
   FlightGroup group;
   int32_t tag;
@@ -108,6 +110,11 @@ struct ReturnGroup {
   std::vector<Field> fields;
   int64_t width = 0;
   std::vector<int32_t> final_stage;  // per block; -1: final before the first stage
+  // Per block: calls carried past their stage that write these rows
+  // (Runner::RunCalls); a block is sent once final and none is left.
+  const std::vector<int32_t>* carried = nullptr;
+  std::vector<int32_t> send_order;  // owned blocks by (final stage, block): the receivers' order
+  std::vector<size_t> next_send;    // per destination rank: its next position in send_order
   std::function<const float*(size_t field, int64_t local_row)> row_ptr;
   std::deque<std::pair<int32_t, std::vector<float>>> incoming;  // (block, rows) in post order
   std::deque<std::vector<float>> outgoing;                      // alive until sent
@@ -162,6 +169,8 @@ class Runner {
     return_links_.resize(static_cast<size_t>(prog_.workers));
     q_blocked_.assign(plan.blocks.size(), 0);
     kv_blocked_.assign(plan.blocks.size(), 0);
+    carried_q_.assign(plan.blocks.size(), 0);
+    carried_kv_.assign(plan.blocks.size(), 0);
   }
 
   RankOutputs Run(const RankInputs& in);
@@ -175,6 +184,7 @@ class Runner {
   void BackwardStages(ReturnGroup& ret_dq, ReturnGroup& ret_dkv);
   ReturnGroup MakeReturn(FlightGroup group, int32_t tag, std::string name,
                          std::vector<Field> fields, const std::vector<int32_t>& final_stage,
+                         const std::vector<int32_t>* carried,
                          std::function<const float*(size_t, int64_t)> row_ptr);
 
   // ---- communication bookkeeping ----
@@ -385,8 +395,9 @@ class Runner {
       ++a.missing[x.block];
     }
     for (const ReshufflePiece& x : spec.send) {
-      if (tag == kTagReshuffleIn && options_.before_reshuffle_send)
-        options_.before_reshuffle_send(x.block, x.dst);
+      const auto& hook =
+          tag == kTagReshuffleIn ? options_.before_reshuffle_send : options_.before_do_send;
+      if (hook) hook(x.block, x.dst);
       std::vector<float>& buf = a.outgoing.emplace_back(x.dataloader_rows.size() * width);
       for (size_t i = 0; i < x.dataloader_rows.size(); ++i)
         pack(x.dataloader_rows[i], buf.data() + i * width);
@@ -468,19 +479,40 @@ class Runner {
     return calls.size();
   }
 
-  // Runs a stage's calls as their inputs arrive: in plan order, except that
-  // a call whose inputs are here goes ahead of earlier ones still waiting
-  // when it writes none of their output rows (FirstRunnable). So every
-  // output row takes its calls in plan order and the results do not depend
-  // on arrival times. With nothing runnable it polls while reshuffle pieces
-  // keep arriving; after kStallUs without one it blocks on the first
-  // waiting call's inputs, so the communicator's deadline bounds the wait.
-  void RunCalls(const std::vector<ComputeCall>& calls, bool backward, const std::string& label) {
+  // A call that reads K/V of an owned block (and, backward, adds into its
+  // dK/dV): it holds no pool slot and sends no partial, so it may wait for
+  // its reshuffled rows past its stage's end.
+  static bool Carriable(const ComputeCall& c, bool backward) {
+    return !c.kv_in_pool && !(backward && c.dkv_in_partial);
+  }
+
+  // Runs a stage's calls, after those carried from earlier stages, as their
+  // inputs arrive: in plan order, except that a call whose inputs are here
+  // goes ahead of earlier ones still waiting when it writes none of their
+  // output rows (FirstRunnable). So every output row takes its calls in plan
+  // order and the results do not depend on arrival times. With nothing
+  // runnable: if `may_carry` (a later stage exists) and every call left is
+  // Carriable, they are carried to the next stage, whose received K/V then
+  // need not wait for them (the simulator's rule, docs/runtime.md step 1);
+  // otherwise it polls while reshuffle pieces keep arriving, and after
+  // kStallUs without one it blocks on the first waiting call's inputs, so
+  // the communicator's deadline bounds the wait.
+  void RunCalls(const std::vector<ComputeCall>& stage_calls, bool backward,
+                const std::string& label, bool may_carry) {
     constexpr double kStallUs = 200e3;
+    std::vector<ComputeCall> calls = std::move(carried_);
+    std::vector<std::string> carried_labels = std::move(carried_labels_);
+    carried_.clear();
+    carried_labels_.clear();
+    const size_t carried_in = calls.size();  // counted in carried_q_, carried_kv_
+    calls.insert(calls.end(), stage_calls.begin(), stage_calls.end());
     std::vector<char> done(calls.size(), 0);
     size_t head = 0;
     while (head < calls.size()) {
       size_t run = FirstRunnable(calls, done, head, backward);
+      if (run == calls.size() && may_carry &&
+          CarryRest(calls, done, head, carried_labels, label, backward))
+        return;
       if (run == calls.size()) {
         const double wait_start = trace_->NowUs();
         double last_arrival = wait_start;
@@ -502,11 +534,36 @@ class Runner {
         stats_->reshuffle_wait_s += (wait_end - wait_start) * 1e-6;
       }
       if (backward) EnsureDelta(calls[run].q_block);
-      Compute(calls[run], backward, label);
+      Compute(calls[run], backward, run < carried_in ? carried_labels[run] : label);
       done[run] = 1;
+      if (run < carried_in) {
+        --carried_q_[calls[run].q_block];
+        --carried_kv_[calls[run].kv_block];
+      }
       Poll();
       while (head < calls.size() && done[head]) ++head;
     }
+  }
+
+  // Carries the calls from `head` on that are not done into carried_ (each
+  // keeps its stage's label), in plan order, if every one is Carriable: true.
+  // The first carried_labels.size() calls were carried in.
+  bool CarryRest(const std::vector<ComputeCall>& calls, const std::vector<char>& done, size_t head,
+                 const std::vector<std::string>& carried_labels, const std::string& label,
+                 bool backward) {
+    for (size_t i = head; i < calls.size(); ++i)
+      if (!done[i] && !Carriable(calls[i], backward)) return false;
+    for (size_t i = head; i < calls.size(); ++i) {
+      if (done[i]) continue;
+      carried_.push_back(calls[i]);
+      const bool carried_in = i < carried_labels.size();
+      carried_labels_.push_back(carried_in ? carried_labels[i] : label);
+      if (carried_in) continue;  // counted when first carried
+      ++carried_q_[calls[i].q_block];
+      ++carried_kv_[calls[i].kv_block];
+      ++stats_->carried_calls;
+    }
+    return true;
   }
 
   // delta = rowsum(o * do) of block b's rows, once its dO is here.
@@ -560,30 +617,32 @@ class Runner {
     }
   }
 
-  // Sends (or, for my own share, copies) the rows of my blocks that became
-  // final in `stage`.
+  // Sends (or, for my own share, copies) the rows of my blocks that are
+  // final by the end of `stage` and wait for no carried call, to each rank
+  // in (final stage, block) order, as far as that order allows.
   void SendReturns(ReturnGroup& g, int32_t stage) {
-    for (int32_t b : prog_.owned_blocks) {
-      if (g.final_stage[b] != stage) continue;
-      const int64_t first = prog_.block_row[b];
-      for (int32_t d = 0; d < prog_.workers; ++d) {
+    for (int32_t d = 0; d < prog_.workers; ++d) {
+      for (size_t& i = g.next_send[d]; i < g.send_order.size(); ++i) {
+        const int32_t b = g.send_order[i];
         const std::vector<RowRun> runs = RunsFor(b, d);
         if (runs.empty()) continue;
+        if (g.final_stage[b] > stage || (*g.carried)[b] > 0) break;
+        const int64_t first = prog_.block_row[b];
         if (d == prog_.rank) {
           for (const RowRun& r : runs)
-            for (int64_t i = 0; i < r.count; ++i)
+            for (int64_t k = 0; k < r.count; ++k)
               for (size_t fi = 0; fi < g.fields.size(); ++fi)
-                std::copy_n(g.row_ptr(fi, first + r.block_row + i), g.fields[fi].width,
-                            g.fields[fi].dst + (r.dl_row + i) * g.fields[fi].width);
+                std::copy_n(g.row_ptr(fi, first + r.block_row + k), g.fields[fi].width,
+                            g.fields[fi].dst + (r.dl_row + k) * g.fields[fi].width);
           continue;
         }
         std::vector<float>& buf =
             g.outgoing.emplace_back(static_cast<size_t>(RunRows(runs) * g.width));
         float* out = buf.data();
         for (const RowRun& r : runs)
-          for (int64_t i = 0; i < r.count; ++i)
+          for (int64_t k = 0; k < r.count; ++k)
             for (size_t fi = 0; fi < g.fields.size(); ++fi)
-              out = std::copy_n(g.row_ptr(fi, first + r.block_row + i), g.fields[fi].width, out);
+              out = std::copy_n(g.row_ptr(fi, first + r.block_row + k), g.fields[fi].width, out);
         ReturnLink& link = return_links_[d];
         if (!link.busy && link.queue.empty()) links_pending_.push_back(d);
         link.queue.push_back({buf.data(), static_cast<int64_t>(buf.size() * 4), g.tag,
@@ -675,6 +734,11 @@ class Runner {
   } sends_;
   std::vector<int64_t> send_blocked_;            // per rank: stamp of the scan that blocked it
   std::vector<int64_t> q_blocked_, kv_blocked_;  // per block: stamp of the RunCalls scan
+  std::vector<ComputeCall> carried_;             // calls carried into the next stage, in plan order
+  std::vector<std::string> carried_labels_;      // their stages' labels ("fwd s0")
+  // Per block: carried calls with it as query block (they write its o, lse or
+  // dq) and as key block (backward: its dk, dv).
+  std::vector<int32_t> carried_q_, carried_kv_;
   int64_t send_epoch_ = 0, call_epoch_ = 0;
   std::vector<char> delta_done_;  // per block
 };
@@ -732,6 +796,7 @@ void Runner::ReshuffleDo(const RankInputs& in) {
 
 ReturnGroup Runner::MakeReturn(FlightGroup group, int32_t tag, std::string name,
                                std::vector<Field> fields, const std::vector<int32_t>& final_stage,
+                               const std::vector<int32_t>* carried,
                                std::function<const float*(size_t, int64_t)> row_ptr) {
   ReturnGroup g;
   g.group = group;
@@ -739,6 +804,11 @@ ReturnGroup Runner::MakeReturn(FlightGroup group, int32_t tag, std::string name,
   g.name = std::move(name);
   g.fields = std::move(fields);
   g.final_stage = final_stage;
+  g.carried = carried;
+  g.send_order = prog_.owned_blocks;
+  std::stable_sort(g.send_order.begin(), g.send_order.end(),
+                   [&](int32_t a, int32_t b) { return final_stage[a] < final_stage[b]; });
+  g.next_send.assign(static_cast<size_t>(prog_.workers), 0);
   g.row_ptr = std::move(row_ptr);
   PostReturnReceives(g);
   SendReturns(g, -1);
@@ -756,7 +826,7 @@ void Runner::ForwardStages(ReturnGroup& ret_o) {
     const std::string label = "fwd s" + std::to_string(t);
     const double stage_start = trace_->NowUs();
     PostKv(sp, label);
-    RunCalls(sp.compute, false, label);
+    RunCalls(sp.compute, false, label, t + 1 < P.forward.stages.size());
     PostReadySends(true);
     FinishStage(stage_start, label);
     SendReturns(ret_o, static_cast<int32_t>(t));
@@ -796,7 +866,7 @@ void Runner::BackwardStages(ReturnGroup& ret_dq, ReturnGroup& ret_dkv) {
            label + " send dkv" + std::to_string(s.block) + " to " + std::to_string(s.dst),
            TraceLane::kSend);
     }
-    RunCalls(sp.compute, true, label);
+    RunCalls(sp.compute, true, label, t + 1 < P.backward.stages.size());
     PostReadySends(true);
     FinishStage(stage_start, label);
     // A sent partial's rows start the next partial that reuses them at zero.
@@ -804,7 +874,8 @@ void Runner::BackwardStages(ReturnGroup& ret_dq, ReturnGroup& ret_dkv) {
       std::fill_n(kv_rows_.K(partial_.data(), s.partial_row), kv_rows_.Floats(s.rows), 0.0f);
     SendReturns(ret_dq, stage);
     AbsorbPartials([&](const DkvRecv& r) {
-      return !r.into_partial && P.backward_dkv_final_stage[r.block] == stage;
+      return !r.into_partial && P.backward_dkv_final_stage[r.block] <= stage &&
+             carried_kv_[r.block] == 0;
     });
     SendReturns(ret_dkv, stage);
   }
@@ -827,7 +898,7 @@ RankOutputs Runner::Run(const RankInputs& in) {
   ReturnGroup ret_o =
       MakeReturn(kReturnOGroup, kTagReturnO, "return o",
                  {{qrow_, out.o.data()}, {dims_.heads_q, out.lse.data()}}, P.forward_final_stage,
-                 [this](size_t fi, int64_t row) -> const float* {
+                 &carried_q_, [this](size_t fi, int64_t row) -> const float* {
                    return fi == 0 ? o_.data() + row * qrow_ : lse_.data() + row * dims_.heads_q;
                  });
   ForwardStages(ret_o);
@@ -848,12 +919,12 @@ RankOutputs Runner::Run(const RankInputs& in) {
   out.dv.resize(out.dk.size());
   ReturnGroup ret_dq =
       MakeReturn(kReturnDqGroup, kTagReturnDq, "return dq", {{qrow_, out.dq.data()}},
-                 P.backward_dq_final_stage,
+                 P.backward_dq_final_stage, &carried_q_,
                  [this](size_t, int64_t row) -> const float* { return dq_.data() + row * qrow_; });
   ReturnGroup ret_dkv =
       MakeReturn(kReturnDkvGroup, kTagReturnDkv, "return dkv",
                  {{kvrow_, out.dk.data()}, {kvrow_, out.dv.data()}}, P.backward_dkv_final_stage,
-                 [this](size_t fi, int64_t row) -> const float* {
+                 &carried_kv_, [this](size_t fi, int64_t row) -> const float* {
                    return dkv_.data() + LocalKvOffset(row, fi == 1);
                  });
   BackwardStages(ret_dq, ret_dkv);
