@@ -93,6 +93,31 @@ TEST(ScheduleTest, OneSubStageAStageGivesWorkedStages) {
   EXPECT_EQ(plan.backward[3].send_dkv, (std::vector<Transfer>{{0, 2, 0}}));
 }
 
+// The worked plan above with its backward's two transfer stages reversed:
+// block 0's K/V to worker 2 (forward stage 1) goes first and its partial
+// returns in stage 2, the stage-0 group second, its partials last.
+TEST(ScheduleTest, ReversedBackwardTakesTheLastTransferStageFirst) {
+  Plan plan = ChainPlan(3, {0, 1, 2}, 1);
+  const std::vector<RequiredPair> pairs = CausalThree();
+  BuildStagesFromSubStages(plan, pairs, TransferEdges(plan, pairs), {0, 1, 0}, 2);
+  const Plan mirrored = plan;
+  ReverseBackwardTransferStages(plan);
+  ASSERT_EQ(plan.backward.size(), 4u);
+  EXPECT_EQ(plan.backward[0].send_kv, (std::vector<Transfer>{{0, 0, 2}}));
+  EXPECT_EQ(plan.backward[1].send_kv, (std::vector<Transfer>{{0, 0, 1}, {1, 1, 2}}));
+  EXPECT_EQ(plan.backward[0].compute, (std::vector<BlockPair>{{0, 0}, {1, 1}, {2, 2}}));
+  EXPECT_EQ(plan.backward[1].compute, (std::vector<BlockPair>{{2, 0}}));
+  EXPECT_EQ(plan.backward[2].compute, (std::vector<BlockPair>{{1, 0}, {2, 1}}));
+  EXPECT_TRUE(plan.backward[3].compute.empty());
+  EXPECT_TRUE(plan.backward[0].send_dkv.empty());
+  EXPECT_TRUE(plan.backward[1].send_dkv.empty());
+  EXPECT_EQ(plan.backward[2].send_dkv, (std::vector<Transfer>{{0, 2, 0}}));
+  EXPECT_EQ(plan.backward[3].send_dkv, (std::vector<Transfer>{{0, 1, 0}, {1, 2, 1}}));
+  EXPECT_EQ(plan.forward, mirrored.forward);
+  ReverseBackwardTransferStages(plan);  // its own inverse
+  EXPECT_EQ(plan.backward, mirrored.backward);
+}
+
 TEST(ScheduleTest, CoalescingMergesSubStagesIntoOneStage) {
   Plan plan = ChainPlan(3, {0, 1, 2}, 2);
   const std::vector<RequiredPair> pairs = CausalThree();
@@ -203,16 +228,21 @@ TEST(ScheduleTest, RandomPlansKeepTheScheduleInvariants) {
     for (const RequiredPair& p : pairs) required.insert({p.q_block, p.kv_block});
     EXPECT_EQ(computed, required);
 
-    // Backward mirrors the forward; each dK/dV returns two stages after its K/V went out.
+    // The backward takes the forward's transfer stages in reverse order
+    // (forward stage s of T is backward stage T-1-s; local pairs stay in
+    // stage 0); each dK/dV returns two stages after its K/V went out.
+    const size_t T = plan.forward.size() - 1;
+    auto backward_stage = [&](size_t forward_stage) { return T - 1 - forward_stage; };
     for (size_t s = 0; s < plan.backward.size(); ++s) {
-      const bool mirrored = s < plan.forward.size();
       EXPECT_EQ(plan.backward[s].send_kv,
-                mirrored ? plan.forward[s].send : std::vector<Transfer>{});
-      EXPECT_EQ(plan.backward[s].compute,
-                mirrored ? plan.forward[s].compute : std::vector<BlockPair>{});
+                s < T ? plan.forward[backward_stage(s)].send : std::vector<Transfer>{});
+      const std::vector<BlockPair> none;
+      EXPECT_EQ(plan.backward[s].compute, s == 0   ? plan.forward[0].compute
+                                          : s <= T ? plan.forward[T + 1 - s].compute
+                                                   : none);
       for (const Transfer& t : plan.backward[s].send_dkv) {
         ASSERT_GE(s, 2u);
-        const std::vector<Transfer>& out_s = plan.forward[s - 2].send;
+        const std::vector<Transfer>& out_s = plan.backward[s - 2].send_kv;
         EXPECT_NE(std::find(out_s.begin(), out_s.end(), Transfer{t.block, t.dst, t.src}),
                   out_s.end());
       }

@@ -195,6 +195,23 @@ void BuildStagesFromSubStages(Plan& plan, const std::vector<RequiredPair>& pairs
 
 }  // namespace
 
+void ReverseBackwardTransferStages(Plan& plan) {
+  const auto stages = static_cast<int32_t>(plan.forward.size());
+  if (stages < 3) return;                // one transfer stage: nothing to reorder
+  const int32_t transfers = stages - 1;  // T: forward stages 0..T-1 send
+  FCP_CHECK(plan.backward.size() == static_cast<size_t>(transfers) + 2,
+            "a backward of BuildStages's shape");
+  std::vector<BackwardStage> reordered(plan.backward.size());
+  reordered[0].compute = std::move(plan.backward[0].compute);
+  for (int32_t e = 0; e < transfers; ++e) {
+    reordered[transfers - 1 - e].send_kv = std::move(plan.backward[e].send_kv);
+    reordered[transfers + 1 - e].send_dkv = std::move(plan.backward[e + 2].send_dkv);
+  }
+  for (int32_t a = 1; a <= transfers; ++a)
+    reordered[transfers + 1 - a].compute = std::move(plan.backward[a].compute);
+  plan.backward = std::move(reordered);
+}
+
 std::vector<Transfer> TransferEdges(const Plan& plan, const std::vector<RequiredPair>& pairs) {
   return TransferEdges(plan, pairs, GroupPairs(plan, pairs));
 }
@@ -213,6 +230,7 @@ void BuildStages(Plan& plan, const std::vector<RequiredPair>& pairs, bool self_c
   const EdgeColoring coloring = ColorBipartiteEdges(plan.workers, plan.workers, graph);
   if (self_check) CheckEdgeColoring(plan.workers, plan.workers, graph, coloring);
   BuildStagesFromSubStages(plan, pairs, g, edges, coloring.color, coloring.num_colors);
+  ReverseBackwardTransferStages(plan);
 }
 
 }  // namespace fcp

@@ -12,7 +12,13 @@
 // transfers). The backward pulls K/V over the same stages and returns each
 // partial dK/dV over the reversed edge two stages after its K/V arrived (one
 // stage to compute with it, so the send follows the last use). Reversed
-// matchings are matchings, so the backward is congestion-free too.
+// matchings are matchings, so the backward is congestion-free too. BuildStages
+// then runs the backward's transfer stages in reverse order
+// (ReverseBackwardTransferStages): the greedy colouring fills its first
+// colours densely and leaves the busiest workers' last edges to its last
+// ones, so in the forward's order the backward ends with those workers alone
+// computing and returning their last partials; reversed, they start with
+// them while the others compute their local pairs (docs/planner.md, step 10).
 // Deterministic; O(P + N + E * path) for P pairs, N workers and E edges
 // (plus sorting each sender's edges).
 #pragma once
@@ -29,14 +35,23 @@ namespace fcp {
 // [0, plan.workers) (internal error otherwise), as for BuildStages*.
 std::vector<Transfer> TransferEdges(const Plan& plan, const std::vector<RequiredPair>& pairs);
 
-// Fills plan.forward and plan.backward from edges given a sub-stage for each
-// edge (sub_stage[e] in [0, sub_stages)); sub-stages are grouped plan.coalesce
-// at a time. Congestion-freedom holds when each sub-stage is a matching.
+// Fills plan.forward and plan.backward (in the forward's stage order) from
+// edges given a sub-stage for each edge (sub_stage[e] in [0, sub_stages));
+// sub-stages are grouped plan.coalesce at a time. Congestion-freedom holds
+// when each sub-stage is a matching.
 void BuildStagesFromSubStages(Plan& plan, const std::vector<RequiredPair>& pairs,
                               const std::vector<Transfer>& edges,
                               const std::vector<int32_t>& sub_stage, int32_t sub_stages);
 
-// The FCP schedule: sub-stages = a Delta-colouring of TransferEdges.
+// The backward's transfer stages in reverse order: K/V group t of the
+// forward is pulled in backward stage T-1-t (T transfer stages), its pairs
+// computed in T-t and its partials returned in T+1-t; stage 0's local pairs
+// stay first. Its own inverse. Requires BuildStagesFromSubStages's shape
+// (T + 2 backward stages; internal error otherwise); O(stages).
+void ReverseBackwardTransferStages(Plan& plan);
+
+// The FCP schedule: sub-stages = a Delta-colouring of TransferEdges, the
+// backward's transfer stages reversed.
 // With `self_check`, verifies the colouring (every class a matching, Delta colours).
 void BuildStages(Plan& plan, const std::vector<RequiredPair>& pairs, bool self_check = false);
 
