@@ -2,7 +2,8 @@
 // hand-drawn plans with worked answers, and the invariants of BuildStages
 // (every stage congestion-free within c, exactly ceil(Delta/c) transfer
 // stages, each pair computed once after its K/V arrives, the backward
-// mirroring the forward) over random small plans.
+// taking the forward's transfer stages in reverse order) over random small
+// plans.
 #include "fcp/schedule.h"
 
 #include <gtest/gtest.h>
@@ -116,6 +117,26 @@ TEST(ScheduleTest, ReversedBackwardTakesTheLastTransferStageFirst) {
   EXPECT_EQ(plan.forward, mirrored.forward);
   ReverseBackwardTransferStages(plan);  // its own inverse
   EXPECT_EQ(plan.backward, mirrored.backward);
+}
+
+// BuildStages reverses the backward up to kReversedBackwardMaxWorkers
+// workers and keeps the forward's order above: the three-block chain (two
+// transfer stages, c = 1) on 256 and on 257 workers.
+TEST(ScheduleTest, BackwardReversedUpTo256Workers) {
+  for (const int32_t workers : {kReversedBackwardMaxWorkers, kReversedBackwardMaxWorkers + 1}) {
+    Plan plan = ChainPlan(workers, {0, 1, 2}, 1);
+    BuildStages(plan, CausalThree(), true);
+    ASSERT_EQ(plan.forward.size(), 3u) << workers;
+    Plan mirrored = plan;
+    if (workers <= kReversedBackwardMaxWorkers) ReverseBackwardTransferStages(mirrored);
+    for (size_t s = 0; s < 3; ++s) {
+      EXPECT_EQ(mirrored.backward[s].send_kv, plan.forward[s].send) << workers << " stage " << s;
+      EXPECT_EQ(mirrored.backward[s].compute, plan.forward[s].compute) << workers << " stage " << s;
+    }
+    EXPECT_EQ(plan.backward[0].send_kv == plan.forward[0].send,
+              workers > kReversedBackwardMaxWorkers)
+        << workers;
+  }
 }
 
 TEST(ScheduleTest, CoalescingMergesSubStagesIntoOneStage) {

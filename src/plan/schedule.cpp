@@ -230,7 +230,7 @@ void BuildStages(Plan& plan, const std::vector<RequiredPair>& pairs, bool self_c
   const EdgeColoring coloring = ColorBipartiteEdges(plan.workers, plan.workers, graph);
   if (self_check) CheckEdgeColoring(plan.workers, plan.workers, graph, coloring);
   BuildStagesFromSubStages(plan, pairs, g, edges, coloring.color, coloring.num_colors);
-  ReverseBackwardTransferStages(plan);
+  if (plan.workers <= kReversedBackwardMaxWorkers) ReverseBackwardTransferStages(plan);
 }
 
 }  // namespace fcp
