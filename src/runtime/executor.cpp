@@ -219,6 +219,10 @@ class Runner {
 
   // Waits for every stage transfer in flight (not the reshuffles), records them.
   void FinishStage(double stage_start_us, const std::string& label) {
+    RunCarriedUntil([&] {
+      return std::none_of(flights_.begin(), flights_.end(),
+                          [](const Flight& f) { return f.group == kStageGroup && f.end_us < 0; });
+    });
     const double wait_start = trace_->NowUs();
     double last_end = stage_start_us;
     bool any = false;
@@ -343,16 +347,20 @@ class Runner {
   // receives were posted in list order. `wait`: waits for each block instead.
   void PostReadySends(bool wait) {
     if (sends_.left == 0) return;
-    ++send_epoch_;
+    // This scan's stamp: a scan that runs inside it (waiting, carried calls
+    // poll, and Poll scans) stamps with its own.
+    const int64_t epoch = ++send_epoch_;
     const StageProgram& sp = *sends_.sp;
     for (size_t i = 0; i < sp.kv_send.size(); ++i) {
       const KvSend& s = sp.kv_send[i];
-      if (sends_.posted[i] || send_blocked_[s.dst] == send_epoch_) continue;
+      if (sends_.posted[i] || send_blocked_[s.dst] == epoch) continue;
       if (!s.from_pool && !Arrived(qkv_in_, s.block)) {
         if (!wait) {
-          send_blocked_[s.dst] = send_epoch_;
+          send_blocked_[s.dst] = epoch;
           continue;
         }
+        RunCarriedUntil([&] { return Arrived(qkv_in_, s.block); });
+        if (sends_.posted[i]) continue;  // posted by a scan inside the wait
         Await(qkv_in_, s.block);
       }
       sends_.posted[i] = 1;
@@ -553,6 +561,7 @@ class Runner {
                  bool backward) {
     for (size_t i = head; i < calls.size(); ++i)
       if (!done[i] && !Carriable(calls[i], backward)) return false;
+    carried_backward_ = backward;
     for (size_t i = head; i < calls.size(); ++i) {
       if (done[i]) continue;
       carried_.push_back(calls[i]);
@@ -564,6 +573,45 @@ class Runner {
       ++stats_->carried_calls;
     }
     return true;
+  }
+
+  // While `done()` is false and calls are carried: runs each carried call
+  // whose inputs arrive (FirstRunnable's order: carried calls are in plan
+  // order), polling in between, so a carried call does not wait behind the
+  // stage's blocking waits (its sends' blocks, its transfers): the
+  // simulator's carried pairs run whenever the worker is free. After
+  // kCarriedStallUs with neither a call run nor an arrival it returns, and
+  // the caller's blocking wait (with the communicator's deadline) follows.
+  template <class Done>
+  void RunCarriedUntil(Done done) {
+    constexpr double kCarriedStallUs = 200e3;
+    if (carried_.empty()) return;
+    Poll();
+    double last_progress = trace_->NowUs();
+    size_t in_flight = qkv_in_.in_flight.size() + do_in_.in_flight.size();
+    while (!carried_.empty() && !done()) {
+      const std::vector<char> none(carried_.size(), 0);
+      const size_t run = FirstRunnable(carried_, none, 0, carried_backward_);
+      if (run < carried_.size()) {
+        const ComputeCall call = carried_[run];
+        const std::string label = carried_labels_[run];
+        carried_.erase(carried_.begin() + static_cast<std::ptrdiff_t>(run));
+        carried_labels_.erase(carried_labels_.begin() + static_cast<std::ptrdiff_t>(run));
+        if (carried_backward_) EnsureDelta(call.q_block);
+        Compute(call, carried_backward_, label);
+        --carried_q_[call.q_block];
+        --carried_kv_[call.kv_block];
+        last_progress = trace_->NowUs();
+      }
+      Poll();
+      const size_t now_in_flight = qkv_in_.in_flight.size() + do_in_.in_flight.size();
+      if (now_in_flight != in_flight) {
+        in_flight = now_in_flight;
+        last_progress = trace_->NowUs();
+      } else if (trace_->NowUs() - last_progress > kCarriedStallUs) {
+        return;
+      }
+    }
   }
 
   // delta = rowsum(o * do) of block b's rows, once its dO is here.
@@ -736,6 +784,7 @@ class Runner {
   std::vector<int64_t> q_blocked_, kv_blocked_;  // per block: stamp of the RunCalls scan
   std::vector<ComputeCall> carried_;             // calls carried into the next stage, in plan order
   std::vector<std::string> carried_labels_;      // their stages' labels ("fwd s0")
+  bool carried_backward_ = false;                // the pass they belong to
   // Per block: carried calls with it as query block (they write its o, lse or
   // dq) and as key block (backward: its dk, dv).
   std::vector<int32_t> carried_q_, carried_kv_;
