@@ -13,12 +13,13 @@
 // partial dK/dV over the reversed edge two stages after its K/V arrived (one
 // stage to compute with it, so the send follows the last use). Reversed
 // matchings are matchings, so the backward is congestion-free too. BuildStages
-// then runs the backward's transfer stages in reverse order (up to 256 workers)
-// (ReverseBackwardTransferStages): the greedy colouring fills its first
-// colours densely and leaves the busiest workers' last edges to its last
-// ones, so in the forward's order the backward ends with those workers alone
-// computing and returning their last partials; reversed, they start with
-// them while the others compute their local pairs (docs/planner.md, step 10).
+// then runs the backward's transfer stages in reverse order
+// (ReverseBackwardTransferStages, up to 256 workers): the greedy colouring
+// fills its first colours densely and leaves the busiest workers' last edges
+// to its last ones, so in the forward's order the backward ends with those
+// workers alone computing and returning their last partials; reversed, they
+// start with them while the others compute their local pairs
+// (docs/planner.md, step 10).
 // Deterministic; O(P + N + E * path) for P pairs, N workers and E edges
 // (plus sorting each sender's edges).
 #pragma once
@@ -51,8 +52,9 @@ void BuildStagesFromSubStages(Plan& plan, const std::vector<RequiredPair>& pairs
 void ReverseBackwardTransferStages(Plan& plan);
 
 // Up to this many workers BuildStages reverses the backward's transfer
-// stages. Measured to lower the step there (N = 16-256, both profiles, with
-// and without the reshuffle charged; docs/planner-quality.md); above, on
+// stages. Measured to lower the step there in geometric mean (N = 16-256,
+// both profiles, with and without the reshuffle charged; the rows it raised
+// are in docs/planner-quality.md); above, on
 // lognormal seed 0 at N = 512-4096, it raised the step in the plan's own
 // layout by 1-5% and moved the transparent one by -2.1% to +1.0%, within
 // the simulator's spread at that size.
