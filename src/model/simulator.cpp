@@ -333,8 +333,11 @@ class PassSimulator {
     // whose reshuffled inputs had not arrived when nothing else of their stage
     // was left (CarryWaitingPairs); each runs, ahead of the current stage's
     // pairs, once its inputs are in. In plan order.
-    std::vector<int32_t> carried;
-    std::vector<char> carried_launch;  // per carried pair: it pays its stage's kernel launch
+    struct CarriedPair {
+      int32_t pair;
+      bool pays_launch;  // the first of its stage's kernel to run
+    };
+    std::vector<CarriedPair> carried;
     double busy_s = 0;
     double last_activity_s = 0;
     double run_start_s = -1, run_end_s = -1;  // current compute trace span
@@ -545,14 +548,11 @@ class PassSimulator {
       }
       if (!s.busy && !s.carried.empty()) {
         const auto it = std::find_if(s.carried.begin(), s.carried.end(),
-                                     [&](int32_t p) { return PairReady(in_.pairs[p]); });
+                                     [&](const auto& c) { return PairReady(in_.pairs[c.pair]); });
         if (it != s.carried.end()) {
-          const auto at = it - s.carried.begin();
-          const int32_t p = *it;
-          const bool launch = s.carried_launch[at];
+          const WorkerState::CarriedPair c = *it;
           s.carried.erase(it);
-          s.carried_launch.erase(s.carried_launch.begin() + at);
-          StartPair(w, p, launch);
+          StartPair(w, c.pair, c.pays_launch);
         }
       }
       if (!s.busy && s.c_stage < in_.stages) {
@@ -617,8 +617,7 @@ class PassSimulator {
     if (!all_own) return false;
     for (auto p = head; p != s.pending.end(); ++p) {
       if (*p < 0) continue;
-      s.carried.push_back(*p);
-      s.carried_launch.push_back(!s.launched);
+      s.carried.push_back({*p, !s.launched});
       s.launched = true;
     }
     s.pending_head = s.pending.size();

@@ -487,6 +487,21 @@ class Runner {
     return calls.size();
   }
 
+  // With nothing to run, how long the rank polls without a reshuffle piece
+  // arriving before it blocks (RunCalls, RunCarriedUntil).
+  static constexpr double kStallUs = 200e3;
+  size_t PiecesInFlight() const { return qkv_in_.in_flight.size() + do_in_.in_flight.size(); }
+
+  // Runs one call (its delta first, backward); `carried`: it was counted in
+  // carried_q_, carried_kv_ when carried.
+  void RunCall(const ComputeCall& c, bool backward, const std::string& label, bool carried) {
+    if (backward) EnsureDelta(c.q_block);
+    Compute(c, backward, label);
+    if (!carried) return;
+    --carried_q_[c.q_block];
+    --carried_kv_[c.kv_block];
+  }
+
   // A call that reads K/V of an owned block (and, backward, adds into its
   // dK/dV): it holds no pool slot and sends no partial, so it may wait for
   // its reshuffled rows past its stage's end.
@@ -507,7 +522,6 @@ class Runner {
   // the communicator's deadline bounds the wait.
   void RunCalls(const std::vector<ComputeCall>& stage_calls, bool backward,
                 const std::string& label, bool may_carry) {
-    constexpr double kStallUs = 200e3;
     std::vector<ComputeCall> calls = std::move(carried_);
     std::vector<std::string> carried_labels = std::move(carried_labels_);
     carried_.clear();
@@ -524,11 +538,11 @@ class Runner {
       if (run == calls.size()) {
         const double wait_start = trace_->NowUs();
         double last_arrival = wait_start;
-        size_t in_flight = qkv_in_.in_flight.size() + do_in_.in_flight.size();
+        size_t in_flight = PiecesInFlight();
         while (run == calls.size()) {
           Poll();
           run = FirstRunnable(calls, done, head, backward);
-          const size_t now_in_flight = qkv_in_.in_flight.size() + do_in_.in_flight.size();
+          const size_t now_in_flight = PiecesInFlight();
           if (now_in_flight != in_flight) {
             in_flight = now_in_flight;
             last_arrival = trace_->NowUs();
@@ -541,13 +555,9 @@ class Runner {
         trace_->Add("wait inputs " + label, TraceLane::kWait, wait_start, wait_end);
         stats_->reshuffle_wait_s += (wait_end - wait_start) * 1e-6;
       }
-      if (backward) EnsureDelta(calls[run].q_block);
-      Compute(calls[run], backward, run < carried_in ? carried_labels[run] : label);
+      const bool carried = run < carried_in;
+      RunCall(calls[run], backward, carried ? carried_labels[run] : label, carried);
       done[run] = 1;
-      if (run < carried_in) {
-        --carried_q_[calls[run].q_block];
-        --carried_kv_[calls[run].kv_block];
-      }
       Poll();
       while (head < calls.size() && done[head]) ++head;
     }
@@ -580,15 +590,14 @@ class Runner {
   // order), polling in between, so a carried call does not wait behind the
   // stage's blocking waits (its sends' blocks, its transfers): the
   // simulator's carried pairs run whenever the worker is free. After
-  // kCarriedStallUs with neither a call run nor an arrival it returns, and
-  // the caller's blocking wait (with the communicator's deadline) follows.
+  // kStallUs with neither a call run nor an arrival it returns, and the
+  // caller's blocking wait (with the communicator's deadline) follows.
   template <class Done>
   void RunCarriedUntil(Done done) {
-    constexpr double kCarriedStallUs = 200e3;
     if (carried_.empty()) return;
     Poll();
     double last_progress = trace_->NowUs();
-    size_t in_flight = qkv_in_.in_flight.size() + do_in_.in_flight.size();
+    size_t in_flight = PiecesInFlight();
     while (!carried_.empty() && !done()) {
       const std::vector<char> none(carried_.size(), 0);
       const size_t run = FirstRunnable(carried_, none, 0, carried_backward_);
@@ -597,18 +606,15 @@ class Runner {
         const std::string label = carried_labels_[run];
         carried_.erase(carried_.begin() + static_cast<std::ptrdiff_t>(run));
         carried_labels_.erase(carried_labels_.begin() + static_cast<std::ptrdiff_t>(run));
-        if (carried_backward_) EnsureDelta(call.q_block);
-        Compute(call, carried_backward_, label);
-        --carried_q_[call.q_block];
-        --carried_kv_[call.kv_block];
+        RunCall(call, carried_backward_, label, /*carried=*/true);
         last_progress = trace_->NowUs();
       }
       Poll();
-      const size_t now_in_flight = qkv_in_.in_flight.size() + do_in_.in_flight.size();
+      const size_t now_in_flight = PiecesInFlight();
       if (now_in_flight != in_flight) {
         in_flight = now_in_flight;
         last_progress = trace_->NowUs();
-      } else if (trace_->NowUs() - last_progress > kCarriedStallUs) {
+      } else if (trace_->NowUs() - last_progress > kStallUs) {
         return;
       }
     }
