@@ -150,9 +150,11 @@ TEST(SimulatorTest, HotspotThreeSendersShareOneReceiver) {
   ASSERT_NO_THROW(ValidatePlan(plan));
   const SimResult r = Simulate(plan, UnitProfile(400), NoReshuffle());
   EXPECT_NEAR(r.forward_time_s, 25.48, 1e-9);
-  // Backward: stage 1 at 25 computes 3 x 40 pairs (1.2 s); the three dK/dV
-  // returns share w3's out-port from 26.2: 24 s + 1 s latency.
-  EXPECT_NEAR(r.backward_time_s, 51.2, 1e-9);
+  // Backward: stage 1 at 25 computes 3 x 40 pairs, 0.4 s each, and each
+  // dK/dV return leaves once its pair is done (25.4, 25.8, 26.2): w3's
+  // out-port is busy from 25.4 with the 24 bytes, the last drains at 49.4,
+  // + 1 s latency. (Leaving together after the stage: 26.2 + 24 + 1 = 51.2.)
+  EXPECT_NEAR(r.backward_time_s, 50.4, 1e-9);
   // w3 receives 24 bytes, the senders 8 each: traffic imbalance (24 - 12) / 24.
   EXPECT_NEAR(r.traffic_imbalance, 0.5, 1e-12);
 }
@@ -236,6 +238,63 @@ TEST(SimulatorTest, BackwardComputeDoesNotWaitForPartials) {
   const auto [pull, grouped] = PulledAndGrouped(PartialAndKvInOneStagePlan());
   ExpectTimes(pull, 45, 108);
   ExpectTimes(grouped, 45, 108);
+}
+
+// Two workers, two causal sequences of 8 tokens: blocks 0 = seq 0 [0,4) and
+// 2 = seq 1 [0,4) on w0, 1 = seq 0 [4,8) and 3 = seq 1 [4,8) on w1. Stage 0
+// sends blocks 0 and 2 to w1 (one coalesced stage); w1 computes (1,0) and
+// (3,2) in stage 1 and returns both partials (8 bytes each) in stage 2.
+//   forward (both): the two K/V share the ports, delivered 17; w1's
+//     diagonals [0,20], (1,0), (3,2) [20,52]                                => 52
+//   backward: K/V delivered 17; w1's diagonals [0,50], (1,0) [50,90],
+//     (3,2) [90,130].
+//     pull: each partial leaves once its block's pairs are done: block 0's
+//       [90,98] -> 99, block 2's [130,138] -> 139                          => 139
+//     grouped (the MPI executor posts the stage's partials as one group),
+//     and pulled for a baseline's plan (its system reduces a stage's
+//     partials after the stage's kernel): both at 130, sharing the ports:
+//     [130,146] -> 147                                                      => 147
+TEST(SimulatorTest, PulledPartialsLeaveOnceTheirBlocksPairsAreDone) {
+  Plan plan = UnitPlan(2, {8, 8});
+  plan.blocks = {{0, {{0, 0, 4}}}, {1, {{0, 4, 4}}}, {0, {{1, 0, 4}}}, {1, {{1, 4, 4}}}};
+  plan.coalesce = 2;
+  const std::vector<BlockPair> diagonals = {{0, 0}, {1, 1}, {2, 2}, {3, 3}};
+  const std::vector<Transfer> kv = {{0, 0, 1}, {2, 0, 1}};
+  plan.forward = {{kv, diagonals}, {{}, {{1, 0}, {3, 2}}}};
+  plan.backward = {
+      {kv, {}, diagonals}, {{}, {}, {{1, 0}, {3, 2}}}, {{}, {{0, 1, 0}, {2, 1, 0}}, {}}};
+  const auto [pull, grouped] = PulledAndGrouped(plan);
+  ExpectTimes(pull, 52, 139);
+  ExpectTimes(grouped, 52, 147);
+  EXPECT_EQ(pull.partial_return, PartialReturn::kPerBlock);
+  EXPECT_EQ(grouped.partial_return, PartialReturn::kPerStage);
+  // Set explicitly, either return with either transfer mode.
+  for (TransferMode mode : {TransferMode::kPull, TransferMode::kGrouped}) {
+    SimConfig c = NoReshuffle();
+    c.transfers = mode;
+    c.partial_return = PartialReturn::kPerBlock;
+    EXPECT_NEAR(Simulate(plan, UnitProfile(), c).backward_time_s, 139, 1e-9);
+    c.partial_return = PartialReturn::kPerStage;
+    EXPECT_NEAR(Simulate(plan, UnitProfile(), c).backward_time_s, 147, 1e-9);
+  }
+  plan.planner = "magi";
+  EXPECT_NEAR(Simulate(plan, UnitProfile(), NoReshuffle()).backward_time_s, 147, 1e-9);
+}
+
+TEST(SimulatorTest, EachPlannersRuntimeReturnsPartialsItsWay) {
+  for (const char* name : {"fcp", "fcp-nocoalesce", "fcp-random-order", "hand"})
+    EXPECT_EQ(PartialReturnOf(name), PartialReturn::kPerBlock) << name;
+  for (const char* name : {"bytescale", "magi", "ring", "wlb", "fcp-nopipe"})
+    EXPECT_EQ(PartialReturnOf(name), PartialReturn::kPerStage) << name;
+  for (const PlannerInfo& p : Planners())  // every registered planner is one or the other
+    EXPECT_TRUE(PartialReturnOf(p.name) == PartialReturn::kPerStage || p.name.rfind("fcp", 0) == 0)
+        << p.name;
+  EXPECT_EQ(ParsePartialReturn("auto"), std::nullopt);
+  EXPECT_EQ(ParsePartialReturn("block"), PartialReturn::kPerBlock);
+  EXPECT_EQ(ParsePartialReturn("stage"), PartialReturn::kPerStage);
+  EXPECT_EQ(testing::ExpectedErrorMessage(ErrorCode::kInvalidArgument,
+                                          [] { ParsePartialReturn("eventually"); }),
+            "simulate: unknown partial return 'eventually' (expected auto, block or stage)");
 }
 
 // One worker, one sequence of 8 tokens, full mask, blocks [0,4) and [4,8):

@@ -91,6 +91,31 @@ enum class TransferMode {
 const char* TransferModeName(TransferMode mode);          // "pull", "grouped"
 TransferMode ParseTransferMode(const std::string& name);  // Error(kInvalidArgument)
 
+// When a dK/dV partial may leave its sender. A property of the system whose
+// runtime runs the plan, so SimConfig leaves it unset by default and each
+// plan gets its planner's (PartialReturnOf).
+enum class PartialReturn {
+  // Once the sender's pairs on its block in the stage before are done: FCP's
+  // runtime interleaves pulls, computes and pushes block by block (the
+  // paper's block-level sub-stages), so a partial goes as soon as it is
+  // final, while the stage's other pairs compute.
+  kPerBlock,
+  // Once the sender's whole compute of the stage before is done: a stage is
+  // one kernel followed by one reduction of its partials (MagiAttention's
+  // GroupReduce, ring attention's per-step send, the MPI executor's stage
+  // group, FCP without block-level pipelining).
+  kPerStage,
+};
+const char* PartialReturnName(PartialReturn mode);  // "block", "stage"
+// "auto" (unset: PartialReturnFor decides), "block" or "stage"; Error(kInvalidArgument).
+std::optional<PartialReturn> ParsePartialReturn(const std::string& name);
+// The partial return of the runtime that comes with `planner` (a plan's
+// planner field): kPerStage for the baselines (bytescale, magi, ring, wlb)
+// and the fcp-nopipe ablation, kPerBlock for FCP's planners and any other
+// (hand-written) plan. Grouped transfers always return per stage (see
+// SimConfig::partial_return).
+PartialReturn PartialReturnOf(const std::string& planner);
+
 // How the simulator's network computes the max-min fair rates (exact and
 // fast compute the same allocation and round differently; quantized
 // approximates it).
@@ -143,6 +168,10 @@ struct SimConfig {
   // to model fp32 partials.
   int32_t dkv_dtype_bytes = 0;
   TransferMode transfers = TransferMode::kPull;
+  // Unset: per stage with grouped transfers (the MPI executor posts a
+  // stage's partials as one group), else the plan's planner's
+  // (PartialReturnOf).
+  std::optional<PartialReturn> partial_return;
   NetworkModel network = NetworkModel::kAuto;
   // kQuantized's quantum as a fraction of the pass's mean stage transfer
   // (its bytes at NIC bandwidth; of a mean reshuffle flow in a pass without
@@ -166,6 +195,11 @@ struct SimConfig {
 // kLargePlanNetworkQuantum above.
 double NetworkQuantumFor(const SimConfig& config, int32_t workers);
 
+// The partial return a plan by `planner` is simulated with:
+// config.partial_return where set, else kPerStage with grouped transfers,
+// else PartialReturnOf(planner).
+PartialReturn PartialReturnFor(const SimConfig& config, const std::string& planner);
+
 struct WorkerSimStats {
   double busy_s = 0;          // compute stream busy (both passes)
   double exposed_comm_s = 0;  // before its own last activity, not computing
@@ -183,6 +217,7 @@ struct WorkerSimStats {
 struct SimResult {
   std::string planner;
   std::string profile;
+  PartialReturn partial_return = PartialReturn::kPerBlock;  // the one simulated (PartialReturnFor)
   int32_t workers = 0;
   double forward_time_s = 0;
   double backward_time_s = 0;

@@ -313,11 +313,12 @@ class Plan:
     def simulate(self, profile: str = "gpu-x", reshuffle: str = "overlap",
                  transfers: str = "pull", dkv_bytes: int = 0,
                  trace: Optional[str] = None, network: str = "auto",
-                 network_quantum: Optional[float] = None) -> Dict[str, object]:
+                 network_quantum: Optional[float] = None,
+                 partials: str = "auto") -> Dict[str, object]:
         """:func:`fcp.simulate` of this plan."""
         return simulate(self, profile=profile, reshuffle=reshuffle, transfers=transfers,
                         dkv_bytes=dkv_bytes, trace=trace, network=network,
-                        network_quantum=network_quantum)
+                        network_quantum=network_quantum, partials=partials)
 
     # ---- token placement ---------------------------------------------------------
 
@@ -468,7 +469,8 @@ _document_plan_options()
 def simulate(plan: Plan, profile: str = "gpu-x", reshuffle: str = "overlap",
              transfers: str = "pull", dkv_bytes: int = 0,
              trace: Optional[str] = None, network: str = "auto",
-             network_quantum: Optional[float] = None) -> Dict[str, object]:
+             network_quantum: Optional[float] = None,
+             partials: str = "auto") -> Dict[str, object]:
     """Runs ``plan`` on the event-driven model cluster, as ``fcp simulate``.
 
     profile: 'gpu-x' (H100-like), 'gpu-y' (B200-like) or a JSON profile file.
@@ -486,6 +488,11 @@ def simulate(plan: Plan, profile: str = "gpu-x", reshuffle: str = "overlap",
     network_quantum: the quantized engine's quantum as a fraction of the
     pass's mean stage transfer time at NIC bandwidth (``--network-quantum``;
     None: 0.02 up to 256 workers, 0.2 above, as docs/simulator.md measured).
+    partials: when a dK/dV partial leaves its sender (``--partials``): 'auto'
+    (the plan's planner's runtime: per block for FCP's planners, per stage
+    for the baselines and fcp-nopipe, per stage with grouped transfers),
+    'block' (once its block's pairs of the stage are done) or 'stage' (after
+    the stage's compute).
 
     Returns the fields of ``fcp simulate --json --per-worker`` (times in
     seconds, FLOPs, MFU, imbalances, exposed communication); ``worker_stats``
@@ -500,7 +507,7 @@ def simulate(plan: Plan, profile: str = "gpu-x", reshuffle: str = "overlap",
         _str("transfers", transfers), _str("network", network),
         None if network_quantum is None else _float("network_quantum", network_quantum),
         _int("dkv_bytes", dkv_bytes),
-        None if trace is None else _path("trace", trace)))
+        None if trace is None else _path("trace", trace), _str("partials", partials)))
     rows = result["worker_stats"]
     names = list(rows[0]) if rows else []
     result["worker_stats"] = {name: np.array([row[name] for row in rows], dtype=np.float64)

@@ -632,13 +632,14 @@ void BindSimulate(nb::module_& m) {
       "simulate",
       [](PlanHandle& h, const std::string& profile, const std::string& reshuffle,
          const std::string& transfers, const std::string& network,
-         std::optional<double> network_quantum, int64_t dkv_bytes,
-         std::optional<std::string> trace) {
+         std::optional<double> network_quantum, int64_t dkv_bytes, std::optional<std::string> trace,
+         const std::string& partials) {
         return WithoutGil([&] {
           const HardwareProfile hardware = ResolveProfile(profile);
           SimConfig config;
           config.reshuffle = ParseReshuffleMode(reshuffle);
           config.transfers = ParseTransferMode(transfers);
+          config.partial_return = ParsePartialReturn(partials);
           config.network = ParseNetworkModel(network);
           config.network_quantum = network_quantum;
           config.dkv_dtype_bytes = ToInt32("simulate", "dkv_bytes", dkv_bytes);
@@ -651,7 +652,7 @@ void BindSimulate(nb::module_& m) {
       },
       nb::arg("plan"), nb::arg("profile"), nb::arg("reshuffle"), nb::arg("transfers"),
       nb::arg("network"), nb::arg("network_quantum").none(), nb::arg("dkv_bytes"),
-      nb::arg("trace").none());
+      nb::arg("trace").none(), nb::arg("partials"));
 }
 
 void BindWorkload(nb::module_& m) {

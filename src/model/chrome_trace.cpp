@@ -55,6 +55,7 @@ std::string SimResultJson(const SimResult& r, bool per_worker) {
   nlohmann::ordered_json j;
   j["planner"] = r.planner;
   j["profile"] = r.profile;
+  j["partial_return"] = PartialReturnName(r.partial_return);
   j["workers"] = r.workers;
   j["forward_time_s"] = r.forward_time_s;
   j["backward_time_s"] = r.backward_time_s;

@@ -377,6 +377,7 @@ class PassSimulator {
     recv_left_.assign(channel_cells, 0);
     arrivals_.assign(in_.transfers.size(), 0);
     started_.assign(in_.transfers.size(), 0);
+    CountPartialPairs();
     transfer_start_s_.assign(in_.transfers.size(), 0);
     workers_.assign(n_, WorkerState{});
     const size_t blocks = plan_.blocks.size();
@@ -422,6 +423,30 @@ class PassSimulator {
       if (out_left_[k] == 0) OutputFinal(k);
   }
 
+  bool PerBlockPartials() const {
+    return PartialReturnFor(config_, plan_.planner) == PartialReturn::kPerBlock;
+  }
+
+  // Per-block partial return (PartialReturn): a dK/dV partial sent in stage
+  // t waits for the sender's pairs of stage t-1 on its block (and for every
+  // earlier stage's compute, where a partial may have gathered more), not
+  // for the whole stage's compute, as an output goes home once final.
+  // O(pairs x partials sent per stage and worker).
+  void CountPartialPairs() {
+    partial_pairs_left_.assign(in_.transfers.size(), 0);
+    partial_of_pair_.assign(in_.pairs.size(), -1);
+    if (!in_.backward || !PerBlockPartials()) return;
+    for (size_t i = 0; i < in_.transfers.size(); ++i) {
+      const StageTransfer& t = in_.transfers[i];
+      if (t.kind != TransferKind::kDkv || t.stage < 1) continue;
+      for (int32_t p : pairs_by_cell_.row(Cell(t.stage - 1, t.src)))
+        if (in_.pairs[p].kv_block == t.block) {
+          partial_of_pair_[p] = static_cast<int32_t>(i);
+          ++partial_pairs_left_[i];
+        }
+    }
+  }
+
   void StartFlow(int32_t src, int32_t dst, double bytes, int64_t tag) {
     net_->Start(src, dst, bytes, tag);
   }
@@ -437,8 +462,13 @@ class PassSimulator {
   bool SourceReady(const StageTransfer& t) const {
     const WorkerState& src = workers_[t.src];
     const Channel& in = src.channel[ChannelOf(t)];
-    if (t.kind == TransferKind::kDkv)  // the partial is final after its compute (and any relay in)
-      return src.c_done >= t.stage - 1 && in.r_done >= t.stage - 1;
+    if (t.kind ==
+        TransferKind::kDkv) {  // the partial is final after its compute (and any relay in)
+      if (in.r_done < t.stage - 1) return false;
+      if (!PerBlockPartials()) return src.c_done >= t.stage - 1;
+      // Once the block's pairs of the stage before are done (CountPartialPairs).
+      return src.c_done >= t.stage - 2 && partial_pairs_left_[&t - in_.transfers.data()] == 0;
+    }
     if (t.src != plan_.blocks[t.block].worker)  // a relay: what arrived in the stage before
       return in.r_done >= t.stage - 1;
     // The forward's owner needs the block's K/V from the reshuffle first.
@@ -662,6 +692,8 @@ class PassSimulator {
       s.busy = false;
       Touch(p.worker, now_);
       PairDone(p);
+      if (const int32_t partial = partial_of_pair_[e.a]; partial >= 0)
+        --partial_pairs_left_[partial];  // Progress below retries its send
       ReportProgress();
       Progress(p.worker);
       return;
@@ -838,6 +870,8 @@ class PassSimulator {
   int64_t pairs_done_ = 0;          // ReportProgress
   std::vector<int32_t> recv_left_;  // per (channel, stage, worker): receives not yet arrived
   std::vector<int32_t> arrivals_;
+  std::vector<int32_t> partial_pairs_left_;  // per pulled partial: its pairs not yet done
+  std::vector<int32_t> partial_of_pair_;     // per pair: the partial it adds to, or -1
   std::vector<char> started_;
   std::vector<double> transfer_start_s_;
   std::vector<std::vector<int32_t>> waiting_;  // transfers waiting for a block's reshuffle
@@ -941,6 +975,10 @@ constexpr detail::EnumName<TransferMode> kTransferModeNames[] = {
     {TransferMode::kPull, "pull"},
     {TransferMode::kGrouped, "grouped"},
 };
+constexpr detail::EnumName<PartialReturn> kPartialReturnNames[] = {
+    {PartialReturn::kPerBlock, "block"},
+    {PartialReturn::kPerStage, "stage"},
+};
 constexpr detail::EnumName<NetworkModel> kNetworkModelNames[] = {
     {NetworkModel::kExact, "exact"},
     {NetworkModel::kFast, "fast"},
@@ -956,6 +994,31 @@ const char* TransferModeName(TransferMode mode) { return detail::NameOf(kTransfe
 
 TransferMode ParseTransferMode(const std::string& name) {
   return detail::ValueNamed(kTransferModeNames, name, "simulate: unknown transfer mode");
+}
+
+const char* PartialReturnName(PartialReturn mode) {
+  return detail::NameOf(kPartialReturnNames, mode);
+}
+
+std::optional<PartialReturn> ParsePartialReturn(const std::string& name) {
+  constexpr detail::EnumName<std::optional<PartialReturn>> kSettings[] = {
+      {std::nullopt, "auto"},
+      {PartialReturn::kPerBlock, kPartialReturnNames[0].name},
+      {PartialReturn::kPerStage, kPartialReturnNames[1].name},
+  };
+  return detail::ValueNamed(kSettings, name, "simulate: unknown partial return");
+}
+
+PartialReturn PartialReturnOf(const std::string& planner) {
+  for (const char* per_stage : {"bytescale", "magi", "ring", "wlb", "fcp-nopipe"})
+    if (planner == per_stage) return PartialReturn::kPerStage;
+  return PartialReturn::kPerBlock;
+}
+
+PartialReturn PartialReturnFor(const SimConfig& config, const std::string& planner) {
+  if (config.partial_return) return *config.partial_return;
+  return config.transfers == TransferMode::kGrouped ? PartialReturn::kPerStage
+                                                    : PartialReturnOf(planner);
 }
 
 const char* NetworkModelName(NetworkModel model) {
@@ -1189,6 +1252,7 @@ SimResult Simulate(const Plan& plan, const HardwareProfile& profile, const SimCo
 
   SimResult r;
   r.planner = plan.planner;
+  r.partial_return = PartialReturnFor(config, plan.planner);
   r.profile = profile.name;
   r.workers = n;
   const auto [f_out, b_out] =

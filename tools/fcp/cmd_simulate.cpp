@@ -64,9 +64,9 @@ void PrintSimSummary(const Plan& plan, const SimResult& r) {
       r.mean_busy_s * 1e3, r.mean_exposed_comm_s * 1e3, r.max_exposed_comm_s * 1e3);
   fmt::print(
       "  plan: {} blocks, {} forward / {} backward stages, coalesce {}, token cap {}; "
-      "{} transfers, {} reshuffle flows\n",
+      "{} transfers, {} reshuffle flows; dK/dV partials leave per {}\n",
       plan.blocks.size(), plan.forward.size(), plan.backward.size(), plan.coalesce, plan.token_cap,
-      r.transfers, r.reshuffle_flows);
+      r.transfers, r.reshuffle_flows, PartialReturnName(r.partial_return));
   if (r.workers <= 16) {
     fmt::print("  {:>6} {:>10} {:>12} {:>10} {:>12} {:>12}\n", "worker", "busy ms", "exposed ms",
                "idle ms", "fwd GFLOP", "fwd KV MiB");
@@ -342,7 +342,7 @@ constexpr const char* kNetworkQuantumHelp =
 void AddSimulateCommands(CLI::App& app) {
   struct SimulateOptions {
     std::string plan, profile = "gpu-x", trace, reshuffle = "overlap", transfers = "pull",
-                      network = NetworkModelName(SimConfig{}.network);
+                      partials = "auto", network = NetworkModelName(SimConfig{}.network);
     bool json = false, per_worker = false, no_validate = false;
     int32_t dkv_bytes = 0;
     std::optional<double> network_quantum;
@@ -355,6 +355,12 @@ void AddSimulateCommands(CLI::App& app) {
   sim->add_option("--trace", so->trace, "Write a Chrome trace (Perfetto) to this file");
   sim->add_option("--reshuffle", so->reshuffle, "overlap | blocking | none")->capture_default_str();
   sim->add_option("--transfers", so->transfers, kTransfersHelp)->capture_default_str();
+  sim->add_option("--partials", so->partials,
+                  "When a dK/dV partial leaves: auto (the plan's planner's runtime: per block for "
+                  "FCP, per stage for the baselines and fcp-nopipe; per stage with grouped "
+                  "transfers) | block (once its block's pairs are done) | stage (after the "
+                  "stage's compute)")
+      ->capture_default_str();
   sim->add_option("--network", so->network, kNetworkHelp)->capture_default_str();
   sim->add_option("--network-quantum", so->network_quantum, kNetworkQuantumHelp);
   sim->add_option("--dkv-bytes", so->dkv_bytes,
@@ -369,6 +375,7 @@ void AddSimulateCommands(CLI::App& app) {
     CheckFlags([&] {
       config.reshuffle = ParseReshuffleMode(so->reshuffle);
       config.transfers = ParseTransferMode(so->transfers);
+      config.partial_return = ParsePartialReturn(so->partials);
       config.network = ParseNetworkModel(so->network);
       config.dkv_dtype_bytes = so->dkv_bytes;
       config.network_quantum = so->network_quantum;
