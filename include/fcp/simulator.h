@@ -112,8 +112,8 @@ std::optional<PartialReturn> ParsePartialReturn(const std::string& name);
 // The partial return of the runtime that comes with `planner` (a plan's
 // planner field): kPerStage for the baselines (bytescale, magi, ring, wlb)
 // and the fcp-nopipe ablation, kPerBlock for FCP's planners and any other
-// (hand-written) plan. Grouped transfers always return per stage (see
-// SimConfig::partial_return).
+// (hand-written) plan. (With grouped transfers an unset
+// SimConfig::partial_return is per stage whatever the planner.)
 PartialReturn PartialReturnOf(const std::string& planner);
 
 // How the simulator's network computes the max-min fair rates (exact and

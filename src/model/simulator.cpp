@@ -423,19 +423,17 @@ class PassSimulator {
       if (out_left_[k] == 0) OutputFinal(k);
   }
 
-  bool PerBlockPartials() const {
-    return PartialReturnFor(config_, plan_.planner) == PartialReturn::kPerBlock;
-  }
-
   // Per-block partial return (PartialReturn): a dK/dV partial sent in stage
   // t waits for the sender's pairs of stage t-1 on its block (and for every
   // earlier stage's compute, where a partial may have gathered more), not
   // for the whole stage's compute, as an output goes home once final.
   // O(pairs x partials sent per stage and worker).
   void CountPartialPairs() {
+    per_block_partials_ =
+        in_.backward && PartialReturnFor(config_, plan_.planner) == PartialReturn::kPerBlock;
     partial_pairs_left_.assign(in_.transfers.size(), 0);
     partial_of_pair_.assign(in_.pairs.size(), -1);
-    if (!in_.backward || !PerBlockPartials()) return;
+    if (!per_block_partials_) return;
     for (size_t i = 0; i < in_.transfers.size(); ++i) {
       const StageTransfer& t = in_.transfers[i];
       if (t.kind != TransferKind::kDkv || t.stage < 1) continue;
@@ -462,11 +460,11 @@ class PassSimulator {
   bool SourceReady(const StageTransfer& t) const {
     const WorkerState& src = workers_[t.src];
     const Channel& in = src.channel[ChannelOf(t)];
-    if (t.kind ==
-        TransferKind::kDkv) {  // the partial is final after its compute (and any relay in)
+    // A partial is final after its compute (and any relay in): the stage
+    // before's whole compute, or per block its pairs there (CountPartialPairs).
+    if (t.kind == TransferKind::kDkv) {
       if (in.r_done < t.stage - 1) return false;
-      if (!PerBlockPartials()) return src.c_done >= t.stage - 1;
-      // Once the block's pairs of the stage before are done (CountPartialPairs).
+      if (!per_block_partials_) return src.c_done >= t.stage - 1;
       return src.c_done >= t.stage - 2 && partial_pairs_left_[&t - in_.transfers.data()] == 0;
     }
     if (t.src != plan_.blocks[t.block].worker)  // a relay: what arrived in the stage before
@@ -870,7 +868,8 @@ class PassSimulator {
   int64_t pairs_done_ = 0;          // ReportProgress
   std::vector<int32_t> recv_left_;  // per (channel, stage, worker): receives not yet arrived
   std::vector<int32_t> arrivals_;
-  std::vector<int32_t> partial_pairs_left_;  // per pulled partial: its pairs not yet done
+  bool per_block_partials_ = false;          // the backward, PartialReturn::kPerBlock
+  std::vector<int32_t> partial_pairs_left_;  // per partial: its pairs not yet done (per block)
   std::vector<int32_t> partial_of_pair_;     // per pair: the partial it adds to, or -1
   std::vector<char> started_;
   std::vector<double> transfer_start_s_;
