@@ -1,6 +1,7 @@
 // fcp simulate | compare: run plans on the model cluster.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -284,19 +285,24 @@ void RunCompare(CompareOptions& o) {
       }
     }
 
+  // The partial return each planner ran with, as the simulations report it.
+  std::string partials;
+  for (const std::string& name : planners) {
+    const auto row =
+        std::find_if(rows.begin(), rows.end(), [&](const Row& r) { return r.planner == name; });
+    if (row == rows.end()) continue;
+    partials += fmt::format("{}{} per {}", partials.empty() ? "" : ", ", name,
+                            PartialReturnName(row->sim.partial_return));
+  }
   fmt::print(
       "compare: {}, block {}, coalesce {}, mask {}, profile {}; "
-      "reshuffle: fcp* {}, baselines {}; transfers {}; dK/dV partials {}; network {}{}\n",
+      "reshuffle: fcp* {}, baselines {}; transfers {}; dK/dV partials: {}; network {}{}\n",
       file_lengths.empty()
           ? fmt::format("{} tokens per worker, dist {}", o.workload.tokens_per_worker, o.dist)
           : fmt::format("lengths from {} ({} tokens)", o.lengths_path,
                         SequenceOffsets(file_lengths).back()),
       o.planner.block_size, o.planner.coalesce, o.mask, profile.name, o.reshuffle,
-      o.baseline_reshuffle, o.transfers,
-      transfers == TransferMode::kGrouped
-          ? "per stage"
-          : "per block for fcp*, per stage for the baselines and fcp-nopipe (each system's runtime)",
-      o.network,
+      o.baseline_reshuffle, o.transfers, partials, o.network,
       o.tune ? "; fcp tuned (heavy split and imbalance bound by the simulated step)" : "");
   fmt::print("{:>5} {:>5} {:<17} {:>10} {:>7} {:>7} {:>7} {:>8} {:>8} {:>9} {:>8} {:>8} {:>7}\n",
              "N", "seed", "planner", "time ms", "MFU", "normMFU", "batchN", "comp-imb", "traf-imb",
