@@ -160,6 +160,62 @@ TEST(ExecutorLocal, CallsWaitingForReshuffledRowsAreCarriedPastTheirStage) {
   EXPECT_GE(held_back, 6) << "too few stage-0 calls wait for another rank's rows";
 }
 
+// Pairs of dK/dV partials that rank p.rank sends one receiver in one stage
+// and that become final out of list order: the later-listed one's last call
+// in the stage before comes first. Under one tag the two would swap buffers.
+int32_t CrossedPartials(const RankProgram& p) {
+  int32_t crossed = 0;
+  for (size_t t = 1; t < p.backward.stages.size(); ++t) {
+    const std::vector<ComputeCall>& calls = p.backward.stages[t - 1].compute;
+    auto last_call = [&](const DkvSend& s) {
+      int64_t last = -1;
+      for (size_t j = 0; j < calls.size(); ++j)
+        if (calls[j].dkv_in_partial && calls[j].dkv_row == s.partial_row)
+          last = static_cast<int64_t>(j);
+      return last;
+    };
+    const std::vector<DkvSend>& sends = p.backward.stages[t].dkv_send;
+    for (size_t i = 0; i < sends.size(); ++i)
+      for (size_t j = i + 1; j < sends.size(); ++j)
+        if (sends[i].dst == sends[j].dst && last_call(sends[j]) < last_call(sends[i])) ++crossed;
+  }
+  return crossed;
+}
+
+// A dK/dV partial leaves once final, during the stage before its own (the
+// simulator's per-block return, docs/runtime.md step 2), with a tag of its
+// own: partials to one rank that become final out of list order still meet
+// their receives, and the results stay exact.
+// The same plan with each backward stage's partials listed in reverse.
+Plan ReversedPartials(Plan plan) {
+  for (auto& stage : plan.backward) std::reverse(stage.send_dkv.begin(), stage.send_dkv.end());
+  return plan;
+}
+
+TEST(ExecutorLocal, PartialsLeaveOnceFinal) {
+  int64_t crossed = 0;
+  for (const Mask& mask : kMasks)
+    for (const Plan& listed : {FcpPlan(4, mask), testing::MakeGreedyTestPlan(Spec(4, mask, 2)),
+                               testing::MakeGreedyTestPlan(Spec(3, mask, 1))})
+      for (const Plan& plan : {listed, ReversedPartials(listed)}) {
+        const std::string what = plan.planner + " " + MaskKindName(mask.kind);
+        int64_t sends = 0;
+        for (int32_t r = 0; r < plan.workers; ++r) {
+          const RankProgram p = LowerPlan(plan, r);
+          crossed += CrossedPartials(p);
+          for (const StageProgram& sp : p.backward.stages)
+            sends += static_cast<int64_t>(sp.dkv_send.size());
+        }
+        ExecutorOptions options;
+        options.backward = true;
+        const testing::PlanRunErrors e = testing::RunPlanOnThreads(plan, options);
+        EXPECT_EQ(e.partials_sent_early > 0, sends > 0) << what;
+        EXPECT_LE(e.partials_sent_early, sends) << what;
+        EXPECT_LT(std::max({e.o, e.dq, e.dk, e.dv}), 1e-5) << what;
+      }
+  EXPECT_GT(crossed, 0) << "no test plan sends partials out of list order";
+}
+
 // Outputs go home one message at a time per destination rank (the
 // simulator's rule): in every rank's trace, a return message to a rank
 // starts only once the one before it to that rank has completed, though

@@ -82,6 +82,7 @@ PlanRunErrors RunPlanOnThreads(const Plan& plan, const ExecutorOptions& options,
   for (const ExecutorStats& s : stats) {
     e.peak_received_blocks = std::max(e.peak_received_blocks, s.peak_received_blocks);
     e.carried_calls += s.carried_calls;
+    e.partials_sent_early += s.partials_sent_early;
   }
   return e;
 }

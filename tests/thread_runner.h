@@ -17,6 +17,7 @@ struct PlanRunErrors {
   double o = 0, lse = 0, dq = 0, dk = 0, dv = 0;  // relative to float64
   int64_t peak_received_blocks = 0;               // max over ranks
   int64_t carried_calls = 0;                      // summed over ranks
+  int64_t partials_sent_early = 0;                // summed over ranks
   // o, lse, dq, dk, dv in global token order (the last three empty without
   // backward), for bitwise comparisons between runs.
   std::vector<std::vector<float>> outputs;

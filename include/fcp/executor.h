@@ -93,6 +93,7 @@ struct ExecutorStats {
   double reshuffle_wait_s = 0;       // time blocked on them (calls waiting for their inputs too)
   int64_t peak_received_blocks = 0;  // K/V blocks held in receive buffers at once
   int64_t carried_calls = 0;         // calls carried past their stage, waiting for reshuffled rows
+  int64_t partials_sent_early = 0;   // dK/dV partials posted in the stage before theirs, once final
   int64_t bytes_sent = 0;            // stage transfers only
 };
 

@@ -83,7 +83,8 @@ enum class TransferMode {
   kPull,
   // One batched send/receive call per worker and stage (NCCL group, the MPI
   // executor): the sends of stage t start once the worker's sends of stage
-  // t-1 are delivered. dK/dV partials are received into buffers of their
+  // t-1 are delivered (K/V and partials apart; a partial, kPerBlock, maybe
+  // while compute t-1 runs). dK/dV partials are received into buffers of their
   // own, posted when the receiver enters the stage, and compute never waits
   // for them.
   kGrouped,
@@ -97,13 +98,14 @@ TransferMode ParseTransferMode(const std::string& name);  // Error(kInvalidArgum
 enum class PartialReturn {
   // Once the sender's pairs on its block in the stage before are done: FCP's
   // runtime interleaves pulls, computes and pushes block by block (the
-  // paper's block-level sub-stages), so a partial goes as soon as it is
-  // final, while the stage's other pairs compute.
+  // paper's block-level sub-stages; the MPI executor posts each partial
+  // with a tag of its own), so a partial goes as soon as it is final, while
+  // the stage's other pairs compute.
   kPerBlock,
   // Once the sender's whole compute of the stage before is done: a stage is
   // one kernel followed by one reduction of its partials (MagiAttention's
-  // GroupReduce, ring attention's per-step send, the MPI executor's stage
-  // group, FCP without block-level pipelining).
+  // GroupReduce, ring attention's per-step send, fcp.torch's stage group,
+  // FCP without block-level pipelining).
   kPerStage,
 };
 const char* PartialReturnName(PartialReturn mode);  // "block", "stage"
@@ -112,8 +114,7 @@ std::optional<PartialReturn> ParsePartialReturn(const std::string& name);
 // The partial return of the runtime that comes with `planner` (a plan's
 // planner field): kPerStage for the baselines (bytescale, magi, ring, wlb)
 // and the fcp-nopipe ablation, kPerBlock for FCP's planners and any other
-// (hand-written) plan. (With grouped transfers an unset
-// SimConfig::partial_return is per stage whatever the planner.)
+// (hand-written) plan.
 PartialReturn PartialReturnOf(const std::string& planner);
 
 // How the simulator's network computes the max-min fair rates (exact and
@@ -168,9 +169,9 @@ struct SimConfig {
   // to model fp32 partials.
   int32_t dkv_dtype_bytes = 0;
   TransferMode transfers = TransferMode::kPull;
-  // Unset: per stage with grouped transfers (the MPI executor posts a
-  // stage's partials as one group), else the plan's planner's
-  // (PartialReturnOf).
+  // Unset: the plan's planner's (PartialReturnOf), with either transfer
+  // mode (the MPI executor posts each partial once final too; fcp.torch
+  // posts a stage's together: kPerStage).
   std::optional<PartialReturn> partial_return;
   NetworkModel network = NetworkModel::kAuto;
   // kQuantized's quantum as a fraction of the pass's mean stage transfer
@@ -196,8 +197,7 @@ struct SimConfig {
 double NetworkQuantumFor(const SimConfig& config, int32_t workers);
 
 // The partial return a plan by `planner` is simulated with:
-// config.partial_return where set, else kPerStage with grouped transfers,
-// else PartialReturnOf(planner).
+// config.partial_return where set, else PartialReturnOf(planner).
 PartialReturn PartialReturnFor(const SimConfig& config, const std::string& planner);
 
 struct WorkerSimStats {

@@ -490,9 +490,8 @@ def simulate(plan: Plan, profile: str = "gpu-x", reshuffle: str = "overlap",
     None: 0.02 up to 256 workers, 0.2 above, as docs/simulator.md measured).
     partials: when a dK/dV partial leaves its sender (``--partials``): 'auto'
     (the plan's planner's runtime: per block for FCP's planners, per stage
-    for the baselines and fcp-nopipe, per stage with grouped transfers),
-    'block' (once its block's pairs of the stage are done) or 'stage' (after
-    the stage's compute).
+    for the baselines and fcp-nopipe), 'block' (once its block's pairs of
+    the stage are done) or 'stage' (after the stage's compute).
 
     Returns the fields of ``fcp simulate --json --per-worker`` (times in
     seconds, FLOPs, MFU, imbalances, exposed communication); ``worker_stats``

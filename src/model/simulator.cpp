@@ -1015,9 +1015,7 @@ PartialReturn PartialReturnOf(const std::string& planner) {
 }
 
 PartialReturn PartialReturnFor(const SimConfig& config, const std::string& planner) {
-  if (config.partial_return) return *config.partial_return;
-  return config.transfers == TransferMode::kGrouped ? PartialReturn::kPerStage
-                                                    : PartialReturnOf(planner);
+  return config.partial_return ? *config.partial_return : PartialReturnOf(planner);
 }
 
 const char* NetworkModelName(NetworkModel model) {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <unordered_map>
 
 #include "fcp/error.h"
 #include "fcp/lowering.h"
@@ -15,12 +16,19 @@ namespace fcp {
 namespace {
 
 constexpr int32_t kTagKv = 11;
-constexpr int32_t kTagDkv = 12;
 constexpr int32_t kTagReturnO = 13;
 constexpr int32_t kTagReturnDq = 14;
 constexpr int32_t kTagReturnDkv = 15;
 constexpr int32_t kTagReshuffleIn = 16;
 constexpr int32_t kTagReshuffleDo = 17;
+// dK/dV partials of one backward stage between two ranks: the k-th message in
+// the plan's list order has tag kTagDkvFirst + k, so a partial sent as soon
+// as it is final (maybe ahead of one listed before it) still meets its own
+// receive. Stages need no tags of their own: both sides post a stage's
+// partials after the stage before's, and one tag matches in posting order.
+// MPI guarantees tags up to 32767.
+constexpr int32_t kTagDkvFirst = 64;
+constexpr int32_t kTagUpperBound = 32767;
 
 // One column group of a row returned to the dataloader layout: `width`
 // floats per row; rows land at dst + dataloader_row * width.
@@ -37,10 +45,13 @@ struct RowRun {
   int64_t count;
 };
 
-// Communication groups: stage transfers are awaited at the end of their
-// stage; the others (reshuffles) when their data is needed. Received dK/dV
-// partials are no group (IncomingPartial), nor are the input reshuffles'
-// receives until their reshuffle ends (Arrivals).
+// Communication groups: stage transfers (K/V, and the stage's dK/dV partial
+// sends) are awaited at the end of their stage; the others (reshuffles) when
+// their data is needed. Partials posted ahead of their stage join its group
+// when it begins: awaited at the end of the stage they were posted in, each
+// would wait for a receiver that posts it only on entering the next. Received
+// dK/dV partials are no group (IncomingPartial), nor are the input
+// reshuffles' receives until their reshuffle ends (Arrivals).
 enum FlightGroup : int32_t {
   kStageGroup = 0,
   kReshuffleInGroup = 1,
@@ -48,7 +59,31 @@ enum FlightGroup : int32_t {
   kReturnDqGroup = 3,
   kReturnDkvGroup = 4,
   kReshuffleDoGroup = 5,
+  kPartialSendGroup = 6,   // the running backward stage's partial sends
+  kEarlyPartialGroup = 7,  // the next stage's, posted once final
 };
+bool IsStageTransfer(int32_t group) { return group == kStageGroup || group == kPartialSendGroup; }
+
+// Per message of `list` (a backward stage's dkv_send or dkv_recv, in the
+// plan's order): its tag, kTagDkvFirst + its index among the messages with
+// the same peer rank. Both ends compute the same tags from one list.
+template <class Message, class PeerOf>
+std::vector<int32_t> PartialTags(const std::vector<Message>& list, int32_t ranks, PeerOf peer_of,
+                                 size_t stage) {
+  std::vector<int32_t> next(static_cast<size_t>(ranks), kTagDkvFirst);
+  std::vector<int32_t> tags;
+  tags.reserve(list.size());
+  for (const Message& m : list) {
+    int32_t& tag = next[peer_of(m)];
+    if (tag > kTagUpperBound)
+      throw Error(ErrorCode::kInvalidPlan,
+                  "executor: backward stage " + std::to_string(stage) + " moves more than " +
+                      std::to_string(kTagUpperBound - kTagDkvFirst + 1) +
+                      " dK/dV partials between one pair of ranks (one MPI tag each)");
+    tags.push_back(tag++);
+  }
+  return tags;
+}
 
 // K/V (and dK/dV) are kept per block as [K rows; V rows]: the block (or
 // pool slot) starting at row `row` with `rows` rows has K at 2 * row and V at
@@ -139,6 +174,17 @@ struct ReturnLink {
   Flight flight;  // the message in flight when busy
 };
 
+// The partial sends of the next backward stage, each posted as soon as it is
+// final (Runner::PostFinalPartials).
+struct PartialSends {
+  const StageProgram* sp = nullptr;  // the next stage; null: none
+  std::string label;
+  std::vector<int32_t> tags;        // per send (PartialTags)
+  std::vector<int32_t> calls_left;  // per send: the running stage's calls still to add into it
+  std::vector<char> posted;         // per send
+  size_t left = 0;                  // sends not yet posted
+};
+
 class Runner {
  public:
   Runner(const Plan& plan, Communicator& comm, const ExecutorOptions& options, Trace* trace,
@@ -208,6 +254,7 @@ class Runner {
         return f.end_us >= 0;
       });
     PostReadySends(false);
+    PostFinalPartials();
   }
   void Finish(Flight& f) {
     if (f.end_us < 0) {
@@ -221,13 +268,13 @@ class Runner {
   void FinishStage(double stage_start_us, const std::string& label) {
     RunCarriedUntil([&] {
       return std::none_of(flights_.begin(), flights_.end(),
-                          [](const Flight& f) { return f.group == kStageGroup && f.end_us < 0; });
+                          [](const Flight& f) { return IsStageTransfer(f.group) && f.end_us < 0; });
     });
     const double wait_start = trace_->NowUs();
     double last_end = stage_start_us;
     bool any = false;
     for (Flight& f : flights_) {
-      if (f.group != kStageGroup) continue;
+      if (!IsStageTransfer(f.group)) continue;
       Finish(f);
       last_end = std::max(last_end, f.end_us);
       any = true;
@@ -240,7 +287,7 @@ class Runner {
     }
     std::vector<Flight> keep;
     for (Flight& f : flights_) {
-      if (f.group != kStageGroup)
+      if (!IsStageTransfer(f.group))
         keep.push_back(f);
       else
         Record(f);
@@ -372,6 +419,102 @@ class Runner {
            sends_.label + " send kv" + std::to_string(s.block) + " to " + std::to_string(s.dst),
            TraceLane::kSend);
     }
+  }
+
+  // ---- dK/dV partials: each sent once final (docs/runtime.md, step 2) ----
+  // A partial of the next backward stage is posted during the running one
+  // once (a) the running stage's calls that add into it have run (a call
+  // into a partial is never carried, so none is left from earlier stages),
+  // (b) any partial it relays has arrived, and (c) the running stage's own
+  // partial sends have completed: the simulator's per-block partial return
+  // with grouped send groups. Those not posted by the stage's end go when
+  // the next stage begins (SendStagePartials).
+  static bool RelaysInto(const DkvRecv& r, const DkvSend& s) {
+    return r.into_partial && r.block == s.block && r.row == s.partial_row;
+  }
+
+  // Adds any relayed partials into s's rows (waiting for them) and posts s.
+  void SendPartial(const DkvSend& s, int32_t tag, const std::string& label, FlightGroup group) {
+    AbsorbPartials([&](const DkvRecv& r) { return RelaysInto(r, s); });
+    const int64_t bytes = kv_rows_.Floats(s.rows) * 4;
+    stats_->bytes_sent += bytes;
+    Post(comm_.Isend(kv_rows_.K(partial_.data(), s.partial_row), bytes, s.dst, tag),
+         label + " send dkv" + std::to_string(s.block) + " to " + std::to_string(s.dst),
+         TraceLane::kSend, group);
+  }
+
+  // Sets up the partial sends of backward stage `next`, whose stage before
+  // runs `calls` now, and posts those already final. The receives of the
+  // running stage are posted, so a relayed partial is in partials_in_.
+  void PrepareNextPartials(size_t next, const std::vector<ComputeCall>& calls) {
+    PartialSends& n = next_partials_;
+    n = {};
+    call_partial_.assign(calls.size(), -1);
+    if (next >= prog_.backward.stages.size()) return;
+    n.sp = &prog_.backward.stages[next];
+    n.label = "bwd s" + std::to_string(next);
+    const std::vector<DkvSend>& sends = n.sp->dkv_send;
+    n.tags = PartialTags(
+        sends, prog_.workers, [](const DkvSend& x) { return x.dst; }, next);
+    n.calls_left.assign(sends.size(), 0);
+    n.posted.assign(sends.size(), 0);
+    n.left = sends.size();
+    // Partials alive together occupy disjoint rows, so a row names one.
+    std::unordered_map<int64_t, int32_t> send_of_row;
+    for (size_t i = 0; i < sends.size(); ++i)
+      send_of_row[sends[i].partial_row] = static_cast<int32_t>(i);
+    for (size_t j = 0; j < calls.size(); ++j) {
+      if (!calls[j].dkv_in_partial) continue;
+      const auto it = send_of_row.find(calls[j].dkv_row);
+      if (it == send_of_row.end()) continue;
+      call_partial_[j] = it->second;
+      ++n.calls_left[it->second];
+    }
+    PostFinalPartials();
+  }
+
+  // Call `call` of the running backward stage has run.
+  void PartialCallDone(size_t call) {
+    if (call < call_partial_.size() && call_partial_[call] >= 0)
+      --next_partials_.calls_left[call_partial_[call]];
+  }
+
+  // Posts the next stage's partials that are final (see above), any order:
+  // each has a tag of its own.
+  void PostFinalPartials() {
+    PartialSends& n = next_partials_;
+    if (n.left == 0) return;
+    if (std::any_of(flights_.begin(), flights_.end(),
+                    [](const Flight& f) { return f.group == kPartialSendGroup && f.end_us < 0; }))
+      return;
+    for (size_t i = 0; i < n.posted.size(); ++i) {
+      const DkvSend& s = n.sp->dkv_send[i];
+      if (n.posted[i] || n.calls_left[i] > 0) continue;
+      const bool relays_here = std::none_of(
+          partials_in_.begin(), partials_in_.end(),
+          [&](const IncomingPartial& p) { return RelaysInto(p.recv, s) && p.flight.end_us < 0; });
+      if (!relays_here) continue;
+      n.posted[i] = 1;
+      --n.left;
+      ++stats_->partials_sent_early;
+      SendPartial(s, n.tags[i], n.label, kEarlyPartialGroup);
+    }
+  }
+
+  // At the start of backward stage `stage`: the partials posted early join
+  // the stage's transfers, and the rest are posted now, in list order.
+  void SendStagePartials(const StageProgram& sp, size_t stage, const std::string& label) {
+    for (Flight& f : flights_)
+      if (f.group == kEarlyPartialGroup) f.group = kPartialSendGroup;
+    const PartialSends n = std::move(next_partials_);
+    next_partials_ = {};
+    const bool prepared = n.sp == &sp;
+    const std::vector<int32_t> tags =
+        prepared ? n.tags
+                 : PartialTags(
+                       sp.dkv_send, prog_.workers, [](const DkvSend& x) { return x.dst; }, stage);
+    for (size_t i = 0; i < sp.dkv_send.size(); ++i)
+      if (!prepared || !n.posted[i]) SendPartial(sp.dkv_send[i], tags[i], label, kPartialSendGroup);
   }
 
   // ---- input reshuffles: one message per (block, dataloader rank) ----
@@ -557,6 +700,7 @@ class Runner {
       }
       const bool carried = run < carried_in;
       RunCall(calls[run], backward, carried ? carried_labels[run] : label, carried);
+      if (backward && !carried) PartialCallDone(run - carried_in);
       done[run] = 1;
       Poll();
       while (head < calls.size() && done[head]) ++head;
@@ -778,6 +922,9 @@ class Runner {
   std::vector<ReturnLink> return_links_;     // per destination rank
   std::vector<int32_t> links_pending_;       // ranks whose link is busy or has a queue
   std::deque<IncomingPartial> partials_in_;  // in posting order
+  PartialSends next_partials_;               // the next backward stage's partial sends
+  std::vector<int32_t>
+      call_partial_;  // per call of the running backward stage: its send there, or -1
   Arrivals qkv_in_, do_in_;
   // The current stage's K/V sends (PostReadySends).
   struct StageSends {
@@ -902,25 +1049,19 @@ void Runner::BackwardStages(ReturnGroup& ret_dq, ReturnGroup& ret_dkv) {
     const std::string label = "bwd s" + std::to_string(t);
     const double stage_start = trace_->NowUs();
     PostKv(sp, label);
-    for (const DkvRecv& r : sp.dkv_recv) {
+    const std::vector<int32_t> recv_tags = PartialTags(
+        sp.dkv_recv, prog_.workers, [](const DkvRecv& r) { return r.src; }, t);
+    for (size_t i = 0; i < sp.dkv_recv.size(); ++i) {
+      const DkvRecv& r = sp.dkv_recv[i];
       IncomingPartial& in = partials_in_.emplace_back();
       in.recv = r;
       in.data.resize(static_cast<size_t>(kv_rows_.Floats(r.rows)));
-      in.flight = {comm_.Irecv(in.data.data(), kv_rows_.Floats(r.rows) * 4, r.src, kTagDkv),
+      in.flight = {comm_.Irecv(in.data.data(), kv_rows_.Floats(r.rows) * 4, r.src, recv_tags[i]),
                    label + " recv dkv" + std::to_string(r.block) + " from " + std::to_string(r.src),
                    TraceLane::kRecv, kStageGroup, trace_->NowUs()};
     }
-    for (const DkvSend& s : sp.dkv_send) {
-      // A relay forwards what it received for the block with its own share.
-      AbsorbPartials([&](const DkvRecv& r) {
-        return r.into_partial && r.block == s.block && r.row == s.partial_row;
-      });
-      stats_->bytes_sent += kv_rows_.Floats(s.rows) * 4;
-      Post(comm_.Isend(kv_rows_.K(partial_.data(), s.partial_row), kv_rows_.Floats(s.rows) * 4,
-                       s.dst, kTagDkv),
-           label + " send dkv" + std::to_string(s.block) + " to " + std::to_string(s.dst),
-           TraceLane::kSend);
-    }
+    SendStagePartials(sp, t, label);
+    PrepareNextPartials(t + 1, sp.compute);
     RunCalls(sp.compute, true, label, t + 1 < P.backward.stages.size());
     PostReadySends(true);
     FinishStage(stage_start, label);

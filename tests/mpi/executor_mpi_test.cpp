@@ -127,6 +127,17 @@ TEST_P(ExecutorMpi, GreedyCoalesce2) {
   EXPECT_LT(RunAndCompare(plan), 1e-4);
 }
 
+// Each backward stage's partials listed in reverse, so some become final out
+// of list order and go ahead of earlier-listed ones to the same rank: each
+// still meets its own receive (one tag per partial; executor_local_test
+// checks that such pairs occur).
+TEST_P(ExecutorMpi, PartialsFinalOutOfListOrder) {
+  Plan plan = testing::MakeGreedyTestPlan(Spec(2));
+  for (auto& stage : plan.backward) std::reverse(stage.send_dkv.begin(), stage.send_dkv.end());
+  ValidatePlan(plan);
+  EXPECT_LT(RunAndCompare(plan), 1e-4);
+}
+
 TEST_P(ExecutorMpi, RingWithRelays) {
   const Plan plan = testing::MakeRingTestPlan(Spec(1));
   ValidatePlan(plan);

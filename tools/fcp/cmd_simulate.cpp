@@ -367,9 +367,8 @@ void AddSimulateCommands(CLI::App& app) {
   sim->add_option("--transfers", so->transfers, kTransfersHelp)->capture_default_str();
   sim->add_option("--partials", so->partials,
                   "When a dK/dV partial leaves: auto (the plan's planner's runtime: per block for "
-                  "FCP, per stage for the baselines and fcp-nopipe; per stage with grouped "
-                  "transfers) | block (once its block's pairs are done) | stage (after the "
-                  "stage's compute)")
+                  "FCP, per stage for the baselines and fcp-nopipe) | block (once its block's "
+                  "pairs are done) | stage (after the stage's compute)")
       ->capture_default_str();
   sim->add_option("--network", so->network, kNetworkHelp)->capture_default_str();
   sim->add_option("--network-quantum", so->network_quantum, kNetworkQuantumHelp);
