@@ -742,8 +742,10 @@ class Runner {
     Poll();
     double last_progress = trace_->NowUs();
     size_t in_flight = PiecesInFlight();
+    // No carried call is done (each leaves carried_ as it runs, and none
+    // joins while this runs), so one all-zero vector serves every poll.
+    const std::vector<char> none(carried_.size(), 0);
     while (!carried_.empty() && !done()) {
-      const std::vector<char> none(carried_.size(), 0);
       const size_t run = FirstRunnable(carried_, none, 0, carried_backward_);
       if (run < carried_.size()) {
         const ComputeCall call = carried_[run];
