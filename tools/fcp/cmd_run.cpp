@@ -469,10 +469,10 @@ void WriteAgreedOutputs(Communicator& comm, const RunOptions& opt, const Plan& p
 void PrintRunSummary(Communicator& comm, const RunOptions& opt, const Plan& plan,
                      const ExecutorStats& stats, double total_s) {
   const auto us = [](double s) { return static_cast<int64_t>(s * 1e6); };
-  std::vector<int64_t> sums = {us(stats.compute_s),        us(stats.transfer_s),
-                               us(stats.exposed_wait_s),   us(stats.reshuffle_s),
-                               us(stats.reshuffle_wait_s), stats.bytes_sent,
-                               us(stats.partials_wait_s)};
+  std::vector<int64_t> sums = {
+      us(stats.compute_s),       us(stats.transfer_s),       us(stats.exposed_wait_s),
+      us(stats.reshuffle_s),     us(stats.reshuffle_wait_s), stats.bytes_sent,
+      us(stats.partials_wait_s), stats.partials_sent_early,  stats.carried_calls};
   std::vector<int64_t> maxes = {us(total_s), us(stats.forward_s), us(stats.backward_s),
                                 stats.peak_received_blocks};
   comm.AllreduceMax(maxes);
@@ -485,16 +485,22 @@ void PrintRunSummary(Communicator& comm, const RunOptions& opt, const Plan& plan
       plan.blocks.size(), MaskKindName(plan.mask.kind),
       opt.backward ? "forward+backward" : "forward", maxes[0] * 1e-6, maxes[1] * 1e-6,
       opt.backward ? fmt::format(", backward {:.3f} s", maxes[2] * 1e-6) : std::string());
+  size_t partials = 0;
+  for (const BackwardStage& stage : plan.backward) partials += stage.send_dkv.size();
   fmt::print(
       "  compute {:.3f} s, stage K/V transfers {:.3f} s of which exposed {:.3f} s: {:.1f}% hidden "
-      "behind compute (summed over ranks); waiting for dK/dV partials {:.3f} s; {:.1f} MiB sent\n",
+      "behind compute (summed over ranks); waiting for dK/dV partials {:.3f} s{}; {:.1f} MiB "
+      "sent\n",
       sums[0] * 1e-6, transfer, exposed,
       transfer > 0 ? 100.0 * (1 - std::min(exposed, transfer) / transfer) : 100.0, sums[6] * 1e-6,
+      opt.backward
+          ? fmt::format(" ({} of {} sent during the stage before theirs)", sums[7], partials)
+          : std::string(),
       sums[5] / 1048576.0);
   fmt::print(
-      "  reshuffles {:.3f} s of which exposed {:.3f} s; peak received K/V blocks held {} "
-      "(coalesce {})\n",
-      sums[3] * 1e-6, sums[4] * 1e-6, maxes[3], plan.coalesce);
+      "  reshuffles {:.3f} s of which exposed {:.3f} s; calls carried past their stage {}; peak "
+      "received K/V blocks held {} (coalesce {})\n",
+      sums[3] * 1e-6, sums[4] * 1e-6, sums[8], maxes[3], plan.coalesce);
   fmt::print("  outputs written to {}\n", opt.out);
   std::fflush(stdout);
 }
