@@ -421,7 +421,7 @@ class Runner {
     }
   }
 
-  // ---- dK/dV partials: each sent once final (docs/runtime.md, step 2) ----
+  // ---- dK/dV partials: each sent once final (docs/runtime.md, step 4) ----
   // A partial of the next backward stage is posted during the running one
   // once (a) the running stage's calls that add into it have run (a call
   // into a partial is never carried, so none is left from earlier stages),
@@ -490,10 +490,10 @@ class Runner {
     for (size_t i = 0; i < n.posted.size(); ++i) {
       const DkvSend& s = n.sp->dkv_send[i];
       if (n.posted[i] || n.calls_left[i] > 0) continue;
-      const bool relays_here = std::none_of(
+      const bool relayed_arrived = std::none_of(
           partials_in_.begin(), partials_in_.end(),
           [&](const IncomingPartial& p) { return RelaysInto(p.recv, s) && p.flight.end_us < 0; });
-      if (!relays_here) continue;
+      if (!relayed_arrived) continue;
       n.posted[i] = 1;
       --n.left;
       ++stats_->partials_sent_early;
@@ -925,8 +925,8 @@ class Runner {
   std::vector<int32_t> links_pending_;       // ranks whose link is busy or has a queue
   std::deque<IncomingPartial> partials_in_;  // in posting order
   PartialSends next_partials_;               // the next backward stage's partial sends
-  std::vector<int32_t>
-      call_partial_;  // per call of the running backward stage: its send there, or -1
+  // Per call of the running backward stage: the next stage's send it adds into, or -1.
+  std::vector<int32_t> call_partial_;
   Arrivals qkv_in_, do_in_;
   // The current stage's K/V sends (PostReadySends).
   struct StageSends {
