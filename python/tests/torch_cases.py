@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import sys
 import traceback
 
 import torch
@@ -311,6 +312,14 @@ def worker(rank, world, port, what, result_path):
         payload = {"error": traceback.format_exc()}
     torch.save(payload, f"{result_path}.{rank}")
     dist.destroy_process_group()
+    # The rank's result is saved and its group gone: leave without interpreter
+    # finalization, where gloo's worker threads can still hold tensors and abort
+    # the process ("terminate called without an active exception", SIGABRT; seen
+    # once in CI on the Hugging Face cases; pytorch/pytorch#190489, #179291), which
+    # spawn() would report as a failed rank.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def spawn(what, world=4, timeout_s=300):
