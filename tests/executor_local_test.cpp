@@ -186,18 +186,12 @@ int32_t CrossedPartials(const RankProgram& p) {
 // simulator's per-block return, docs/runtime.md step 2), with a tag of its
 // own: partials to one rank that become final out of list order still meet
 // their receives, and the results stay exact.
-// The same plan with each backward stage's partials listed in reverse.
-Plan ReversedPartials(Plan plan) {
-  for (auto& stage : plan.backward) std::reverse(stage.send_dkv.begin(), stage.send_dkv.end());
-  return plan;
-}
-
 TEST(ExecutorLocal, PartialsLeaveOnceFinal) {
   int64_t crossed = 0;
   for (const Mask& mask : kMasks)
     for (const Plan& listed : {FcpPlan(4, mask), testing::MakeGreedyTestPlan(Spec(4, mask, 2)),
                                testing::MakeGreedyTestPlan(Spec(3, mask, 1))})
-      for (const Plan& plan : {listed, ReversedPartials(listed)}) {
+      for (const Plan& plan : {listed, testing::WithPartialsReversed(listed)}) {
         const std::string what = plan.planner + " " + MaskKindName(mask.kind);
         int64_t sends = 0;
         for (int32_t r = 0; r < plan.workers; ++r) {

@@ -501,20 +501,16 @@ class Runner {
     }
   }
 
-  // At the start of backward stage `stage`: the partials posted early join
-  // the stage's transfers, and the rest are posted now, in list order.
-  void SendStagePartials(const StageProgram& sp, size_t stage, const std::string& label) {
+  // At the start of a backward stage, whose sends PrepareNextPartials set
+  // up: the partials posted early join the stage's transfers, and the rest
+  // are posted now, in list order.
+  void SendStagePartials(const std::string& label) {
     for (Flight& f : flights_)
       if (f.group == kEarlyPartialGroup) f.group = kPartialSendGroup;
     const PartialSends n = std::move(next_partials_);
     next_partials_ = {};
-    const bool prepared = n.sp == &sp;
-    const std::vector<int32_t> tags =
-        prepared ? n.tags
-                 : PartialTags(
-                       sp.dkv_send, prog_.workers, [](const DkvSend& x) { return x.dst; }, stage);
-    for (size_t i = 0; i < sp.dkv_send.size(); ++i)
-      if (!prepared || !n.posted[i]) SendPartial(sp.dkv_send[i], tags[i], label, kPartialSendGroup);
+    for (size_t i = 0; i < n.posted.size(); ++i)
+      if (!n.posted[i]) SendPartial(n.sp->dkv_send[i], n.tags[i], label, kPartialSendGroup);
   }
 
   // ---- input reshuffles: one message per (block, dataloader rank) ----
@@ -1044,6 +1040,9 @@ void Runner::BackwardStages(ReturnGroup& ret_dq, ReturnGroup& ret_dkv) {
   const RankProgram& P = prog_;
   pool_.assign(static_cast<size_t>(kv_rows_.Floats(P.backward.pool_rows)), 0.0f);
   partial_.assign(static_cast<size_t>(kv_rows_.Floats(P.backward.partial_rows)), 0.0f);
+  // Stage 0 sends no partial (ValidatePlan: each needs the compute of a
+  // stage before it), so no call is awaited.
+  PrepareNextPartials(0, {});
   stats_->peak_received_blocks = std::max(stats_->peak_received_blocks, P.backward.peak_slots);
   for (size_t t = 0; t < P.backward.stages.size(); ++t) {
     const int32_t stage = static_cast<int32_t>(t);
@@ -1062,7 +1061,7 @@ void Runner::BackwardStages(ReturnGroup& ret_dq, ReturnGroup& ret_dkv) {
                    label + " recv dkv" + std::to_string(r.block) + " from " + std::to_string(r.src),
                    TraceLane::kRecv, kStageGroup, trace_->NowUs()};
     }
-    SendStagePartials(sp, t, label);
+    SendStagePartials(label);
     PrepareNextPartials(t + 1, sp.compute);
     RunCalls(sp.compute, true, label, t + 1 < P.backward.stages.size());
     PostReadySends(true);

@@ -132,8 +132,7 @@ TEST_P(ExecutorMpi, GreedyCoalesce2) {
 // still meets its own receive (one tag per partial; executor_local_test
 // checks that such pairs occur).
 TEST_P(ExecutorMpi, PartialsFinalOutOfListOrder) {
-  Plan plan = testing::MakeGreedyTestPlan(Spec(2));
-  for (auto& stage : plan.backward) std::reverse(stage.send_dkv.begin(), stage.send_dkv.end());
+  const Plan plan = testing::WithPartialsReversed(testing::MakeGreedyTestPlan(Spec(2)));
   ValidatePlan(plan);
   EXPECT_LT(RunAndCompare(plan), 1e-4);
 }

@@ -163,4 +163,10 @@ Plan MakeRingTestPlan(const TestPlanSpec& spec) {
   return plan;
 }
 
+Plan WithPartialsReversed(Plan plan) {
+  for (BackwardStage& stage : plan.backward)
+    std::reverse(stage.send_dkv.begin(), stage.send_dkv.end());
+  return plan;
+}
+
 }  // namespace fcp::testing

@@ -31,5 +31,8 @@ struct TestPlanSpec {
 
 Plan MakeGreedyTestPlan(const TestPlanSpec& spec);
 Plan MakeRingTestPlan(const TestPlanSpec& spec);
+// `plan` with each backward stage's dK/dV partials listed in reverse (still
+// valid: a stage's list order is free), so some become final out of list order.
+Plan WithPartialsReversed(Plan plan);
 
 }  // namespace fcp::testing
