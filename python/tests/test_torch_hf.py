@@ -30,4 +30,4 @@ def test_model_matches_per_sequence_reference(hf_results, case):
 def test_attention_outside_batch_is_an_error(hf_results):
     for res in hf_results:
         assert res["outside_batch"] is not None
-        assert "outside `with fcp.torch.hf.batch(plan):`" in res["outside_batch"]
+        assert "without a plan: pass fcp_plan=plan" in res["outside_batch"]

@@ -31,11 +31,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import math
 import os
 import threading
 import time
+import weakref
 from typing import List, Optional, Tuple
 
 import numpy as np
@@ -268,8 +270,25 @@ def _agree(group, error: Optional[str], operation: str, plan: Optional["Plan"] =
     world, _ = _group_size_rank(group)
     messages: List[Optional[str]] = [None] * world
     dist.all_gather_object(messages, error, group=group)
-    detail = "; ".join(f"rank {r}: {m}" for r, m in enumerate(messages) if m is not None)
+    said = [(r, m) for r, m in enumerate(messages) if m is not None]
+    if len(said) == world and len({m for _, m in said}) == 1:
+        raise ValueError(f"{operation}: {said[0][1]}")  # every rank: the same mistake, said once
+    detail = "; ".join(f"rank {r}: {m}" for r, m in said)
     raise ValueError(f"{operation}: {detail}")
+
+
+# Live plans by handle: the custom operators get a plan's id (Plan._handle) and
+# find it here; an entry leaves with its plan.
+_plans: "weakref.WeakValueDictionary[int, Plan]" = weakref.WeakValueDictionary()
+_plan_ids = itertools.count(1)
+
+
+def _plan_of(handle: torch.Tensor, operation: str) -> "Plan":
+    plan = _plans.get(int(handle))
+    if plan is None:
+        raise RuntimeError(f"{operation}: the fcp.torch.Plan of this call no longer exists (keep the plan "
+                           "alive until the step's backward has returned)")
+    return plan
 
 
 class Plan:
@@ -281,10 +300,17 @@ class Plan:
     ``heads_q``, ``heads_kv``, ``head_dim``.
     """
 
-    def __init__(self, plan: fcp.Plan, group=None):
+    def __init__(self, plan: fcp.Plan, group=None, mesh=None, cp_dim: Optional[str] = None):
         world, rank = _group_size_rank(group)
         self.plan = plan
         self.group = group
+        # The (dp, cp) mesh the plan was made on (None: a bare process group); cp_dim names
+        # the context-parallel dimension, whose group is `group`.
+        self.mesh, self.cp_dim = mesh, cp_dim
+        # What an attention call carries instead of the plan (see "custom operators" below).
+        self._id = next(_plan_ids)
+        self._handle = torch.tensor(self._id, dtype=torch.int64)
+        _plans[self._id] = self
         self.rank = rank
         self.workers = world
         self.program = _fcp.Program(plan._h, rank)
@@ -431,22 +457,72 @@ def _canonical_lengths(lengths) -> List[int]:
     return [int(x) for x in lengths]
 
 
-def plan(lengths, group=None, **kw) -> Plan:
+def _resolve_group(group, mesh, cp_dim: Optional[str]):
+    """(process group, mesh, cp_dim) from a process group, a 1-D DeviceMesh, or a mesh and the
+    name of its context-parallel dimension."""
+    try:
+        from torch.distributed.device_mesh import DeviceMesh
+    except ImportError:  # torch without DeviceMesh
+        DeviceMesh = ()
+    if isinstance(group, DeviceMesh):
+        if mesh is not None:
+            raise TypeError("fcp.torch.plan: give the mesh once (group=mesh[\"cp\"] or mesh=mesh, cp_dim=\"cp\")")
+        if group.ndim != 1:
+            raise ValueError(f"fcp.torch.plan: group is a {group.ndim}-D DeviceMesh; pass mesh=mesh, cp_dim=<the "
+                             "context-parallel dimension's name> (or group=mesh[\"cp\"])")
+        return group.get_group(), group, (group.mesh_dim_names or (None,))[0]
+    if mesh is None:
+        return group, None, None
+    if group is not None:
+        raise TypeError("fcp.torch.plan: give either group= or mesh= (with cp_dim=), not both")
+    names = tuple(mesh.mesh_dim_names or ())
+    if mesh.ndim == 1 and cp_dim is None:
+        return mesh.get_group(), mesh, names[0] if names else None
+    if cp_dim not in names:
+        raise ValueError(f"fcp.torch.plan: the mesh has dimensions {names}, none named cp_dim={cp_dim!r} "
+                         "(name the context-parallel dimension with cp_dim=)")
+    return mesh.get_group(cp_dim), mesh, cp_dim
+
+
+_SHAPE_KEYWORDS = ("heads_q", "heads_kv", "head_dim")
+
+
+def plan(lengths, group=None, *, mesh=None, cp_dim: Optional[str] = None, config=None, tp: int = 1, **kw) -> Plan:
     """Plans the packed global batch `lengths` (list, numpy or torch) for the ranks of `group`.
 
-    Collective: every rank must pass identical lengths and keywords (a hash is
-    compared across ranks; disagreement raises the same ValueError on every
-    rank). `lengths` may also be an :class:`fcp.Plan` made elsewhere. `kw` are
-    :func:`fcp.plan`'s keywords; ``workers`` defaults to the group's size and
-    must equal it.
+    Collective over the context-parallel ranks: every rank must pass identical
+    lengths and keywords (a hash is compared across ranks; disagreement raises
+    the same ValueError on every rank). `lengths` may also be an
+    :class:`fcp.Plan` made elsewhere.
+
+    The ranks: `group` (a process group, or a 1-D DeviceMesh such as
+    ``mesh["cp"]``), or `mesh` with `cp_dim` naming its context-parallel
+    dimension (each data-parallel replica plans its own batch over its cp
+    ranks). Default: the default group.
+
+    The attention shape: ``config=model.config`` (a transformers config: heads,
+    KV heads, head dim, sliding window; `tp` tensor-parallel ranks divide the
+    heads, see :func:`attention_shape`), or ``heads_q=, heads_kv=, head_dim=``
+    (and ``mask=``, ``window=``). One of the two is required: the plan must fit
+    the tensors. The other `kw` are :func:`fcp.plan`'s (``block_size``,
+    ``coalesce``, ...); ``workers`` defaults to the cp size and must equal it.
     """
+    group, mesh, cp_dim = _resolve_group(group, mesh, cp_dim)
     world, rank = _group_size_rank(group)
+    where = f"the mesh's {cp_dim!r} dimension has" if mesh is not None else "the process group has"
+    error = None
     if isinstance(lengths, fcp.Plan):
         made, text = lengths, lengths.to_json()
-        if kw:
+        if kw or config is not None:
             raise TypeError("fcp.torch.plan: keywords are not allowed with an fcp.Plan")
     else:
-        made, text = None, json.dumps([_canonical_lengths(lengths), sorted(kw.items())], default=str)
+        made = None
+        try:
+            kw = _shape_keywords(kw, config, tp)
+        except ValueError as e:
+            error = str(e)
+        text = json.dumps([_canonical_lengths(lengths), sorted(kw.items())], default=str)
+    _agree(group, error, "fcp.torch.plan")
     digest = hashlib.sha256(text.encode()).digest()
     mine = torch.tensor([int.from_bytes(digest[i:i + 8], "little", signed=True) for i in (0, 8)], dtype=torch.int64)
     gathered = [torch.empty_like(mine) for _ in range(world)]
@@ -458,12 +534,29 @@ def plan(lengths, group=None, **kw) -> Plan:
     if made is None:
         workers = kw.pop("workers", world)
         if workers != world:
-            raise ValueError(f"fcp.torch.plan: workers={workers} but the process group has {world} ranks")
+            raise ValueError(f"fcp.torch.plan: workers={workers} but {where} {world} ranks")
         made = fcp.plan(_canonical_lengths(lengths), workers=world, **kw)
     elif made.workers != world:
-        raise ValueError(f"fcp.torch.plan: the plan is for {made.workers} workers but the process group has "
-                         f"{world} ranks")
-    return Plan(made, group)
+        raise ValueError(f"fcp.torch.plan: the plan is for {made.workers} workers but {where} {world} ranks")
+    return Plan(made, group, mesh, cp_dim)
+
+
+def _shape_keywords(kw: dict, config, tp: int) -> dict:
+    """kw with the attention shape filled in from `config` (checked against any given)."""
+    kw = dict(kw)
+    if config is not None:
+        from .training import attention_shape
+        for key, value in attention_shape(config, tp=tp).items():
+            if key in kw and kw[key] != value:
+                raise ValueError(f"{key}={kw[key]} but the config (tp={tp}) gives {value}; drop one of them")
+            kw[key] = value
+    elif tp != 1:
+        raise ValueError(f"tp={tp} needs config= (the heads it divides)")
+    missing = [key for key in _SHAPE_KEYWORDS if key not in kw]
+    if missing:
+        raise ValueError("the attention shape is missing: pass config=model.config, or "
+                         + ", ".join(f"{key}=" for key in missing) + " (the heads and head dim of one rank's q, k, v)")
+    return kw
 
 
 # ---- layouts -------------------------------------------------------------------
@@ -544,6 +637,25 @@ def undispatch(x: torch.Tensor, plan: Plan) -> torch.Tensor:
 _DTYPES = {"cpu": (torch.float32, torch.bfloat16), "cuda": (torch.bfloat16, torch.float16)}
 
 
+def _hint(plan: Plan, name: str, x, want: tuple, layout: str, q) -> str:
+    """Why a shape does not fit the plan, and the keyword that fixes it."""
+    if x.dim() != 3:
+        return f": {name} is [tokens, heads, head_dim]"
+    if name != "q" and isinstance(q, torch.Tensor) and q.dim() == 3 and x.shape[0] > q.shape[0]:
+        return (f": {name} has more rows than q, as when a model appends to a KV cache; train with "
+                "use_cache=False (model.config.use_cache = False)")
+    if x.shape[1] != want[1]:
+        key = "heads_q" if name == "q" else "heads_kv"
+        return (f": {x.shape[1]} heads per rank, the plan has {want[1]} (plan with {key}={x.shape[1]}, or "
+                "config=model.config with tp= the tensor-parallel ranks that divide the heads)")
+    if x.shape[2] != want[2]:
+        return f": head dim {x.shape[2]}, the plan has {want[2]} (plan with head_dim={x.shape[2]})"
+    other = "plan" if layout == "dataloader" else "dataloader"
+    if x.shape[0] == plan.rows(other) and plan.rows(other) != plan.rows(layout):
+        return f": those are the {other} layout's rows (pass layout={other!r})"
+    return f": this rank's {layout} rows are {want[0]} (the batch's tokens must be the plan's lengths)"
+
+
 def _check_qkv(plan: Plan, q, k, v, layout: str) -> Optional[str]:
     try:
         rows = plan.rows(layout)
@@ -555,7 +667,8 @@ def _check_qkv(plan: Plan, q, k, v, layout: str) -> Optional[str]:
         if not isinstance(x, torch.Tensor):
             return f"{name} must be a torch.Tensor, got {type(x).__name__}"
         if tuple(x.shape) != want[name]:
-            return f"{name} has shape {tuple(x.shape)}, the plan needs {want[name]} ({layout} layout)"
+            return f"{name} has shape {tuple(x.shape)}, the plan needs {want[name]} ({layout} layout)" + _hint(
+                plan, name, x, want[name], layout, q)
         if x.device != q.device:
             return f"{name} is on {x.device} but q is on {q.device}"
         if x.device.type not in _DTYPES:
@@ -1027,73 +1140,167 @@ def _flat_rows(dtype, *xs):
     return lambda rows: torch.cat([x.index_select(0, rows).reshape(len(rows), -1) for x in xs], dim=1).to(dtype)
 
 
-class _Attention(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, plan, layout, scale):
-        start = time.perf_counter()
-        dtype = q.dtype
-        # The kernels read the inputs' dtype in place (checked contiguous): no copies here.
-        q_in, k_in, v_in = (x.detach() for x in (q, k, v))
-        hq, hkv = plan.heads_q * plan.head_dim, plan.heads_kv * plan.head_dim
-        if layout == "dataloader" and not q.is_cuda:
-            # One message per (block, dataloader rank), each call running once its blocks are in;
-            # each block's o heads home once final.
-            rows = q_in.shape[0]
-            packed = torch.cat([x.reshape(rows, -1) for x in (q_in, k_in, v_in)], dim=1)
-            qkv = [q_in.new_zeros((plan.local_rows,) + tuple(x.shape[1:])) for x in (q_in, k_in, v_in)]
-            inbound = _Inbound(plan, "reshuffle_in", packed, qkv)
-            home = lambda o: _Home(plan, _HOME_O, "forward_final_stage", hq, dtype, _flat_rows(dtype, o))
-            q_in, k_in, v_in = qkv
-            o, lse, home = _forward_pass(plan, q_in, k_in, v_in, scale, inbound, home)
-            out = home.finish().reshape(rows, plan.heads_q, plan.head_dim)
-        elif layout == "dataloader":
-            # CUDA: one all_to_all of q|k|v rows, and of o back (the device orders them).
-            rows = q_in.shape[0]
-            packed = torch.cat([x.reshape(rows, -1) for x in (q_in, k_in, v_in)], dim=1)
-            recv = _to_plan_layout(plan, packed, count=True)
-            q_in, k_in, v_in = (x.reshape((plan.local_rows,) + tuple(y.shape[1:])).contiguous()
-                                for x, y in zip(recv.split([hq, hkv, hkv], dim=1), (q_in, k_in, v_in)))
-            o, lse, _ = _forward_pass(plan, q_in, k_in, v_in, scale)
-            out = _to_dataloader_layout(plan, o.to(dtype), count=True)  # cast first: 16-bit o travels
-        else:
-            o, lse, _ = _forward_pass(plan, q_in, k_in, v_in, scale)
-            out = o.to(dtype)
-        ctx.save_for_backward(q_in, k_in, v_in, o, lse)
-        ctx.plan, ctx.layout, ctx.scale, ctx.dtype = plan, layout, scale, dtype
-        _stats["calls"] += 1
-        _stats["total_s"] += time.perf_counter() - start
-        return out
+def _attention_forward(plan: Plan, q, k, v, layout: str, scale: float):
+    """The forward of one attention call: (out in q's layout and dtype, and what the backward
+    needs in the plan layout: lse, o in float32, q|k|v). In the plan layout the backward
+    reads q, k, v themselves (empty stand-ins here) and, for float32, out as o."""
+    start = time.perf_counter()
+    dtype = q.dtype
+    # The kernels read the inputs' dtype in place (checked contiguous): no copies here.
+    q_in, k_in, v_in = (x.detach() for x in (q, k, v))
+    hq, hkv = plan.heads_q * plan.head_dim, plan.heads_kv * plan.head_dim
+    if layout == "dataloader" and not q.is_cuda:
+        # One message per (block, dataloader rank), each call running once its blocks are in;
+        # each block's o heads home once final.
+        rows = q_in.shape[0]
+        packed = torch.cat([x.reshape(rows, -1) for x in (q_in, k_in, v_in)], dim=1)
+        qkv = [q_in.new_zeros((plan.local_rows,) + tuple(x.shape[1:])) for x in (q_in, k_in, v_in)]
+        inbound = _Inbound(plan, "reshuffle_in", packed, qkv)
+        home = lambda o: _Home(plan, _HOME_O, "forward_final_stage", hq, dtype, _flat_rows(dtype, o))
+        q_in, k_in, v_in = qkv
+        o, lse, home = _forward_pass(plan, q_in, k_in, v_in, scale, inbound, home)
+        out = home.finish().reshape(rows, plan.heads_q, plan.head_dim)
+    elif layout == "dataloader":
+        # CUDA: one all_to_all of q|k|v rows, and of o back (the device orders them).
+        rows = q_in.shape[0]
+        packed = torch.cat([x.reshape(rows, -1) for x in (q_in, k_in, v_in)], dim=1)
+        recv = _to_plan_layout(plan, packed, count=True)
+        q_in, k_in, v_in = (x.reshape((plan.local_rows,) + tuple(y.shape[1:])).contiguous()
+                            for x, y in zip(recv.split([hq, hkv, hkv], dim=1), (q_in, k_in, v_in)))
+        o, lse, _ = _forward_pass(plan, q_in, k_in, v_in, scale)
+        out = _to_dataloader_layout(plan, o.to(dtype), count=True)  # cast first: 16-bit o travels
+    else:
+        o, lse, _ = _forward_pass(plan, q_in, k_in, v_in, scale)
+        out = o.to(dtype)
+        # The plan layout's backward reads the inputs; a float32 out is o itself.
+        q_in, k_in, v_in = (x.new_empty((0,) + tuple(x.shape[1:])) for x in (q_in, k_in, v_in))
+        if dtype == torch.float32:
+            o = o.new_empty((0,) + tuple(o.shape[1:]))
+    _stats["calls"] += 1
+    _stats["total_s"] += time.perf_counter() - start
+    return out, lse, o, q_in, k_in, v_in
 
-    @staticmethod
-    def backward(ctx, g):
-        start = time.perf_counter()
-        plan, layout, dtype = ctx.plan, ctx.layout, ctx.dtype
-        q, k, v, o, lse = ctx.saved_tensors
-        d_o = g.detach().to(dtype).contiguous()
-        hq, hkv = plan.heads_q * plan.head_dim, plan.heads_kv * plan.head_dim
-        if layout == "dataloader" and not q.is_cuda:
-            d_o_local = d_o.new_zeros((plan.local_rows,) + tuple(d_o.shape[1:]))
-            inbound = _Inbound(plan, "do_in", d_o.reshape(d_o.shape[0], -1), [d_o_local])
-            homes = lambda dq, dk, dv: (
-                _Home(plan, _HOME_DQ, "backward_dq_final_stage", hq, dtype, _flat_rows(dtype, dq)),
-                _Home(plan, _HOME_DKV, "backward_dkv_final_stage", 2 * hkv, dtype, _flat_rows(dtype, dk, dv)))
-            *_, (dq_home, dkv_home) = _backward_pass(plan, q, k, v, o, lse, d_o_local, ctx.scale, inbound, homes)
-            dkv = dkv_home.finish()
-            dq, dk, dv = dq_home.finish(), dkv[:, :hkv], dkv[:, hkv:]
-        else:
-            if layout == "dataloader":
-                d_o = _to_plan_layout(plan, d_o, count=True)
-            dq, dk, dv, _ = _backward_pass(plan, q, k, v, o, lse, d_o, ctx.scale)
-            dq, dk, dv = (x.to(dtype) for x in (dq, dk, dv))
-            if layout == "dataloader":
-                packed = torch.cat([dq.reshape(-1, hq), dk.reshape(-1, hkv), dv.reshape(-1, hkv)], dim=1)
-                back = _to_dataloader_layout(plan, packed, count=True)
-                dq, dk, dv = back[:, :hq], back[:, hq:hq + hkv], back[:, hq + hkv:]
-        dq = dq.reshape(-1, plan.heads_q, plan.head_dim)
-        dk = dk.reshape(-1, plan.heads_kv, plan.head_dim)
-        dv = dv.reshape(-1, plan.heads_kv, plan.head_dim)
-        _stats["total_s"] += time.perf_counter() - start
-        return dq, dk, dv, None, None, None
+
+def _attention_backward(plan: Plan, g, q, k, v, o, lse, layout: str, scale: float):
+    """The backward of one call from what _attention_forward saved (q, k, v, o float32, lse
+    in the plan layout); g and the returned dq, dk, dv in the call's layout and dtype."""
+    start = time.perf_counter()
+    dtype = q.dtype
+    d_o = g.detach().to(dtype).contiguous()
+    hq, hkv = plan.heads_q * plan.head_dim, plan.heads_kv * plan.head_dim
+    if layout == "dataloader" and not q.is_cuda:
+        d_o_local = d_o.new_zeros((plan.local_rows,) + tuple(d_o.shape[1:]))
+        inbound = _Inbound(plan, "do_in", d_o.reshape(d_o.shape[0], -1), [d_o_local])
+        homes = lambda dq, dk, dv: (
+            _Home(plan, _HOME_DQ, "backward_dq_final_stage", hq, dtype, _flat_rows(dtype, dq)),
+            _Home(plan, _HOME_DKV, "backward_dkv_final_stage", 2 * hkv, dtype, _flat_rows(dtype, dk, dv)))
+        *_, (dq_home, dkv_home) = _backward_pass(plan, q, k, v, o, lse, d_o_local, scale, inbound, homes)
+        dkv = dkv_home.finish()
+        dq, dk, dv = dq_home.finish(), dkv[:, :hkv], dkv[:, hkv:]
+    else:
+        if layout == "dataloader":
+            d_o = _to_plan_layout(plan, d_o, count=True)
+        dq, dk, dv, _ = _backward_pass(plan, q, k, v, o, lse, d_o, scale)
+        dq, dk, dv = (x.to(dtype) for x in (dq, dk, dv))
+        if layout == "dataloader":
+            packed = torch.cat([dq.reshape(-1, hq), dk.reshape(-1, hkv), dv.reshape(-1, hkv)], dim=1)
+            back = _to_dataloader_layout(plan, packed, count=True)
+            dq, dk, dv = back[:, :hq], back[:, hq:hq + hkv], back[:, hq + hkv:]
+    dq = dq.reshape(-1, plan.heads_q, plan.head_dim).contiguous()
+    dk = dk.reshape(-1, plan.heads_kv, plan.head_dim).contiguous()
+    dv = dv.reshape(-1, plan.heads_kv, plan.head_dim).contiguous()
+    _stats["total_s"] += time.perf_counter() - start
+    return dq, dk, dv
+
+
+# ---- the attention as custom operators (torch.library) ------------------------
+# torch.compile sees fcp::attention and fcp::attention_backward as opaque
+# operators with shape functions: Dynamo never traces the executor (its
+# collectives, threads and C++ calls), so a compiled model has no graph break
+# in fcp. The plan travels as a handle, a 0-d int64 tensor: a new batch's plan
+# is a new input value, not a new graph. Saved state is outputs of the
+# forward: the plan layout's rows (data-dependent in the dataloader layout,
+# unbacked sizes in the fake), and nothing lives in thread-local state, so a
+# recompute under activation checkpointing, on autograd's device thread or in
+# backward after every `with` block has closed, runs the same plan.
+
+@torch.library.custom_op(
+    "fcp::attention", mutates_args=(),
+    schema="(Tensor q, Tensor k, Tensor v, Tensor plan, str layout, float scale, int model_window) "
+           "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+def _attention_op(q, k, v, handle, layout, scale, model_window):
+    # Every device: the executor picks its CPU or CUDA path from the tensors.
+    plan = _plan_of(handle, "fcp.torch.attention")
+    _agree(plan.group, _check_qkv(plan, q, k, v, layout) or _check_window(plan, model_window),
+           "fcp.torch.attention", plan)
+    return _attention_forward(plan, q, k, v, layout, scale)
+
+
+@_attention_op.register_fake
+def _attention_op_fake(q, k, v, handle, layout, scale, model_window):
+    if layout not in ("dataloader", "plan"):
+        raise ValueError(f"fcp.torch.attention: layout must be 'dataloader' or 'plan', got {layout!r}")
+    if layout == "plan":
+        rows, o_rows, qkv_rows = q.shape[0], 0 if q.dtype == torch.float32 else q.shape[0], 0
+    else:  # the plan layout's rows on this rank: known once the plan runs
+        rows = o_rows = qkv_rows = torch.library.get_ctx().new_dynamic_size()
+    f32 = dict(dtype=torch.float32, device=q.device)
+    return (torch.empty_like(q), q.new_empty((rows, q.shape[1]), **f32),
+            q.new_empty((o_rows,) + tuple(q.shape[1:]), **f32),
+            *(x.new_empty((qkv_rows,) + tuple(x.shape[1:])) for x in (q, k, v)))
+
+
+@torch.library.custom_op(
+    "fcp::attention_backward", mutates_args=(),
+    schema="(Tensor grad, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor plan, str layout, "
+           "float scale) -> (Tensor, Tensor, Tensor)")
+def _attention_backward_op(grad, q, k, v, o, lse, handle, layout, scale):
+    plan = _plan_of(handle, "fcp.torch.attention (backward)")
+    return _attention_backward(plan, grad, q, k, v, o, lse, layout, scale)
+
+
+@_attention_backward_op.register_fake
+def _attention_backward_op_fake(grad, q, k, v, o, lse, handle, layout, scale):
+    if layout == "plan":
+        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    # Gradients come back in the dataloader layout: grad's rows.
+    rows = grad.shape[0]
+    return tuple(x.new_empty((rows,) + tuple(x.shape[1:])) for x in (q, k, v))
+
+
+def _attention_setup_context(ctx, inputs, output):
+    q, k, v, handle, layout, scale, _ = inputs
+    out, lse, o, q_plan, k_plan, v_plan = output
+    ctx.layout, ctx.scale = layout, scale
+    if layout == "plan":
+        # float32: out is o (o is an empty stand-in); 16-bit: o in float32 was returned.
+        ctx.save_for_backward(q, k, v, out if q.dtype == torch.float32 else o, lse, handle)
+    else:
+        ctx.save_for_backward(q_plan, k_plan, v_plan, o, lse, handle)
+
+
+def _attention_op_backward(ctx, grad, *unused):
+    q, k, v, o, lse, handle = ctx.saved_tensors
+    dq, dk, dv = _attention_backward_op(grad, q, k, v, o, lse, handle, ctx.layout, ctx.scale)
+    return dq, dk, dv, None, None, None, None
+
+
+_attention_op.register_autograd(_attention_op_backward, setup_context=_attention_setup_context)
+
+
+def _check_window(plan: Plan, model_window: int) -> Optional[str]:
+    """model_window: -1 not stated (fcp.torch.attention), 0 the model has no sliding
+    window, W > 0 the model's window (Hugging Face's sliding_window)."""
+    if model_window < 0:
+        return None
+    mask, window = plan.plan.mask, plan.plan.window
+    if model_window > 0 and (mask != "sliding_window" or window != model_window):
+        return (f"the model uses sliding_window={model_window} but the plan's mask is {mask}"
+                + (f" with window {window}" if window else "")
+                + f" (plan with mask='sliding_window', window={model_window}, or config=model.config)")
+    if model_window == 0 and mask == "sliding_window":
+        return f"the plan has a sliding window of {window} but the model has none (plan with config=model.config)"
+    return None
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Plan, layout: str = "dataloader",
@@ -1106,13 +1313,18 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Plan, lay
     and computed in float32 by fcp's kernel), on CUDA bfloat16 or float16 (flash attention,
     float32 merge; see docs/torch.md "CUDA").
     Returns o like q, in the same layout. Softmax scale 1/sqrt(head_dim) unless
-    given. Bad input raises the same ValueError on every rank.
+    given. Bad input raises the same ValueError on every rank. The call is the
+    custom operator fcp::attention: torch.compile keeps it whole (no graph break),
+    and the plan may change from batch to batch without a recompile.
     """
+    return _attention_call(q, k, v, plan, layout, scale, -1)
+
+
+def _attention_call(q, k, v, plan, layout, scale, model_window: int):
     if not isinstance(plan, Plan):
         raise TypeError(f"fcp.torch.attention: plan must be an fcp.torch.Plan, got {type(plan).__name__}")
-    _agree(plan.group, _check_qkv(plan, q, k, v, layout), "fcp.torch.attention", plan)
     s = float(scale) if scale is not None else 1.0 / math.sqrt(plan.head_dim)
-    return _Attention.apply(q, k, v, plan, layout, s)
+    return _attention_op(q, k, v, plan._handle, layout, s, model_window)[0]
 
 
 def __getattr__(name):

@@ -5,15 +5,19 @@
     import fcp.torch as ft, fcp.torch.hf
     ft.hf.register()                                    # once: attn_implementation="fcp"
     model = LlamaForCausalLM(config)                    # config._attn_implementation = "fcp"
-    plan = ft.plan(lengths, heads_q=..., heads_kv=..., head_dim=..., mask="causal")
-    with ft.hf.batch(plan):                             # layout="dataloader" (default) or "plan"
-        logits = model(input_ids=ids_shard[None], position_ids=pos_shard[None]).logits
+    plan = ft.plan(lengths, config=model.config)        # heads, head dim, sliding window from the config
+    inputs = ft.shard(plan, input_ids=ids, labels=ids)  # this rank's rows, positions, labels, fcp_plan=plan
+    loss = model(**inputs).loss
 
-Each rank feeds its own rows of the packed batch (B = 1): in the dataloader
-layout its shard ``ids[lo:hi]`` with ``plan.position_ids("dataloader")``, in
-the plan layout ``fcp.torch.dispatch(ids, plan)`` with ``plan.position_ids()``.
-RoPE is applied per token from those positions, so it is right in either
-layout; attention reshuffles (dataloader layout) or moves only K/V (plan).
+The plan reaches the attention as the model keyword ``fcp_plan`` (with
+``fcp_layout``, "plan" or "dataloader"), which transformers passes down to
+every attention call. It travels with the call: a layer recomputed in
+backward by activation checkpointing (``gradient_checkpointing_enable()``,
+``torch.utils.checkpoint``, ``checkpoint_wrapper``), on any thread, gets it
+again; torch.compile sees an opaque operator. The older form, ``with
+ft.hf.batch(plan, layout):`` around the forward, still works: a layer
+recomputed in backward after the block has closed reuses the plan its
+forward ran.
 
 transformers calls ``fn(module, query, key, value, attention_mask, dropout=0.0,
 scaling=None, **kwargs)`` with query ``[B, heads_q, S, D]`` and key/value
@@ -30,7 +34,7 @@ from typing import Optional
 
 import torch
 
-from . import Plan, attention
+from . import Plan, _attention_call
 
 NAME = "fcp"
 _state = threading.local()
@@ -51,7 +55,8 @@ def _no_mask(*args, **kwargs):
 
 @contextlib.contextmanager
 def batch(plan: Plan, layout: str = "dataloader"):
-    """Inside the block, "fcp" attention runs `plan` in `layout` ("dataloader" or "plan")."""
+    """Inside the block, "fcp" attention runs `plan` in `layout` ("dataloader" or "plan")
+    when the model is called without ``fcp_plan=``."""
     if not isinstance(plan, Plan):
         raise TypeError(f"fcp.torch.hf.batch: plan must be an fcp.torch.Plan, got {type(plan).__name__}")
     if layout not in ("dataloader", "plan"):
@@ -65,28 +70,39 @@ def batch(plan: Plan, layout: str = "dataloader"):
 
 
 def current() -> Optional[tuple]:
-    """(plan, layout) of the innermost active :func:`batch`, or None."""
+    """(plan, layout) of the innermost active :func:`batch` on this thread, or None."""
     return getattr(_state, "current", None)
+
+
+def _plan_for(module: torch.nn.Module, fcp_plan, fcp_layout) -> tuple:
+    """(plan, layout) of this call: the keywords; else the innermost `batch` block (remembered
+    on the module); else, inside a backward (activation checkpointing recomputes the layer
+    there, after the block and possibly on another thread), what the module's forward ran."""
+    if fcp_plan is not None:
+        if not isinstance(fcp_plan, Plan):
+            raise TypeError(f"fcp.torch.hf: fcp_plan must be an fcp.torch.Plan, got {type(fcp_plan).__name__}")
+        return fcp_plan, fcp_layout if fcp_layout is not None else "dataloader"
+    active = current()
+    if active is not None:
+        module._fcp_batch = active
+        return active
+    if torch._C._current_graph_task_id() != -1 and getattr(module, "_fcp_batch", None) is not None:
+        return module._fcp_batch
+    raise ValueError("fcp.torch.hf: attention called without a plan: pass fcp_plan=plan to the model "
+                     "(fcp.torch.shard(plan, ...) makes the keywords) or call it inside "
+                     "`with fcp.torch.hf.batch(plan):`")
 
 
 def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                       attention_mask: Optional[torch.Tensor], dropout: float = 0.0,
-                      scaling: Optional[float] = None, sliding_window: Optional[int] = None, **kwargs):
-    active = current()
-    if active is None:
-        raise ValueError("fcp.torch.hf: attention called outside `with fcp.torch.hf.batch(plan):` "
-                         "(the fcp attention needs the batch's plan)")
-    plan, layout = active
+                      scaling: Optional[float] = None, sliding_window: Optional[int] = None,
+                      fcp_plan: Optional[Plan] = None, fcp_layout: Optional[str] = None, **kwargs):
+    plan, layout = _plan_for(module, fcp_plan, fcp_layout)
     if query.shape[0] != 1:
         raise ValueError(f"fcp.torch.hf: a packed batch has batch size 1, got query of shape {tuple(query.shape)}")
     if dropout:
         raise ValueError(f"fcp.torch.hf: attention dropout is not supported, got {dropout}")
-    mask, window = plan.plan.mask, plan.plan.window
-    if sliding_window is not None and (mask != "sliding_window" or window != sliding_window):
-        raise ValueError(f"fcp.torch.hf: the model uses sliding_window={sliding_window} but the plan's mask is "
-                         f"{mask}" + (f" with window {window}" if window else ""))
-    if sliding_window is None and mask == "sliding_window":
-        raise ValueError(f"fcp.torch.hf: the plan has a sliding window of {window} but the model has none")
     q, k, v = (x[0].transpose(0, 1).contiguous() for x in (query, key, value))  # [S, heads, D]
-    o = attention(q, k, v, plan, layout=layout, scale=scaling)
+    # The model's window (0: none) is checked against the plan's mask inside the call, on every rank.
+    o = _attention_call(q, k, v, plan, layout, scaling, sliding_window if sliding_window else 0)
     return o.unsqueeze(0), None
