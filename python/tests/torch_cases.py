@@ -304,6 +304,9 @@ def worker(rank, world, port, what, result_path):
             result = rules_case(rank, f"{result_path}.trace.json")
         elif what == "reshuffle_rule":
             result = reshuffle_rule_case(rank, f"{result_path}.trace.json")
+        elif what == "training":
+            import torch_training_cases
+            result = torch_training_cases.run(what, rank)
         else:
             import torch_hf_cases
             result = torch_hf_cases.run(what, rank)

@@ -47,7 +47,8 @@ import torch.distributed as dist
 import fcp
 from fcp import _fcp
 
-__all__ = ["Plan", "plan", "attention", "dispatch", "undispatch", "stats", "reset_stats", "trace"]
+__all__ = ["Plan", "plan", "attention", "dispatch", "undispatch", "stats", "reset_stats", "trace",
+           "attention_shape", "shard", "scale_loss", "reduce_gradients", "check_gradients"]
 
 _KINDS = 4  # message kinds per (stage, block): K, V, dK, dV -- part of the tag
 # Reshuffle message kinds per block (Plan.reshuffle_tag): Q|K|V in, o home, dO in, dq home, dK|dV home.
@@ -1333,3 +1334,7 @@ def __getattr__(name):
         import importlib
         return importlib.import_module(".hf", __name__)
     raise AttributeError(f"module 'fcp.torch' has no attribute {name!r}")
+
+
+# The training helpers need the names above (imported last: training imports this module).
+from .training import attention_shape, check_gradients, reduce_gradients, scale_loss, shard  # noqa: E402
