@@ -34,4 +34,4 @@ fi
 # Run from outside the checkout so `import fcp` is the installed package.
 cd "$repo/python/tests"
 exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@" test_program.py test_torch_attention.py test_torch_hf.py \
-  test_torch_varlen.py test_torch_cuda.py
+  test_torch_varlen.py test_torch_cuda.py test_gpu_calibrate.py
