@@ -219,7 +219,8 @@ class _Armed:
     """What scale_loss left for the next optimizer step to check, per model."""
 
     def __init__(self, model, plan, reduction, checks):
-        self.model, self.plan, self.reduction, self.checks = weakref.ref(model), plan, reduction, checks
+        self.model, self.reduction, self.checks = weakref.ref(model), reduction, checks
+        self.plan = weakref.ref(plan)  # the step's plan; the loop holds it until the step is done
         self.pending_reduce = reduction.needs_cp_sum
         self.steps = 0
 
@@ -261,7 +262,7 @@ def scale_loss(loss: torch.Tensor, plan: Plan, model: torch.nn.Module, checks: s
     entry = _armed.get(id(_unwrap(model)))
     if entry is None or entry.model() is not _unwrap(model):
         entry = _armed[id(_unwrap(model))] = _Armed(_unwrap(model), plan, reduction, checks)
-    entry.plan, entry.reduction, entry.checks = plan, reduction, checks
+    entry.plan, entry.reduction, entry.checks = weakref.ref(plan), reduction, checks
     entry.pending_reduce = entry.pending_reduce or reduction.needs_cp_sum
     _install_hook()
     return loss * reduction.loss_factor if reduction.loss_factor != 1 else loss
@@ -379,8 +380,9 @@ def _before_step(optimizer, args, kwargs) -> None:
                    else f"the model's {entry.reduction.kind} averages over none of the cp ranks")
             raise ValueError(f"fcp.torch: an optimizer step with gradients not summed over the context-parallel "
                              f"ranks ({how}); {_FIX}")
-        if entry.checks == "always" or (entry.checks == "first" and entry.steps == 0):
-            check_gradients(model, entry.plan)
+        plan = entry.plan()
+        if plan is not None and (entry.checks == "always" or (entry.checks == "first" and entry.steps == 0)):
+            check_gradients(model, plan)
         entry.steps += 1
 
 
