@@ -24,6 +24,9 @@ echo "== ASan + UBSan build and tests"
 bash scripts/build.sh asan
 ctest --test-dir build-asan -j "$jobs" --output-on-failure
 
+# The Python module's wheel is built once, by python_test.sh, and reused by torch_test.sh.
+export FCP_WHEEL_DIR="$PWD/build/wheel"
+mkdir -p "$FCP_WHEEL_DIR"
 if [ -f scripts/python_test.sh ]; then
   echo "== Python module"
   bash scripts/python_test.sh

@@ -8,7 +8,10 @@
 #  3. runs the `gpu`-marked tests in bfloat16 (python/tests/test_torch_cuda.py:
 #     flash stage launches of 1- and 4-worker plans against float64, each
 #     window kind against the dense stand-in, fcp.torch.attention end to end
-#     on one NCCL rank, the float32 refusal);
+#     on one NCCL rank, the float32 refusal; a tiny transformers Llama with
+#     transformers' activation checkpointing, backward after the with-block
+#     (the recompute runs on autograd's CUDA thread), and with decoder layers
+#     compiled by Inductor with fullgraph=True, against eager attention);
 #  4. times fcp.torch.attention (1 rank) against varlen_attn on the same
 #     batch (bench/torch_cuda_attention.py) and prints the table.
 # Prints, between "---- docs/torch.md ----" markers, what docs/torch.md's

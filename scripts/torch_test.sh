@@ -11,6 +11,8 @@
 #   FCP_TORCH_VENV   the venv (default ~/.cache/fcp/torch-venv); created once and
 #                    reused, since torch alone is about 3 GB (a 5.3 GB venv)
 #   FCP_TORCH_MIN_GB free disk the first install needs (default 7)
+#   FCP_WHEEL_DIR    a folder holding this checkout's fcp wheel (scripts/test.sh sets it):
+#                    installed instead of building the extension again
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -29,9 +31,16 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import torch, transfo
   fi
   [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 fi
-"$venv/bin/python" -m pip install --quiet "$repo[torch,hf]" "pytest>=7"
+if [ -n "${FCP_WHEEL_DIR:-}" ] && compgen -G "$FCP_WHEEL_DIR/fcp-*.whl" >/dev/null; then
+  # scripts/test.sh: the wheel python_test.sh built from this checkout (one extension build, not two).
+  wheel=$(ls "$FCP_WHEEL_DIR"/fcp-*.whl)
+  "$venv/bin/python" -m pip install --quiet --force-reinstall --no-deps "$wheel"
+  "$venv/bin/python" -m pip install --quiet "${wheel}[torch,hf]" "pytest>=7"
+else
+  "$venv/bin/python" -m pip install --quiet "$repo[torch,hf]" "pytest>=7"
+fi
 
 # Run from outside the checkout so `import fcp` is the installed package.
 cd "$repo/python/tests"
 exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@" test_program.py test_torch_attention.py test_torch_hf.py \
-  test_torch_varlen.py test_torch_cuda.py test_gpu_calibrate.py
+  test_torch_training.py test_torch_example.py test_torch_varlen.py test_torch_cuda.py test_gpu_calibrate.py

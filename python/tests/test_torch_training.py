@@ -87,3 +87,15 @@ def test_compiled_model_has_no_graph_break_and_does_not_recompile(results):
         assert res["recompiles"]["graph_breaks"] == 0, res["recompiles"]
         # One graph for the first batch; the second batch (other lengths, another plan) reuses it.
         assert res["recompiles"]["unique_graphs_after_each_step"] == [1, 1], res["recompiles"]
+
+
+@pytest.fixture(scope="module")
+def one_rank_results():
+    return torch_cases.spawn_ok("single_rank_stack", world=1, timeout_s=300)[0]
+
+
+@pytest.mark.parametrize("form", ["keyword", "with_block", "compiled"])
+def test_one_rank_checkpointed_and_compiled(one_rank_results, form):
+    # The shape scripts/torch_gpu_check.sh runs on a GPU (test_torch_cuda.py), here in float32 on CPU.
+    res = one_rank_results[form]
+    assert res["loss_rel_err"] < 1e-4 and res["worst_grad_rel_err"] < 1e-4, res

@@ -304,7 +304,7 @@ def worker(rank, world, port, what, result_path):
             result = rules_case(rank, f"{result_path}.trace.json")
         elif what == "reshuffle_rule":
             result = reshuffle_rule_case(rank, f"{result_path}.trace.json")
-        elif what == "training":
+        elif what in ("training", "single_rank_stack", "single_rank_stack_cuda"):
             import torch_training_cases
             result = torch_training_cases.run(what, rank)
         else:

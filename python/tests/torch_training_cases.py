@@ -31,18 +31,19 @@ def batch(lengths, seed):
     return torch.randint(0, torch_hf_cases.VOCAB, (sum(lengths),), generator=g)
 
 
-def reference(kind, step_lengths=REPLICA_LENGTHS):
+def reference(kind, step_lengths=REPLICA_LENGTHS, device="cpu", dtype=torch.float32):
     """One process, eager attention, each sequence alone: the mean over replicas of
     (sum of the replica's next-token losses / its count), and its gradients."""
-    model = torch_hf_cases.make_model(kind, "eager")
+    model = torch_hf_cases.make_model(kind, "eager").to(device, dtype)
     total = 0.0
     for replica, lengths in enumerate(step_lengths):
-        ids = batch(lengths, replica)
+        ids = batch(lengths, replica).to(device)
         loss, off = 0.0, 0
         for n in lengths:
             if n > 1:
-                logits = model(input_ids=ids[None, off:off + n], position_ids=torch.arange(n)[None]).logits[0]
-                loss = loss + F.cross_entropy(logits[:-1], ids[off + 1:off + n], reduction="sum")
+                logits = model(input_ids=ids[None, off:off + n],
+                               position_ids=torch.arange(n, device=device)[None]).logits[0]
+                loss = loss + F.cross_entropy(logits[:-1].float(), ids[off + 1:off + n], reduction="sum")
             off += n
         total = total + loss / (sum(lengths) - len(lengths))
     total = total / len(step_lengths)
@@ -252,7 +253,51 @@ def recompiles(mesh):
     return {"unique_graphs_after_each_step": frames, "graph_breaks": sum(counters["graph_break"].values())}
 
 
+def single_rank_stack(device):
+    """One rank, as scripts/torch_gpu_check.sh runs it on a GPU (float32 on CPU, bfloat16 on
+    CUDA): transformers' checkpointing with the plan given (a) as fcp_plan= and (b) by the
+    older `with ft.hf.batch(plan)` block, backward after the block (on CUDA, autograd runs
+    the recompute on its device thread); and decoder layers compiled with fullgraph=True.
+    Relative errors against eager attention per sequence on the same device."""
+    import fcp.torch as ft
+    from torch.distributed.device_mesh import init_device_mesh
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    mesh = init_device_mesh(device, (1, 1), mesh_dim_names=("dp", "cp"))
+    lengths = REPLICA_LENGTHS[0]
+    ref_loss, ref_grads = reference("llama", (lengths,), device, dtype)
+    ids = batch(lengths, 0).to(device)
+    out = {}
+    for form in ("keyword", "with_block", "compiled"):
+        model = torch_hf_cases.make_model("llama", "fcp").to(device, dtype)
+        model.config.use_cache = False
+        model.gradient_checkpointing_enable()
+        if form == "compiled":
+            for layer in decoder_layers(model):
+                # Inductor on CUDA (Triton); on CPU aot_eager, which traces the same graph without
+                # compiling C++ (the CPU test's time).
+                layer.compile(fullgraph=True, dynamic=True, backend="inductor" if device == "cuda" else "aot_eager")
+        plan = ft.plan(lengths, mesh=mesh, cp_dim="cp", config=model.config, **PLAN_KW)
+        inputs = ft.shard(plan, input_ids=ids, labels=ids)
+        inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+        if form == "with_block":
+            inputs.pop("fcp_plan"), inputs.pop("fcp_layout")
+            with ft.hf.batch(plan, layout="plan"):
+                loss = model(**inputs).loss
+        else:
+            loss = model(**inputs).loss
+        ft.scale_loss(loss, plan, model).backward()  # outside any block: the recompute finds the plan
+        grads = {n: p.grad.float() for n, p in model.named_parameters()}
+        out[form] = compare((ref_loss, {n: g.float() for n, g in ref_grads.items()}), loss.item(), grads)
+    return out
+
+
 def run(what, rank):
+    if what.startswith("single_rank_stack"):
+        import fcp.torch as ft
+        ft.hf.register()
+        torch._dynamo.config.skip_fwd_side_effects_in_bwd_under_checkpoint = True
+        return single_rank_stack("cuda" if what.endswith("_cuda") else "cpu")
+
     import fcp.torch as ft
     ft.hf.register()
     # transformers' hub-kernel wrapper sets a context variable in every attention forward, which
