@@ -6,8 +6,9 @@ context-parallel attention on CPU ranks, and the same run on one process.
 
 Each step packs a long-tailed batch of sequences (lengths from 1 to ~1500,
 about 3000 tokens) into one row; each rank feeds its dataloader shard of the
-tokens and their positions (for RoPE), FCP attention reshuffles inside, and
-the gradients are summed over ranks as DDP would. Sequences are arithmetic
+tokens and their positions (for RoPE) from fcp.torch.shard, FCP attention
+reshuffles inside, and fcp.torch.reduce_gradients sums the ranks' partial
+gradients (a hand-written loop; examples/train_llama_fsdp.py wires FSDP2). Sequences are arithmetic
 progressions mod the vocabulary, so the loss has something to learn and falls.
 Both runs start from the same weights and see the same batches, so their
 losses agree to float32 rounding (the script prints them; docs/torch.md).
@@ -77,19 +78,11 @@ def main():
         valid = int((targets != -100).sum())
         opt.zero_grad()
         if distributed:
-            plan = ft.plan(lengths, block_size=256, coalesce=4, heads_q=8, heads_kv=2, head_dim=16)
-            lo, hi = plan.local_range
-            if args.layout == "dataloader":
-                my_ids, my_targets, pos = ids[lo:hi], targets[lo:hi], plan.position_ids("dataloader")
-            else:
-                my_ids, my_targets = ft.dispatch(ids[lo:hi], plan), ft.dispatch(targets[lo:hi], plan)
-                pos = plan.position_ids()
-            with ft.hf.batch(plan, layout=args.layout):
-                logits = model(input_ids=my_ids[None], position_ids=pos[None]).logits[0]
-            loss = F.cross_entropy(logits, my_targets, ignore_index=-100, reduction="sum") / valid
-            loss.backward()
-            for p in model.parameters():
-                dist.all_reduce(p.grad)
+            # A hand-written loop (no DDP/FSDP2): every rank is a cp rank of one replica.
+            plan = ft.plan(lengths, config=model.config, block_size=256, coalesce=4)
+            loss = model(**ft.shard(plan, input_ids=ids, labels=ids, layout=args.layout)).loss
+            ft.scale_loss(loss, plan, model).backward()
+            ft.reduce_gradients(model, plan)  # the sum over the cp ranks of their partial gradients
             reported = loss.detach().clone()
             dist.all_reduce(reported)
         else:
