@@ -33,6 +33,7 @@ def test_gradients_equal_one_process(results, case):
     ("ddp_on_dp", "gradients not summed over the context-parallel ranks (the model's DDP averages over none"),
     ("hand_loop_without_reduce", "(the model has no DDP or FSDP2 wrapper)"),
     ("different_weights", "the context-parallel ranks hold different weights"),
+    ("raw_ddp_on_dp", "the context-parallel ranks hold different gradients"),
     ("partial_group", "must be a union of whole cp groups"),
 ])
 def test_wrong_wiring_is_one_error_on_every_rank(results, case, expected):

@@ -175,6 +175,17 @@ def wrong_wirings(mesh):
         torch.optim.SGD(model.parameters(), lr=0.1).step()
     out["different_weights"] = error_of(different_weights)
 
+    def raw_ddp_on_dp():  # no scale_loss at all: fcp.torch.plan's own first-step check
+        ft.training._unchecked = None  # as in a fresh process (the cases above used it up)
+        model = DistributedDataParallel(torch_hf_cases.make_model("llama", "fcp"), process_group=mesh.get_group("dp"))
+        model.module.config.use_cache = False
+        replica = mesh.get_local_rank("dp")
+        plan = ft.plan(REPLICA_LENGTHS[replica], mesh=mesh, cp_dim="cp", config=model.module.config, **PLAN_KW)
+        ids = batch(REPLICA_LENGTHS[replica], replica)
+        model(**ft.shard(plan, input_ids=ids, labels=ids)).loss.backward()
+        torch.optim.SGD(model.parameters(), lr=0.1).step()
+    out["raw_ddp_on_dp"] = error_of(raw_ddp_on_dp)
+
     def partial_group():  # DDP over a group holding one of two cp peers of some ranks
         g = dist.new_group([0, 1, 2])
         if dist.get_rank() == 3:

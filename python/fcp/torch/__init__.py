@@ -539,7 +539,9 @@ def plan(lengths, group=None, *, mesh=None, cp_dim: Optional[str] = None, config
         made = fcp.plan(_canonical_lengths(lengths), workers=world, **kw)
     elif made.workers != world:
         raise ValueError(f"fcp.torch.plan: the plan is for {made.workers} workers but {where} {world} ranks")
-    return Plan(made, group, mesh, cp_dim)
+    result = Plan(made, group, mesh, cp_dim)
+    training._watch(result)  # the first optimizer step compares gradients over the cp ranks
+    return result
 
 
 def _shape_keywords(kw: dict, config, tp: int) -> dict:
@@ -1337,4 +1339,5 @@ def __getattr__(name):
 
 
 # The training helpers need the names above (imported last: training imports this module).
+from . import training  # noqa: E402
 from .training import attention_shape, check_gradients, reduce_gradients, scale_loss, shard  # noqa: E402

@@ -322,12 +322,18 @@ def reduce_gradients(model: torch.nn.Module, plan: Plan, dp_group=None) -> None:
         entry.pending_reduce = False
 
 
-def _checksums(model: torch.nn.Module) -> torch.Tensor:
+def _replicated_over_cp(params, cp: set) -> list:
+    """The parameters every cp rank holds a copy of: all but FSDP2 shards over a mesh that
+    holds the cp ranks (their local shards differ by design)."""
+    return [p for p in params if not (_is_dtensor(p) and cp <= set(p.device_mesh.mesh.flatten().tolist()))]
+
+
+def _checksums(params) -> torch.Tensor:
     """float64 [5]: sum |g|, sum g^2, sum |w|, sum w^2 and the count of gradients, over this
-    rank's local parameter data (shards for FSDP2)."""
+    rank's local parameter data."""
     acc = torch.zeros(5, dtype=torch.float64)
     with torch.no_grad():
-        for p in _unwrap(model).parameters():
+        for p in params:
             w = p.to_local() if _is_dtensor(p) else p
             acc[2] += w.detach().double().abs().sum().cpu()
             acc[3] += w.detach().double().square().sum().cpu()
@@ -339,14 +345,9 @@ def _checksums(model: torch.nn.Module) -> torch.Tensor:
     return acc
 
 
-def check_gradients(model: torch.nn.Module, plan: Plan, rtol: float = 1e-5) -> None:
-    """Raises the same ValueError on every cp rank when they hold different gradients or
-    weights where they must hold the same (not where FSDP2 shards over cp: those shards
-    differ by design). One all_gather of 5 numbers; call after the gradients are reduced."""
-    reduction = _Reduction(model)
-    if _cp_ranks(plan) <= reduction.ranks and reduction.kind == "FSDP2":
-        return  # each cp rank holds its own shard: nothing of this rank's is replicated over cp
-    mine = _checksums(model)
+def _compare(params, plan: Plan, rtol: float) -> None:
+    """The collective behind check_gradients, over any parameters."""
+    mine = _checksums(_replicated_over_cp(params, _cp_ranks(plan)))
     world = dist.get_world_size(plan.group)
     gathered = [torch.empty_like(mine) for _ in range(world)]
     dist.all_gather(gathered, mine, group=plan.group)
@@ -367,8 +368,31 @@ def check_gradients(model: torch.nn.Module, plan: Plan, rtol: float = 1e-5) -> N
                          + "): each cp rank holds the partial sum over its own tokens; " + _FIX)
 
 
+def check_gradients(model: torch.nn.Module, plan: Plan, rtol: float = 1e-5) -> None:
+    """Raises the same ValueError on every cp rank when they hold different gradients or
+    weights where they must hold the same (not where FSDP2 shards over cp: those shards
+    differ by design). One all_gather of 5 numbers; call after the gradients are reduced."""
+    _compare(_unwrap(model).parameters(), plan, rtol)
+
+
+# The first plan this process made over more than one rank, until the first optimizer
+# step after it has compared the optimizer's parameters over its cp ranks: the check a
+# loop gets without scale_loss (its own wiring), once.
+_unchecked = None  # None: no plan yet; a weakref: the check is due; False: done
+
+
+def _watch(plan: Plan) -> None:
+    """Called by fcp.torch.plan: arms the first-step check of a loop's own wiring."""
+    global _unchecked
+    if _unchecked is not False and plan.workers > 1:  # the latest plan until the first step
+        _unchecked = weakref.ref(plan)
+        _install_hook()
+
+
 def _before_step(optimizer, args, kwargs) -> None:
-    """A global optimizer step pre-hook: runs the checks scale_loss armed, before the update."""
+    """A global optimizer step pre-hook, before the update: the checks scale_loss armed, and
+    once, for a loop without scale_loss, the optimizer's parameters over the cp ranks."""
+    global _unchecked
     for key, entry in list(_armed.items()):
         model = entry.model()
         if model is None:
@@ -382,8 +406,13 @@ def _before_step(optimizer, args, kwargs) -> None:
                              f"ranks ({how}); {_FIX}")
         plan = entry.plan()
         if plan is not None and (entry.checks == "always" or (entry.checks == "first" and entry.steps == 0)):
+            _unchecked = False  # the loop uses scale_loss: its checks stand for this one
             check_gradients(model, plan)
         entry.steps += 1
+    plan = _unchecked() if _unchecked else None
+    if plan is not None:
+        _unchecked = False
+        _compare([p for group in optimizer.param_groups for p in group["params"]], plan, 1e-5)
 
 
 def _install_hook() -> None:
