@@ -186,6 +186,13 @@ def wrong_wirings(mesh):
         torch.optim.SGD(model.parameters(), lr=0.1).step()
     out["raw_ddp_on_dp"] = error_of(raw_ddp_on_dp)
 
+    def reduce_after_ddp_over_world():  # DDP already covers cp: summing again would double
+        model = DistributedDataParallel(torch_hf_cases.make_model("llama", "fcp"))
+        model.module.config.use_cache = False
+        _, plan = step(model, mesh, "llama", "plan")
+        ft.reduce_gradients(model, plan)
+    out["reduce_after_ddp_over_world"] = error_of(reduce_after_ddp_over_world)
+
     def partial_group():  # DDP over a group holding one of two cp peers of some ranks
         g = dist.new_group([0, 1, 2])
         if dist.get_rank() == 3:

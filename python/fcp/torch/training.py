@@ -303,7 +303,13 @@ def reduce_gradients(model: torch.nn.Module, plan: Plan, dp_group=None) -> None:
     with no wrapper it also averages over `dp_group` (default: the other dimension of
     the plan's 2-D mesh; none without a mesh). Collective; call after backward."""
     reduction = _Reduction(model)
-    cp_size = len(_cp_ranks(plan))
+    cp = _cp_ranks(plan)
+    error = None
+    if cp <= reduction.ranks and len(cp) > 1:
+        error = (f"the model's {reduction.kind} already averages gradients over the cp ranks: scale the loss with "
+                 "fcp.torch.scale_loss instead (summing them again would count every rank's part twice)")
+    _agree(plan.group, error, "fcp.torch.reduce_gradients")
+    cp_size = len(cp)
     if reduction.kind == "none" and dp_group is None and plan.mesh is not None and plan.mesh.ndim == 2:
         other = [n for n in plan.mesh.mesh_dim_names if n != plan.cp_dim]
         dp_group = plan.mesh.get_group(other[0])
