@@ -1,8 +1,15 @@
 """fcp.torch: FCP context-parallel attention as a differentiable PyTorch call.
 
-Every call is collective over a process group (default: the default group);
-every rank passes identical arguments. On CPU, communication runs on gloo and
-compute on fcp's own C++ kernel, called on the tensors' memory::
+In a training step (docs/torch.md; examples/train_llama_fsdp.py)::
+
+    plan = ft.plan(lengths, mesh=mesh, cp_dim="cp", config=model.config)
+    out = model(**ft.shard(plan, input_ids=ids, labels=ids))   # this rank's rows, fcp_plan=plan
+    ft.scale_loss(out.loss, plan, model).backward()            # gradients = the unsharded model's
+
+Every call is collective over the plan's ranks (a process group, default the
+default group, or a mesh's cp dimension); every rank passes identical
+arguments. On CPU, communication runs on gloo and compute on fcp's own C++
+kernel, called on the tensors' memory::
 
     import fcp.torch as ft
     plan = ft.plan(lengths, heads_q=8, heads_kv=2, head_dim=64, block_size=512)
