@@ -73,4 +73,20 @@ std::optional<HomePacking> PackAtHome(const std::vector<int64_t>& lengths, const
                                       int32_t workers, int64_t token_cap, int64_t block_size,
                                       int32_t node_workers, bool self_check = false);
 
+// Whole packing: the layout of a batch whose sequences all fit in one block
+// when nothing is charged for moving tokens (no reshuffle: the dataloader
+// adopts the plan). The sequences dealt whole by LPT, heaviest first, each
+// to the least loaded worker with room for it; those that fit nowhere
+// (the last, lightest of the deal) cut across the rooms left, so that
+// every worker stays within the cap exactly as the slots would keep it.
+// Then the exchanges above, with partners the kWholePartners least loaded
+// workers of any node and no movement budget. This is the one-sequence
+// granularity ByteScale-like balances to, within the cap, which
+// ByteScale-like does not keep. Blocks, pairs and loads as above
+// (moved_tokens counted but not bounded). Same preconditions, errors
+// (naming whole packing) and self_check; deterministic (total orders).
+std::optional<HomePacking> PackWhole(const std::vector<int64_t>& lengths, const Mask& mask,
+                                     int32_t workers, int64_t token_cap, int64_t block_size,
+                                     bool self_check = false);
+
 }  // namespace fcp::detail
