@@ -64,8 +64,11 @@ constexpr size_t kWholePartners = 16;
 // uniform 64-2048 batches (seed 0) 3 back filled every room at N = 16 and
 // 64, 4 at N = 256 (docs/planner.md, step 7, whole packing).
 constexpr size_t kRefillSequences = 4;
-
 constexpr size_t kRefillItems = 192;
+// The largest subset-sum table a refill builds (64-bit words: 32 MiB). On
+// the benchmark's batches a table is at most 193 x 160 words; a room of
+// many blocks (a cap far above the share) is left unfilled instead.
+constexpr double kRefillMaxWords = 1 << 22;
 
 // A subset of `sizes` (each >= 1) adding up to exactly `target` (>= 1), as
 // indices, ascending; nothing when there is none. Of the subsets, the one
@@ -226,109 +229,123 @@ std::optional<HomePacking> Pack(const std::vector<int64_t>& lengths, const Mask&
     // than any sequence, and each such room would hold a cut piece. So
     // each worker with room gives back its k lightest (the last it was
     // dealt) to a pool with the waiting ones (k = 0: the waiting ones
-    // alone), and the rooms, smallest
-    // first (ties by id), are refilled with pool sequences adding up to
-    // exactly the room (ExactSubset, the longest preferred, so that the
-    // short ones are left for the rooms after). Of k = 0 ..
-    // kRefillSequences, the first that fills every room, else the one
-    // leaving the fewest unfilled (ties: the smaller k): each sequence
-    // given back changes the mix of lengths the deal balanced. The
-    // exchanges below level the work this shifts.
-    struct Deal {
-      std::vector<int32_t> owner;
-      std::vector<int64_t> tokens, load;
-      std::vector<Owned> owned;
-      std::vector<int32_t> pool;  // longest first (ties by id)
-      size_t unfilled = 0;        // rooms left
-    };
+    // alone), and the rooms, smallest first (ties by id), are refilled
+    // with pool sequences adding up to exactly the room (ExactSubset, the
+    // longest preferred, so that the short ones are left for the rooms
+    // after). Each sequence given back changes the mix of lengths the deal
+    // balanced, so the fewest that cut the fewest sequences are given
+    // back; the exchanges below level the work this shifts.
     const auto longer = [&](int32_t a, int32_t b) {
       return lengths[a] != lengths[b] ? lengths[a] > lengths[b] : a < b;
     };
+    // The refill with k given back, then what is left of the pool,
+    // longest first: whole to the least loaded worker with room for it
+    // (ties by id), else cut across the rooms, the least loaded worker's
+    // first. On the state as dealt; returns the number of sequences cut.
     const auto refill = [&](size_t given_back) {
-      Deal d{owner, tokens, load, owned, waiting, 0};
-      const auto move_to = [&](int32_t s, int32_t w, int sign) {
-        d.tokens[w] += sign * lengths[s];
-        d.load[w] += sign * work[s];
-      };
+      std::vector<int32_t> pool = waiting;
       for (int32_t w = 0; w < n; ++w) {
-        if (d.tokens[w] == token_cap) continue;
-        for (size_t k = 0; k < given_back && !d.owned[w].empty(); ++k) {
-          const int32_t s = d.owned[w].back().second;
-          d.owned[w].pop_back();
-          d.owner[s] = -1;
-          move_to(s, w, -1);
-          d.pool.push_back(s);
+        if (tokens[w] == token_cap) continue;
+        for (size_t k = 0; k < given_back && !owned[w].empty(); ++k) {
+          const int32_t s = owned[w].back().second;
+          owned[w].pop_back();
+          owner[s] = -1;
+          tokens[w] -= lengths[s];
+          load[w] -= work[s];
+          pool.push_back(s);
         }
       }
-      std::sort(d.pool.begin(), d.pool.end(), longer);
+      std::sort(pool.begin(), pool.end(), longer);
       std::vector<int32_t> by_room;
       for (int32_t w = 0; w < n; ++w)
-        if (d.tokens[w] < token_cap) by_room.push_back(w);
+        if (tokens[w] < token_cap) by_room.push_back(w);
       std::sort(by_room.begin(), by_room.end(), [&](int32_t a, int32_t b) {
-        return std::tie(d.tokens[b], a) < std::tie(d.tokens[a], b);  // room ascending, then id
+        return std::tie(tokens[b], a) < std::tie(tokens[a], b);  // room ascending, then id
       });
       for (const int32_t w : by_room) {
-        const int64_t room = token_cap - d.tokens[w];
+        if (pool.empty()) break;
+        const int64_t room = token_cap - tokens[w];
         // The pool sequences that fit: a suffix of the pool (longest first).
-        const auto fit = std::lower_bound(d.pool.begin(), d.pool.end(), room,
+        const auto fit = std::lower_bound(pool.begin(), pool.end(), room,
                                           [&](int32_t s, int64_t r) { return lengths[s] > r; });
-        std::vector<int32_t> candidates(fit, d.pool.end());
+        std::vector<int32_t> candidates(fit, pool.end());
         if (candidates.size() > kRefillItems)
           candidates.erase(candidates.begin() + static_cast<std::ptrdiff_t>(kRefillItems / 2),
                            candidates.end() - static_cast<std::ptrdiff_t>(kRefillItems / 2));
         std::vector<int64_t> sizes;
         for (const int32_t s : candidates) sizes.push_back(lengths[s]);
+        // Too few tokens to fill it, or a subset-sum table past its bound
+        // (a loose cap leaves rooms of many blocks): left as it is.
+        const int64_t available = std::accumulate(sizes.begin(), sizes.end(), int64_t{0});
+        const double table_words =
+            static_cast<double>(sizes.size() + 1) * static_cast<double>(room / 64 + 1);
+        if (available < room || table_words > kRefillMaxWords) continue;
         const std::optional<std::vector<size_t>> chosen = ExactSubset(sizes, room);
-        if (!chosen) {
-          ++d.unfilled;
+        if (!chosen) continue;
+        for (const size_t i : *chosen) {
+          place(candidates[i], w);
+          pool.erase(std::lower_bound(pool.begin(), pool.end(), candidates[i], longer));
+        }
+      }
+      std::set<std::pair<int64_t, int32_t>> rooms;  // workers with any room, by (work, id)
+      for (int32_t w = 0; w < n; ++w)
+        if (tokens[w] < token_cap) rooms.insert({load[w], w});
+      size_t cut = 0;
+      for (const int32_t s : pool) {
+        const auto whole_fit = std::find_if(rooms.begin(), rooms.end(), [&](const auto& e) {
+          return tokens[e.second] + lengths[s] <= token_cap;
+        });
+        if (whole_fit != rooms.end()) {
+          const int32_t w = whole_fit->second;
+          rooms.erase(whole_fit);
+          place(s, w);
+          if (tokens[w] < token_cap) rooms.insert({load[w], w});
           continue;
         }
-        for (const size_t i : *chosen) {
-          const int32_t s = candidates[i];
-          d.owner[s] = w;
-          move_to(s, w, +1);
-          d.owned[w].push_back({lengths[s], s});
-          d.pool.erase(std::lower_bound(d.pool.begin(), d.pool.end(), s, longer));
+        ++cut;
+        for (int64_t start = 0; start < lengths[s];) {
+          FCP_CHECK(!rooms.empty(), std::string(name) + ": the rooms hold every token");
+          const int32_t w = rooms.begin()->second;
+          rooms.erase(rooms.begin());
+          const int64_t length = std::min(lengths[s] - start, token_cap - tokens[w]);
+          place_piece(w, s, start, length);
+          start += length;
+          if (tokens[w] < token_cap) rooms.insert({load[w], w});
         }
       }
-      return d;
+      return cut;
     };
-    Deal deal = refill(0);
-    for (size_t k = 1; k <= kRefillSequences && deal.unfilled > 0; ++k) {
-      Deal next = refill(k);
-      if (next.unfilled < deal.unfilled) deal = std::move(next);
-    }
-    owner = std::move(deal.owner);
-    tokens = std::move(deal.tokens);
-    load = std::move(deal.load);
-    owned = std::move(deal.owned);
-    waiting = std::move(deal.pool);
-    std::set<std::pair<int64_t, int32_t>> rooms;  // workers with any room, by (work, id)
-    for (int32_t w = 0; w < n; ++w)
-      if (tokens[w] < token_cap) rooms.insert({load[w], w});
-    for (const int32_t s : waiting) {
-      // Whole where a room still takes it (a sequence given back whose
-      // room was not refilled), else cut.
-      const auto whole_fit = std::find_if(rooms.begin(), rooms.end(), [&](const auto& e) {
-        return tokens[e.second] + lengths[s] <= token_cap;
-      });
-      if (whole_fit != rooms.end()) {
-        const int32_t w = whole_fit->second;
-        rooms.erase(whole_fit);
-        place(s, w);
-        if (tokens[w] < token_cap) rooms.insert({load[w], w});
-        continue;
+    // Of k = 0 .. kRefillSequences: the first that cuts nothing, else the
+    // one that cuts the fewest (ties: the smaller k).
+    struct Layout {
+      std::vector<int32_t> owner;
+      std::vector<int64_t> tokens, load;
+      std::vector<Owned> owned;
+      std::vector<Piece> pieces;
+    };
+    const Layout dealt{owner, tokens, load, owned, pieces};
+    Layout best;
+    size_t fewest = std::numeric_limits<size_t>::max();
+    for (size_t k = 0; k <= kRefillSequences && fewest > 0; ++k) {
+      if (k > 0) {
+        owner = dealt.owner;
+        tokens = dealt.tokens;
+        load = dealt.load;
+        owned = dealt.owned;
+        pieces = dealt.pieces;
       }
-      for (int64_t start = 0; start < lengths[s];) {
-        FCP_CHECK(!rooms.empty(), std::string(name) + ": the rooms hold every token");
-        const int32_t w = rooms.begin()->second;
-        rooms.erase(rooms.begin());
-        const int64_t length = std::min(lengths[s] - start, token_cap - tokens[w]);
-        place_piece(w, s, start, length);
-        start += length;
-        if (tokens[w] < token_cap) rooms.insert({load[w], w});
+      const size_t cut = refill(k);
+      if (cut < fewest) {
+        fewest = cut;
+        best = Layout{std::move(owner), std::move(tokens), std::move(load), std::move(owned),
+                      std::move(pieces)};
       }
     }
+    owner = std::move(best.owner);
+    tokens = std::move(best.tokens);
+    load = std::move(best.load);
+    owned = std::move(best.owned);
+    pieces = std::move(best.pieces);
   }
   for (Owned& o : owned) std::sort(o.begin(), o.end());
   int64_t moved = 0;  // tokens away from their dataloader worker (none at home)
