@@ -143,6 +143,23 @@ TEST(HomePackingTest, RejectsACapBelowTheEvenShare) {
   EXPECT_THROW(PackAtHome({4, 4}, Mask{}, 2, 4, 0, 1), Error);
 }
 
+// Random all-short lengths, uniform in [1, 256], until `workers` x 4,096
+// tokens; and the cap of a trial: the dataloader share rounded up, 300
+// tokens more on every third.
+std::vector<int64_t> RandomShortLengths(std::mt19937_64& rng, int32_t workers) {
+  std::vector<int64_t> lengths;
+  int64_t total = 0;
+  while (total < int64_t{4096} * workers) {
+    lengths.push_back(1 + static_cast<int64_t>(rng() % 256));
+    total += lengths.back();
+  }
+  return lengths;
+}
+int64_t CapOf(const std::vector<int64_t>& lengths, int32_t workers, int trial) {
+  const int64_t total = SequenceOffsets(lengths).back();
+  return (total + workers - 1) / workers + (trial % 3 == 2 ? 300 : 0);
+}
+
 // Random all-short batches (lengths uniform in [1, 256], blocks of 256,
 // the cap the dataloader share rounded up or a little more), causal and
 // full masks, nodes of 1, 4 and 8 workers: every layout rule holds (each
@@ -157,13 +174,8 @@ TEST(HomePackingTest, RandomAllShortBatchesKeepEveryRule) {
     const int32_t workers = 2 + static_cast<int32_t>(rng() % 31);
     const int32_t node = std::vector<int32_t>{1, 4, 8}[rng() % 3];
     const Mask mask = trial % 4 == 3 ? Mask{MaskKind::kFull, 0} : Mask{};
-    std::vector<int64_t> lengths;
-    int64_t total = 0;
-    while (total < int64_t{4096} * workers) {
-      lengths.push_back(1 + static_cast<int64_t>(rng() % 256));
-      total += lengths.back();
-    }
-    const int64_t cap = (total + workers - 1) / workers + (trial % 3 == 2 ? 300 : 0);
+    const std::vector<int64_t> lengths = RandomShortLengths(rng, workers);
+    const int64_t cap = CapOf(lengths, workers, trial);
     SCOPED_TRACE("trial " + std::to_string(trial));
     const std::optional<HomePacking> p = PackAtHome(lengths, mask, workers, cap, 256, node);
     ASSERT_TRUE(p);
@@ -192,6 +204,100 @@ TEST(HomePackingTest, RandomAllShortBatchesKeepEveryRule) {
     EXPECT_EQ(again->blocks, p->blocks);
   }
   EXPECT_GT(improved, 30);  // most batches: 5% of the tokens buys some balance
+}
+
+// Whole packing (PackWhole). Sequences of 5, 4 and 3 tokens (15, 10 and 6
+// pairs) on two workers of 6 tokens. The deal: 0 to worker 0, 1 to worker
+// 1; 2 fits nowhere (rooms 1 and 2) and waits. No refill fills a room:
+// with nothing given back the pool is sequence 2 alone, longer than both
+// rooms; with one given back each, the rooms are 6 and 6 and the pool 5,
+// 4, 3 has no subset of 6. So sequence 2 is cut, the least loaded worker
+// (1) taking rows 0-1 (3 pairs), worker 0 row 2 (3 pairs, with rows 0-1's
+// K/V from worker 1). No exchange of whole sequences keeps the cap.
+TEST(HomePackingTest, WholePackingCutsOnlyWhatNoRoomTakes) {
+  const std::vector<int64_t> lengths = {5, 4, 3};
+  const std::optional<HomePacking> p = PackWhole(lengths, Mask{}, 2, 6, 8, /*self_check=*/true);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->compute, (std::vector<double>{18, 13}));
+  EXPECT_EQ(p->traffic, (std::vector<double>{2, 2}));
+  EXPECT_EQ(p->send, (std::vector<double>{0, 2}));
+  ASSERT_EQ(p->blocks.size(), 4u);
+  EXPECT_EQ(p->blocks[0], (Block{0, {{0, 0, 5}}}));
+  EXPECT_EQ(p->blocks[1], (Block{1, {{1, 0, 4}}}));
+  EXPECT_EQ(p->blocks[2], (Block{1, {{2, 0, 2}}}));
+  EXPECT_EQ(p->blocks[3], (Block{0, {{2, 2, 1}}}));
+}
+
+// Sequences of 4, 4, 3, 3 and 2 tokens (10, 10, 6, 6, 3 pairs) on two
+// workers of 8. The deal: 0 and 2 to worker 0, 1 and 3 to worker 1, rooms
+// of 1 each, and 2 waits. The rooms are refilled with the fewest
+// sequences given back that fill them all: none back or one back each
+// (rooms 4 and 4, pool 3, 3, 2) fill none; two back each (rooms 8 and 8,
+// pool 4, 4, 3, 3, 2) fills both, worker 0's with 4 + 4 (the longest
+// preferred) and worker 1's with 3 + 3 + 2. Every sequence whole, one
+// stage, at the price of a larger maximum than cutting sequence 4 (20
+// against 18): a cut costs its holders stages the pairs do not show.
+TEST(HomePackingTest, WholePackingRefillsTheRoomsExactly) {
+  const std::vector<int64_t> lengths = {4, 4, 3, 3, 2};
+  const std::optional<HomePacking> p = PackWhole(lengths, Mask{}, 2, 8, 8, /*self_check=*/true);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->compute, (std::vector<double>{20, 15}));
+  EXPECT_EQ(p->traffic, (std::vector<double>{0, 0}));
+  ASSERT_EQ(p->blocks.size(), 2u);
+  EXPECT_EQ(p->blocks[0], (Block{0, {{0, 0, 4}, {1, 0, 4}}}));
+  EXPECT_EQ(p->blocks[1], (Block{1, {{2, 0, 3}, {3, 0, 3}, {4, 0, 2}}}));
+}
+
+TEST(HomePackingTest, WholePackingNeedsEverySequenceInABlock) {
+  EXPECT_FALSE(PackWhole({5, 3}, Mask{}, 2, 4, 4));
+  EXPECT_TRUE(PackWhole({4, 4}, Mask{}, 2, 4, 4));
+  EXPECT_THROW(PackWhole({4, 4}, Mask{}, 2, 3, 4), Error);
+}
+
+// Random all-short batches, as above, packed whole: each token once, the
+// cap, blocks within the block size, the loads recounted (self-check),
+// the same layout twice; at most one cut sequence per worker but one (each
+// cut fills a room), and on most batches none.
+TEST(HomePackingTest, WholePackingKeepsSequencesWholeOnRandomBatches) {
+  std::mt19937_64 rng(39);
+  int uncut = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const int32_t workers = 2 + static_cast<int32_t>(rng() % 31);
+    const Mask mask = trial % 4 == 3 ? Mask{MaskKind::kFull, 0} : Mask{};
+    const std::vector<int64_t> lengths = RandomShortLengths(rng, workers);
+    const int64_t cap = CapOf(lengths, workers, trial);
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    const std::optional<HomePacking> p = PackWhole(lengths, mask, workers, cap, 256);
+    ASSERT_TRUE(p);
+    std::vector<int64_t> covered(lengths.size(), 0), tokens(workers, 0);
+    std::vector<int32_t> segments(lengths.size(), 0);
+    std::vector<double> compute(workers, 0);
+    for (const Block& b : p->blocks) {
+      ASSERT_GE(b.worker, 0);
+      ASSERT_LT(b.worker, workers);
+      EXPECT_LE(b.tokens(), 256);
+      for (const Segment& s : b.segments) {
+        EXPECT_EQ(s.start, covered[s.seq]) << "sequence " << s.seq << " out of order or twice";
+        covered[s.seq] += s.length;
+        ++segments[s.seq];
+        tokens[b.worker] += s.length;
+        compute[b.worker] += static_cast<double>(
+            AllowedPairs(mask, {s.start, s.start + s.length}, {0, lengths[s.seq]}));
+      }
+    }
+    for (size_t s = 0; s < lengths.size(); ++s) EXPECT_EQ(covered[s], lengths[s]) << s;
+    for (int32_t w = 0; w < workers; ++w) EXPECT_LE(tokens[w], cap) << w;
+    EXPECT_EQ(p->compute, compute);
+    const auto cut =
+        std::count_if(segments.begin(), segments.end(), [](int32_t k) { return k > 1; });
+    EXPECT_LT(cut, workers);
+    uncut += cut == 0;
+    const std::optional<HomePacking> again =
+        PackWhole(lengths, mask, workers, cap, 256, /*self_check=*/true);
+    ASSERT_TRUE(again);
+    EXPECT_EQ(again->blocks, p->blocks);
+  }
+  EXPECT_GT(uncut, 50);  // 60 of 60 when written
 }
 
 }  // namespace

@@ -673,6 +673,31 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
       rename = std::move(identity);
     }
   }
+  // With no reshuffle charged (the dataloader adopts the plan), a batch
+  // whose sequences all fit in a block: its sequences whole, dealt and
+  // exchanged at sequence granularity (PackWhole), instead where its step
+  // cost is lower. The balanced plan packs them into block slots in batch
+  // order and cuts those across a slot boundary, so its items are whole
+  // slots: a coarser balance, and a cut sequence computes its second
+  // piece a stage later.
+  std::optional<detail::HomePacking> whole;
+  detail::Assignment whole_assignment;
+  if (by_cost && !config.reshuffle_locality &&
+      (whole = detail::PackWhole(lengths, config.mask, config.workers, plan.token_cap,
+                                 common.base.block_size, config.self_check))) {
+    for (const Block& b : whole->blocks) whole_assignment.owner.push_back(b.worker);
+    whole_assignment.compute = std::move(whole->compute);
+    whole_assignment.traffic = std::move(whole->traffic);
+    whole_assignment.send = std::move(whole->send);
+    if (step_cost(whole->blocks, whole_assignment, identity).base <
+        step_cost(*blocks, *chosen, rename).base) {
+      blocks = &whole->blocks;
+      pairs = &whole->pairs;
+      chosen = &whole_assignment;
+      block_size = common.base.block_size;
+      rename = identity;
+    }
+  }
   plan.block_size = block_size;
   plan.blocks = std::move(*blocks);
   for (size_t b = 0; b < plan.blocks.size(); ++b) plan.blocks[b].worker = rename[chosen->owner[b]];

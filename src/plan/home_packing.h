@@ -73,4 +73,23 @@ std::optional<HomePacking> PackAtHome(const std::vector<int64_t>& lengths, const
                                       int32_t workers, int64_t token_cap, int64_t block_size,
                                       int32_t node_workers, bool self_check = false);
 
+// Whole packing: the layout of a batch whose sequences all fit in one block
+// when nothing is charged for moving tokens (no reshuffle: the dataloader
+// adopts the plan). The sequences dealt whole by LPT, heaviest first, each
+// to the least loaded worker with room for it; the rooms left then
+// refilled exactly by the lightest sequences (each worker's k last dealt,
+// given back, and those that fit nowhere: a bitset subset-sum per room),
+// with the k in 0..4 that cuts the fewest sequences; what no room takes
+// whole is cut across the rooms left, so that every worker stays within
+// the cap exactly as the slots would keep it.
+// Then the exchanges above, with partners the kWholePartners least loaded
+// workers of any node and no movement budget. This is the one-sequence
+// granularity ByteScale-like balances to, within the cap, which
+// ByteScale-like does not keep. Blocks, pairs and loads as above
+// (moved_tokens counted but not bounded). Same preconditions, errors
+// (naming whole packing) and self_check; deterministic (total orders).
+std::optional<HomePacking> PackWhole(const std::vector<int64_t>& lengths, const Mask& mask,
+                                     int32_t workers, int64_t token_cap, int64_t block_size,
+                                     bool self_check = false);
+
 }  // namespace fcp::detail
