@@ -1,10 +1,14 @@
 // MagiAttention-like planner (fcp/baselines.h; PEERS.md section 1): fixed-size
 // chunks of the token stream, MinHeap LPT on mask area with a cardinality cap
-// of ceil(chunks / N) per rank, all remote K/V fetched in one stage.
+// of ceil(chunks / N) per rank, all remote K/V fetched in one stage, each
+// rank receiving exactly the key rows its chunks attend and returning dK/dV
+// for exactly those rows.
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <queue>
 #include <tuple>
+#include <utility>
 
 #include "baseline_common.h"
 #include "fcp/baselines.h"
@@ -64,6 +68,41 @@ Plan MakeMagiPlan(const std::vector<int64_t>& lengths, const PlannerConfig& conf
   const std::vector<RequiredPair> required = RequiredPairs(plan.sequences, plan.blocks, plan.mask);
   baselines::BuildPullStages(plan, required, baselines::PullEdges(plan, required),
                              /*pipelined=*/true);
+
+  // 4. The rows each transfer carries. MagiAttention's static solver fetches
+  // the exact key ranges a rank's chunks attend, less the rank's own (remote
+  // k_ranges = the bucket's k_ranges' holes against the host ranges, moved by
+  // all-to-all-v with split_alignment_kv = 1: meta/solver/dist_attn_solver.py,
+  // _init_host_remote_ranges_global_this_rank), and GroupReduce returns dK/dV
+  // over the same ranges. So a transfer of chunk j to rank w carries the rows
+  // of j that w's chunks attend: under a causal or sliding-window mask a
+  // suffix of j (the head of a sequence that goes on past j), exactly; under
+  // a full mask the range covering j's first and last segments where both
+  // are attended (AttendedRows), whole chunks otherwise.
+  std::map<std::pair<int32_t, int32_t>, TokenRange> attended;  // (rank, chunk) -> rows
+  for (const RequiredPair& p : required) {
+    const int32_t w = plan.blocks[p.q_block].worker;
+    if (w == plan.blocks[p.kv_block].worker) continue;
+    const TokenRange rows =
+        AttendedRows(plan.sequences, plan.blocks[p.q_block], plan.blocks[p.kv_block], plan.mask);
+    TokenRange& span = attended[{w, p.kv_block}];
+    span = span.empty()
+               ? rows
+               : TokenRange{std::min(span.begin, rows.begin), std::max(span.end, rows.end)};
+  }
+  const auto trim = [&](Transfer& t, int32_t receiver) {
+    const TokenRange rows = attended.at({receiver, t.block});
+    if (rows.begin > 0 || rows.end < plan.blocks[t.block].tokens()) {
+      t.row_begin = rows.begin;
+      t.row_count = rows.size();
+    }
+  };
+  for (ForwardStage& s : plan.forward)
+    for (Transfer& t : s.send) trim(t, t.dst);
+  for (BackwardStage& s : plan.backward) {
+    for (Transfer& t : s.send_kv) trim(t, t.dst);
+    for (Transfer& t : s.send_dkv) trim(t, t.src);  // the partial of the rows it received
+  }
   baselines::FinishPlan(plan, 1);
   return plan;
 }

@@ -185,4 +185,24 @@ std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,
   return pairs;
 }
 
+TokenRange AttendedRows(const std::vector<int64_t>& sequences, const Block& q, const Block& kv,
+                        const Mask& mask) {
+  TokenRange span{0, 0};
+  int64_t row = 0;  // kv's first row of the segment
+  for (const Segment& k : kv.segments) {
+    for (const Segment& x : q.segments) {
+      if (x.seq != k.seq) continue;
+      const TokenRange keys = AttendedKeys(mask, {x.start, x.start + x.length}, sequences[k.seq]);
+      const int64_t lo = std::max(keys.begin, k.start), hi = std::min(keys.end, k.start + k.length);
+      if (lo >= hi) continue;
+      const TokenRange rows{row + lo - k.start, row + hi - k.start};
+      span = span.empty()
+                 ? rows
+                 : TokenRange{std::min(span.begin, rows.begin), std::max(span.end, rows.end)};
+    }
+    row += k.length;
+  }
+  return span;
+}
+
 }  // namespace fcp

@@ -64,4 +64,14 @@ std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,
                                         const std::vector<Block>& blocks, const Mask& mask,
                                         const SequenceIndex& index);
 
+// The smallest range of `kv`'s rows (its segments concatenated, in order)
+// holding every key row that some query of `q` attends under `mask`; empty
+// ({0, 0}) when none does. Exact for one query segment (AttendedKeys); a
+// covering range when q's segments attend parts of kv that are not adjacent
+// (a full mask reaching kv's first and last segments). Used for transfers
+// that carry part of a block (docs/plan-format.md, "Row ranges").
+// O(segments of q x segments of kv).
+TokenRange AttendedRows(const std::vector<int64_t>& sequences, const Block& q, const Block& kv,
+                        const Mask& mask);
+
 }  // namespace fcp
