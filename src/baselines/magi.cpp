@@ -4,11 +4,9 @@
 // rank receiving exactly the key rows its chunks attend and returning dK/dV
 // for exactly those rows.
 #include <algorithm>
-#include <map>
 #include <numeric>
 #include <queue>
 #include <tuple>
-#include <utility>
 
 #include "baseline_common.h"
 #include "fcp/baselines.h"
@@ -79,30 +77,7 @@ Plan MakeMagiPlan(const std::vector<int64_t>& lengths, const PlannerConfig& conf
   // suffix of j (the head of a sequence that goes on past j), exactly; under
   // a full mask the range covering j's first and last segments where both
   // are attended (AttendedRows), whole chunks otherwise.
-  std::map<std::pair<int32_t, int32_t>, TokenRange> attended;  // (rank, chunk) -> rows
-  for (const RequiredPair& p : required) {
-    const int32_t w = plan.blocks[p.q_block].worker;
-    if (w == plan.blocks[p.kv_block].worker) continue;
-    const TokenRange rows =
-        AttendedRows(plan.sequences, plan.blocks[p.q_block], plan.blocks[p.kv_block], plan.mask);
-    TokenRange& span = attended[{w, p.kv_block}];
-    span = span.empty()
-               ? rows
-               : TokenRange{std::min(span.begin, rows.begin), std::max(span.end, rows.end)};
-  }
-  const auto trim = [&](Transfer& t, int32_t receiver) {
-    const TokenRange rows = attended.at({receiver, t.block});
-    if (rows.begin > 0 || rows.end < plan.blocks[t.block].tokens()) {
-      t.row_begin = rows.begin;
-      t.row_count = rows.size();
-    }
-  };
-  for (ForwardStage& s : plan.forward)
-    for (Transfer& t : s.send) trim(t, t.dst);
-  for (BackwardStage& s : plan.backward) {
-    for (Transfer& t : s.send_kv) trim(t, t.dst);
-    for (Transfer& t : s.send_dkv) trim(t, t.src);  // the partial of the rows it received
-  }
+  TrimTransfersToAttendedRows(plan, required);
   baselines::FinishPlan(plan, 1);
   return plan;
 }

@@ -74,4 +74,15 @@ std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,
 TokenRange AttendedRows(const std::vector<int64_t>& sequences, const Block& q, const Block& kv,
                         const Mask& mask);
 
+// Cuts every K/V transfer of a direct-pull plan (each block sent by its owner
+// straight to the workers that compute with it, each partial straight back)
+// to the rows its receiver attends: the span of AttendedRows over the
+// receiver's required pairs with the block; the partial coming back gets the
+// same rows. A transfer whose receiver attends every row stays whole, so a
+// plan where no receiver can do with less is unchanged. A plan with a relay
+// (a K/V send from a worker that does not own the block, or a partial sent
+// to one) is left as it is. `required`: the plan's required pairs.
+// O(required pairs x segments of their two blocks + transfers).
+void TrimTransfersToAttendedRows(Plan& plan, const std::vector<RequiredPair>& required);
+
 }  // namespace fcp
