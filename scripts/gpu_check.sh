@@ -107,9 +107,9 @@ if [ -f "profiles/$profile.json" ]; then
   say ""; say "### Simulator, Figure 11 setup (docs/evaluation.md), measured profile vs gpu-x"; say ""
   for prof in "profiles/$profile.json" gpu-x; do
     if [ "$(elapsed)" -gt 330 ]; then say "skipped the simulator with $prof: time budget"; continue; fi
-    say "\`fcp compare --dist lognormal --workers 16,32,64,128 --profile $prof --reshuffle none --baseline-reshuffle none --planners fcp,ring,bytescale,wlb,magi\`"
+    say "\`fcp compare --dist lognormal --workers 16,32,64,128 --profile $prof --reshuffle none --planners fcp,ring,bytescale,wlb,magi\`"
     block timeout 60 "$F" compare --dist lognormal --workers 16,32,64,128 --profile "$prof" --reshuffle none \
-      --baseline-reshuffle none --planners fcp,ring,bytescale,wlb,magi
+      --planners fcp,ring,bytescale,wlb,magi
   done
 fi
 

@@ -141,6 +141,113 @@ TEST(BaselinesTest, MagiChunksAndLpt) {
   EXPECT_LE(m.max_compute, m.total_forward_flops / n + m.compute_lower_bound);
 }
 
+// Magi's traffic as MagiAttention moves it: each rank receives exactly the
+// key rows its chunks attend. N = 2, causal, sequences {2, 4, 58}: T = 64,
+// chunks of ceil(64 / 16) = 4 tokens, 8 a rank:
+//   c0 = s0[0,2) s1[0,2)   c1 = s1[2,4) s2[0,2)   c_k = s2[4k-6, 4k-2), k = 2..15
+// Areas (causal pairs): c0 6, c1 10, c_k 16k - 14. LPT (largest first, least
+// loaded rank, ties to the lower rank, at most 8 chunks a rank) gives
+//   r0: c15 c12 c11 c8 c7 c4 c3 c0   r1: c14 c13 c10 c9 c6 c5 c2 c1.
+// r0's last query (s2 token 57) attends s2[0,58): it receives c1's s2 rows
+// [2,4) and r1's six whole s2 chunks plus c2: 2 + 7 x 4 = 30 tokens (32 as
+// whole chunks). r1's s1 queries attend s1[0,2), c0's rows [2,4); its last
+// s2 query (token 53) attends s2[0,54), r0's c3 c4 c7 c8 c11 c12 but not
+// c15: 2 + 6 x 4 = 26 tokens (28 as whole chunks). dK/dV go back over the
+// same rows.
+TEST(BaselinesTest, MagiReceivesExactlyTheKeyRowsItsChunksAttend) {
+  const Plan plan = MakeMagiPlan({2, 4, 58}, Config("magi", 2, MaskKind::kCausal));
+  ASSERT_NO_THROW(ValidatePlan(plan));
+  ASSERT_EQ(plan.blocks.size(), 16u);
+  const std::vector<int32_t> r0 = {0, 3, 4, 7, 8, 11, 12, 15};
+  for (int32_t c = 0; c < 16; ++c)
+    EXPECT_EQ(plan.blocks[c].worker, std::count(r0.begin(), r0.end(), c) ? 0 : 1) << "chunk " << c;
+  ASSERT_EQ(plan.forward.size(), 2u);
+  for (const Transfer& t : plan.forward[0].send) {
+    SCOPED_TRACE("chunk " + std::to_string(t.block) + " to " + std::to_string(t.dst));
+    if (t.block == 0 || t.block == 1) {
+      EXPECT_EQ(t.row_begin, 2);
+      EXPECT_EQ(t.row_count, 2);
+    } else {
+      EXPECT_TRUE(t.all_rows());
+    }
+    EXPECT_NE(t.block, 15);  // attended by no query of r1
+  }
+  const PlanMetrics m = ComputePlanMetrics(plan);
+  const int64_t kv_bytes_per_token = KvTransferBytes(plan.attention, 1);
+  EXPECT_EQ(m.workers[0].bytes_received, 30 * kv_bytes_per_token);
+  EXPECT_EQ(m.workers[1].bytes_received, 26 * kv_bytes_per_token);
+  // The backward moves the same rows: K/V to the receiver, dK/dV back.
+  int64_t kv_rows = 0, dkv_rows = 0;
+  for (const BackwardStage& s : plan.backward) {
+    for (const Transfer& t : s.send_kv) kv_rows += t.rows(plan.blocks[t.block].tokens());
+    for (const Transfer& t : s.send_dkv) dkv_rows += t.rows(plan.blocks[t.block].tokens());
+  }
+  EXPECT_EQ(kv_rows, 30 + 26);
+  EXPECT_EQ(dkv_rows, 30 + 26);
+}
+
+// The same on random batches: a rank receives, per sequence, exactly the
+// keys some query of its chunks attends that it does not hold (counted
+// token by token here), under causal and sliding-window masks; under a full
+// mask at least that many (a chunk's first and last segments both attended
+// are sent as one range, the rows between included), never more than whole
+// chunks.
+TEST(BaselinesTest, MagiReceivedRowsAreTheExactAttendedKeys) {
+  uint64_t seed = 7;
+  int32_t fewer_than_whole = 0;  // batches where the exact rows are fewer than whole chunks
+  for (int32_t n : {2, 4, 8, 16})
+    for (MaskKind kind : {MaskKind::kCausal, MaskKind::kSlidingWindow, MaskKind::kFull}) {
+      const std::vector<int64_t> lengths = Workload(LengthDistribution::kLognormal, n, seed++);
+      const PlannerConfig config = Config("magi", n, kind);
+      const Plan plan = MakeMagiPlan(lengths, config);
+      ASSERT_NO_THROW(ValidatePlan(plan));
+      SCOPED_TRACE("N=" + std::to_string(n) + " " + MaskKindName(kind));
+      std::vector<int64_t> exact(n, 0);
+      for (int32_t w = 0; w < n; ++w)
+        for (size_t s = 0; s < lengths.size(); ++s) {
+          // Per query token q, the keys PLAN_FORMAT's mask rule lets it attend
+          // (causal k <= q, full all, window q - W < k <= q), added up as a
+          // difference array.
+          std::vector<int64_t> attended(lengths[s] + 1, 0);
+          std::vector<char> own(lengths[s], 0);
+          for (const Block& b : plan.blocks)
+            for (const Segment& x : b.segments) {
+              if (x.seq != static_cast<int32_t>(s) || b.worker != w) continue;
+              for (int64_t q = x.start; q < x.start + x.length; ++q) {
+                own[q] = 1;
+                const int64_t lo = kind == MaskKind::kSlidingWindow
+                                       ? std::max<int64_t>(0, q - config.mask.window + 1)
+                                       : 0;
+                const int64_t hi = kind == MaskKind::kFull ? lengths[s] : q + 1;
+                ++attended[lo];
+                --attended[hi];
+              }
+            }
+          int64_t depth = 0;
+          for (int64_t k = 0; k < lengths[s]; ++k) {
+            depth += attended[k];
+            exact[w] += depth > 0 && !own[k];
+          }
+        }
+      std::vector<int64_t> received(n, 0), whole(n, 0);
+      for (const ForwardStage& st : plan.forward)
+        for (const Transfer& t : st.send) {
+          received[t.dst] += t.rows(plan.blocks[t.block].tokens());
+          whole[t.dst] += plan.blocks[t.block].tokens();
+        }
+      for (int32_t w = 0; w < n; ++w) {
+        if (kind == MaskKind::kFull) {
+          EXPECT_GE(received[w], exact[w]) << "rank " << w;
+        } else {
+          EXPECT_EQ(received[w], exact[w]) << "rank " << w;
+        }
+        EXPECT_LE(received[w], whole[w]) << "rank " << w;
+        fewer_than_whole += received[w] < whole[w];
+      }
+    }
+  EXPECT_GT(fewer_than_whole, 10);
+}
+
 // ByteScale: a sequence that fits one worker's share is whole on one worker;
 // a longer one is spread over ceil(L / share) workers.
 TEST(BaselinesTest, ByteScaleGroupsByLength) {

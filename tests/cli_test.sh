@@ -123,10 +123,35 @@ case_happy_paths() {
     --max-len 8192 --block-size 256 --planners fcp,ring,magi --csv "$tmp/compare.csv"
   contains "compare" "$tmp/stdout" "magi"
   contains "compare names the engine" "$tmp/stdout" "; network auto"
-  [[ $(wc -l <"$tmp/compare.csv") -eq 7 ]] || fail "compare: expected a header and 6 CSV rows"
+  [[ $(wc -l <"$tmp/compare.csv") -eq 13 ]] ||
+    fail "compare: expected a header and 12 CSV rows (2 N x 3 planners x 2 rules)"
   head -1 "$tmp/compare.csv" | grep -q '^dist,seed,workers,.*,plan_s,sim_s,bound_s,bound_ratio,forward_bound_' ||
     fail "compare: the bound columns follow the existing ones"
   [[ $(awk -F, '{print NF}' "$tmp/compare.csv" | sort -u | wc -l) -eq 1 ]] || fail "compare: ragged CSV rows"
+  contains "compare names both rules" "$tmp/stdout" "rule own-layout: every planner in its own layout"
+  contains "compare names both rules" "$tmp/stdout" "rule dataloader: every planner from the dataloader"
+  # Equal terms: under own-layout nobody is charged a reshuffle, under
+  # dataloader everybody is (the same mode for every planner), and ring's and
+  # magi's layouts move tokens, so their charge is not zero; every (N,
+  # planner) has a row under each rule.
+  awk -F, 'NR == 1 { for (i = 1; i <= NF; ++i) col[$i] = i; next }
+    { rule = $col["rule"]; mode = $col["reshuffle"]; bytes = $col["reshuffle_bytes"] + 0
+      p = $col["planner"]; seen[$col["workers"] " " p " " rule] = 1
+      if (rule == "own-layout" && (mode != "none" || bytes != 0)) bad = bad " " p "/" rule
+      if (rule == "dataloader" && mode != "overlap") bad = bad " " p "/" rule
+      if (rule == "dataloader" && p != "fcp" && bytes <= 0) bad = bad " " p "/" rule "/bytes"
+      if (rule != "own-layout" && rule != "dataloader") bad = bad " " p "/" rule }
+    END { if (length(seen) != 12) bad = bad " rows"; if (bad != "") { print bad; exit 1 } }' \
+    "$tmp/compare.csv" >"$tmp/rules.txt" || fail "compare: a planner off the rule of its row: $(cat "$tmp/rules.txt")"
+  expect 0 "compare --reshuffle charged --reshuffle-charge blocking" -- compare --workers 4 \
+    --tokens-per-worker 2048 --max-len 8192 --block-size 256 --planners fcp,magi --reshuffle charged \
+    --reshuffle-charge blocking --csv "$tmp/charged.csv"
+  [[ $(cut -d, -f9,10 "$tmp/charged.csv" | sort -u | tr '\n' ' ') == "dataloader,blocking rule,reshuffle " ]] ||
+    fail "compare --reshuffle charged: every row under the dataloader rule, blocking"
+  expect 0 "compare --reshuffle none" -- compare --workers 4 --tokens-per-worker 2048 \
+    --max-len 8192 --block-size 256 --planners fcp,magi --reshuffle none --csv "$tmp/none.csv"
+  [[ $(cut -d, -f9,10 "$tmp/none.csv" | sort -u | tr '\n' ' ') == "own-layout,none rule,reshuffle " ]] ||
+    fail "compare --reshuffle none: every row under the own-layout rule"
   expect 0 "compare in balance mode" -- compare --workers 4 --tokens-per-worker 2048 \
     --max-len 8192 --block-size 256 --planners fcp --network-flops-per-byte 0
   # compare takes the planner's flags from the same table as plan.
@@ -436,6 +461,12 @@ case_exit_codes() {
     --network-quantum -1
   expect 2 "simulate --mask-like bad --transfers" -- simulate --plan "$tmp/plan.json" --transfers push
   expect 2 "compare --reshuffle foo" -- compare --workers 2 --planners fcp --reshuffle foo
+  contains "compare --reshuffle foo message" "$tmp/stderr" "--reshuffle must be none, charged or both, got 'foo'"
+  expect 2 "compare --reshuffle overlap (a mode, not a rule)" -- compare --workers 2 --planners fcp \
+    --reshuffle overlap
+  expect 2 "compare --reshuffle-charge none" -- compare --workers 2 --planners fcp --reshuffle-charge none
+  expect 2 "compare --baseline-reshuffle (removed: one rule for all)" -- compare --workers 2 \
+    --planners fcp --baseline-reshuffle none
   expect 2 "workload --min-len 0" -- workload --min-len 0
   expect 2 "plan --planner nope" -- plan --lengths "$tmp/lengths.txt" --workers 2 --planner nope --out "$tmp/x.json"
   expect 2 "simulate --per-worker without --json" -- simulate --plan "$tmp/plan.json" --per-worker

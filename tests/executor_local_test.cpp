@@ -23,6 +23,7 @@
 #include "fcp/planner.h"
 #include "fcp/planner_registry.h"
 #include "fcp/reference_attention.h"
+#include "hand_plans.h"
 #include "test_plans.h"
 #include "thread_runner.h"
 
@@ -96,6 +97,30 @@ TEST(ExecutorLocal, RegisteredPlanners) {
       config.attention = {4, 2, 8, 4};
       ExpectExact(MakePlan(Spec(3, mask, 2).sequences, config), /*backward=*/true);
     }
+}
+
+// Transfers that carry part of their block (docs/plan-format.md, "Row
+// ranges"): MagiAttention-like plans send each rank only the key rows its
+// chunks attend and take back dK/dV for those rows; every mask, 2-4 ranks,
+// exact against the reference. The hand-drawn RowRangePlan as well.
+TEST(ExecutorLocal, RowRangeTransfers) {
+  int32_t plans_with_ranges = 0;
+  for (int32_t workers = 2; workers <= 4; ++workers)
+    for (const Mask& mask : kMasks) {
+      PlannerConfig config;
+      config.planner = "magi";
+      config.workers = workers;
+      config.mask = mask;
+      config.attention = {4, 2, 8, 4};
+      const Plan plan = MakePlan(Spec(workers, mask, 2).sequences, config);
+      bool ranges = false;
+      for (const BackwardStage& st : plan.backward)
+        for (const Transfer& t : st.send_dkv) ranges = ranges || !t.all_rows();
+      plans_with_ranges += ranges;
+      ExpectExact(plan, /*backward=*/true);
+    }
+  EXPECT_GE(plans_with_ranges, 6);  // the test exercises partial messages both ways
+  ExpectExact(testing::RowRangePlan(), /*backward=*/true);
 }
 
 // Every sender holds back its first input-reshuffle message for 30 ms, so

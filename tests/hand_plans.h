@@ -79,4 +79,27 @@ inline Plan ThreeWorkerPlan() {
   return p;
 }
 
+// Two workers, causal, sequences {2, 6}; K/V sent as a row range (the
+// extension of docs/plan-format.md):
+//
+//   B0 = s0[0,2) s1[0,2) on w0 (rows 0-1: s0, rows 2-3: s1), B1 = s1[2,6) on w1
+//
+// w1's queries (s1 tokens 2-5) attend only s1's keys: rows [2, 4) of B0, so
+// B0 goes to w1 as those two rows and its partial dK/dV comes back as them.
+//
+//   forward   stage 0: send B0 rows [2,4) w0->w1 | compute (0,0) (1,1)
+//             stage 1:                           | compute (1,0)
+//   backward  stage 0: send_kv as forward 0      | compute (0,0) (1,1)
+//             stage 1:                           | compute (1,0)
+//             stage 2: send_dkv B0 rows [2,4) w1->w0
+inline Plan RowRangePlan() {
+  Plan p = OneSequenceOf12(2, 4);
+  p.sequences = {2, 6};
+  p.blocks = {{0, {{0, 0, 2}, {1, 0, 2}}}, {1, {{1, 2, 4}}}};
+  p.forward = {{{{0, 0, 1, 2, 2}}, {{0, 0}, {1, 1}}}, {{}, {{1, 0}}}};
+  p.backward = {
+      {{{0, 0, 1, 2, 2}}, {}, {{0, 0}, {1, 1}}}, {{}, {}, {{1, 0}}}, {{}, {{0, 1, 0, 2, 2}}, {}}};
+  return p;
+}
+
 }  // namespace fcp::testing

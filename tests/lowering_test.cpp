@@ -21,6 +21,7 @@
 #include "fcp/lowering.h"
 #include "fcp/planner.h"
 #include "fcp/planner_registry.h"
+#include "fcp/required_pairs.h"
 #include "hand_plans.h"
 #include "test_plans.h"
 
@@ -45,8 +46,8 @@ TEST(Lowering, ThreeWorkerPlanRankTwo) {
   EXPECT_EQ(p.forward.pool_rows, 8);
   EXPECT_EQ(p.forward.peak_slots, 2);
   const auto& f = p.forward.stages;
-  EXPECT_EQ(f[0].kv_recv, (std::vector<KvRecv>{{1, 1, 0, 4}}));
-  EXPECT_EQ(f[1].kv_recv, (std::vector<KvRecv>{{0, 0, 4, 4}}));
+  EXPECT_EQ(f[0].kv_recv, (std::vector<KvRecv>{{1, 1, 0, 4, 0, 4}}));
+  EXPECT_EQ(f[1].kv_recv, (std::vector<KvRecv>{{0, 0, 4, 4, 0, 4}}));
   EXPECT_TRUE(f[2].kv_recv.empty());
   for (const auto& s : f) EXPECT_TRUE(s.kv_send.empty());
   ASSERT_EQ(f[0].compute.size(), 1u);
@@ -75,8 +76,8 @@ TEST(Lowering, ThreeWorkerPlanRankTwo) {
   EXPECT_TRUE(b[1].compute[0].dkv_in_partial);
   EXPECT_EQ(b[1].compute[0].dkv_row, 0);
   EXPECT_EQ(b[2].compute[0].dkv_row, 4);
-  EXPECT_EQ(b[2].dkv_send, (std::vector<DkvSend>{{1, 1, 0, 4}}));
-  EXPECT_EQ(b[3].dkv_send, (std::vector<DkvSend>{{0, 0, 4, 4}}));
+  EXPECT_EQ(b[2].dkv_send, (std::vector<DkvSend>{{1, 1, 0, 4, 0, 4}}));
+  EXPECT_EQ(b[3].dkv_send, (std::vector<DkvSend>{{0, 0, 4, 4, 0, 4}}));
   EXPECT_FALSE(b[0].compute[0].dkv_in_partial);  // its own block
   EXPECT_EQ(p.forward_final_stage, (std::vector<int32_t>{0, 1, 2}));
   // dq: each block's last query compute (B2's is (2,0) in stage 2); dk, dv:
@@ -90,12 +91,29 @@ TEST(Lowering, ThreeWorkerPlanRankTwo) {
 TEST(Lowering, ThreeWorkerPlanRankOne) {
   const RankProgram p = LowerPlan(testing::ThreeWorkerPlan(), 1);
   const auto& f = p.forward.stages;
-  EXPECT_EQ(f[0].kv_send, (std::vector<KvSend>{{1, 2, false, 0, 4}}));
-  EXPECT_EQ(f[0].kv_recv, (std::vector<KvRecv>{{0, 0, 0, 4}}));
+  EXPECT_EQ(f[0].kv_send, (std::vector<KvSend>{{1, 2, false, 0, 4, 0, 4}}));
+  EXPECT_EQ(f[0].kv_recv, (std::vector<KvRecv>{{0, 0, 0, 4, 0, 4}}));
   EXPECT_EQ(p.forward.pool_rows, 4);
   const auto& b = p.backward.stages;
-  EXPECT_EQ(b[2].dkv_send, (std::vector<DkvSend>{{0, 0, 0, 4}}));
-  EXPECT_EQ(b[2].dkv_recv, (std::vector<DkvRecv>{{1, 2, false, 0, 4}}));
+  EXPECT_EQ(b[2].dkv_send, (std::vector<DkvSend>{{0, 0, 0, 4, 0, 4}}));
+  EXPECT_EQ(b[2].dkv_recv, (std::vector<DkvRecv>{{1, 2, false, 0, 4, 0, 4}}));
+}
+
+// RowRangePlan (tests/hand_plans.h): B0 (rows 0-1 s0, 2-3 s1) on rank 0
+// goes to rank 1 as its rows [2, 4), and the partial comes back as them.
+// Every message says which rows of its block it moves; the receive slot
+// still spans the whole block (4 pool rows), and the call reads all 4.
+TEST(Lowering, RowRangeMessages) {
+  const Plan plan = testing::RowRangePlan();
+  const RankProgram r0 = LowerPlan(plan, 0), r1 = LowerPlan(plan, 1);
+  EXPECT_EQ(r0.forward.stages[0].kv_send, (std::vector<KvSend>{{0, 1, false, 0, 2, 2, 4}}));
+  EXPECT_EQ(r1.forward.stages[0].kv_recv, (std::vector<KvRecv>{{0, 0, 0, 2, 2, 4}}));
+  EXPECT_EQ(r1.forward.pool_rows, 4);
+  ASSERT_EQ(r1.forward.stages[1].compute.size(), 1u);
+  EXPECT_EQ(r1.forward.stages[1].compute[0].kv_rows, 4);
+  EXPECT_TRUE(r1.forward.stages[1].compute[0].kv_in_pool);
+  EXPECT_EQ(r1.backward.stages[2].dkv_send, (std::vector<DkvSend>{{0, 0, 0, 2, 2, 4}}));
+  EXPECT_EQ(r0.backward.stages[2].dkv_recv, (std::vector<DkvRecv>{{0, 1, false, 0, 2, 2, 4}}));
 }
 
 // Two workers, sequences {4, 4} (tokens 0-3 at rank 0, 4-7 at rank 1),
@@ -277,23 +295,27 @@ bool SelfSourced(const Plan& plan, const RankProgram& p, int32_t b) {
 
 // Symbolic run of one pass of one rank's program over its pool: every row
 // carries the (block, row in block) it holds; reads must see the block they
-// name, and no receipt may land on rows read in the same stage.
+// name (a call: the rows its query block attends, which is all a call needs
+// of a slot that a row-range receipt filled in part; a send: the rows it
+// sends), and no receipt may land on rows read in the same stage. A partial
+// row is written by the calls that attend it and sent by a message that
+// covers it.
 template <typename Stages>
 void CheckPass(const Plan& plan, const Stages& stages, const PassProgram& pass,
                const RankProgram& p, bool backward, const std::string& what) {
   ASSERT_EQ(pass.stages.size(), stages.size()) << what;
   std::vector<std::pair<int32_t, int64_t>> pool(static_cast<size_t>(pass.pool_rows), {-1, 0});
   std::vector<int32_t> partial(static_cast<size_t>(pass.partial_rows), -1);  // -1: zero
-  auto read = [&](int32_t block, bool in_pool, int64_t row, int64_t rows, std::vector<char>& busy,
-                  const std::string& where) {
-    ASSERT_EQ(rows, plan.blocks[block].tokens()) << where;
+  // Rows [lo, hi) of `block`, whose first row is `row` of local rows or the pool.
+  auto read = [&](int32_t block, bool in_pool, int64_t row, int64_t lo, int64_t hi,
+                  std::vector<char>& busy, const std::string& where) {
     if (!in_pool) {
       ASSERT_EQ(plan.blocks[block].worker, p.rank) << where;
       ASSERT_EQ(row, p.block_row[block]) << where;
       return;
     }
-    ASSERT_LE(row + rows, pass.pool_rows) << where;
-    for (int64_t i = 0; i < rows; ++i) {
+    ASSERT_LE(row + plan.blocks[block].tokens(), pass.pool_rows) << where;
+    for (int64_t i = lo; i < hi; ++i) {
       ASSERT_EQ(pool[row + i], (std::pair<int32_t, int64_t>{block, i})) << where;
       busy[row + i] = 1;
     }
@@ -323,12 +345,15 @@ void CheckPass(const Plan& plan, const Stages& stages, const PassProgram& pass,
       ASSERT_EQ(c.q_block, mine[i].q_block) << where;
       ASSERT_EQ(c.kv_block, mine[i].kv_block) << where;
       ASSERT_EQ(c.q_row, p.block_row[c.q_block]) << where;
-      read(c.kv_block, c.kv_in_pool, c.kv_row, c.kv_rows, busy,
+      ASSERT_EQ(c.kv_rows, plan.blocks[c.kv_block].tokens()) << where;
+      const TokenRange attended =
+          AttendedRows(plan.sequences, plan.blocks[c.q_block], plan.blocks[c.kv_block], plan.mask);
+      read(c.kv_block, c.kv_in_pool, c.kv_row, attended.begin, attended.end, busy,
            where + " call " + std::to_string(i));
       if (backward) {
         ASSERT_EQ(c.dkv_in_partial, plan.blocks[c.kv_block].worker != p.rank) << where;
         if (c.dkv_in_partial)
-          for (int64_t r = 0; r < c.kv_rows; ++r) {
+          for (int64_t r = attended.begin; r < attended.end; ++r) {
             ASSERT_TRUE(partial[c.dkv_row + r] == -1 || partial[c.dkv_row + r] == c.kv_block)
                 << where;
             partial[c.dkv_row + r] = c.kv_block;
@@ -337,24 +362,33 @@ void CheckPass(const Plan& plan, const Stages& stages, const PassProgram& pass,
           ASSERT_EQ(c.dkv_row, p.block_row[c.kv_block]) << where;
       }
     }
-    for (const KvSend& s : sp.kv_send)
-      read(s.block, s.from_pool, s.row, s.rows, busy, where + " send");
-    for (const KvRecv& r : sp.kv_recv)
-      for (int64_t i = 0; i < r.rows; ++i) {
+    for (const KvSend& s : sp.kv_send) {
+      ASSERT_EQ(s.block_rows, plan.blocks[s.block].tokens()) << where;
+      read(s.block, s.from_pool, s.row, s.row_begin, s.row_begin + s.rows, busy, where + " send");
+    }
+    for (const KvRecv& r : sp.kv_recv) {
+      ASSERT_EQ(r.block_rows, plan.blocks[r.block].tokens()) << where;
+      ASSERT_LE(r.row_begin + r.rows, r.block_rows) << where;
+      for (int64_t i = r.row_begin; i < r.row_begin + r.rows; ++i) {
         ASSERT_FALSE(busy[r.pool_row + i])
             << where << ": a receipt overwrites rows read in its stage";
         pool[r.pool_row + i] = {r.block, i};
       }
-    for (const DkvSend& s : sp.dkv_send)
-      for (int64_t r = 0; r < s.rows; ++r) {
-        ASSERT_EQ(partial[s.partial_row + r], s.block)
-            << where << ": dkv send of an empty or foreign partial";
+    }
+    for (const DkvSend& s : sp.dkv_send) {
+      bool written = false;
+      for (int64_t r = s.row_begin; r < s.row_begin + s.rows; ++r) {
+        ASSERT_TRUE(partial[s.partial_row + r] == s.block || partial[s.partial_row + r] == -1)
+            << where << ": dkv send of a foreign partial";
+        written = written || partial[s.partial_row + r] == s.block;
         partial[s.partial_row + r] = -1;
       }
+      ASSERT_TRUE(written) << where << ": dkv send of an empty partial";
+    }
     for (const DkvRecv& r : sp.dkv_recv) {
       ASSERT_EQ(r.into_partial, plan.blocks[r.block].worker != p.rank) << where;
       if (!r.into_partial) continue;
-      for (int64_t i = 0; i < r.rows; ++i) {
+      for (int64_t i = r.row_begin; i < r.row_begin + r.rows; ++i) {
         ASSERT_TRUE(partial[r.row + i] == -1 || partial[r.row + i] == r.block) << where;
         partial[r.row + i] = r.block;
       }

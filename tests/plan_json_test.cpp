@@ -114,8 +114,9 @@ TEST(PlanJsonTest, RoundTripIsByteIdentical) {
   big.sequences = {int64_t{1} << 31};
   Plan options = testing::TwoWorkerPlan();
   options.planner_options = {{"a", 0.1}, {"b", 4}, {"c", 1e-300}, {"d", 12462.5}};
-  for (const Plan& plan : {testing::TwoWorkerPlan(), testing::ThreeWorkerPlan(),
-                           ReadPlanJson(kHandJson), empty_stages, window, big, options}) {
+  for (const Plan& plan :
+       {testing::TwoWorkerPlan(), testing::ThreeWorkerPlan(), ReadPlanJson(kHandJson), empty_stages,
+        window, big, options, testing::RowRangePlan()}) {
     const std::string first = WritePlanJson(plan);
     const Plan read = ReadPlanJson(first);
     EXPECT_EQ(read, plan);
@@ -263,6 +264,35 @@ INSTANTIATE_TEST_SUITE_P(AllFields, PlanJsonMalformedTest, ::testing::ValuesIn(k
 
 // Options come back sorted by name whatever order a planner stored them in,
 // and the file lists them in that order.
+// The row-range extension (docs/plan-format.md): a stage lists the
+// transfers that carry part of their block by index; the others carry all.
+TEST(PlanJsonTest, RowRangesAreWrittenByIndexAndReadBack) {
+  const std::string text = WritePlanJson(testing::RowRangePlan());
+  EXPECT_THAT(text, HasSubstr("{\"send\": [[0, 0, 1]], \"send_rows\": [[0, 2, 2]], \"compute\""));
+  EXPECT_THAT(text, HasSubstr("\"send_kv\": [[0, 0, 1]], \"send_kv_rows\": [[0, 2, 2]], "
+                              "\"send_dkv\": []"));
+  EXPECT_THAT(text, HasSubstr("\"send_dkv\": [[0, 1, 0]], \"send_dkv_rows\": [[0, 2, 2]]"));
+  // Plans without ranges say nothing of them.
+  EXPECT_THAT(WritePlanJson(testing::ThreeWorkerPlan()), Not(HasSubstr("_rows")));
+  const Plan read = ReadPlanJson(text);
+  EXPECT_EQ(read.forward[0].send[0], (Transfer{0, 0, 1, 2, 2}));
+  EXPECT_EQ(read.backward[2].send_dkv[0], (Transfer{0, 1, 0, 2, 2}));
+  EXPECT_TRUE(read.forward[1].send.empty());
+  for (const auto& [bad, message] : std::vector<std::pair<std::string, std::string>>{
+           {"[[1, 2, 2]]",
+            "field 'forward[0].send_rows[0][0]' must name a transfer after the "
+            "previous one, got 1 (1 transfers)"},
+           {"[[0, -1, 2]]", "field 'forward[0].send_rows[0][1]' must be >= 0, got -1"},
+           {"[[0, 2, 0]]", "field 'forward[0].send_rows[0][2]' must be >= 1, got 0"},
+           {"[[0, 2]]", "field 'forward[0].send_rows[0]' must be [index, row_begin, row_count]"},
+           {"[[0, 2, 2], [0, 1, 1]]", "must name a transfer after the previous one, got 0"},
+           {"{}", "field 'forward[0].send_rows' must be an array"}}) {
+    json j = json::parse(text);
+    j["forward"][0]["send_rows"] = json::parse(bad);
+    EXPECT_THAT(ParseError(j.dump()), HasSubstr(message)) << bad;
+  }
+}
+
 TEST(PlanJsonTest, PlannerOptionsAreWrittenSortedByName) {
   Plan plan = testing::TwoWorkerPlan();
   plan.planner_options = {{"zeta", 2}, {"alpha", 0.5}};

@@ -32,6 +32,52 @@ TEST(PlanValidateTest, HandDrawnPlansAreValid) {
   EXPECT_EQ(Violation(ThreeWorkerPlan(), strict), "");
 }
 
+// Transfers that carry part of their block (docs/plan-format.md, "Row
+// ranges"): valid when every compute holds the rows it attends and every
+// partial sent covers the rows that may be non-zero; each rule broken once.
+TEST(PlanValidateTest, RowRanges) {
+  EXPECT_EQ(Violation(testing::RowRangePlan()), "");
+  const ValidateOptions strict{.forbid_redundant_transfers = true};
+  EXPECT_EQ(Violation(testing::RowRangePlan(), strict), "");
+  Plan wrong_rows = testing::RowRangePlan();  // s0's rows, which w1 does not attend
+  wrong_rows.forward[0].send[0].row_begin = 0;
+  EXPECT_THAT(Violation(wrong_rows),
+              HasSubstr("forward stage 1 compute [1, 0]: worker 1 holds rows [0, 2) of block 0, "
+                        "not every row block 1 attends [2, 4)"));
+  Plan too_few = testing::RowRangePlan();
+  too_few.backward[0].send_kv[0] = {0, 0, 1, 3, 1};
+  EXPECT_THAT(Violation(too_few), HasSubstr("backward stage 1 compute [1, 0]: worker 1 holds rows "
+                                            "[3, 4) of block 0, not every row block 1 attends"));
+  Plan outside = testing::RowRangePlan();
+  outside.forward[0].send[0].row_begin = 3;
+  EXPECT_THAT(Violation(outside), HasSubstr("forward stage 0 send [0, 0, 1]: rows [3, +2) are not "
+                                            "inside block 0's 4 rows"));
+  Plan empty = testing::RowRangePlan();
+  empty.forward[0].send[0].row_count = 0;
+  EXPECT_THAT(Violation(empty), HasSubstr("rows [2, +0) are not inside block 0's 4 rows"));
+  Plan partial_short = testing::RowRangePlan();
+  partial_short.backward[2].send_dkv[0] = {0, 1, 0, 3, 1};
+  EXPECT_THAT(Violation(partial_short),
+              HasSubstr("backward stage 2 send_dkv [0, 1, 0]: it sends rows [3, 4) of the "
+                        "partial, whose rows [2, 4) may be non-zero"));
+  // Whole-block transfers in place of the ranges are valid too (more bytes).
+  Plan whole = testing::RowRangePlan();
+  for (ForwardStage& st : whole.forward)
+    for (Transfer& t : st.send) t = {t.block, t.src, t.dst};
+  for (BackwardStage& st : whole.backward) {
+    for (Transfer& t : st.send_kv) t = {t.block, t.src, t.dst};
+    for (Transfer& t : st.send_dkv) t = {t.block, t.src, t.dst};
+  }
+  EXPECT_EQ(Violation(whole), "");
+  // A relayed partial goes whole: ThreeWorkerPlan with w2 sending its
+  // partial of B0 to w1 (not the owner) as a row range.
+  Plan relay = ThreeWorkerPlan();
+  relay.backward[3].send_dkv = {{0, 2, 1, 0, 4}};
+  EXPECT_THAT(Violation(relay),
+              HasSubstr("backward stage 3 send_dkv [0, 2, 1]: a relayed partial dK/dV carries "
+                        "all of its block's rows"));
+}
+
 struct Mutation {
   const char* name;
   std::function<void(Plan&)> mutate;

@@ -2,6 +2,9 @@
 // every mask, tiling errors, and a brute-force check over random packings.
 #include <random>
 #include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -80,6 +83,65 @@ TEST(RequiredPairsTest, SegmentsOfOneSequenceInOneBlockAreMerged) {
 std::string IndexError(const std::vector<int64_t>& sequences, const std::vector<Block>& blocks) {
   return testing::ExpectedErrorMessage(ErrorCode::kInvalidPlan,
                                        [&] { SequenceIndex index(sequences, blocks); });
+}
+
+// AttendedRows on the blocks above: A's rows are seq1 [0,2) (rows 0-1) then
+// seq0 [0,4) (rows 2-5). B's queries (seq0 [4,8)) attend, causal, all of
+// seq0 [0,4): rows [2, 6); with W = 2 only key 3: row [5, 6); A never
+// attends B causally (empty); with a full mask all of B.
+TEST(RequiredPairsTest, AttendedRowsOfAPackedBlock) {
+  const auto rows = [&](int32_t q, int32_t kv, Mask mask) {
+    const TokenRange r = AttendedRows(kSequences, kBlocks[q], kBlocks[kv], mask);
+    return std::pair(r.begin, r.end);
+  };
+  EXPECT_EQ(rows(1, 0, {MaskKind::kCausal, 0}), (std::pair<int64_t, int64_t>(2, 6)));
+  EXPECT_EQ(rows(1, 0, {MaskKind::kSlidingWindow, 2}), (std::pair<int64_t, int64_t>(5, 6)));
+  EXPECT_TRUE(AttendedRows(kSequences, kBlocks[0], kBlocks[1], {MaskKind::kCausal, 0}).empty());
+  EXPECT_EQ(rows(0, 1, {MaskKind::kFull, 0}), (std::pair<int64_t, int64_t>(0, 4)));
+  EXPECT_EQ(rows(0, 0, {MaskKind::kCausal, 0}), (std::pair<int64_t, int64_t>(0, 6)));
+}
+
+// A direct-pull plan's transfers cut to the rows their receivers attend:
+// block A to B's owner and back. Causal: rows [2, 6) (seq1's rows are not
+// attended); window 2: row [5, 6); full: A's queries also pull B, which
+// they attend whole (a whole transfer stays whole). A plan with a relay is
+// left as it is.
+TEST(RequiredPairsTest, TrimTransfersToAttendedRows) {
+  for (const auto& [mask, begin, count] :
+       std::vector<std::tuple<Mask, int64_t, int64_t>>{{{MaskKind::kCausal, 0}, 2, 4},
+                                                       {{MaskKind::kSlidingWindow, 2}, 5, 1},
+                                                       {{MaskKind::kFull, 0}, 2, 4}}) {
+    Plan plan;
+    plan.workers = 2;
+    plan.mask = mask;
+    plan.sequences = kSequences;
+    plan.blocks = kBlocks;
+    const std::vector<RequiredPair> required = RequiredPairs(kSequences, kBlocks, mask);
+    // A to B's owner; under the full mask B to A's owner too.
+    const bool full = mask.kind == MaskKind::kFull;
+    plan.forward = {{{{0, 0, 1}}, {}}};
+    plan.backward = {{{{0, 0, 1}}, {}, {}}, {{}, {{0, 1, 0}}, {}}};
+    if (full) {
+      plan.forward[0].send.push_back({1, 1, 0});
+      plan.backward[0].send_kv.push_back({1, 1, 0});
+      plan.backward[1].send_dkv.push_back({1, 0, 1});
+    }
+    TrimTransfersToAttendedRows(plan, required);
+    SCOPED_TRACE(MaskKindName(mask.kind));
+    EXPECT_EQ(plan.forward[0].send[0], (Transfer{0, 0, 1, begin, count}));
+    EXPECT_EQ(plan.backward[0].send_kv[0], (Transfer{0, 0, 1, begin, count}));
+    EXPECT_EQ(plan.backward[1].send_dkv[0], (Transfer{0, 1, 0, begin, count}));
+    if (full) {  // A's queries attend all of B: whole
+      EXPECT_TRUE(plan.forward[0].send[1].all_rows());
+      EXPECT_TRUE(plan.backward[1].send_dkv[1].all_rows());
+    }
+    Plan relayed = plan;
+    for (Transfer& t : relayed.forward[0].send) t = {t.block, t.src, t.dst};
+    relayed.forward[0].send.push_back({1, 0, 1});  // w0 relays B back to its owner
+    const Plan before = relayed;
+    TrimTransfersToAttendedRows(relayed, required);
+    EXPECT_EQ(relayed, before);
+  }
 }
 
 TEST(RequiredPairsTest, SequenceIndexSortsPiecesByStart) {

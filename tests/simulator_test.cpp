@@ -348,6 +348,41 @@ TEST(SimulatorTest, ReshuffleOverlapHidesBehindLocalWork) {
   EXPECT_DOUBLE_EQ(overlap.worker_stats[1].reshuffle_bytes_sent, 12 + 4);  // Q/K/V in, dO in
 }
 
+// A baseline is charged the reshuffle to its own layout by the same rule as
+// FCP: its plan's block owners define the layout. Ring on one causal
+// sequence of 8 tokens, 2 workers: zig-zag chunks [0,2) [2,4) [4,6) [6,8);
+// w0 owns chunks 0 and 3, w1 chunks 1 and 2. The dataloader gives w0 [0,4)
+// and w1 [4,8), so tokens 6-7 come to w0 from w1 and tokens 2-3 go to w1
+// from w0. With the unit shape (Q/K/V 3 bytes a token, O, dO, dQ 1, dK/dV
+// 2) each worker sends 2 tokens x (3 + 1 + 1 + 1 + 2) = 16 bytes in 10
+// flows over both passes (Q/K/V in, O out, dO in, dQ out, dK/dV out, each
+// one flow per direction), and nothing without the reshuffle.
+TEST(SimulatorTest, BaselineIsChargedTheReshuffleToItsOwnLayout) {
+  PlannerConfig config;
+  config.workers = 2;
+  config.block_size = 4;
+  config.attention = {1, 1, 1, 1};
+  const Plan plan = MakeRingPlan({8}, config);
+  ASSERT_EQ(plan.blocks.size(), 2u);
+  EXPECT_EQ(plan.blocks[0].worker, 0);
+  EXPECT_EQ(plan.blocks[0].segments, (std::vector<Segment>{{0, 0, 2}, {0, 6, 2}}));
+  EXPECT_EQ(plan.blocks[1].segments, (std::vector<Segment>{{0, 2, 2}, {0, 4, 2}}));
+  for (ReshuffleMode mode : {ReshuffleMode::kOverlapped, ReshuffleMode::kBlocking}) {
+    SimConfig c;
+    c.reshuffle = mode;
+    const SimResult r = Simulate(plan, UnitProfile(), c);
+    for (int32_t w = 0; w < 2; ++w) {
+      EXPECT_DOUBLE_EQ(r.worker_stats[w].reshuffle_bytes_sent, 16) << ReshuffleModeName(mode);
+      EXPECT_DOUBLE_EQ(r.worker_stats[w].reshuffle_bytes_received, 16) << ReshuffleModeName(mode);
+    }
+    EXPECT_EQ(r.reshuffle_flows, 10) << ReshuffleModeName(mode);
+    EXPECT_GT(r.total_time_s, Simulate(plan, UnitProfile(), NoReshuffle()).total_time_s);
+  }
+  const SimResult none = Simulate(plan, UnitProfile(), NoReshuffle());
+  EXPECT_EQ(none.reshuffle_flows, 0);
+  for (const WorkerSimStats& w : none.worker_stats) EXPECT_EQ(w.reshuffle_bytes_sent, 0);
+}
+
 // A pair that waits for reshuffled rows is carried past its stage when
 // nothing else of the stage is left and its K/V are the worker's own: the
 // next stage's received K/V need not wait for it. Two workers, causal; the

@@ -69,11 +69,20 @@
 
 namespace fcp {
 
+// Every message moves `rows` rows of its block starting at the block's row
+// `row_begin` (all of them: row_begin 0, rows == block_rows; part of them for
+// a transfer with a row range, docs/plan-format.md). The row fields
+// (pool_row, row, partial_row) are the block's first row in its buffer, so
+// the rows moved are [that + row_begin, + rows) in a buffer that keeps K and
+// V apart (fcp.torch), and in the MPI executor's per-block [K; V] storage the
+// K rows at that + row_begin and the V rows block_rows further.
 struct KvRecv {
   int32_t block = 0;
   int32_t src = 0;
-  int64_t pool_row = 0;  // first row of its slot in the receive pool
+  int64_t pool_row = 0;  // first row of its slot (block_rows rows) in the receive pool
   int64_t rows = 0;
+  int64_t row_begin = 0;
+  int64_t block_rows = 0;
   bool operator==(const KvRecv&) const = default;
 };
 
@@ -83,6 +92,8 @@ struct KvSend {
   bool from_pool = false;  // false: local rows (r owns the block); true: a relay from the pool
   int64_t row = 0;
   int64_t rows = 0;
+  int64_t row_begin = 0;
+  int64_t block_rows = 0;
   bool operator==(const KvSend&) const = default;
 };
 
@@ -93,14 +104,19 @@ struct DkvRecv {
   bool into_partial = false;
   int64_t row = 0;
   int64_t rows = 0;
+  int64_t row_begin = 0;
+  int64_t block_rows = 0;
   bool operator==(const DkvRecv&) const = default;
 };
 
 struct DkvSend {
   int32_t block = 0;
   int32_t dst = 0;
-  int64_t partial_row = 0;  // rows [partial_row, +rows) of the partial pool, zeroed after the send
+  // The partial's slot starts at partial_row; the rows sent are zeroed after the send.
+  int64_t partial_row = 0;
   int64_t rows = 0;
+  int64_t row_begin = 0;
+  int64_t block_rows = 0;
   bool operator==(const DkvSend&) const = default;
 };
 

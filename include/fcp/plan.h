@@ -35,11 +35,26 @@ struct Block {
   bool operator==(const Block&) const = default;
 };
 
-// `src` sends block `block`'s K/V (or partial dK/dV) to `dst`.
+// A transfer's row_count when it carries every row of its block.
+inline constexpr int64_t kAllRows = -1;
+
+// `src` sends block `block`'s K/V (or partial dK/dV) to `dst`: all of its
+// rows (row_count == kAllRows, the format's transfer), or only the rows
+// [row_begin, row_begin + row_count) of the block in its row order (its
+// segments concatenated): the row-range extension, docs/plan-format.md.
 struct Transfer {
   int32_t block = 0;
   int32_t src = 0;
   int32_t dst = 0;
+  int64_t row_begin = 0;
+  int64_t row_count = kAllRows;
+  Transfer() = default;
+  Transfer(int32_t block_id, int32_t from, int32_t to, int64_t first_row = 0,
+           int64_t rows = kAllRows)
+      : block(block_id), src(from), dst(to), row_begin(first_row), row_count(rows) {}
+  bool all_rows() const { return row_count == kAllRows; }
+  // The rows it carries of a block of `block_tokens` tokens.
+  int64_t rows(int64_t block_tokens) const { return all_rows() ? block_tokens : row_count; }
   bool operator==(const Transfer&) const = default;
 };
 

@@ -57,8 +57,10 @@ template <typename T>
 using Array = nb::ndarray<nb::numpy, const T>;
 
 // The plan's transfer and pair lists are viewed in place as (n, 3) / (n, 2)
-// int32 arrays: that needs them to be plain packed int32 records.
-static_assert(std::is_standard_layout_v<Transfer> && sizeof(Transfer) == 3 * sizeof(int32_t));
+// int32 arrays: their first fields are int32 and a record is a whole number
+// of int32s. A transfer's row range (docs/plan-format.md) follows its three
+// int32 fields and is not in the view: row strides skip it.
+static_assert(std::is_standard_layout_v<Transfer> && sizeof(Transfer) % sizeof(int32_t) == 0);
 static_assert(offsetof(Transfer, block) == 0 && offsetof(Transfer, src) == 4 &&
               offsetof(Transfer, dst) == 8);
 static_assert(std::is_standard_layout_v<BlockPair> && sizeof(BlockPair) == 2 * sizeof(int32_t));
@@ -79,13 +81,17 @@ Array<T> VectorView(const std::vector<T>& v, nb::handle owner) {
   return View(v.data(), v.size(), 0, owner);
 }
 
-// A stage list (of Transfer or BlockPair, structs of int32 fields only) as
-// an int32 array with one row per item and a column per field.
+// A stage list (of Transfer or BlockPair) as an int32 array with one row per
+// item and a column per leading int32 field (`cols` of them), rows
+// sizeof(T) apart.
 template <typename T>
-Array<int32_t> StageListView(const std::vector<T>& list, nb::handle owner) {
+Array<int32_t> StageListView(const std::vector<T>& list, size_t cols, nb::handle owner) {
   static_assert(std::is_standard_layout_v<T> && sizeof(T) % sizeof(int32_t) == 0);
-  return View(reinterpret_cast<const int32_t*>(list.data()), list.size(),
-              sizeof(T) / sizeof(int32_t), owner);
+  static const int32_t kEmpty = 0;
+  const int32_t* data = list.empty() ? &kEmpty : reinterpret_cast<const int32_t*>(list.data());
+  const size_t shape[2] = {list.size(), cols};
+  const int64_t strides[2] = {static_cast<int64_t>(sizeof(T) / sizeof(int32_t)), 1};
+  return Array<int32_t>(data, 2, shape, owner, strides);
 }
 
 // A fresh array that owns `values` (moved into a capsule).
@@ -518,25 +524,27 @@ void BindPlanArrays(PlanClass& cls) {
            })
       .def("forward_send",
            [](PlanHandle& h, int64_t stage) {
-             return StageListView(StageAt(h.plan().forward, stage, "forward").send, nb::find(&h));
+             return StageListView(StageAt(h.plan().forward, stage, "forward").send, 3,
+                                  nb::find(&h));
            })
       .def("forward_compute",
            [](PlanHandle& h, int64_t stage) {
-             return StageListView(StageAt(h.plan().forward, stage, "forward").compute,
+             return StageListView(StageAt(h.plan().forward, stage, "forward").compute, 2,
                                   nb::find(&h));
            })
       .def("backward_send_kv",
            [](PlanHandle& h, int64_t stage) {
-             return StageListView(StageAt(h.plan().backward, stage, "backward").send_kv,
+             return StageListView(StageAt(h.plan().backward, stage, "backward").send_kv, 3,
                                   nb::find(&h));
            })
       .def("backward_send_dkv",
            [](PlanHandle& h, int64_t stage) {
-             return StageListView(StageAt(h.plan().backward, stage, "backward").send_dkv,
+             return StageListView(StageAt(h.plan().backward, stage, "backward").send_dkv, 3,
                                   nb::find(&h));
            })
       .def("backward_compute", [](PlanHandle& h, int64_t stage) {
-        return StageListView(StageAt(h.plan().backward, stage, "backward").compute, nb::find(&h));
+        return StageListView(StageAt(h.plan().backward, stage, "backward").compute, 2,
+                             nb::find(&h));
       });
 }
 

@@ -9,6 +9,9 @@
 //   kv_send   stage, block, dst, from_pool, row, rows
 //   dkv_recv  stage, block, src, into_partial, row, rows          (backward)
 //   dkv_send  stage, block, dst, partial_row, rows                (backward)
+//   (the rows a message moves: its block's first row plus the transfer's
+//   row_begin, docs/plan-format.md "Row ranges"; a slot itself always spans
+//   the whole block)
 //   compute   stage, q_block, kv_block, q_row, q_rows, kv_in_pool, kv_row,
 //             kv_rows, dkv_in_partial, dkv_row, segment_begin, segment_end, early
 //   segments  q_row, k_row, q_pos, k_pos, q_len, k_len (rows relative to the call's q_row / kv_row)
@@ -104,13 +107,16 @@ PassTables Tabulate(const PassProgram& pass) {
   for (size_t s = 0; s < pass.stages.size(); ++s) {
     const StageProgram& sp = pass.stages[s];
     const auto st = static_cast<int64_t>(s);
-    for (const KvRecv& r : sp.kv_recv) t.kv_recv.Add({st, r.block, r.src, r.pool_row, r.rows});
+    // The rows a message moves: [row, row + rows) of a buffer that keeps K
+    // and V apart (a transfer with a row range starts row_begin into its block).
+    for (const KvRecv& r : sp.kv_recv)
+      t.kv_recv.Add({st, r.block, r.src, r.pool_row + r.row_begin, r.rows});
     for (const KvSend& x : sp.kv_send)
-      t.kv_send.Add({st, x.block, x.dst, x.from_pool, x.row, x.rows});
+      t.kv_send.Add({st, x.block, x.dst, x.from_pool, x.row + x.row_begin, x.rows});
     for (const DkvRecv& r : sp.dkv_recv)
-      t.dkv_recv.Add({st, r.block, r.src, r.into_partial, r.row, r.rows});
+      t.dkv_recv.Add({st, r.block, r.src, r.into_partial, r.row + r.row_begin, r.rows});
     for (const DkvSend& x : sp.dkv_send)
-      t.dkv_send.Add({st, x.block, x.dst, x.partial_row, x.rows});
+      t.dkv_send.Add({st, x.block, x.dst, x.partial_row + x.row_begin, x.rows});
     for (const ComputeCall& c : sp.compute)
       t.compute.Add({st, c.q_block, c.kv_block, c.q_row, c.q_rows, c.kv_in_pool, c.kv_row,
                      c.kv_rows, c.dkv_in_partial, c.dkv_row, c.segment_begin, c.segment_end,

@@ -1,6 +1,8 @@
 // MagiAttention-like planner (fcp/baselines.h; PEERS.md section 1): fixed-size
 // chunks of the token stream, MinHeap LPT on mask area with a cardinality cap
-// of ceil(chunks / N) per rank, all remote K/V fetched in one stage.
+// of ceil(chunks / N) per rank, all remote K/V fetched in one stage, each
+// rank receiving exactly the key rows its chunks attend and returning dK/dV
+// for exactly those rows.
 #include <algorithm>
 #include <numeric>
 #include <queue>
@@ -64,6 +66,18 @@ Plan MakeMagiPlan(const std::vector<int64_t>& lengths, const PlannerConfig& conf
   const std::vector<RequiredPair> required = RequiredPairs(plan.sequences, plan.blocks, plan.mask);
   baselines::BuildPullStages(plan, required, baselines::PullEdges(plan, required),
                              /*pipelined=*/true);
+
+  // 4. The rows each transfer carries. MagiAttention's static solver fetches
+  // the exact key ranges a rank's chunks attend, less the rank's own (remote
+  // k_ranges = the bucket's k_ranges' holes against the host ranges, moved by
+  // all-to-all-v with split_alignment_kv = 1: meta/solver/dist_attn_solver.py,
+  // _init_host_remote_ranges_global_this_rank), and GroupReduce returns dK/dV
+  // over the same ranges. So a transfer of chunk j to rank w carries the rows
+  // of j that w's chunks attend: under a causal or sliding-window mask a
+  // suffix of j (the head of a sequence that goes on past j), exactly; under
+  // a full mask the range covering j's first and last segments where both
+  // are attended (AttendedRows), whole chunks otherwise.
+  TrimTransfersToAttendedRows(plan, required);
   baselines::FinishPlan(plan, 1);
   return plan;
 }

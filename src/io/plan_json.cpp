@@ -56,6 +56,22 @@ void AppendTransfers(std::string& out, const std::vector<Transfer>& transfers) {
   });
 }
 
+// The row-range extension (docs/plan-format.md): `, "NAME": [[index, row_begin,
+// row_count], ...]` for the transfers of `transfers` that carry part of their
+// block, by index; nothing when every one carries all of it.
+void AppendTransferRows(std::string& out, const char* name,
+                        const std::vector<Transfer>& transfers) {
+  std::vector<std::array<int64_t, 3>> rows;
+  for (size_t i = 0; i < transfers.size(); ++i)
+    if (!transfers[i].all_rows())
+      rows.push_back({static_cast<int64_t>(i), transfers[i].row_begin, transfers[i].row_count});
+  if (rows.empty()) return;
+  out += ", \"";
+  out += name;
+  out += "\": ";
+  AppendTuples(out, rows, [](const std::array<int64_t, 3>& r) { return r; });
+}
+
 void AppendPairs(std::string& out, const std::vector<BlockPair>& pairs) {
   AppendTuples(out, pairs, [](const BlockPair& p) {
     return std::array<int64_t, 2>{p.q_block, p.kv_block};
@@ -228,6 +244,7 @@ std::string WritePlanJson(const Plan& plan) {
       [&](const ForwardStage& s) {
         out += "{\"send\": ";
         AppendTransfers(out, s.send);
+        AppendTransferRows(out, "send_rows", s.send);
         out += ", \"compute\": ";
         AppendPairs(out, s.compute);
         out += '}';
@@ -238,8 +255,10 @@ std::string WritePlanJson(const Plan& plan) {
       [&](const BackwardStage& s) {
         out += "{\"send_kv\": ";
         AppendTransfers(out, s.send_kv);
+        AppendTransferRows(out, "send_kv_rows", s.send_kv);
         out += ", \"send_dkv\": ";
         AppendTransfers(out, s.send_dkv);
+        AppendTransferRows(out, "send_dkv_rows", s.send_dkv);
         out += ", \"compute\": ";
         AppendPairs(out, s.compute);
         out += '}';
@@ -272,10 +291,41 @@ void ReadBlock(const json& v, const std::string& where, Plan& plan) {
   plan.blocks.push_back(std::move(block));
 }
 
+// The optional row-range field `name` of a stage (docs/plan-format.md):
+// [index, row_begin, row_count] triples, indices strictly increasing into
+// `transfers`, row_begin >= 0, row_count >= 1 (whether the rows lie inside
+// the block is ValidatePlan's to check).
+void ReadTransferRows(const json& stage, const char* name, const std::string& where,
+                      std::vector<Transfer>& transfers) {
+  const auto field = stage.find(name);
+  if (field == stage.end()) return;
+  const std::string w = where + "." + name;
+  Array(*field, w);
+  int64_t last = -1;
+  for (size_t i = 0; i < field->size(); ++i) {
+    const json& e = (*field)[i];
+    const std::string we = w + "[" + std::to_string(i) + "]";
+    if (!e.is_array() || e.size() != 3)
+      ParseFail(we, "must be [index, row_begin, row_count], got " + detail::QuoteJson(e));
+    const int64_t index = Int(e[0], we + "[0]"), begin = Int(e[1], we + "[1]"),
+                  count = Int(e[2], we + "[2]");
+    if (index <= last || index >= static_cast<int64_t>(transfers.size()))
+      ParseFail(we + "[0]", "must name a transfer after the previous one, got " +
+                                std::to_string(index) + " (" + std::to_string(transfers.size()) +
+                                " transfers)");
+    if (begin < 0) ParseFail(we + "[1]", "must be >= 0, got " + std::to_string(begin));
+    if (count < 1) ParseFail(we + "[2]", "must be >= 1, got " + std::to_string(count));
+    transfers[index].row_begin = begin;
+    transfers[index].row_count = count;
+    last = index;
+  }
+}
+
 void ReadForwardStage(const json& v, const std::string& where, Plan& plan) {
   if (!v.is_object()) ParseFail(where, "must be an object");
   ForwardStage stage;
   stage.send = ReadTransfers(Field(v, "send", where), where + ".send");
+  ReadTransferRows(v, "send_rows", where, stage.send);
   stage.compute = ReadPairs(Field(v, "compute", where), where + ".compute");
   plan.forward.push_back(std::move(stage));
 }
@@ -285,6 +335,8 @@ void ReadBackwardStage(const json& v, const std::string& where, Plan& plan) {
   BackwardStage stage;
   stage.send_kv = ReadTransfers(Field(v, "send_kv", where), where + ".send_kv");
   stage.send_dkv = ReadTransfers(Field(v, "send_dkv", where), where + ".send_dkv");
+  ReadTransferRows(v, "send_kv_rows", where, stage.send_kv);
+  ReadTransferRows(v, "send_dkv_rows", where, stage.send_dkv);
   stage.compute = ReadPairs(Field(v, "compute", where), where + ".compute");
   plan.backward.push_back(std::move(stage));
 }

@@ -60,6 +60,10 @@ void CheckIndices(const Plan& plan) {
       CheckBlock(plan, tr.block, where);
       worker(tr.src, where, "source");
       worker(tr.dst, where, "destination");
+      if (!tr.all_rows() && (tr.row_begin < 0 || tr.row_count < 1 ||
+                             tr.row_count > plan.blocks[tr.block].tokens() - tr.row_begin))
+        Broken(where + ": the rows of a transfer of block " + std::to_string(tr.block) +
+               " are outside the block");
     }
   };
   for (size_t t = 0; t < plan.forward.size(); ++t) {
@@ -178,17 +182,19 @@ class PassLowering {
       for (const Transfer& tr : KvSends(stages_[t])) {
         if (tr.dst == me_) {
           const Receipt& r = receipts_[next_receipt++];
-          sp.kv_recv.push_back({tr.block, tr.src, r.pool_row, Tokens(tr.block)});
+          sp.kv_recv.push_back({tr.block, tr.src, r.pool_row, tr.rows(Tokens(tr.block)),
+                                tr.row_begin, Tokens(tr.block)});
         }
         if (tr.src == me_) {
           if (tr.dst == me_)
             Broken(Where(t) + ": block " + std::to_string(tr.block) + " sent to itself");
+          const int64_t block_rows = Tokens(tr.block), rows = tr.rows(block_rows);
           if (Owned(tr.block))
             sp.kv_send.push_back(
-                {tr.block, tr.dst, false, p_.block_row[tr.block], Tokens(tr.block)});
+                {tr.block, tr.dst, false, p_.block_row[tr.block], rows, tr.row_begin, block_rows});
           else
-            sp.kv_send.push_back(
-                {tr.block, tr.dst, true, holding(tr.block, t).pool_row, Tokens(tr.block)});
+            sp.kv_send.push_back({tr.block, tr.dst, true, holding(tr.block, t).pool_row, rows,
+                                  tr.row_begin, block_rows});
         }
       }
       for (const BlockPair& pr : stages_[t].compute) {
@@ -290,13 +296,15 @@ void LowerPartials(const Plan& plan, RankProgram& p) {
       }
     size_t si = 0, ri = 0;
     for (const Transfer& tr : plan.backward[t].send_dkv) {
-      const int64_t rows = plan.blocks[tr.block].tokens();
+      const int64_t block_rows = plan.blocks[tr.block].tokens(), rows = tr.rows(block_rows);
       if (tr.src == me)
-        sp.dkv_send.push_back({tr.block, tr.dst, gens[send_gen[t][si++]].row, rows});
+        sp.dkv_send.push_back(
+            {tr.block, tr.dst, gens[send_gen[t][si++]].row, rows, tr.row_begin, block_rows});
       if (tr.dst == me) {
         const int64_t g = recv_gen[t][ri++];
-        sp.dkv_recv.push_back(
-            {tr.block, tr.src, g >= 0, g >= 0 ? gens[g].row : p.block_row[tr.block], rows});
+        sp.dkv_recv.push_back({tr.block, tr.src, g >= 0,
+                               g >= 0 ? gens[g].row : p.block_row[tr.block], rows, tr.row_begin,
+                               block_rows});
       }
     }
   }

@@ -917,6 +917,11 @@ void CheckTransfer(const Plan& plan, const Transfer& t, const char* where) {
       t.dst >= plan.workers || t.src == t.dst)
     BadPlan(std::string(where) + ": transfer [" + std::to_string(t.block) + ", " +
             std::to_string(t.src) + ", " + std::to_string(t.dst) + "] is out of range");
+  if (!t.all_rows() && (t.row_begin < 0 || t.row_count < 1 ||
+                        t.row_count > plan.blocks[t.block].tokens() - t.row_begin))
+    BadPlan(std::string(where) + ": transfer [" + std::to_string(t.block) + ", " +
+            std::to_string(t.src) + ", " + std::to_string(t.dst) +
+            "]'s rows are outside its block");
 }
 
 void CheckPair(const Plan& plan, const BlockPair& p, const char* where) {
@@ -1080,6 +1085,11 @@ std::vector<double> BlockTokens(const Plan& plan) {
   return block_tokens;
 }
 
+// The tokens a transfer moves: its block's, or its row range's.
+double TransferTokens(const Transfer& x, const std::vector<double>& block_tokens) {
+  return x.all_rows() ? block_tokens[x.block] : static_cast<double>(x.row_count);
+}
+
 // The forward pass's stage transfers (K/V) and pair tasks.
 PassInput ForwardPassInput(const Plan& plan, KernelCoster& coster,
                            const std::vector<double>& block_tokens) {
@@ -1090,7 +1100,7 @@ PassInput ForwardPassInput(const Plan& plan, KernelCoster& coster,
     for (const Transfer& x : plan.forward[t].send) {
       CheckTransfer(plan, x, "forward send");
       fwd.transfers.push_back({x.block, x.src, x.dst, t, TransferKind::kKv,
-                               kv_bytes_per_token * block_tokens[x.block]});
+                               kv_bytes_per_token * TransferTokens(x, block_tokens)});
     }
     AddStagePairs(plan, coster, plan.forward[t].compute, t, 1.0, fwd);
   }
@@ -1112,13 +1122,14 @@ PassInput BackwardPassInput(const Plan& plan, const HardwareProfile& profile,
     for (const Transfer& x : s.send_kv) {
       CheckTransfer(plan, x, "backward send_kv");
       bwd.transfers.push_back({x.block, x.src, x.dst, t, TransferKind::kKv,
-                               kv_bytes_per_token * block_tokens[x.block]});
+                               kv_bytes_per_token * TransferTokens(x, block_tokens)});
     }
     for (const Transfer& x : s.send_dkv) {
       CheckTransfer(plan, x, "backward send_dkv");
       const int32_t element_bytes =
           config.dkv_dtype_bytes > 0 ? config.dkv_dtype_bytes : a.dtype_bytes;
-      const double bytes = 2.0 * a.heads_kv * a.head_dim * element_bytes * block_tokens[x.block];
+      const double bytes =
+          2.0 * a.heads_kv * a.head_dim * element_bytes * TransferTokens(x, block_tokens);
       bwd.transfers.push_back({x.block, x.src, x.dst, t, TransferKind::kDkv, bytes});
     }
     AddStagePairs(plan, coster, s.compute, t, backward_scale, bwd);

@@ -48,7 +48,7 @@ PlanMetrics ComputePlanMetrics(const Plan& plan, int32_t gpus_per_node) {
   for (const ForwardStage& stage : plan.forward) {
     if (!stage.send.empty()) ++m.forward_transfer_stages;
     for (const Transfer& t : stage.send) {
-      const int64_t bytes = KvTransferBytes(plan.attention, block_tokens[t.block]);
+      const int64_t bytes = KvTransferBytes(plan.attention, t.rows(block_tokens[t.block]));
       m.workers[t.src].kv_blocks_sent++;
       m.workers[t.src].bytes_sent += bytes;
       m.workers[t.dst].kv_blocks_received++;
@@ -100,9 +100,18 @@ PlanMetrics ComputePlanMetrics(const Plan& plan, int32_t gpus_per_node) {
   m.compute_lower_bound = m.total_forward_flops / n;
   for (double f : q_block_flops) m.compute_lower_bound = std::max(m.compute_lower_bound, f);
 
+  // Where transfers may carry part of a block (docs/plan-format.md), a query
+  // block needs only the rows it attends.
+  bool row_ranges = false;
+  for (const ForwardStage& stage : plan.forward)
+    for (const Transfer& t : stage.send) row_ranges = row_ranges || !t.all_rows();
   std::vector<int64_t> needed_tokens(plan.blocks.size(), 0);
   for (const ForwardStage& stage : plan.forward)
-    for (const BlockPair& p : stage.compute) needed_tokens[p.q_block] += block_tokens[p.kv_block];
+    for (const BlockPair& p : stage.compute)
+      needed_tokens[p.q_block] += row_ranges ? AttendedRows(plan.sequences, plan.blocks[p.q_block],
+                                                            plan.blocks[p.kv_block], plan.mask)
+                                                   .size()
+                                             : block_tokens[p.kv_block];
   for (int64_t tokens : needed_tokens)
     m.traffic_lower_bound_bytes =
         std::max(m.traffic_lower_bound_bytes,

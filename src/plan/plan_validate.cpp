@@ -32,6 +32,21 @@ std::string TransferText(const Transfer& t) {
          std::to_string(t.dst) + "]";
 }
 
+std::string RowsText(TokenRange r) {
+  return "[" + std::to_string(r.begin) + ", " + std::to_string(r.end) + ")";
+}
+
+// a holds every row of b (an empty b is held by anything).
+bool Covers(TokenRange a, TokenRange b) {
+  return b.empty() || (a.begin <= b.begin && b.end <= a.end);
+}
+
+TokenRange Union(TokenRange a, TokenRange b) {
+  if (a.empty()) return b;
+  if (b.empty()) return a;
+  return {std::min(a.begin, b.begin), std::max(a.end, b.end)};
+}
+
 std::string PairText(const BlockPair& p) {
   return "[" + std::to_string(p.q_block) + ", " + std::to_string(p.kv_block) + "]";
 }
@@ -91,23 +106,48 @@ void CheckTokenCap(const Plan& plan) {
            " tokens, above token_cap " + std::to_string(plan.token_cap));
 }
 
-// Tracks which worker holds which K/V blocks during one pass.
+// The rows of its block a transfer carries (precondition: inside the block).
+TokenRange TransferRows(const Plan& plan, const Transfer& t) {
+  return t.all_rows() ? TokenRange{0, plan.blocks[t.block].tokens()}
+                      : TokenRange{t.row_begin, t.row_begin + t.row_count};
+}
+
+// Tracks which worker holds which rows of which K/V blocks during one pass:
+// the owner all of them, any other worker the rows of its latest receipt of
+// the block (a receipt replaces the one before: the executors read the
+// latest; docs/plan-format.md, "Row ranges").
 class Holdings {
  public:
   explicit Holdings(const Plan& plan) : plan_(plan) {}
+  // Empty when `worker` holds none of the block.
+  TokenRange rows(int32_t worker, int32_t block) const {
+    if (plan_.blocks[block].worker == worker) return {0, plan_.blocks[block].tokens()};
+    const auto it = received_.find(Key(worker, block));
+    return it == received_.end() ? TokenRange{0, 0} : it->second;
+  }
   bool holds(int32_t worker, int32_t block) const {
     return plan_.blocks[block].worker == worker || received_.count(Key(worker, block)) > 0;
   }
-  // Returns false if `worker` already held it.
-  bool receive(int32_t worker, int32_t block) {
-    if (holds(worker, block)) return false;
-    received_.insert(Key(worker, block));
-    return true;
+  // Returns false if `worker` already held some of it.
+  bool receive(int32_t worker, int32_t block, TokenRange rows) {
+    const bool held = holds(worker, block);
+    if (plan_.blocks[block].worker != worker) received_[Key(worker, block)] = rows;
+    return !held;
+  }
+  // Whether `worker` holds every row of kv_block that q_block attends. The
+  // attended rows are worked out only when it holds part of the block.
+  bool holds_attended(int32_t worker, int32_t q_block, int32_t kv_block) const {
+    if (plan_.blocks[kv_block].worker == worker) return true;
+    const auto it = received_.find(Key(worker, kv_block));
+    if (it == received_.end()) return false;
+    if (it->second.begin == 0 && it->second.end == plan_.blocks[kv_block].tokens()) return true;
+    return Covers(it->second, AttendedRows(plan_.sequences, plan_.blocks[q_block],
+                                           plan_.blocks[kv_block], plan_.mask));
   }
 
  private:
   const Plan& plan_;
-  std::unordered_set<uint64_t> received_;
+  std::unordered_map<uint64_t, TokenRange> received_;
 };
 
 // Checks one stage's transfers for ranges, src != dst and congestion.
@@ -126,6 +166,13 @@ void CheckTransfers(const Plan& plan, const std::vector<Transfer>& transfers,
     if (t.src < 0 || t.src >= plan.workers) Fail(w() + "src is not a worker");
     if (t.dst < 0 || t.dst >= plan.workers) Fail(w() + "dst is not a worker");
     if (t.src == t.dst) Fail(w() + "src == dst");
+    if (!t.all_rows()) {
+      const int64_t tokens = plan.blocks[t.block].tokens();
+      if (t.row_begin < 0 || t.row_count < 1 || t.row_count > tokens - t.row_begin)
+        Fail(w() + "rows [" + std::to_string(t.row_begin) + ", +" + std::to_string(t.row_count) +
+             ") are not inside block " + std::to_string(t.block) + "'s " + std::to_string(tokens) +
+             " rows");
+    }
     if (++send_count[t.src] > plan.coalesce)
       Fail(w() + "worker " + std::to_string(t.src) + " sends more than coalesce = " +
            std::to_string(plan.coalesce) + " blocks in this stage");
@@ -171,18 +218,29 @@ void CheckCompute(const Plan& plan, const Holdings& holdings, const BlockPair& p
   if (!holdings.holds(worker, p.kv_block))
     Fail(w() + "worker " + std::to_string(worker) + " does not hold block " +
          std::to_string(p.kv_block) + "'s keys/values at this stage");
+  if (!holdings.holds_attended(worker, p.q_block, p.kv_block))
+    Fail(w() + "worker " + std::to_string(worker) + " holds rows " +
+         RowsText(holdings.rows(worker, p.kv_block)) + " of block " + std::to_string(p.kv_block) +
+         ", not every row block " + std::to_string(p.q_block) + " attends " +
+         RowsText(AttendedRows(plan.sequences, plan.blocks[p.q_block], plan.blocks[p.kv_block],
+                               plan.mask)));
 }
 
 // Applies a stage's K/V transfers after checking that each sender holds the
 // block; with `forbid_redundant`, a receiver must not already hold it.
-void ApplyKvTransfers(const std::vector<Transfer>& transfers, Holdings& holdings,
+void ApplyKvTransfers(const Plan& plan, const std::vector<Transfer>& transfers, Holdings& holdings,
                       const std::string& where, bool forbid_redundant) {
-  for (const Transfer& t : transfers)
+  for (const Transfer& t : transfers) {
     if (!holdings.holds(t.src, t.block))
       Fail(where + " " + TransferText(t) + ": worker " + std::to_string(t.src) +
            " does not hold block " + std::to_string(t.block) + " at this stage");
+    if (!t.all_rows() && !Covers(holdings.rows(t.src, t.block), TransferRows(plan, t)))
+      Fail(where + " " + TransferText(t) + ": worker " + std::to_string(t.src) + " holds rows " +
+           RowsText(holdings.rows(t.src, t.block)) + " of block " + std::to_string(t.block) +
+           ", not the rows " + RowsText(TransferRows(plan, t)) + " it sends");
+  }
   for (const Transfer& t : transfers)
-    if (!holdings.receive(t.dst, t.block) && forbid_redundant)
+    if (!holdings.receive(t.dst, t.block, TransferRows(plan, t)) && forbid_redundant)
       Fail(where + " " + TransferText(t) + ": worker " + std::to_string(t.dst) +
            " already holds block " + std::to_string(t.block) + " (redundant transfer)");
 }
@@ -198,13 +256,14 @@ void CheckForward(const Plan& plan, const std::vector<RequiredPair>& required,
     const std::string where = "forward stage " + std::to_string(t);
     CheckTransfers(plan, stage.send, where + " send", send_count, recv_count);
     for (const Transfer& s : stage.send) {
-      transferred_tokens += plan.blocks[s.block].tokens();  // each <= 2^40: no overflow
+      transferred_tokens += s.rows(plan.blocks[s.block].tokens());  // each <= 2^40: no overflow
       if (transferred_tokens > kMaxTransferredTokens)
         Fail(where + ": forward transfers move more than 2^40 tokens in all");
     }
     for (const BlockPair& p : stage.compute) CheckCompute(plan, holdings, p, where);
     computed.insert(computed.end(), stage.compute.begin(), stage.compute.end());
-    ApplyKvTransfers(stage.send, holdings, where + " send", options.forbid_redundant_transfers);
+    ApplyKvTransfers(plan, stage.send, holdings, where + " send",
+                     options.forbid_redundant_transfers);
   }
   CheckPairsComputedOnce(std::move(computed), required, "forward");
 }
@@ -214,10 +273,21 @@ void CheckBackward(const Plan& plan, const std::vector<RequiredPair>& required,
   Holdings holdings(plan);
   std::vector<int32_t> send_count(plan.workers), recv_count(plan.workers);
   std::vector<BlockPair> computed;
-  // Partial dK/dV of block j held by worker w and not yet sent on: (w, j).
-  std::unordered_set<uint64_t> pending;
+  // Partial dK/dV of block j held by worker w and not yet sent on: (w, j),
+  // with the span of its rows that may be non-zero (the rows its computes
+  // attend and the rows of partials relayed into it). The spans are worked
+  // out only when some partial transfer carries part of its block: then it
+  // must carry that whole span.
+  std::unordered_map<uint64_t, TokenRange> pending;
+  bool rows_matter = false;
+  for (const BackwardStage& stage : plan.backward)
+    for (const Transfer& d : stage.send_dkv) rows_matter = rows_matter || !d.all_rows();
   // (w, j) for which w has sent its partial: w may not compute with j again.
   std::unordered_set<uint64_t> sent;
+  // (w, j) for which w holds a partial relayed to it: sent on whole, as relays
+  // are (docs/plan-format.md, "Row ranges": the executors match a relayed
+  // partial to the send that forwards it by its rows).
+  std::unordered_set<uint64_t> relay_in;
   for (size_t t = 0; t < plan.backward.size(); ++t) {
     const BackwardStage& stage = plan.backward[t];
     const std::string where = "backward stage " + std::to_string(t);
@@ -228,9 +298,16 @@ void CheckBackward(const Plan& plan, const std::vector<RequiredPair>& required,
       const auto w = [&] { return where + " send_dkv " + TransferText(d) + ": "; };
       const int32_t owner = plan.blocks[d.block].worker;
       if (d.src == owner) Fail(w() + "the owner of a block never sends its dK/dV");
-      if (!pending.erase(Key(d.src, d.block)))
+      const auto partial = pending.find(Key(d.src, d.block));
+      if (partial == pending.end())
         Fail(w() + "worker " + std::to_string(d.src) + " holds no unsent partial dK/dV of block " +
              std::to_string(d.block) + " before this stage");
+      if (!d.all_rows() && (d.dst != owner || relay_in.count(Key(d.src, d.block))))
+        Fail(w() + "a relayed partial dK/dV carries all of its block's rows");
+      if (!d.all_rows() && !Covers(TransferRows(plan, d), partial->second))
+        Fail(w() + "it sends rows " + RowsText(TransferRows(plan, d)) +
+             " of the partial, whose rows " + RowsText(partial->second) + " may be non-zero");
+      pending.erase(partial);
       sent.insert(Key(d.src, d.block));
       if (d.dst != owner) relayed.push_back(d);
     }
@@ -241,21 +318,27 @@ void CheckBackward(const Plan& plan, const std::vector<RequiredPair>& required,
       if (sent.count(Key(worker, p.kv_block)))
         Fail(where + " compute " + PairText(p) + ": worker " + std::to_string(worker) +
              " already sent its partial dK/dV of block " + std::to_string(p.kv_block));
-      pending.insert(Key(worker, p.kv_block));
+      TokenRange& span = pending[Key(worker, p.kv_block)];
+      if (rows_matter)
+        span = Union(span, AttendedRows(plan.sequences, plan.blocks[p.q_block],
+                                        plan.blocks[p.kv_block], plan.mask));
     }
     computed.insert(computed.end(), stage.compute.begin(), stage.compute.end());
     for (const Transfer& d : relayed) {
       if (sent.count(Key(d.dst, d.block)))
         Fail(where + " send_dkv " + TransferText(d) + ": relay target " + std::to_string(d.dst) +
              " already sent its partial dK/dV of block " + std::to_string(d.block));
-      pending.insert(Key(d.dst, d.block));
+      TokenRange& span = pending[Key(d.dst, d.block)];
+      if (rows_matter) span = Union(span, TransferRows(plan, d));
+      relay_in.insert(Key(d.dst, d.block));
     }
-    ApplyKvTransfers(stage.send_kv, holdings, where + " send_kv",
+    ApplyKvTransfers(plan, stage.send_kv, holdings, where + " send_kv",
                      options.forbid_redundant_transfers);
   }
   if (!pending.empty()) {
     // Report the smallest (worker, block) so the message is deterministic.
-    const uint64_t first = *std::min_element(pending.begin(), pending.end());
+    uint64_t first = pending.begin()->first;
+    for (const auto& [key, span] : pending) first = std::min(first, key);
     Fail("backward: worker " + std::to_string(first >> 32) +
          " never returns its partial dK/dV of block " +
          std::to_string(static_cast<uint32_t>(first)) + " to the owner");

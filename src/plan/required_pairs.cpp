@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <unordered_map>
 #include <utility>
 
 #include "fcp/error.h"
@@ -183,6 +184,71 @@ std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,
     }
   }
   return pairs;
+}
+
+TokenRange AttendedRows(const std::vector<int64_t>& sequences, const Block& q, const Block& kv,
+                        const Mask& mask) {
+  TokenRange span{0, 0};
+  int64_t row = 0;  // kv's first row of the segment
+  for (const Segment& k : kv.segments) {
+    for (const Segment& x : q.segments) {
+      if (x.seq != k.seq) continue;
+      const TokenRange keys = AttendedKeys(mask, {x.start, x.start + x.length}, sequences[k.seq]);
+      const int64_t lo = std::max(keys.begin, k.start), hi = std::min(keys.end, k.start + k.length);
+      if (lo >= hi) continue;
+      const TokenRange rows{row + lo - k.start, row + hi - k.start};
+      span = span.empty()
+                 ? rows
+                 : TokenRange{std::min(span.begin, rows.begin), std::max(span.end, rows.end)};
+    }
+    row += k.length;
+  }
+  return span;
+}
+
+void TrimTransfersToAttendedRows(Plan& plan, const std::vector<RequiredPair>& required) {
+  const auto owner = [&](int32_t block) { return plan.blocks[block].worker; };
+  for (const ForwardStage& s : plan.forward)
+    for (const Transfer& t : s.send)
+      if (t.src != owner(t.block)) return;
+  for (const BackwardStage& s : plan.backward) {
+    for (const Transfer& t : s.send_kv)
+      if (t.src != owner(t.block)) return;
+    for (const Transfer& t : s.send_dkv)
+      if (t.dst != owner(t.block)) return;
+  }
+  // (receiver, block) -> the rows its query blocks attend.
+  std::unordered_map<uint64_t, TokenRange> attended;
+  const auto key = [](int32_t worker, int32_t block) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(worker)) << 32) |
+           static_cast<uint32_t>(block);
+  };
+  for (const RequiredPair& p : required) {
+    const int32_t w = owner(p.q_block);
+    if (w == owner(p.kv_block)) continue;
+    const TokenRange rows =
+        AttendedRows(plan.sequences, plan.blocks[p.q_block], plan.blocks[p.kv_block], plan.mask);
+    TokenRange& span = attended[key(w, p.kv_block)];
+    span = span.empty()
+               ? rows
+               : TokenRange{std::min(span.begin, rows.begin), std::max(span.end, rows.end)};
+  }
+  std::vector<int64_t> tokens(plan.blocks.size(), -1);  // filled for the blocks that move
+  const auto trim = [&](Transfer& t, int32_t receiver) {
+    const auto it = attended.find(key(receiver, t.block));
+    FCP_CHECK(it != attended.end(), "a transfer's receiver computes with its block");
+    if (tokens[t.block] < 0) tokens[t.block] = plan.blocks[t.block].tokens();
+    if (it->second.begin > 0 || it->second.end < tokens[t.block]) {
+      t.row_begin = it->second.begin;
+      t.row_count = it->second.size();
+    }
+  };
+  for (ForwardStage& s : plan.forward)
+    for (Transfer& t : s.send) trim(t, t.dst);
+  for (BackwardStage& s : plan.backward) {
+    for (Transfer& t : s.send_kv) trim(t, t.dst);
+    for (Transfer& t : s.send_dkv) trim(t, t.src);  // the partial of the rows it received
+  }
 }
 
 }  // namespace fcp

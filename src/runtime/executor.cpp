@@ -5,6 +5,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -93,7 +94,23 @@ struct KvRows {
   float* K(float* base, int64_t row) const { return base + 2 * row * kv_row; }
   const float* K(const float* base, int64_t row) const { return base + 2 * row * kv_row; }
   int64_t Floats(int64_t rows) const { return 2 * rows * kv_row; }
+  // The K (v_part: V) rows [row_begin, row_begin + rows) of a block of
+  // block_rows rows whose [K; V] storage starts at row `first`: a message
+  // that carries part of its block (fcp/lowering.h) moves these two runs.
+  float* Part(float* base, int64_t first, int64_t block_rows, int64_t row_begin,
+              bool v_part) const {
+    return base + (2 * first + (v_part ? block_rows : 0) + row_begin) * kv_row;
+  }
 };
+
+// Whether a message of the lowered program carries all of its block's rows:
+// then K and V are one contiguous run of the block's storage, one message;
+// else two, the K rows then the V rows, with the same tag (MPI keeps their
+// order).
+template <class Message>
+bool WholeBlock(const Message& m) {
+  return m.row_begin == 0 && m.rows == m.block_rows;
+}
 
 // A message in flight, observed by polling.
 struct Flight {
@@ -110,8 +127,10 @@ struct Flight {
 // needed (Runner::AbsorbPartials).
 struct IncomingPartial {
   DkvRecv recv;
-  std::vector<float> data;
+  std::vector<float> data;  // K rows, then V rows
   Flight flight;
+  std::optional<Flight> v_flight;  // the V rows' message when the partial covers part of its block
+  bool arrived() const { return flight.end_us >= 0 && (!v_flight || v_flight->end_us >= 0); }
 };
 
 // An input reshuffle (fcp/lowering.h, InputReshuffle) on this rank: its
@@ -242,7 +261,8 @@ class Runner {
     for (Flight& f : flights_)
       if (f.end_us < 0 && comm_.Test(f.request)) f.end_us = trace_->NowUs();
     for (IncomingPartial& p : partials_in_)
-      if (p.flight.end_us < 0 && comm_.Test(p.flight.request)) p.flight.end_us = trace_->NowUs();
+      for (Flight* f : {&p.flight, p.v_flight ? &*p.v_flight : nullptr})
+        if (f && f->end_us < 0 && comm_.Test(f->request)) f->end_us = trace_->NowUs();
     for (int32_t d : links_pending_) PumpReturns(d);
     std::erase_if(links_pending_, [&](int32_t d) {
       return !return_links_[d].busy && return_links_[d].queue.empty();
@@ -329,11 +349,23 @@ class Runner {
         keep.push_back(std::move(p));
         continue;
       }
-      waited = waited || p.flight.end_us < 0;
-      Finish(p.flight);
-      Record(p.flight);
-      float* acc = kv_rows_.K(p.recv.into_partial ? partial_.data() : dkv_.data(), p.recv.row);
-      for (size_t j = 0; j < p.data.size(); ++j) acc[j] += p.data[j];
+      waited = waited || !p.arrived();
+      for (Flight* f : {&p.flight, p.v_flight ? &*p.v_flight : nullptr})
+        if (f) {
+          Finish(*f);
+          Record(*f);
+        }
+      float* base = p.recv.into_partial ? partial_.data() : dkv_.data();
+      if (WholeBlock(p.recv)) {
+        float* acc = kv_rows_.K(base, p.recv.row);
+        for (size_t j = 0; j < p.data.size(); ++j) acc[j] += p.data[j];
+      } else {
+        const size_t half = p.data.size() / 2;
+        for (const bool v : {false, true}) {
+          float* acc = kv_rows_.Part(base, p.recv.row, p.recv.block_rows, p.recv.row_begin, v);
+          for (size_t j = 0; j < half; ++j) acc[j] += p.data[(v ? half : 0) + j];
+        }
+      }
     }
     partials_in_ = std::move(keep);
     if (waited) {
@@ -379,11 +411,20 @@ class Runner {
   // its sends (PostReadySends). Both sides walk the plan's transfer list in
   // order, so messages between two ranks match in order.
   void PostKv(const StageProgram& sp, const std::string& label) {
-    for (const KvRecv& r : sp.kv_recv)
-      Post(comm_.Irecv(kv_rows_.K(pool_.data(), r.pool_row), kv_rows_.Floats(r.rows) * 4, r.src,
-                       kTagKv),
-           label + " recv kv" + std::to_string(r.block) + " from " + std::to_string(r.src),
-           TraceLane::kRecv);
+    for (const KvRecv& r : sp.kv_recv) {
+      const std::string name =
+          label + " recv kv" + std::to_string(r.block) + " from " + std::to_string(r.src);
+      if (WholeBlock(r)) {
+        Post(comm_.Irecv(kv_rows_.K(pool_.data(), r.pool_row), kv_rows_.Floats(r.rows) * 4, r.src,
+                         kTagKv),
+             name, TraceLane::kRecv);
+        continue;
+      }
+      for (const bool v : {false, true})
+        Post(comm_.Irecv(kv_rows_.Part(pool_.data(), r.pool_row, r.block_rows, r.row_begin, v),
+                         kv_rows_.Floats(r.rows) * 2, r.src, kTagKv),
+             name + (v ? " (V rows)" : " (K rows)"), TraceLane::kRecv);
+    }
     sends_ = {&sp, label, std::vector<char>(sp.kv_send.size(), 0), sp.kv_send.size()};
     PostReadySends(false);
   }
@@ -414,10 +455,17 @@ class Runner {
       --sends_.left;
       const int64_t bytes = kv_rows_.Floats(s.rows) * 4;
       stats_->bytes_sent += bytes;
-      Post(comm_.Isend(kv_rows_.K(s.from_pool ? pool_.data() : kv_.data(), s.row), bytes, s.dst,
-                       kTagKv),
-           sends_.label + " send kv" + std::to_string(s.block) + " to " + std::to_string(s.dst),
-           TraceLane::kSend);
+      float* base = s.from_pool ? pool_.data() : kv_.data();
+      const std::string name =
+          sends_.label + " send kv" + std::to_string(s.block) + " to " + std::to_string(s.dst);
+      if (WholeBlock(s)) {
+        Post(comm_.Isend(kv_rows_.K(base, s.row), bytes, s.dst, kTagKv), name, TraceLane::kSend);
+        continue;
+      }
+      for (const bool v : {false, true})
+        Post(comm_.Isend(kv_rows_.Part(base, s.row, s.block_rows, s.row_begin, v), bytes / 2, s.dst,
+                         kTagKv),
+             name + (v ? " (V rows)" : " (K rows)"), TraceLane::kSend);
     }
   }
 
@@ -438,9 +486,17 @@ class Runner {
     AbsorbPartials([&](const DkvRecv& r) { return RelaysInto(r, s); });
     const int64_t bytes = kv_rows_.Floats(s.rows) * 4;
     stats_->bytes_sent += bytes;
-    Post(comm_.Isend(kv_rows_.K(partial_.data(), s.partial_row), bytes, s.dst, tag),
-         label + " send dkv" + std::to_string(s.block) + " to " + std::to_string(s.dst),
-         TraceLane::kSend, group);
+    const std::string name =
+        label + " send dkv" + std::to_string(s.block) + " to " + std::to_string(s.dst);
+    if (WholeBlock(s)) {
+      Post(comm_.Isend(kv_rows_.K(partial_.data(), s.partial_row), bytes, s.dst, tag), name,
+           TraceLane::kSend, group);
+      return;
+    }
+    for (const bool v : {false, true})
+      Post(comm_.Isend(kv_rows_.Part(partial_.data(), s.partial_row, s.block_rows, s.row_begin, v),
+                       bytes / 2, s.dst, tag),
+           name + (v ? " (V rows)" : " (K rows)"), TraceLane::kSend, group);
   }
 
   // Sets up the partial sends of backward stage `next`, whose stage before
@@ -492,7 +548,7 @@ class Runner {
       if (n.posted[i] || n.calls_left[i] > 0) continue;
       const bool relayed_arrived = std::none_of(
           partials_in_.begin(), partials_in_.end(),
-          [&](const IncomingPartial& p) { return RelaysInto(p.recv, s) && p.flight.end_us < 0; });
+          [&](const IncomingPartial& p) { return RelaysInto(p.recv, s) && !p.arrived(); });
       if (!relayed_arrived) continue;
       n.posted[i] = 1;
       --n.left;
@@ -1057,9 +1113,19 @@ void Runner::BackwardStages(ReturnGroup& ret_dq, ReturnGroup& ret_dkv) {
       IncomingPartial& in = partials_in_.emplace_back();
       in.recv = r;
       in.data.resize(static_cast<size_t>(kv_rows_.Floats(r.rows)));
-      in.flight = {comm_.Irecv(in.data.data(), kv_rows_.Floats(r.rows) * 4, r.src, recv_tags[i]),
-                   label + " recv dkv" + std::to_string(r.block) + " from " + std::to_string(r.src),
+      const std::string name =
+          label + " recv dkv" + std::to_string(r.block) + " from " + std::to_string(r.src);
+      if (WholeBlock(r)) {
+        in.flight = {comm_.Irecv(in.data.data(), kv_rows_.Floats(r.rows) * 4, r.src, recv_tags[i]),
+                     name, TraceLane::kRecv, kStageGroup, trace_->NowUs()};
+        continue;
+      }
+      // Part of the block: its K rows, then its V rows, two messages into one buffer.
+      const int64_t half = kv_rows_.Floats(r.rows) / 2;
+      in.flight = {comm_.Irecv(in.data.data(), half * 4, r.src, recv_tags[i]), name + " (K rows)",
                    TraceLane::kRecv, kStageGroup, trace_->NowUs()};
+      in.v_flight = Flight{comm_.Irecv(in.data.data() + half, half * 4, r.src, recv_tags[i]),
+                           name + " (V rows)", TraceLane::kRecv, kStageGroup, trace_->NowUs()};
     }
     SendStagePartials(label);
     PrepareNextPartials(t + 1, sp.compute);
@@ -1068,7 +1134,9 @@ void Runner::BackwardStages(ReturnGroup& ret_dq, ReturnGroup& ret_dkv) {
     FinishStage(stage_start, label);
     // A sent partial's rows start the next partial that reuses them at zero.
     for (const DkvSend& s : sp.dkv_send)
-      std::fill_n(kv_rows_.K(partial_.data(), s.partial_row), kv_rows_.Floats(s.rows), 0.0f);
+      for (const bool v : {false, true})  // the rows it sent; the others are zero (ValidatePlan)
+        std::fill_n(kv_rows_.Part(partial_.data(), s.partial_row, s.block_rows, s.row_begin, v),
+                    kv_rows_.Floats(s.rows) / 2, 0.0f);
     SendReturns(ret_dq, stage);
     AbsorbPartials([&](const DkvRecv& r) {
       return !r.into_partial && P.backward_dkv_final_stage[r.block] <= stage &&

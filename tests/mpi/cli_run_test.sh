@@ -43,6 +43,10 @@ case "$CASE" in
       "$FCP" plan --planner "$kind" --lengths "$DIR/lengths.txt" --workers "$np" --block-size 16 \
         --coalesce "$coalesce" --mask "$mask" "${window[@]}" --heads-q 4 --heads-kv 2 --head-dim 8 \
         --out "$DIR/plan.json" >/dev/null || fail "fcp plan"
+      if [ "$kind" = magi ]; then  # its transfers carry the rows attended: some are ranges
+        grep -q '"send_rows"' "$DIR/plan.json" && grep -q '"send_dkv_rows"' "$DIR/plan.json" ||
+          fail "magi plan without row ranges"
+      fi
     else
       "$WRITE_PLAN" "$kind" "$np" "$mask" "$coalesce" "$DIR/plan.json" || fail "write plan"
     fi

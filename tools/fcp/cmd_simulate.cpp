@@ -89,8 +89,8 @@ struct CompareOptions {
   std::string lengths_path;
   std::string mask = "causal";
   int64_t window = 0;
-  std::string reshuffle = "overlap";
-  std::string baseline_reshuffle = "none";
+  std::string reshuffle = "both";            // none | charged | both: the rules compared
+  std::string reshuffle_charge = "overlap";  // how rule (b) runs the reshuffle: overlap | blocking
   std::string transfers = "pull";
   std::string network = NetworkModelName(SimConfig{}.network);
   std::optional<double> network_quantum;
@@ -102,10 +102,27 @@ struct CompareOptions {
   std::optional<double> network_flops_per_byte;  // unset: from the profile
 };
 
+// The two comparisons on equal terms (DESIGN.md section 8): every planner of a
+// row set is simulated under the same rule, never FCP under one and a
+// baseline under the other.
+enum class CompareRule {
+  // (a) Each planner in its own layout: the dataloader adopts the plan, no
+  // reshuffle is charged to anybody.
+  kOwnLayout,
+  // (b) Everybody starts from the dataloader layout (PLAN_FORMAT's
+  // contiguous shares) and is charged the reshuffle to its plan's layout (its
+  // blocks' owners) and back, by the same simulator rule for every planner.
+  kDataloader,
+};
+const char* CompareRuleName(CompareRule rule) {
+  return rule == CompareRule::kOwnLayout ? "own-layout" : "dataloader";
+}
+
 struct Row {
   uint64_t seed;
   int32_t workers;
   std::string planner;
+  CompareRule rule;
   std::string reshuffle;
   Plan plan;  // header fields only once simulated (the blocks are dropped)
   SimResult sim;
@@ -162,9 +179,25 @@ class PassProgressLine {
   bool drawn_ = false;
 };
 
+// Reshuffle bytes of both passes, all workers (0 when none is charged).
+double ReshuffleBytes(const SimResult& r) {
+  double bytes = 0;
+  for (const WorkerSimStats& w : r.worker_stats) bytes += w.reshuffle_bytes_sent;
+  return bytes;
+}
+
+// The rules `--reshuffle` names: none = (a), charged = (b), both = (a) then (b).
+std::vector<CompareRule> ParseCompareRules(const std::string& name) {
+  if (name == "none") return {CompareRule::kOwnLayout};
+  if (name == "charged") return {CompareRule::kDataloader};
+  if (name == "both") return {CompareRule::kOwnLayout, CompareRule::kDataloader};
+  throw UsageError("compare: --reshuffle must be none, charged or both, got '" + name + "'");
+}
+
 void WriteCsv(const std::string& path, const CompareOptions& o, const std::vector<Row>& rows) {
   std::ostringstream file;
-  file << "dist,seed,workers,tokens_per_worker,block_size,coalesce,mask,planner,reshuffle,profile,"
+  file << "dist,seed,workers,tokens_per_worker,block_size,coalesce,mask,planner,rule,reshuffle,"
+          "profile,"
           "forward_time_s,backward_time_s,total_time_s,mfu,normalized_mfu,batch_normalized_mfu,"
           "reference_efficiency,compute_imbalance,traffic_imbalance,total_traffic_imbalance,"
           "mean_busy_s,mean_exposed_comm_s,max_exposed_comm_s,plan_token_cap,plan_coalesce,"
@@ -173,25 +206,25 @@ void WriteCsv(const std::string& path, const CompareOptions& o, const std::vecto
     for (const char* term : {"mean_compute_s", "max_compute_s", "nic_in_s", "nic_out_s",
                              "nvlink_in_s", "nvlink_out_s", "bound_s", "binding"})
       file << ',' << pass << "_bound_" << term;
-  file << '\n';
+  file << ",reshuffle_bytes\n";
   for (const Row& r : rows) {
     const SimResult& s = r.sim;
     file << fmt::format(
-        "{},{},{},{:.9g},{},{},{},{},{},{},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},"
-        "{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{},{},{},{},{:.6f},{:.6f}",
+        "{},{},{},{:.9g},{},{},{},{},{},{},{},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},"
+        "{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{},{},{},{},{:.6f},{:.6f}",
         o.lengths_path.empty() ? o.dist : "file", r.seed, r.workers, r.tokens_per_worker,
         o.planner.block_size, o.planner.coalesce, MaskKindName(o.planner.mask.kind), r.planner,
-        r.reshuffle, s.profile, s.forward_time_s, s.backward_time_s, s.total_time_s, s.mfu,
-        s.normalized_mfu, s.batch_normalized_mfu, s.reference_efficiency, s.compute_imbalance,
-        s.traffic_imbalance, s.total_traffic_imbalance, s.mean_busy_s, s.mean_exposed_comm_s,
-        s.max_exposed_comm_s, r.plan.token_cap, r.plan.coalesce, r.plan.forward.size(), r.blocks,
-        r.plan_s, r.sim_s);
+        CompareRuleName(r.rule), r.reshuffle, s.profile, s.forward_time_s, s.backward_time_s,
+        s.total_time_s, s.mfu, s.normalized_mfu, s.batch_normalized_mfu, s.reference_efficiency,
+        s.compute_imbalance, s.traffic_imbalance, s.total_traffic_imbalance, s.mean_busy_s,
+        s.mean_exposed_comm_s, s.max_exposed_comm_s, r.plan.token_cap, r.plan.coalesce,
+        r.plan.forward.size(), r.blocks, r.plan_s, r.sim_s);
     file << fmt::format(",{:.9g},{:.9g}", s.bound_s, s.bound_ratio);
     for (const PassBounds* b : {&s.forward_bounds, &s.backward_bounds})
       file << fmt::format(",{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{}", b->mean_compute_s,
                           b->max_compute_s, b->nic_in_s, b->nic_out_s, b->nvlink_in_s,
                           b->nvlink_out_s, b->bound_s, b->binding);
-    file << '\n';
+    file << fmt::format(",{:.9g}\n", ReshuffleBytes(s));
   }
   WriteOutput(path, file.str(), "compare: csv");
 }
@@ -206,12 +239,15 @@ void RunCompare(CompareOptions& o) {
     throw UsageError("compare: --mask sliding_window needs --window W");
   o.workload.dist = ParseLengthDistribution(o.dist);
   if (o.seeds < 1) throw UsageError("compare: --seeds must be >= 1");
-  ReshuffleMode fcp_reshuffle{}, baseline_reshuffle{};
+  std::vector<CompareRule> rules;
+  ReshuffleMode charge{};
   TransferMode transfers{};
   NetworkModel network{};
   CheckFlags([&] {
-    fcp_reshuffle = ParseReshuffleMode(o.reshuffle);
-    baseline_reshuffle = ParseReshuffleMode(o.baseline_reshuffle);
+    rules = ParseCompareRules(o.reshuffle);
+    charge = ParseReshuffleMode(o.reshuffle_charge);
+    if (charge == ReshuffleMode::kNone)
+      throw UsageError("compare: --reshuffle-charge must be overlap or blocking, got 'none'");
     transfers = ParseTransferMode(o.transfers);
     network = ParseNetworkModel(o.network);
     SimConfig sim_settings;
@@ -237,7 +273,7 @@ void RunCompare(CompareOptions& o) {
   if (!o.lengths_path.empty()) file_lengths = ReadLengthsFile(o.lengths_path);
 
   const uint64_t first_seed = o.workload.seed;
-  Progress progress(workers.size() * planners.size() * o.seeds);
+  Progress progress(workers.size() * planners.size() * o.seeds * rules.size());
   std::vector<Row> rows;
   for (int32_t n : workers)
     for (int32_t k = 0; k < o.seeds; ++k) {
@@ -249,39 +285,54 @@ void RunCompare(CompareOptions& o) {
       const double tokens_per_worker =
           static_cast<double>(SequenceOffsets(lengths).back()) / static_cast<double>(n);
       for (const std::string& name : planners) {
-        PlannerConfig pc = o.planner;
-        pc.workers = n;
-        pc.planner = name;
-        SimConfig sc;
-        sc.reshuffle = name.rfind("fcp", 0) == 0 ? fcp_reshuffle : baseline_reshuffle;
-        // A batch simulated without the reshuffle is planned without its locality.
-        pc.reshuffle_locality = sc.reshuffle != ReshuffleMode::kNone;
-        sc.transfers = transfers;
-        sc.network = network;
-        sc.network_quantum = o.network_quantum;
-        auto start = std::chrono::steady_clock::now();
-        // --tune: FCP's heavy split and imbalance bound chosen by this very
-        // simulation (fcp_tuning.h), whose result is the row's: its time is in plan s.
-        std::optional<TunedFcpPlan> tuned;
-        if (o.tune && name == "fcp") tuned = TuneFcpPlan(lengths, pc, FcpTuning{profile, sc});
-        Row row{wc.seed,
-                n,
-                name,
-                ReshuffleModeName(sc.reshuffle),
-                tuned ? std::move(tuned->plan) : MakePlan(lengths, pc),
-                {},
-                0,
-                0};
-        row.plan_s = SecondsSince(start);
-        if (o.validate) ValidatePlan(row.plan);
-        start = std::chrono::steady_clock::now();
-        row.sim = tuned ? std::move(tuned->sim) : Simulate(row.plan, profile, sc);
-        row.sim_s = SecondsSince(start);
-        progress.Step(fmt::format("{} N={} seed {}", name, n, wc.seed));
-        row.blocks = row.plan.blocks.size();
-        row.tokens_per_worker = tokens_per_worker;
-        row.plan.blocks.clear();  // keep only the header fields the table needs
-        rows.push_back(std::move(row));
+        // Only the FCP family reads PlannerConfig::reshuffle_locality; a
+        // baseline's plan is the same under both rules, so it is made once.
+        const bool plan_per_rule = name.rfind("fcp", 0) == 0;
+        std::optional<Plan> shared_plan;
+        double shared_plan_s = 0;
+        for (const CompareRule rule : rules) {
+          PlannerConfig pc = o.planner;
+          pc.workers = n;
+          pc.planner = name;
+          SimConfig sc;
+          // The same reshuffle for every planner of the rule: none, or the
+          // plan's own blocks' layout reached from the dataloader's and left.
+          sc.reshuffle = rule == CompareRule::kOwnLayout ? ReshuffleMode::kNone : charge;
+          // A batch simulated without the reshuffle is planned without its locality.
+          pc.reshuffle_locality = sc.reshuffle != ReshuffleMode::kNone;
+          sc.transfers = transfers;
+          sc.network = network;
+          sc.network_quantum = o.network_quantum;
+          auto start = std::chrono::steady_clock::now();
+          // --tune: FCP's heavy split and imbalance bound chosen by this very
+          // simulation (fcp_tuning.h), whose result is the row's: its time is in plan s.
+          std::optional<TunedFcpPlan> tuned;
+          if (o.tune && name == "fcp") tuned = TuneFcpPlan(lengths, pc, FcpTuning{profile, sc});
+          Row row{wc.seed, n, name, rule, ReshuffleModeName(sc.reshuffle), {}, {}, 0, 0};
+          if (tuned) {
+            row.plan = std::move(tuned->plan);
+            row.plan_s = SecondsSince(start);
+          } else if (!plan_per_rule && shared_plan) {
+            row.plan = *shared_plan;
+            row.plan_s = shared_plan_s;
+          } else {
+            row.plan = MakePlan(lengths, pc);
+            row.plan_s = SecondsSince(start);
+            if (o.validate) ValidatePlan(row.plan);
+            if (!plan_per_rule && rules.size() > 1) {
+              shared_plan = row.plan;
+              shared_plan_s = row.plan_s;
+            }
+          }
+          start = std::chrono::steady_clock::now();
+          row.sim = tuned ? std::move(tuned->sim) : Simulate(row.plan, profile, sc);
+          row.sim_s = SecondsSince(start);
+          progress.Step(fmt::format("{} N={} seed {} {}", name, n, wc.seed, CompareRuleName(rule)));
+          row.blocks = row.plan.blocks.size();
+          row.tokens_per_worker = tokens_per_worker;
+          row.plan.blocks.clear();  // keep only the header fields the table needs
+          rows.push_back(std::move(row));
+        }
       }
     }
 
@@ -294,41 +345,54 @@ void RunCompare(CompareOptions& o) {
     partials += fmt::format("{}{} per {}", partials.empty() ? "" : ", ", name,
                             PartialReturnName(row->sim.partial_return));
   }
+  std::string rule_text;
+  for (const CompareRule rule : rules)
+    rule_text += rule == CompareRule::kOwnLayout
+                     ? "; rule own-layout: every planner in its own layout, no reshuffle charged"
+                     : fmt::format(
+                           "; rule dataloader: every planner from the dataloader layout, "
+                           "reshuffle to its layout and back charged ({})",
+                           ReshuffleModeName(charge));
   fmt::print(
-      "compare: {}, block {}, coalesce {}, mask {}, profile {}; "
-      "reshuffle: fcp* {}, baselines {}; transfers {}; dK/dV partials: {}; network {}{}\n",
+      "compare: {}, block {}, coalesce {}, mask {}, profile {}; transfers {}; dK/dV partials: {}; "
+      "network {}{}{}\n",
       file_lengths.empty()
           ? fmt::format("{} tokens per worker, dist {}", o.workload.tokens_per_worker, o.dist)
           : fmt::format("lengths from {} ({} tokens)", o.lengths_path,
                         SequenceOffsets(file_lengths).back()),
-      o.planner.block_size, o.planner.coalesce, o.mask, profile.name, o.reshuffle,
-      o.baseline_reshuffle, o.transfers, partials, o.network,
-      o.tune ? "; fcp tuned (heavy split and imbalance bound by the simulated step)" : "");
-  fmt::print("{:>5} {:>5} {:<17} {:>10} {:>7} {:>7} {:>7} {:>8} {:>8} {:>9} {:>8} {:>8} {:>7}\n",
-             "N", "seed", "planner", "time ms", "MFU", "normMFU", "batchN", "comp-imb", "traf-imb",
-             "exposed", "plan s", "sim s", "/bound");
+      o.planner.block_size, o.planner.coalesce, o.mask, profile.name, o.transfers, partials,
+      o.network,
+      o.tune ? "; fcp tuned (heavy split and imbalance bound by the simulated step)" : "",
+      rule_text);
+  fmt::print(
+      "{:>5} {:>5} {:<17} {:<10} {:>10} {:>7} {:>7} {:>7} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8} "
+      "{:>7}\n",
+      "N", "seed", "planner", "rule", "time ms", "MFU", "normMFU", "batchN", "comp-imb", "traf-imb",
+      "exposed", "resh MiB", "plan s", "sim s", "/bound");
   for (const Row& r : rows) {
     const SimResult& s = r.sim;
     fmt::print(
-        "{:>5} {:>5} {:<17} {:>10.3f} {:>7} {:>7} {:>7} {:>8} {:>8} {:>7.2f}ms {:>8.3f} {:>8.3f} "
-        "{:>6.3f}x\n",
-        r.workers, r.seed, r.planner, s.total_time_s * 1e3, Percent(s.mfu),
+        "{:>5} {:>5} {:<17} {:<10} {:>10.3f} {:>7} {:>7} {:>7} {:>8} {:>8} {:>7.2f}ms {:>9.1f} "
+        "{:>8.3f} {:>8.3f} {:>6.3f}x\n",
+        r.workers, r.seed, r.planner, CompareRuleName(r.rule), s.total_time_s * 1e3, Percent(s.mfu),
         Percent(s.normalized_mfu), Percent(s.batch_normalized_mfu), Percent(s.compute_imbalance),
-        Percent(s.traffic_imbalance), s.mean_exposed_comm_s * 1e3, r.plan_s, r.sim_s,
-        s.bound_ratio);
+        Percent(s.traffic_imbalance), s.mean_exposed_comm_s * 1e3, ReshuffleBytes(s) / 1048576.0,
+        r.plan_s, r.sim_s, s.bound_ratio);
   }
-  // FCP's speedup over each baseline (MFU ratio = time ratio on the same batch).
+  // FCP's speedup over each baseline under the same rule (MFU ratio = time
+  // ratio on the same batch).
   bool header = false;
   for (const Row& f : rows) {
     if (f.planner != "fcp") continue;
     std::string line;
     for (const Row& b : rows)
-      if (b.workers == f.workers && b.seed == f.seed && b.planner != "fcp" && b.sim.mfu > 0)
+      if (b.workers == f.workers && b.seed == f.seed && b.rule == f.rule && b.planner != "fcp" &&
+          b.sim.mfu > 0)
         line += fmt::format("  {} {:.2f}x", b.planner, f.sim.mfu / b.sim.mfu);
     if (line.empty()) continue;
-    if (!header) fmt::print("FCP MFU / baseline MFU:\n");
+    if (!header) fmt::print("FCP MFU / baseline MFU, each under the same rule:\n");
     header = true;
-    fmt::print("  N={:<4} seed {}:{}\n", f.workers, f.seed, line);
+    fmt::print("  N={:<4} seed {} {:<10}:{}\n", f.workers, f.seed, CompareRuleName(f.rule), line);
   }
   if (!o.csv.empty()) WriteCsv(o.csv, o, rows);
 }
@@ -445,18 +509,20 @@ void AddSimulateCommands(CLI::App& app) {
       ->capture_default_str();
   // The planner's flags as `fcp plan` has them, but N (--workers is a list
   // here), the network ratio (the profile's unless given) and the reshuffle
-  // locality (set from --reshuffle per planner).
+  // locality (set per rule: on where the reshuffle is charged).
   AddPlannerFlags(*cmp, co->planner, {"workers", "network_flops_per_byte", "reshuffle_locality"});
   cmp->add_option("--network-flops-per-byte", co->network_flops_per_byte,
                   "fcp: the planner's network ratio (default: the profile's; 0 = balance only)");
   cmp->add_option("--mask", co->mask, "causal | full | sliding_window")->capture_default_str();
   cmp->add_option("--window", co->window, "Window for --mask sliding_window");
   cmp->add_option("--reshuffle", co->reshuffle,
-                  "Reshuffle of fcp* planners: overlap | blocking | none")
+                  "The rules compared, each the same for every planner: none (each in its own "
+                  "layout, no reshuffle charged) | charged (all from the dataloader layout, the "
+                  "reshuffle to each plan's layout and back charged) | both")
       ->capture_default_str();
-  cmp->add_option(
-         "--baseline-reshuffle", co->baseline_reshuffle,
-         "Reshuffle of the baselines (they change the dataloader instead): none | blocking | overlap")
+  cmp->add_option("--reshuffle-charge", co->reshuffle_charge,
+                  "How the charged rule runs every planner's reshuffle: overlap (with local work) "
+                  "| blocking")
       ->capture_default_str();
   cmp->add_option("--transfers", co->transfers, kTransfersHelp)->capture_default_str();
   cmp->add_option("--network", co->network, kNetworkHelp)->capture_default_str();

@@ -64,4 +64,25 @@ std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,
                                         const std::vector<Block>& blocks, const Mask& mask,
                                         const SequenceIndex& index);
 
+// The smallest range of `kv`'s rows (its segments concatenated, in order)
+// holding every key row that some query of `q` attends under `mask`; empty
+// ({0, 0}) when none does. Exact for one query segment (AttendedKeys); a
+// covering range when q's segments attend parts of kv that are not adjacent
+// (a full mask reaching kv's first and last segments). Used for transfers
+// that carry part of a block (docs/plan-format.md, "Row ranges").
+// O(segments of q x segments of kv).
+TokenRange AttendedRows(const std::vector<int64_t>& sequences, const Block& q, const Block& kv,
+                        const Mask& mask);
+
+// Cuts every K/V transfer of a direct-pull plan (each block sent by its owner
+// straight to the workers that compute with it, each partial straight back)
+// to the rows its receiver attends: the span of AttendedRows over the
+// receiver's required pairs with the block; the partial coming back gets the
+// same rows. A transfer whose receiver attends every row stays whole, so a
+// plan where no receiver can do with less is unchanged. A plan with a relay
+// (a K/V send from a worker that does not own the block, or a partial sent
+// to one) is left as it is. `required`: the plan's required pairs.
+// O(required pairs x segments of their two blocks + transfers).
+void TrimTransfersToAttendedRows(Plan& plan, const std::vector<RequiredPair>& required);
+
 }  // namespace fcp
