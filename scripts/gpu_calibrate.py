@@ -625,7 +625,7 @@ def report(args) -> int:
     name = record["profile"]["name"]
     text += ["Compare with gpu-x (here, with the profile copied to profiles/):", "",
              f"    build/fcp compare --dist lognormal --workers 16,32,64,128 --profile profiles/{name}.json "
-             "--reshuffle none --baseline-reshuffle none --planners fcp,ring,bytescale,wlb,magi", ""]
+             "--reshuffle none --planners fcp,ring,bytescale,wlb,magi", ""]
     cost_path = folder / "torch_cost.json"
     if cost_path.is_file():
         cost = read_json(cost_path, "written by bench/torch_cuda_attention.py --json")
