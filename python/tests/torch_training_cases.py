@@ -67,8 +67,10 @@ def build(kind, wrapper, checkpoint, compiled, mesh):
     from torch.nn.parallel import DistributedDataParallel
     model = torch_hf_cases.make_model(kind, "fcp")
     model.config.use_cache = False
-    if checkpoint == "hf":
+    if checkpoint == "hf":  # transformers 5.25: torch.utils.checkpoint, non-reentrant by default
         model.gradient_checkpointing_enable()
+    elif checkpoint == "hf_reentrant":
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
     layers = decoder_layers(model)
     for i, layer in enumerate(layers):
         if compiled:  # the layer itself; checkpointing (eager) around it recomputes the compiled layer
@@ -134,7 +136,10 @@ TRAIN_CASES = ([("llama", w, c, False, lay) for w in WRAPPERS for c in CHECKPOIN
                                                              ("fsdp_dp", "hf", "dataloader"),
                                                              ("ddp", "none", "plan"),
                                                              ("ddp", "wrapper", "dataloader"))]
-               + [("mistral", "fsdp_flat", "wrapper", True, "plan"), ("mistral", "ddp", "hf", False, "dataloader")])
+               + [("mistral", "fsdp_flat", "wrapper", True, "plan"), ("mistral", "ddp", "hf", False, "dataloader")]
+               # torch.utils.checkpoint's reentrant form (an autograd Function re-running the layer).
+               + [("llama", "fsdp_flat", "hf_reentrant", False, "plan"),
+                  ("llama", "ddp", "hf_reentrant", False, "dataloader")])
 
 
 def error_of(fn):

@@ -128,7 +128,8 @@ def _record(lane: str, name: str, start: float, end: float) -> None:
 @contextlib.contextmanager
 def trace(path: str, group=None):
     """Records every fcp.torch attention call inside the block (CPU tensors) and
-    writes one Chrome/Perfetto trace of all ranks of `group` to `path` (rank 0
+    writes one Chrome/Perfetto trace of all ranks of `group` (a process group or
+    a 1-D DeviceMesh such as ``mesh["cp"]``) to `path` (rank 0
     writes; every rank passes the same path). Collective on exit.
 
     Lanes per rank (pid = rank): compute (a stage's kernel calls), send and
@@ -141,6 +142,7 @@ def trace(path: str, group=None):
     global _trace
     if _trace is not None:
         raise RuntimeError("fcp.torch.trace: a trace is already open in this process")
+    group = _resolve_group(group, None, None)[0]  # a process group or a 1-D DeviceMesh (mesh["cp"])
     world, rank = _group_size_rank(group)
     _trace = []
     try:
