@@ -121,8 +121,9 @@ def shard(plan: Plan, input_ids, labels=None, position_ids=None, layout: str = "
     ``[1, rows]``. `layout` "plan" (default: tokens permuted once here, attention
     moves only K/V) or "dataloader" (contiguous shards, attention reshuffles).
 
-    Collective over the plan's ranks: a batch whose length differs from the
-    plan's total raises the same ValueError on every rank.
+    Every tensor returned is on `input_ids`' device. Collective over the plan's
+    ranks: a batch whose length differs from the plan's total raises the same
+    ValueError on every rank.
     """
     error, tensors = None, {}
     try:
@@ -147,7 +148,7 @@ def shard(plan: Plan, input_ids, labels=None, position_ids=None, layout: str = "
     if "position_ids" in tensors:
         out["position_ids"] = tensors["position_ids"][rows]
     else:
-        out["position_ids"] = plan.position_ids(layout)
+        out["position_ids"] = plan.position_ids(layout).to(tensors["input_ids"].device)
     if "labels" in tensors:
         shifted = torch.full_like(tensors["labels"], ignore_index)
         shifted[:-1] = tensors["labels"][1:]
