@@ -142,7 +142,7 @@ def trace(path: str, group=None):
     global _trace
     if _trace is not None:
         raise RuntimeError("fcp.torch.trace: a trace is already open in this process")
-    group = _resolve_group(group, None, None)[0]  # a process group or a 1-D DeviceMesh (mesh["cp"])
+    group = _resolve_group(group, None, None, "fcp.torch.trace")[0]  # a process group or a 1-D DeviceMesh
     world, rank = _group_size_rank(group)
     _trace = []
     try:
@@ -467,29 +467,26 @@ def _canonical_lengths(lengths) -> List[int]:
     return [int(x) for x in lengths]
 
 
-def _resolve_group(group, mesh, cp_dim: Optional[str]):
+def _resolve_group(group, mesh, cp_dim: Optional[str], operation: str):
     """(process group, mesh, cp_dim) from a process group, a 1-D DeviceMesh, or a mesh and the
-    name of its context-parallel dimension."""
-    try:
-        from torch.distributed.device_mesh import DeviceMesh
-    except ImportError:  # torch without DeviceMesh
-        DeviceMesh = ()
+    name of its context-parallel dimension; errors name `operation`."""
+    from torch.distributed.device_mesh import DeviceMesh
     if isinstance(group, DeviceMesh):
         if mesh is not None:
-            raise TypeError("fcp.torch.plan: give the mesh once (group=mesh[\"cp\"] or mesh=mesh, cp_dim=\"cp\")")
+            raise TypeError(f"{operation}: give the mesh once (group=mesh[\"cp\"] or mesh=mesh, cp_dim=\"cp\")")
         if group.ndim != 1:
-            raise ValueError(f"fcp.torch.plan: group is a {group.ndim}-D DeviceMesh; pass mesh=mesh, cp_dim=<the "
+            raise ValueError(f"{operation}: group is a {group.ndim}-D DeviceMesh; pass mesh=mesh, cp_dim=<the "
                              "context-parallel dimension's name> (or group=mesh[\"cp\"])")
         return group.get_group(), group, (group.mesh_dim_names or (None,))[0]
     if mesh is None:
         return group, None, None
     if group is not None:
-        raise TypeError("fcp.torch.plan: give either group= or mesh= (with cp_dim=), not both")
+        raise TypeError(f"{operation}: give either group= or mesh= (with cp_dim=), not both")
     names = tuple(mesh.mesh_dim_names or ())
     if mesh.ndim == 1 and cp_dim is None:
         return mesh.get_group(), mesh, names[0] if names else None
     if cp_dim not in names:
-        raise ValueError(f"fcp.torch.plan: the mesh has dimensions {names}, none named cp_dim={cp_dim!r} "
+        raise ValueError(f"{operation}: the mesh has dimensions {names}, none named cp_dim={cp_dim!r} "
                          "(name the context-parallel dimension with cp_dim=)")
     return mesh.get_group(cp_dim), mesh, cp_dim
 
@@ -517,7 +514,7 @@ def plan(lengths, group=None, *, mesh=None, cp_dim: Optional[str] = None, config
     the tensors. The other `kw` are :func:`fcp.plan`'s (``block_size``,
     ``coalesce``, ...); ``workers`` defaults to the cp size and must equal it.
     """
-    group, mesh, cp_dim = _resolve_group(group, mesh, cp_dim)
+    group, mesh, cp_dim = _resolve_group(group, mesh, cp_dim, "fcp.torch.plan")
     world, rank = _group_size_rank(group)
     where = f"the mesh's {cp_dim!r} dimension has" if mesh is not None else "the process group has"
     error = None
@@ -557,8 +554,7 @@ def _shape_keywords(kw: dict, config, tp: int) -> dict:
     """kw with the attention shape filled in from `config` (checked against any given)."""
     kw = dict(kw)
     if config is not None:
-        from .training import attention_shape
-        for key, value in attention_shape(config, tp=tp).items():
+        for key, value in training.attention_shape(config, tp=tp).items():
             if key in kw and kw[key] != value:
                 raise ValueError(f"{key}={kw[key]} but the config (tp={tp}) gives {value}; drop one of them")
             kw[key] = value
