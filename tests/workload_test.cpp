@@ -1,5 +1,6 @@
 // Workload generators and the lengths-file parser.
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <numeric>
 #include <string>
@@ -24,7 +25,7 @@ int64_t Sum(const std::vector<int64_t>& v) {
 
 const LengthDistribution kAllDists[] = {LengthDistribution::kLognormal,
                                         LengthDistribution::kUniform, LengthDistribution::kFixed,
-                                        LengthDistribution::kBimodal};
+                                        LengthDistribution::kBimodal, LengthDistribution::kPareto};
 
 TEST(WorkloadTest, ExactTotalAndLengthBoundsForEveryDistribution) {
   for (LengthDistribution dist : kAllDists)
@@ -75,7 +76,7 @@ TEST(WorkloadTest, UniformRespectsMinLenExceptTheLast) {
 
 TEST(WorkloadTest, DeterministicPerSeedAndSeedsDiffer) {
   for (LengthDistribution dist : {LengthDistribution::kLognormal, LengthDistribution::kUniform,
-                                  LengthDistribution::kBimodal}) {
+                                  LengthDistribution::kBimodal, LengthDistribution::kPareto}) {
     WorkloadConfig c;
     c.dist = dist;
     c.workers = 8;
@@ -136,6 +137,24 @@ TEST(WorkloadTest, BimodalHasShortDocumentsAndRareLongOnes) {
   EXPECT_LT(long_count * 50, static_cast<int64_t>(lengths.size()));
 }
 
+// P(length > x) = (scale / x)^alpha: with alpha = 1.2, (1/4)^1.2 = 18.9% of
+// the sequences are at least 4 x scale and (1/64)^1.2 = 0.68% at least 64 x scale; none is
+// shorter than the scale (but the last, which fills the batch).
+TEST(WorkloadTest, ParetoHasAPowerLawTail) {
+  const WorkloadConfig c{.dist = LengthDistribution::kPareto, .workers = 256, .seed = 3};
+  const std::vector<int64_t> lengths = GenerateWorkload(c);
+  ASSERT_GT(lengths.size(), 10000u);
+  int64_t over_4x = 0, over_64x = 0;
+  for (size_t i = 0; i + 1 < lengths.size(); ++i) {
+    EXPECT_GE(lengths[i], c.pareto_scale);
+    over_4x += lengths[i] >= 4 * c.pareto_scale;
+    over_64x += lengths[i] >= 64 * c.pareto_scale;
+  }
+  const double samples = static_cast<double>(lengths.size() - 1);
+  EXPECT_NEAR(static_cast<double>(over_4x) / samples, std::pow(0.25, 1.2), 0.01);
+  EXPECT_NEAR(static_cast<double>(over_64x) / samples, std::pow(1.0 / 64, 1.2), 0.002);
+}
+
 std::string ConfigError(const WorkloadConfig& c) {
   return testing::ExpectedErrorMessage(ErrorCode::kInvalidArgument, [&] { GenerateWorkload(c); });
 }
@@ -147,6 +166,8 @@ TEST(WorkloadTest, ConfigErrorsNameTheField) {
   EXPECT_THAT(ConfigError({.max_len = 9, .min_len = 10}),
               HasSubstr("max_len (9) must be >= min_len (10)"));
   EXPECT_THAT(ConfigError({.lognormal_sigma = 0}), HasSubstr("sigma must be > 0"));
+  EXPECT_THAT(ConfigError({.pareto_alpha = -1}), HasSubstr("pareto alpha must be > 0"));
+  EXPECT_THAT(ConfigError({.pareto_scale = 0}), HasSubstr("pareto scale must be >= 1, got 0"));
   EXPECT_THAT(ConfigError({.workers = 1 << 20, .tokens_per_worker = int64_t{1} << 21}),
               HasSubstr("exceeds 2^40 tokens"));
 }
@@ -157,7 +178,7 @@ TEST(WorkloadTest, DistributionNamesRoundTrip) {
   EXPECT_EQ(
       testing::ExpectedErrorMessage(ErrorCode::kInvalidArgument,
                                     [] { ParseLengthDistribution("zipf"); }),
-      "workload: unknown distribution 'zipf' (expected lognormal, uniform, fixed or bimodal)");
+      "workload: unknown distribution 'zipf' (expected lognormal, uniform, fixed, bimodal or pareto)");
 }
 
 TEST(WorkloadTest, ParseLengthsReadsNumbersAndComments) {

@@ -521,12 +521,13 @@ def planners() -> Dict[str, str]:
 
 def workload(dist: str = "lognormal", workers: int = 16, tokens_per_worker: int = 32768,
              max_len: int = 524288, seed: int = 0, min_len: int = 1, mu: float = 5.43,
-             sigma: float = 1.7) -> np.ndarray:
+             sigma: float = 1.7, pareto_alpha: float = 1.2, pareto_scale: int = 128) -> np.ndarray:
     """A batch of sequence lengths, as ``fcp workload`` makes it (int64 array).
 
-    dist: 'lognormal', 'uniform', 'fixed' or 'bimodal'. The lengths sum to
-    exactly ``workers * tokens_per_worker``, each in [min_len, max_len] (the
-    last may be shorter). mu, sigma: lognormal parameters of ln(length).
+    dist: 'lognormal', 'uniform', 'fixed', 'bimodal' or 'pareto'. The lengths
+    sum to exactly ``workers * tokens_per_worker``, each in [min_len, max_len]
+    (the last may be shorter). mu, sigma: lognormal parameters of ln(length);
+    pareto_alpha, pareto_scale: P(length > x) = (pareto_scale / x)^pareto_alpha.
     Deterministic in ``seed`` on every platform.
     """
     seed = _int("seed", seed)
@@ -534,4 +535,5 @@ def workload(dist: str = "lognormal", workers: int = 16, tokens_per_worker: int 
         raise ValueError(f"workload: seed must be >= 0, got {seed}")
     return _fcp.workload(_str("dist", dist), _int("workers", workers),
                          _int("tokens_per_worker", tokens_per_worker), _int("max_len", max_len),
-                         _int("min_len", min_len), _float("mu", mu), _float("sigma", sigma), seed)
+                         _int("min_len", min_len), _float("mu", mu), _float("sigma", sigma),
+                         _float("pareto_alpha", pareto_alpha), _int("pareto_scale", pareto_scale), seed)

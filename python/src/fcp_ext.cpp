@@ -667,7 +667,8 @@ void BindWorkload(nb::module_& m) {
   m.def(
       "workload",
       [](const std::string& dist, int64_t workers, int64_t tokens_per_worker, int64_t max_len,
-         int64_t min_len, double mu, double sigma, uint64_t seed) {
+         int64_t min_len, double mu, double sigma, double pareto_alpha, int64_t pareto_scale,
+         uint64_t seed) {
         WorkloadConfig config;
         config.dist = ParseLengthDistribution(dist);
         config.workers = ToInt32("workload", "workers", workers);
@@ -676,11 +677,14 @@ void BindWorkload(nb::module_& m) {
         config.min_len = min_len;
         config.lognormal_mu = mu;
         config.lognormal_sigma = sigma;
+        config.pareto_alpha = pareto_alpha;
+        config.pareto_scale = pareto_scale;
         config.seed = seed;
         return OwnedArray(WithoutGil([&] { return GenerateWorkload(config); }));
       },
       nb::arg("dist"), nb::arg("workers"), nb::arg("tokens_per_worker"), nb::arg("max_len"),
-      nb::arg("min_len"), nb::arg("mu"), nb::arg("sigma"), nb::arg("seed"));
+      nb::arg("min_len"), nb::arg("mu"), nb::arg("sigma"), nb::arg("pareto_alpha"),
+      nb::arg("pareto_scale"), nb::arg("seed"));
 }
 
 }  // namespace

@@ -6,13 +6,15 @@ import fcp
 from conftest import run_cli
 
 
-@pytest.mark.parametrize("dist,workers,seed", [("lognormal", 8, 0), ("bimodal", 16, 5),
-                                               ("uniform", 3, 9), ("fixed", 4, 1)])
-def test_workload_matches_cli(cli, dist, workers, seed):
+@pytest.mark.parametrize("dist,workers,seed,extra", [
+    ("lognormal", 8, 0, {}), ("bimodal", 16, 5, {}), ("uniform", 3, 9, {}), ("fixed", 4, 1, {}),
+    ("pareto", 8, 2, {}), ("pareto", 8, 2, {"pareto_alpha": 1.5, "pareto_scale": 64})])
+def test_workload_matches_cli(cli, dist, workers, seed, extra):
     args = dict(dist=dist, workers=workers, tokens_per_worker=8192, max_len=32768, seed=seed)
-    lengths = fcp.workload(**args)
+    lengths = fcp.workload(**args, **extra)
+    flags = [x for k, v in extra.items() for x in ("--" + k.replace("_", "-"), v)]
     result = run_cli(cli, "workload", "--dist", dist, "--workers", workers,
-                     "--tokens-per-worker", 8192, "--max-len", 32768, "--seed", seed)
+                     "--tokens-per-worker", 8192, "--max-len", 32768, "--seed", seed, *flags)
     assert result.returncode == 0, result.stderr
     assert lengths.dtype == np.int64 and lengths.sum() == workers * 8192
     np.testing.assert_array_equal(lengths, [int(x) for x in result.stdout.split()])

@@ -28,6 +28,21 @@ double StandardNormal(std::mt19937_64& rng) {
 
 constexpr int kMaxRejections = 100;
 
+// Draws from `draw` until a length lands in [min_len, max_len]. When that
+// range holds almost none of the distribution (e.g. max_len = 1 takes ~600
+// lognormal draws a sample) rejection would run for minutes or forever: after
+// kMaxRejections draws the last one is clamped instead. That never happens in
+// practice for ranges holding most of the mass (at 5% acceptance it hits 1
+// sample in 170); it bounds the time of the rest.
+template <typename Draw>
+int64_t Truncated(const WorkloadConfig& c, Draw draw) {
+  for (int attempt = 0;; ++attempt) {
+    const int64_t len = static_cast<int64_t>(std::llround(std::min(draw(), 0x1.0p62)));
+    if (len >= c.min_len && len <= c.max_len) return len;
+    if (attempt + 1 >= kMaxRejections) return std::clamp(len, c.min_len, c.max_len);
+  }
+}
+
 int64_t SampleLength(const WorkloadConfig& c, std::mt19937_64& rng) {
   switch (c.dist) {
     case LengthDistribution::kFixed:
@@ -41,19 +56,15 @@ int64_t SampleLength(const WorkloadConfig& c, std::mt19937_64& rng) {
         return UniformInt(rng, std::max(c.min_len, c.max_len / 2), c.max_len);
       return UniformInt(rng, c.min_len, std::min<int64_t>(c.max_len, 4096));
     case LengthDistribution::kLognormal:
-      // Truncated to [min_len, max_len] by rejection, not clamped, so no spike
-      // of sequences sits exactly at max_len. When [min_len, max_len] holds
-      // almost none of the distribution (e.g. max_len = 1 takes ~600 draws a
-      // sample) rejection would run for minutes or forever: after
-      // kMaxRejections draws the last one is clamped instead. That never
-      // happens in practice for ranges holding most of the mass (at 5%
-      // acceptance it hits 1 sample in 170); it bounds the time of the rest.
-      for (int attempt = 0;; ++attempt) {
-        const double x = std::exp(c.lognormal_mu + c.lognormal_sigma * StandardNormal(rng));
-        const int64_t len = static_cast<int64_t>(std::llround(std::min(x, 0x1.0p62)));
-        if (len >= c.min_len && len <= c.max_len) return len;
-        if (attempt + 1 >= kMaxRejections) return std::clamp(len, c.min_len, c.max_len);
-      }
+      // Truncated, not clamped, so no spike of sequences sits exactly at max_len.
+      return Truncated(
+          c, [&] { return std::exp(c.lognormal_mu + c.lognormal_sigma * StandardNormal(rng)); });
+    case LengthDistribution::kPareto:
+      // Inverse CDF; 1 - u lies in (0, 1], so the power is finite.
+      return Truncated(c, [&] {
+        return static_cast<double>(c.pareto_scale) *
+               std::pow(1.0 - Uniform01(rng), -1.0 / c.pareto_alpha);
+      });
   }
   return c.max_len;
 }
@@ -61,10 +72,9 @@ int64_t SampleLength(const WorkloadConfig& c, std::mt19937_64& rng) {
 }  // namespace
 
 constexpr detail::EnumName<LengthDistribution> kDistributionNames[] = {
-    {LengthDistribution::kLognormal, "lognormal"},
-    {LengthDistribution::kUniform, "uniform"},
-    {LengthDistribution::kFixed, "fixed"},
-    {LengthDistribution::kBimodal, "bimodal"},
+    {LengthDistribution::kLognormal, "lognormal"}, {LengthDistribution::kUniform, "uniform"},
+    {LengthDistribution::kFixed, "fixed"},         {LengthDistribution::kBimodal, "bimodal"},
+    {LengthDistribution::kPareto, "pareto"},
 };
 
 const char* LengthDistributionName(LengthDistribution dist) {
@@ -88,6 +98,9 @@ void WorkloadConfig::validate() const {
          std::to_string(min_len) + ")");
   if (!(lognormal_sigma > 0) || !std::isfinite(lognormal_mu) || !std::isfinite(lognormal_sigma))
     fail("lognormal sigma must be > 0 and mu finite");
+  if (!(pareto_alpha > 0) || !std::isfinite(pareto_alpha))
+    fail("pareto alpha must be > 0 and finite, got " + std::to_string(pareto_alpha));
+  if (pareto_scale < 1) fail("pareto scale must be >= 1, got " + std::to_string(pareto_scale));
   if (static_cast<double>(workers) * static_cast<double>(tokens_per_worker) > 0x1.0p40)
     fail("workers * tokens_per_worker exceeds 2^40 tokens");
   // At least ceil(T / max_len) sequences: refused before any is sampled.

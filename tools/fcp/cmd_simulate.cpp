@@ -491,7 +491,7 @@ void AddSimulateCommands(CLI::App& app) {
   auto co = std::make_shared<CompareOptions>();
   CLI::App* cmp =
       app.add_subcommand("compare", "Plan and simulate one batch per N with several planners");
-  cmp->add_option("--dist", co->dist, "lognormal | uniform | fixed | bimodal")
+  cmp->add_option("--dist", co->dist, "lognormal | uniform | fixed | bimodal | pareto")
       ->capture_default_str();
   cmp->add_option("--lengths", co->lengths_path, "Use this lengths file instead of --dist");
   cmp->add_option("--workers", co->workers, "Comma-separated worker counts")

@@ -56,6 +56,10 @@ void AddWorkloadShapeFlags(CLI::App& command, WorkloadConfig& config,
       ->capture_default_str();
   command.add_option("--sigma", config.lognormal_sigma, "lognormal: std dev of ln(length)")
       ->capture_default_str();
+  command.add_option("--pareto-alpha", config.pareto_alpha, "pareto: tail index alpha")
+      ->capture_default_str();
+  command.add_option("--pareto-scale", config.pareto_scale, "pareto: scale x_m, tokens")
+      ->capture_default_str();
   command.add_option("--seed", config.seed, seed_help)->check(kNotNegative)->capture_default_str();
 }
 
@@ -63,12 +67,13 @@ void AddWorkloadCommand(CLI::App& app) {
   auto options = std::make_shared<WorkloadOptions>();
   CLI::App* cmd = app.add_subcommand("workload", "Generate a batch of sequence lengths");
   // Checked at parse time so a bad name is a usage error (exit 2).
-  cmd->add_option("--dist", options->dist, "lognormal | uniform | fixed | bimodal")
+  cmd->add_option("--dist", options->dist, "lognormal | uniform | fixed | bimodal | pareto")
       ->capture_default_str()
       ->check(CLI::IsMember({LengthDistributionName(LengthDistribution::kLognormal),
                              LengthDistributionName(LengthDistribution::kUniform),
                              LengthDistributionName(LengthDistribution::kFixed),
-                             LengthDistributionName(LengthDistribution::kBimodal)}));
+                             LengthDistributionName(LengthDistribution::kBimodal),
+                             LengthDistributionName(LengthDistribution::kPareto)}));
   cmd->add_option("--workers", options->config.workers, "Number of workers N")
       ->capture_default_str();
   AddWorkloadShapeFlags(*cmd, options->config, "Random seed");
