@@ -90,10 +90,11 @@ TEST(StepEstimateTest, TwoWorkersOneTransfer) {
 }
 
 // Two workers each holding the other's dataloader half: with the reshuffle
-// charged, w0 waits for its block's Q, K, V (4 tokens x 32 bytes in, as its
-// own go out: 128 us) and sends O back after (4 x 16: 64 us), around its
-// compute (the (1,1) diagonal, 10 pairs, and (1,0) with B0 received, 16
-// pairs: 832 us) and fill (64 / 2).
+// charged, w0's only block is away, so its Q, K, V in (4 tokens x 32 bytes,
+// as its own go out: 128 us), its compute (the (1,1) diagonal, 10 pairs,
+// and (1,0) with B0 received, 16 pairs: 832 us) and its O back (4 x 16:
+// 64 us; final only after the received K/V) run in series, longer than the
+// compute and fill (64 / 2) without the reshuffle.
 TEST(StepEstimateTest, ReshuffleWaitsBeforeAndAfter) {
   Plan p = testing::OneSequenceOf12(2, 4);
   p.sequences = {8};
@@ -103,8 +104,11 @@ TEST(StepEstimateTest, ReshuffleWaitsBeforeAndAfter) {
   EXPECT_DOUBLE_EQ(without, 832 + 32);
   c.reshuffle = true;
   const StepEstimate e = EstimateStep(p, c);
-  EXPECT_DOUBLE_EQ(e.forward.time_us, 128 + 832 + 32 + 64);
-  EXPECT_DOUBLE_EQ(e.forward.reshuffle_us, 128 + 64);
+  EXPECT_DOUBLE_EQ(e.forward.time_us, 128 + 832 + 64);
+  EXPECT_DOUBLE_EQ(e.forward.reshuffle_us, 128 + 832 + 64 - (832 + 32));
+  // A block at home computes while the other's inputs arrive: w1 keeps B0,
+  // computes its diagonal (320 us) beside w0's 1024.
+  EXPECT_EQ(e.forward.critical_worker, 0);
   // Its own layout: nothing to reshuffle.
   p.blocks = {{0, {{0, 0, 4}}}, {1, {{0, 4, 4}}}};
   EXPECT_DOUBLE_EQ(EstimateStep(p, c).forward.reshuffle_us, 0);

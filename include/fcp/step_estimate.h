@@ -21,11 +21,13 @@
 //    between each token's dataloader worker and its owner.
 //  * the pipeline: a worker's pass is the larger of its compute and its
 //    busiest port, plus the smaller over its stages (fill and drain), plus
-//    one latency per transfer stage; with the reshuffle, the inflow not
-//    hidden by the compute of the worker's blocks that stay home waits
-//    before it, and the outputs final only at the pass's end (O and dQ of
-//    blocks that compute with received K/V, dK and dV of blocks whose
-//    partials come back) after it.
+//    one latency per transfer stage (for the whole pass); with the
+//    reshuffle, at least the path of its blocks away from home: their
+//    inputs in (the worker's busiest reshuffle port, as the inflows share
+//    it and finish together), their compute, and their outputs final only
+//    at the pass's end (O and dQ of blocks that compute with received K/V,
+//    dK and dV of blocks whose partials come back) out; its blocks at home
+//    compute meanwhile.
 // The pass is the largest worker's; the step the sum of the two passes.
 // It ignores what the simulator sees between workers (one worker's late
 // send delaying another's stage), transfers cut to their attended rows,
@@ -86,7 +88,8 @@ struct PassEstimate {
   double port_us = 0;       // the largest worker's busiest port
   double fill_us = 0;       // the largest worker's fill and drain
   double latency_us = 0;    // one latency per transfer stage
-  double reshuffle_us = 0;  // the critical worker's exposed reshuffle
+  double reshuffle_us = 0;  // the critical worker's path through the reshuffle beyond its
+                            // compute, ports and fill
   int32_t critical_worker = 0;
   std::string binding;  // "compute" or "ports": the larger term of the critical worker
 };

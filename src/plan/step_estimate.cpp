@@ -88,15 +88,18 @@ PassEstimate CombinePass(const std::vector<WorkerPass>& workers, double latency_
   best.time_us = -1;
   for (size_t w = 0; w < workers.size(); ++w) {
     const WorkerPass& p = workers[w];
-    const double wait = std::max(0.0, p.inflow - p.home_compute);
     const double fill = std::min(p.compute, p.ports) / p.stages;
-    const double time = wait + std::max(p.compute, p.ports) + fill + p.outflow;
+    const double base = std::max(p.compute, p.ports) + fill;
+    // The blocks away from home: their inputs in, their compute, their
+    // late outputs out, in series; the blocks at home compute meanwhile.
+    const double away = p.inflow + (p.compute - p.home_compute) + p.outflow;
+    const double time = std::max(base, away);
     if (time > best.time_us) {
       best.time_us = time;
       best.compute_us = p.compute;
       best.port_us = p.ports;
       best.fill_us = fill;
-      best.reshuffle_us = wait + p.outflow;
+      best.reshuffle_us = time - base;
       best.critical_worker = static_cast<int32_t>(w);
       best.binding = p.compute >= p.ports ? "compute" : "ports";
     }
