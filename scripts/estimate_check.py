@@ -46,12 +46,12 @@ def lengths_file(fcp, tmp, batch, workers):
 
 
 def judge(fcp, plan, profile, rule):
-    """(simulated step, estimated step) in ms."""
+    """(simulated step, estimated step, the simulator's lower bound) in ms."""
     sim = json.loads(run([fcp, "simulate", "--plan", plan, "--profile", profile, "--json",
                           "--no-validate", "--reshuffle", rule]))
     est = json.loads(run([fcp, "estimate", "--plan", plan, "--profile", profile, "--reshuffle",
                           rule]))
-    return sim["total_time_s"] * 1e3, est["total_s"] * 1e3
+    return sim["total_time_s"] * 1e3, est["total_s"] * 1e3, sim["bound_s"] * 1e3
 
 
 def main():
@@ -90,20 +90,21 @@ def main():
                     for rule in RULES:
                         judged = [judge(o.fcp, plan, profile, rule) for plan in plans]
                         if n in workers:
-                            sim, est = judged[0]
+                            sim, est, _ = judged[0]
                             rows.append({"batch": batch, "workers": n, "profile": profile,
                                          "rule": rule, "sim_ms": sim, "est_ms": est,
                                          "error": est / sim - 1})
                         if len(judged) > 1:
-                            same = total = 0
-                            for (s1, e1), (s2, e2) in itertools.combinations(judged, 2):
+                            same = by_bound = total = 0
+                            for (s1, e1, b1), (s2, e2, b2) in itertools.combinations(judged, 2):
                                 if abs(s1 - s2) <= o.tie * max(s1, s2):
                                     continue
                                 total += 1
                                 same += (s1 < s2) == (e1 < e2)
+                                by_bound += (s1 < s2) == (b1 < b2)
                             ranks.append({"batch": batch, "workers": n, "profile": profile,
                                           "rule": rule, "pairs": total, "agree": same,
-                                          "candidates": judged})
+                                          "bound_agrees": by_bound, "candidates": judged})
     out = ["| N | profile | rule | rows | median error | median abs error | worst error |",
            "|---:|---|---|---:|---:|---:|---:|"]
     groups = {}
@@ -120,19 +121,19 @@ def main():
             len(everything), 100 * statistics.median(everything),
             100 * statistics.median(map(abs, everything)), 100 * max(everything, key=abs)))
     if ranks:
-        out += ["", "| N | profile | rule | candidate pairs ranked | same order as simulated |",
-                "|---:|---|---|---:|---:|"]
+        out += ["", "| N | profile | rule | candidate pairs ranked | estimate: same order as "
+                "simulated | lower bound: same order |", "|---:|---|---|---:|---:|---:|"]
+        share = lambda part, whole: 100 * part / whole if whole else 100
         rgroups = {}
         for r in ranks:
-            g = rgroups.setdefault((r["workers"], r["profile"], r["rule"]), [0, 0])
+            g = rgroups.setdefault((r["workers"], r["profile"], r["rule"]), [0, 0, 0])
             g[0] += r["pairs"]
             g[1] += r["agree"]
-        for (n, profile, rule), (total, same) in sorted(rgroups.items()):
-            out.append("| %d | %s | %s | %d | %.1f%% |" % (n, profile, rule, total,
-                                                          100 * same / total if total else 100))
-        total = sum(r["pairs"] for r in ranks)
-        same = sum(r["agree"] for r in ranks)
-        out.append("| all | | | %d | %.1f%% |" % (total, 100 * same / total if total else 100))
+            g[2] += r["bound_agrees"]
+        rgroups[("all", "", "")] = [sum(g[k] for g in list(rgroups.values())) for k in range(3)]
+        for (n, profile, rule), (total, same, by_bound) in rgroups.items():
+            out.append("| %s | %s | %s | %d | %.1f%% | %.1f%% |" % (
+                n, profile, rule, total, share(same, total), share(by_bound, total)))
     out += ["", "| batch | N | profile | rule | simulated ms | estimate ms | error |",
             "|---|---:|---|---|---:|---:|---:|"]
     for r in rows:

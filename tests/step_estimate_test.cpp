@@ -58,9 +58,10 @@ TEST(StepEstimateTest, KernelEfficiencyOfTheDiagonal) {
 // hand_plans.h's two-worker plan: w1 computes (1,1), (2,2) on the diagonal
 // (20 pairs), (2,1) locally (16) and (1,0), (2,0) with B0 received (32):
 // 68 x 32 = 2176 us and two launches; B0 (4 tokens x 16 bytes) crosses
-// once: 64 us on w1's in-port, over 2 stages (fill 32); one transfer stage
-// of latency. The backward: 2.5x compute, the partial back on the other
-// direction (64 each way), latency over 1 + 2 stages.
+// once: 64 us on w1's in-port, in one transfer stage that w1's local
+// compute (1154 us) hides; one stage of latency. The backward: 2.5x the
+// compute, the partial back on the other direction, latency over 1 + 2
+// stages.
 TEST(StepEstimateTest, TwoWorkersOneTransfer) {
   const Plan p = testing::TwoWorkerPlan();
   StepCosts c = UnitCosts();
@@ -69,43 +70,45 @@ TEST(StepEstimateTest, TwoWorkersOneTransfer) {
   const StepEstimate e = EstimateStep(p, c);
   EXPECT_DOUBLE_EQ(e.forward.compute_us, 2176 + 2);
   EXPECT_DOUBLE_EQ(e.forward.port_us, 64);
-  EXPECT_DOUBLE_EQ(e.forward.fill_us, 32);
+  EXPECT_DOUBLE_EQ(e.forward.fill_us, 0);
   EXPECT_DOUBLE_EQ(e.forward.latency_us, 3);
-  EXPECT_DOUBLE_EQ(e.forward.time_us, 2176 + 2 + 32 + 3);
+  EXPECT_DOUBLE_EQ(e.forward.time_us, 2176 + 2 + 3);
   EXPECT_EQ(e.forward.critical_worker, 1);
-  EXPECT_DOUBLE_EQ(e.backward.time_us, 2176 * 2.5 + 2 + 32 + 9);
+  EXPECT_DOUBLE_EQ(e.backward.time_us, 2176 * 2.5 + 2 + 9);
   // Inside one node the same bytes go over NVLink, here 4x faster.
   c.node_workers = 2;
   c.nvlink_bytes_per_us = 4;
   c.nvlink_latency_us = 1;
   const StepEstimate inside = EstimateStep(p, c);
   EXPECT_DOUBLE_EQ(inside.forward.port_us, 16);
-  EXPECT_DOUBLE_EQ(inside.forward.time_us, 2176 + 2 + 8 + 1);
-  // Slow enough links bind the pass instead.
+  EXPECT_DOUBLE_EQ(inside.forward.time_us, 2176 + 2 + 1);
+  // Slow links bind the pass: the transfer (5000 us) outlasts the local
+  // compute (1152), and the compute with B0 (1024) follows it.
   c = UnitCosts();
   c.nic_bytes_per_us = 64.0 / 5000;
   const StepEstimate slow = EstimateStep(p, c);
   EXPECT_EQ(slow.forward.binding, "ports");
-  EXPECT_DOUBLE_EQ(slow.forward.time_us, 5000 + 2176.0 / 2);
+  EXPECT_DOUBLE_EQ(slow.forward.time_us, 5000 + 1024);
+  EXPECT_DOUBLE_EQ(slow.forward.fill_us, 1024);
 }
 
 // Two workers each holding the other's dataloader half: with the reshuffle
 // charged, w0's only block is away, so its Q, K, V in (4 tokens x 32 bytes,
 // as its own go out: 128 us), its compute (the (1,1) diagonal, 10 pairs,
 // and (1,0) with B0 received, 16 pairs: 832 us) and its O back (4 x 16:
-// 64 us; final only after the received K/V) run in series, longer than the
-// compute and fill (64 / 2) without the reshuffle.
+// 64 us; final only after the received K/V) run in series, longer than its
+// compute without the reshuffle (B0's 64 us hidden by the diagonal's 320).
 TEST(StepEstimateTest, ReshuffleWaitsBeforeAndAfter) {
   Plan p = testing::OneSequenceOf12(2, 4);
   p.sequences = {8};
   p.blocks = {{1, {{0, 0, 4}}}, {0, {{0, 4, 4}}}};
   StepCosts c = UnitCosts();
   const double without = EstimateStep(p, c).forward.time_us;
-  EXPECT_DOUBLE_EQ(without, 832 + 32);
+  EXPECT_DOUBLE_EQ(without, 832);
   c.reshuffle = true;
   const StepEstimate e = EstimateStep(p, c);
   EXPECT_DOUBLE_EQ(e.forward.time_us, 128 + 832 + 64);
-  EXPECT_DOUBLE_EQ(e.forward.reshuffle_us, 128 + 832 + 64 - (832 + 32));
+  EXPECT_DOUBLE_EQ(e.forward.reshuffle_us, 128 + 64);
   // A block at home computes while the other's inputs arrive: w1 keeps B0,
   // computes its diagonal (320 us) beside w0's 1024.
   EXPECT_EQ(e.forward.critical_worker, 0);

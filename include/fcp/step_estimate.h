@@ -10,18 +10,22 @@
 //    kernel efficiency of its kernel length (cost_model.h: 2 P / q). A
 //    block's pairs with itself run per query segment (exact, as the
 //    simulator merges them); its other pairs with K/V held locally as one
-//    kernel of its longest segment, those with received K/V in
-//    ceil(received / coalesce) kernels; one launch per kernel group.
-//    The backward is kBackwardFlopsFactor x the FLOPs at
+//    kernel of its largest sequence's tokens; those with received K/V as
+//    one kernel per stage they arrive in (min(blocks received, the
+//    worker's transfer stages)); one launch per stage with compute. The
+//    backward is backward_flops_factor x the FLOPs at
 //    backward_efficiency_ratio x the rate.
 //  * ports: each K/V block a worker needs and does not own crosses once
 //    (owner out, needer in) per pass, the backward adding the dK/dV
 //    partials back; NIC across nodes, NVLink inside; with the reshuffle,
 //    Q, K, V in and O out (forward), dO in and dQ, dK, dV out (backward)
 //    between each token's dataloader worker and its owner.
-//  * the pipeline: a worker's pass is the larger of its compute and its
-//    busiest port, plus the smaller over its stages (fill and drain), plus
-//    one latency per transfer stage (for the whole pass); with the
+//  * the pipeline: a worker's pass is the larger of its compute (plus the
+//    wait for its first received blocks where its local compute is
+//    shorter than a stage's transfers) and its busiest port plus its last
+//    stage's compute with received K/V (the worker's transfer stages:
+//    ceil(blocks it receives / coalesce)), plus one latency per transfer
+//    stage (for the whole pass); with the
 //    reshuffle, at least the path of its blocks away from home: their
 //    inputs in (the worker's busiest reshuffle port, as the inflows share
 //    it and finish together), their compute, and their outputs final only
@@ -34,8 +38,9 @@
 // and max-min sharing beyond the busiest port.
 //
 // Invariants: pure and deterministic; every term >= 0; total_us =
-// forward_us + backward_us. Cost: O(P log P + S + N) for P required pairs,
-// S segments, N workers.
+// forward.time_us + backward.time_us. Cost: RequiredPairs' (O(S log S + C +
+// P log P), fcp/required_pairs.h) plus O(P log P + S + N) for P required
+// pairs, S segments, N workers.
 #pragma once
 
 #include <cstdint>

@@ -80,7 +80,9 @@ void Move(std::vector<PortBytes>& ports, int32_t src, int32_t dst, double bytes,
 
 // One worker's terms of one pass, us.
 struct WorkerPass {
-  double compute = 0, home_compute = 0, ports = 0, stages = 1, inflow = 0, outflow = 0;
+  // compute: all of it; remote: its part with received K/V; stages: its
+  // transfer stages (0: it receives nothing).
+  double compute = 0, remote = 0, home_compute = 0, ports = 0, stages = 0, inflow = 0, outflow = 0;
 };
 
 PassEstimate CombinePass(const std::vector<WorkerPass>& workers, double latency_us) {
@@ -88,8 +90,15 @@ PassEstimate CombinePass(const std::vector<WorkerPass>& workers, double latency_
   best.time_us = -1;
   for (size_t w = 0; w < workers.size(); ++w) {
     const WorkerPass& p = workers[w];
-    const double fill = std::min(p.compute, p.ports) / p.stages;
-    const double base = std::max(p.compute, p.ports) + fill;
+    // The pipeline: the first received blocks wait for their stage's
+    // transfers where the local compute is shorter, and the last stage's
+    // compute follows the last transfer.
+    double base = std::max(p.compute, p.ports);
+    if (p.stages > 0) {
+      const double lead = std::max(0.0, p.ports / p.stages - (p.compute - p.remote));
+      base = std::max(p.compute + lead, p.ports + p.remote / p.stages);
+    }
+    const double fill = base - std::max(p.compute, p.ports);
     // The blocks away from home: their inputs in, their compute, their
     // late outputs out, in series; the blocks at home compute meanwhile.
     const double away = p.inflow + (p.compute - p.home_compute) + p.outflow;
@@ -155,7 +164,8 @@ StepEstimate EstimateStep(const Plan& plan, const StepCosts& costs) {
   }
   // Per query block: its other pairs, local (K/V owned by its worker) and
   // received, and how many blocks it receives.
-  std::vector<double> block_us(diagonal_us);
+  std::vector<double> block_us(diagonal_us), remote_us(blocks, 0);
+  std::vector<double> remote_pairs(blocks, 0), received_blocks(blocks, 0);
   std::vector<uint8_t> receives_kv(blocks, 0), sent(blocks, 0);
   std::vector<uint64_t> edges;  // kv * n + receiver, one per K/V transfer
   for (size_t i = 0; i < pairs.size();) {
@@ -176,10 +186,8 @@ StepEstimate EstimateStep(const Plan& plan, const StepCosts& costs) {
     }
     if (local > 0) block_us[q] += kernel_us(local, 2.0 * local / q_tokens[q]);
     receives_kv[q] = received > 0;
-    if (remote > 0) {
-      const double groups = std::ceil(static_cast<double>(received) / coalesce);
-      block_us[q] += kernel_us(remote, 2.0 * remote / q_tokens[q] / groups);
-    }
+    remote_pairs[q] = remote;
+    received_blocks[q] = static_cast<double>(received);
   }
   std::sort(edges.begin(), edges.end());
   edges.erase(std::unique(edges.begin(), edges.end()), edges.end());
@@ -202,6 +210,16 @@ StepEstimate EstimateStep(const Plan& plan, const StepCosts& costs) {
   for (int32_t w = 0; w < n; ++w) degree = std::max({degree, receives[w], sends[w]});
   const double transfer_stages = std::ceil(static_cast<double>(degree) / coalesce);
   const double latency = any_nic ? costs.nic_latency_us : costs.nvlink_latency_us;
+  // A query block's received K/V arrive spread over the pass's transfer
+  // stages (the colouring deals a worker's receives over up to all of
+  // them), one kernel a stage.
+  for (size_t q = 0; q < blocks; ++q) {
+    if (remote_pairs[q] == 0) continue;
+    const double groups =
+        std::min(received_blocks[q], std::ceil(static_cast<double>(receives[owner[q]]) / coalesce));
+    remote_us[q] = kernel_us(remote_pairs[q], 2.0 * remote_pairs[q] / q_tokens[q] / groups);
+    block_us[q] += remote_us[q];
+  }
   // The reshuffle: per token away from its dataloader worker, the bytes
   // each pass moves in before its compute, and the outputs that become
   // final only at the pass's end (O and dQ of a block that computes with
@@ -231,9 +249,10 @@ StepEstimate EstimateStep(const Plan& plan, const StepCosts& costs) {
     }
   }
   // Per worker: compute, its share at home, stages with compute.
-  std::vector<double> compute(n, 0), home_compute(n, 0);
+  std::vector<double> compute(n, 0), remote(n, 0), home_compute(n, 0);
   for (size_t b = 0; b < blocks; ++b) {
     compute[owner[b]] += block_us[b];
+    remote[owner[b]] += remote_us[b];
     if (home[b]) home_compute[owner[b]] += block_us[b];
   }
   std::vector<WorkerPass> forward(n), backward(n);
@@ -243,9 +262,10 @@ StepEstimate EstimateStep(const Plan& plan, const StepCosts& costs) {
     const double launches = (compute[w] > 0 ? 1 : 0) + received_stages;
     WorkerPass& f = forward[w];
     f.compute = compute[w] + launches * costs.kernel_launch_us;
+    f.remote = remote[w] + received_stages * costs.kernel_launch_us;
     f.home_compute = home_compute[w];
     f.ports = kv[w].Time(costs);
-    f.stages = received_stages + 1;
+    f.stages = received_stages;
     f.inflow = in_fwd[w].Time(costs);
     f.outflow = out_fwd[w].Time(costs);
     // The backward sends the K/V again and the dK/dV partials back: both
@@ -255,9 +275,10 @@ StepEstimate EstimateStep(const Plan& plan, const StepCosts& costs) {
     for (int port = 0; port < kPorts; ++port)
       both.bytes[port] = kv[w].bytes[port ^ 1] + kv[w].bytes[port];
     g.compute = compute[w] * backward_scale + launches * costs.kernel_launch_us;
+    g.remote = remote[w] * backward_scale + received_stages * costs.kernel_launch_us;
     g.home_compute = home_compute[w] * backward_scale;
     g.ports = both.Time(costs);
-    g.stages = received_stages + 1;
+    g.stages = received_stages;
     g.inflow = in_bwd[w].Time(costs);
     g.outflow = out_bwd[w].Time(costs);
   }
