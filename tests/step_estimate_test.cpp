@@ -2,8 +2,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <vector>
 #include "fcp/cost_model.h"
+
 #include "fcp/error.h"
+#include "fcp/planner_registry.h"
+#include "fcp/simulator.h"
+#include "fcp/workload.h"
 #include "hand_plans.h"
 
 namespace fcp {
@@ -144,6 +151,52 @@ TEST(StepEstimateTest, CostsOfAProfile) {
   EXPECT_TRUE(c.reshuffle);
   for (double len : {100.0, 512.0, 3000.0, 4096.0, 70000.0})
     EXPECT_DOUBLE_EQ(InterpolateEfficiency(c.efficiency, len), KernelEfficiency(x, len));
+}
+
+// Within this share of the simulated step on random small batches: the
+// worst error measured there (docs/simulator.md, the step estimate) with a
+// margin.
+constexpr double kRandomBatchError = 0.25;
+
+// FCP's plans of random batches (lognormal and uniform lengths, 4 to 32
+// workers), each simulated and estimated on both profiles under both
+// reshuffle rules: the estimate within kRandomBatchError of the simulated
+// step, no lower with the reshuffle than without, and the same twice.
+TEST(StepEstimateTest, NearTheSimulatorOnRandomBatches) {
+  double worst = 0;
+  for (uint64_t seed = 0; seed < 6; ++seed) {
+    WorkloadConfig w;
+    w.dist = seed % 2 ? LengthDistribution::kUniform : LengthDistribution::kLognormal;
+    w.workers = 4 << (seed % 4);
+    w.tokens_per_worker = 16384;
+    w.seed = seed;
+    const std::vector<int64_t> lengths = GenerateWorkload(w);
+    PlannerConfig config;
+    config.workers = w.workers;
+    const Plan plan = MakePlan(lengths, config);
+    for (const char* name : {"gpu-x", "gpu-y"}) {
+      const HardwareProfile profile = BuiltinProfile(name);
+      double without_us = 0;
+      for (ReshuffleMode mode : {ReshuffleMode::kNone, ReshuffleMode::kOverlapped}) {
+        SimConfig sim;
+        sim.reshuffle = mode;
+        const double simulated_us = Simulate(plan, profile, sim).total_time_s * 1e6;
+        const StepCosts costs = StepCostsOf(profile, mode == ReshuffleMode::kOverlapped);
+        const StepEstimate e = EstimateStep(plan, costs);
+        EXPECT_EQ(e.total_us, EstimateStep(plan, costs).total_us);
+        const double error = e.total_us / simulated_us - 1;
+        worst = std::max(worst, std::abs(error));
+        EXPECT_LE(std::abs(error), kRandomBatchError)
+            << "seed " << seed << ", " << name << ", reshuffle " << ReshuffleModeName(mode)
+            << ": estimate " << e.total_us << " us, simulated " << simulated_us << " us";
+        if (mode == ReshuffleMode::kNone)
+          without_us = e.total_us;
+        else
+          EXPECT_GE(e.total_us, without_us);
+      }
+    }
+  }
+  RecordProperty("worst_error_percent", static_cast<int>(std::lround(worst * 100)));
 }
 
 }  // namespace
