@@ -27,10 +27,11 @@
 //    ceil(blocks it receives / coalesce)), plus one latency per transfer
 //    stage (for the whole pass); with the
 //    reshuffle, at least the path of its blocks away from home: their
-//    inputs in (the worker's busiest reshuffle port, as the inflows share
-//    it and finish together), their compute, and their outputs final only
-//    at the pass's end (O and dQ of blocks that compute with received K/V,
-//    dK and dV of blocks whose partials come back) out; its blocks at home
+//    inputs in (its in-port's and its dataloader workers' out-ports'
+//    reshuffle bytes, as the inflows share them and finish together),
+//    their compute, and their outputs final only at the pass's end (O and
+//    dQ of blocks that compute with received K/V, dK and dV of blocks
+//    whose partials come back) out of its out-port; its blocks at home
 //    compute meanwhile.
 // The pass is the largest worker's; the step the sum of the two passes.
 // It ignores what the simulator sees between workers (one worker's late

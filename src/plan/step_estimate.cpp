@@ -62,6 +62,13 @@ enum Port { kNicIn, kNicOut, kNvlinkIn, kNvlinkOut, kPorts };
 
 struct PortBytes {
   double bytes[kPorts] = {0, 0, 0, 0};
+  // The busier in-port's and out-port's times, us.
+  double In(const StepCosts& c) const {
+    return std::max(bytes[kNicIn] / c.nic_bytes_per_us, bytes[kNvlinkIn] / c.nvlink_bytes_per_us);
+  }
+  double Out(const StepCosts& c) const {
+    return std::max(bytes[kNicOut] / c.nic_bytes_per_us, bytes[kNvlinkOut] / c.nvlink_bytes_per_us);
+  }
   // The busiest port's time, us.
   double Time(const StepCosts& c) const {
     return std::max({bytes[kNicIn] / c.nic_bytes_per_us, bytes[kNicOut] / c.nic_bytes_per_us,
@@ -230,6 +237,7 @@ StepEstimate EstimateStep(const Plan& plan, const StepCosts& costs) {
   const double kv_bytes = head_bytes * 2.0 * shape.heads_kv;
   std::vector<PortBytes> in_fwd(n), out_fwd(n), in_bwd(n), out_bwd(n);
   std::vector<uint8_t> home(blocks, 1);
+  std::vector<uint64_t> links;  // owner * n + dataloader worker, one per pair that moves
   if (costs.reshuffle) {
     const std::vector<int64_t> offsets = SequenceOffsets(plan.sequences);
     for (size_t b = 0; b < blocks; ++b) {
@@ -240,6 +248,8 @@ StepEstimate EstimateStep(const Plan& plan, const StepCosts& costs) {
         ForEachDataloaderRun(s, offsets, n, [&](int32_t h, int64_t tokens) {
           if (h == w) return;
           home[b] = 0;
+          links.push_back(static_cast<uint64_t>(w) * static_cast<uint64_t>(n) +
+                          static_cast<uint64_t>(h));
           const double t = static_cast<double>(tokens);
           Move(in_fwd, h, w, (q_bytes + kv_bytes) * t, node);     // Q, K, V
           Move(in_bwd, h, w, q_bytes * t, node);                  // dO
@@ -247,6 +257,22 @@ StepEstimate EstimateStep(const Plan& plan, const StepCosts& costs) {
           if (late_q + late_kv > 0) Move(out_bwd, w, h, (late_q + late_kv) * t, node);
         });
     }
+  }
+  // A worker's inputs have all arrived when its in-port and each of its
+  // dataloader workers' out-ports have carried their reshuffle bytes (the
+  // flows share them and finish together); its late outputs are out when
+  // its out-port has carried them (counting the receivers' in-ports too
+  // ranked candidates worse: docs/simulator.md, the step estimate).
+  std::sort(links.begin(), links.end());
+  links.erase(std::unique(links.begin(), links.end()), links.end());
+  std::vector<double> inflow_fwd(n, 0), outflow_fwd(n, 0), inflow_bwd(n, 0), outflow_bwd(n, 0);
+  for (uint64_t link : links) {
+    const auto w = static_cast<int32_t>(link / static_cast<uint64_t>(n));
+    const auto h = static_cast<int32_t>(link % static_cast<uint64_t>(n));
+    inflow_fwd[w] = std::max({inflow_fwd[w], in_fwd[w].In(costs), in_fwd[h].Out(costs)});
+    inflow_bwd[w] = std::max({inflow_bwd[w], in_bwd[w].In(costs), in_bwd[h].Out(costs)});
+    outflow_fwd[w] = out_fwd[w].Out(costs);
+    outflow_bwd[w] = out_bwd[w].Out(costs);
   }
   // Per worker: compute, its share at home, stages with compute.
   std::vector<double> compute(n, 0), remote(n, 0), home_compute(n, 0);
@@ -266,8 +292,8 @@ StepEstimate EstimateStep(const Plan& plan, const StepCosts& costs) {
     f.home_compute = home_compute[w];
     f.ports = kv[w].Time(costs);
     f.stages = received_stages;
-    f.inflow = in_fwd[w].Time(costs);
-    f.outflow = out_fwd[w].Time(costs);
+    f.inflow = inflow_fwd[w];
+    f.outflow = outflow_fwd[w];
     // The backward sends the K/V again and the dK/dV partials back: both
     // directions of each port carry in + out.
     WorkerPass& g = backward[w];
@@ -279,8 +305,8 @@ StepEstimate EstimateStep(const Plan& plan, const StepCosts& costs) {
     g.home_compute = home_compute[w] * backward_scale;
     g.ports = both.Time(costs);
     g.stages = received_stages;
-    g.inflow = in_bwd[w].Time(costs);
-    g.outflow = out_bwd[w].Time(costs);
+    g.inflow = inflow_bwd[w];
+    g.outflow = outflow_bwd[w];
   }
   StepEstimate estimate;
   estimate.forward = CombinePass(forward, transfer_stages * latency);
