@@ -9,7 +9,9 @@
 
 #include "fcp/error.h"
 #include "fcp/planner_registry.h"
+#include "fcp/required_pairs.h"
 #include "fcp/simulator.h"
+#include "fcp/step_estimate_input.h"
 #include "fcp/workload.h"
 #include "hand_plans.h"
 
@@ -122,6 +124,32 @@ TEST(StepEstimateTest, ReshuffleWaitsBeforeAndAfter) {
   // Its own layout: nothing to reshuffle.
   p.blocks = {{0, {{0, 0, 4}}}, {1, {{0, 4, 4}}}};
   EXPECT_DOUBLE_EQ(EstimateStep(p, c).forward.reshuffle_us, 0);
+}
+
+// A plan in progress: owners given apart from the blocks (their worker
+// fields unread), the pairs computed once; the same estimate as the plan
+// with those owners.
+TEST(StepEstimateTest, PlanInProgressMatchesThePlan) {
+  Plan p = testing::TwoWorkerPlan();
+  const StepCosts c = UnitCosts();
+  const std::vector<RequiredPair> pairs = RequiredPairs(p.sequences, p.blocks, p.mask);
+  std::vector<Block> unowned = p.blocks;
+  for (Block& b : unowned) b.worker = 0;
+  const std::vector<int32_t> owner = {0, 1, 1};
+  detail::StepEstimateInput in{&p.sequences, &unowned,    &owner,    &pairs,
+                               p.mask,       p.attention, p.workers, p.coalesce};
+  EXPECT_EQ(detail::EstimateStep(in, c).total_us, EstimateStep(p, c).total_us);
+  // Everything on w1: no transfer, w1 computes all 78 pairs.
+  const std::vector<int32_t> together = {1, 1, 1};
+  in.owner = &together;
+  const StepEstimate all = detail::EstimateStep(in, c);
+  EXPECT_DOUBLE_EQ(all.forward.time_us, 78 * 32);
+  EXPECT_EQ(all.forward.critical_worker, 1);
+  const std::vector<int32_t> outside = {0, 2, 1}, short_owner = {0, 1};
+  in.owner = &outside;
+  EXPECT_THROW(detail::EstimateStep(in, c), Error);
+  in.owner = &short_owner;
+  EXPECT_THROW(detail::EstimateStep(in, c), Error);
 }
 
 TEST(StepEstimateTest, BadCostsAreNamed) {

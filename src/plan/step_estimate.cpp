@@ -9,6 +9,7 @@
 
 #include "fcp/error.h"
 #include "fcp/required_pairs.h"
+#include "fcp/step_estimate_input.h"
 
 namespace fcp {
 
@@ -129,12 +130,28 @@ PassEstimate CombinePass(const std::vector<WorkerPass>& workers, double latency_
 
 StepEstimate EstimateStep(const Plan& plan, const StepCosts& costs) {
   costs.validate();
-  const int32_t n = plan.workers;
-  const int32_t node = costs.node_workers;
-  const size_t blocks = plan.blocks.size();
-  const AttentionShape& shape = plan.attention;
-  const int32_t coalesce = std::max(plan.coalesce, 1);
   const std::vector<RequiredPair> pairs = RequiredPairs(plan.sequences, plan.blocks, plan.mask);
+  std::vector<int32_t> owner;
+  owner.reserve(plan.blocks.size());
+  for (const Block& block : plan.blocks) owner.push_back(block.worker);
+  return detail::EstimateStep({&plan.sequences, &plan.blocks, &owner, &pairs, plan.mask,
+                               plan.attention, plan.workers, plan.coalesce},
+                              costs);
+}
+
+StepEstimate detail::EstimateStep(const StepEstimateInput& in, const StepCosts& costs) {
+  costs.validate();
+  const int32_t n = in.workers;
+  const int32_t node = costs.node_workers;
+  const std::vector<Block>& plan_blocks = *in.blocks;
+  const std::vector<int32_t>& owner = *in.owner;
+  const std::vector<RequiredPair>& pairs = *in.pairs;
+  const size_t blocks = plan_blocks.size();
+  const AttentionShape& shape = in.attention;
+  const int32_t coalesce = std::max(in.coalesce, 1);
+  if (owner.size() != blocks)
+    throw Error(ErrorCode::kInvalidPlan,
+                fmt::format("step estimate: {} owners for {} blocks", owner.size(), blocks));
   const double us_per_flop = 1e6 / costs.compute_flops_per_s;
   const double flops_per_pair = ForwardFlops(shape, 1);
   // Forward seconds of `token_pairs` in kernels of `kernel_tokens`, us.
@@ -142,25 +159,23 @@ StepEstimate EstimateStep(const Plan& plan, const StepCosts& costs) {
     return token_pairs * flops_per_pair * us_per_flop /
            InterpolateEfficiency(costs.efficiency, kernel_tokens);
   };
-  std::vector<int32_t> owner(blocks);
   // Per block: the query tokens of its largest sequence (the kernel length
   // of its pairs with other blocks) and its pairs with itself, per query
   // segment, as the simulator merges them.
   std::vector<double> q_tokens(blocks, 0), diagonal_us(blocks, 0);
   for (size_t b = 0; b < blocks; ++b) {
-    const Block& block = plan.blocks[b];
-    owner[b] = block.worker;
-    if (block.worker < 0 || block.worker >= n)
+    const Block& block = plan_blocks[b];
+    if (owner[b] < 0 || owner[b] >= n)
       throw Error(ErrorCode::kInvalidPlan, fmt::format("step estimate: block {} has worker {} "
                                                        "outside [0, {})",
-                                                       b, block.worker, n));
+                                                       b, owner[b], n));
     for (const Segment& q : block.segments) {
       int64_t same_sequence = 0, diagonal = 0;
       for (const Segment& k : block.segments) {
         if (k.seq != q.seq) continue;
         same_sequence += k.length;
         diagonal +=
-            AllowedPairs(plan.mask, {q.start, q.start + q.length}, {k.start, k.start + k.length});
+            AllowedPairs(in.mask, {q.start, q.start + q.length}, {k.start, k.start + k.length});
       }
       q_tokens[b] = std::max(q_tokens[b], static_cast<double>(same_sequence));
       if (diagonal > 0)
@@ -210,7 +225,7 @@ StepEstimate EstimateStep(const Plan& plan, const StepCosts& costs) {
     ++sends[src];
     sent[kv_block] = 1;
     any_nic = any_nic || src / node != dst / node;
-    Move(kv, src, dst, static_cast<double>(KvTransferBytes(shape, plan.blocks[kv_block].tokens())),
+    Move(kv, src, dst, static_cast<double>(KvTransferBytes(shape, plan_blocks[kv_block].tokens())),
          node);
   }
   int64_t degree = 0;
@@ -239,12 +254,12 @@ StepEstimate EstimateStep(const Plan& plan, const StepCosts& costs) {
   std::vector<uint8_t> home(blocks, 1);
   std::vector<uint64_t> links;  // owner * n + dataloader worker, one per pair that moves
   if (costs.reshuffle) {
-    const std::vector<int64_t> offsets = SequenceOffsets(plan.sequences);
+    const std::vector<int64_t> offsets = SequenceOffsets(*in.sequences);
     for (size_t b = 0; b < blocks; ++b) {
       const int32_t w = owner[b];
       const double late_q = receives_kv[b] ? q_bytes : 0;
       const double late_kv = sent[b] ? kv_bytes : 0;
-      for (const Segment& s : plan.blocks[b].segments)
+      for (const Segment& s : plan_blocks[b].segments)
         ForEachDataloaderRun(s, offsets, n, [&](int32_t h, int64_t tokens) {
           if (h == w) return;
           home[b] = 0;
