@@ -52,6 +52,7 @@ PUBLIC_HEADERS = {
     "error": "plan", "mask": "plan", "plan": "plan", "workload": "plan",
     "plan_metrics": "plan", "reshuffle_floor": "plan", "token_permutation": "plan",
     "planner": "plan", "planner_options": "plan", "plan_limits": "plan",
+    "step_estimate": "plan",
     "file_io": "io", "npy": "io", "chrome_trace": "io", "plan_json": "io",
     "lengths_file": "io",
     "cost_model": "model", "lower_bounds": "model", "simulator": "model",

@@ -113,6 +113,11 @@ case_happy_paths() {
   expect 0 "simulate --json" -- simulate --plan "$tmp/plan.json" --profile gpu-y --json --reshuffle none
   contains "simulate json" "$tmp/stdout" '"mfu"'
   contains "simulate json bound" "$tmp/stdout" '"bound_ratio"'
+  expect 0 "estimate" -- estimate --plan "$tmp/plan.json" --profile gpu-y --reshuffle none
+  contains "estimate json" "$tmp/stdout" '"total_s"'
+  contains "estimate binding" "$tmp/stdout" '"binding"'
+  expect 1 "estimate: unknown profile" -- estimate --plan "$tmp/plan.json" --profile gpu-z
+  expect 2 "estimate: unknown reshuffle rule" -- estimate --plan "$tmp/plan.json" --reshuffle blocking
   expect 0 "simulate --transfers grouped" -- simulate --plan "$tmp/plan.json" --transfers grouped
   expect 0 "simulate --network quantized" -- simulate --plan "$tmp/plan.json" --network quantized \
     --network-quantum 0.5 --json

@@ -28,17 +28,15 @@
 #include <string>
 #include <vector>
 
+#include "fcp/step_estimate.h"
+
 namespace fcp {
 
 // Backward attention FLOPs per forward FLOP of the same pairs (dQ, dK, dV:
 // PLAN_FORMAT.md, "Costs"; the paper's 2.5x).
 inline constexpr double kBackwardFlopsFactor = 2.5;
 
-struct EfficiencyPoint {
-  double tokens = 0;      // kernel length (causal-equivalent segment length)
-  double efficiency = 0;  // fraction of peak_flops reached, in (0, 1]
-  bool operator==(const EfficiencyPoint&) const = default;
-};
+// EfficiencyPoint and the curve through its points: fcp/step_estimate.h.
 
 struct HardwareProfile {
   std::string name = "custom";
@@ -102,5 +100,10 @@ double LinkBandwidth_bytes_per_s(const HardwareProfile& profile, int32_t src, in
 double LinkLatency_s(const HardwareProfile& profile, int32_t src, int32_t dst);
 // Uncontended transfer: latency + bytes / bandwidth.
 double TransferTime_s(const HardwareProfile& profile, double bytes, int32_t src, int32_t dst);
+
+// The step estimate's cost description of `profile` (fcp/step_estimate.h):
+// its rates, latencies, node size and efficiency curve as plain numbers,
+// the reshuffle charged or not. O(efficiency points).
+StepCosts StepCostsOf(const HardwareProfile& profile, bool reshuffle);
 
 }  // namespace fcp

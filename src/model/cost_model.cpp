@@ -231,17 +231,7 @@ HardwareProfile ResolveProfile(const std::string& name_or_path) {
 }
 
 double KernelEfficiency(const HardwareProfile& profile, double kernel_tokens) {
-  const auto& t = profile.efficiency;
-  if (kernel_tokens <= 0) return t.front().efficiency;  // no work: any positive value
-  if (kernel_tokens <= t.front().tokens)
-    return t.front().efficiency * kernel_tokens / t.front().tokens;
-  if (kernel_tokens >= t.back().tokens) return t.back().efficiency;
-  const auto hi = std::upper_bound(t.begin(), t.end(), kernel_tokens,
-                                   [](double x, const EfficiencyPoint& e) { return x < e.tokens; });
-  const auto lo = hi - 1;
-  const double a = std::log2(lo->tokens), b = std::log2(hi->tokens);
-  const double w = (std::log2(kernel_tokens) - a) / (b - a);
-  return lo->efficiency + w * (hi->efficiency - lo->efficiency);
+  return InterpolateEfficiency(profile.efficiency, kernel_tokens);
 }
 
 double SaturatedEfficiency(const HardwareProfile& profile) {
@@ -280,6 +270,22 @@ double LinkLatency_s(const HardwareProfile& profile, int32_t src, int32_t dst) {
 
 double TransferTime_s(const HardwareProfile& profile, double bytes, int32_t src, int32_t dst) {
   return LinkLatency_s(profile, src, dst) + bytes / LinkBandwidth_bytes_per_s(profile, src, dst);
+}
+
+StepCosts StepCostsOf(const HardwareProfile& profile, bool reshuffle) {
+  StepCosts c;
+  c.compute_flops_per_s = profile.peak_flops * profile.compute_sm_fraction;
+  c.efficiency = profile.efficiency;
+  c.backward_flops_factor = kBackwardFlopsFactor;
+  c.backward_efficiency_ratio = profile.backward_efficiency_ratio;
+  c.kernel_launch_us = profile.kernel_launch_s * 1e6;
+  c.node_workers = profile.gpus_per_node;
+  c.nvlink_bytes_per_us = profile.nvlink_bytes_per_s * 1e-6;
+  c.nic_bytes_per_us = profile.nic_bytes_per_s * 1e-6;
+  c.nvlink_latency_us = profile.nvlink_latency_s * 1e6;
+  c.nic_latency_us = profile.nic_latency_s * 1e6;
+  c.reshuffle = reshuffle;
+  return c;
 }
 
 }  // namespace fcp

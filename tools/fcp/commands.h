@@ -21,6 +21,7 @@ namespace fcp::cli {
 void AddWorkloadCommand(CLI::App& app);
 void AddPlanCommands(CLI::App& app);      // plan, validate, inspect
 void AddSimulateCommands(CLI::App& app);  // simulate, compare
+void AddEstimateCommand(CLI::App& app);   // estimate (cmd_estimate.cpp)
 #ifdef FCP_WITH_MPI
 void AddRunCommands(CLI::App& app);  // run, make-inputs, check (cmd_run.cpp)
 #endif

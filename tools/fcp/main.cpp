@@ -59,6 +59,7 @@ int Run(int argc, char** argv) {
   fcp::cli::AddWorkloadCommand(app);
   fcp::cli::AddPlanCommands(app);
   fcp::cli::AddSimulateCommands(app);
+  fcp::cli::AddEstimateCommand(app);
 #ifdef FCP_WITH_MPI
   fcp::cli::AddRunCommands(app);
 #endif

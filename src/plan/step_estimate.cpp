@@ -1,0 +1,334 @@
+// The closed-form step estimate (fcp/step_estimate.h).
+#include "fcp/step_estimate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "fcp/error.h"
+#include "fcp/required_pairs.h"
+#include "fcp/step_estimate_input.h"
+
+namespace fcp {
+
+void StepCosts::validate() const {
+  const auto fail = [](const std::string& what) {
+    throw Error(ErrorCode::kInvalidArgument, "step estimate: " + what);
+  };
+  const auto positive = [&](const char* field, double v) {
+    if (!(v > 0) || !std::isfinite(v)) fail(fmt::format("{} must be > 0, got {:g}", field, v));
+  };
+  const auto non_negative = [&](const char* field, double v) {
+    if (!(v >= 0) || !std::isfinite(v)) fail(fmt::format("{} must be >= 0, got {:g}", field, v));
+  };
+  positive("compute_flops_per_s", compute_flops_per_s);
+  positive("backward_flops_factor", backward_flops_factor);
+  positive("backward_efficiency_ratio", backward_efficiency_ratio);
+  non_negative("kernel_launch_us", kernel_launch_us);
+  if (node_workers < 1) fail(fmt::format("node_workers must be >= 1, got {}", node_workers));
+  positive("nvlink_bytes_per_us", nvlink_bytes_per_us);
+  positive("nic_bytes_per_us", nic_bytes_per_us);
+  non_negative("nvlink_latency_us", nvlink_latency_us);
+  non_negative("nic_latency_us", nic_latency_us);
+  if (efficiency.empty()) fail("efficiency table is empty");
+  for (size_t i = 0; i < efficiency.size(); ++i) {
+    const double tokens = efficiency[i].tokens, f = efficiency[i].efficiency;
+    if (!(tokens >= 1) || !std::isfinite(tokens) || (i > 0 && !(tokens > efficiency[i - 1].tokens)))
+      fail(fmt::format("efficiency point {}: tokens must be >= 1 and increasing, got {:g}", i,
+                       tokens));
+    if (!(f > 0 && f <= 1))
+      fail(fmt::format("efficiency point {}: fraction must be in (0, 1], got {:g}", i, f));
+  }
+}
+
+double InterpolateEfficiency(const std::vector<EfficiencyPoint>& curve, double kernel_tokens) {
+  if (kernel_tokens <= 0) return curve.front().efficiency;  // no work: any positive value
+  if (kernel_tokens <= curve.front().tokens)
+    return curve.front().efficiency * kernel_tokens / curve.front().tokens;
+  if (kernel_tokens >= curve.back().tokens) return curve.back().efficiency;
+  const auto hi = std::upper_bound(curve.begin(), curve.end(), kernel_tokens,
+                                   [](double x, const EfficiencyPoint& e) { return x < e.tokens; });
+  const auto lo = hi - 1;
+  const double a = std::log2(lo->tokens), b = std::log2(hi->tokens);
+  const double w = (std::log2(kernel_tokens) - a) / (b - a);
+  return lo->efficiency + w * (hi->efficiency - lo->efficiency);
+}
+
+namespace {
+
+// Port classes and directions.
+enum Port { kNicIn, kNicOut, kNvlinkIn, kNvlinkOut, kPorts };
+
+struct PortBytes {
+  double bytes[kPorts] = {0, 0, 0, 0};
+  // The busier in-port's and out-port's times, us.
+  double In(const StepCosts& c) const {
+    return std::max(bytes[kNicIn] / c.nic_bytes_per_us, bytes[kNvlinkIn] / c.nvlink_bytes_per_us);
+  }
+  double Out(const StepCosts& c) const {
+    return std::max(bytes[kNicOut] / c.nic_bytes_per_us, bytes[kNvlinkOut] / c.nvlink_bytes_per_us);
+  }
+  // The busiest port's time, us.
+  double Time(const StepCosts& c) const {
+    return std::max({bytes[kNicIn] / c.nic_bytes_per_us, bytes[kNicOut] / c.nic_bytes_per_us,
+                     bytes[kNvlinkIn] / c.nvlink_bytes_per_us,
+                     bytes[kNvlinkOut] / c.nvlink_bytes_per_us});
+  }
+};
+
+// `bytes` from src to dst on their ports (NIC across nodes, NVLink inside).
+void Move(std::vector<PortBytes>& ports, int32_t src, int32_t dst, double bytes,
+          int32_t node_workers) {
+  const bool nic = src / node_workers != dst / node_workers;
+  ports[src].bytes[nic ? kNicOut : kNvlinkOut] += bytes;
+  ports[dst].bytes[nic ? kNicIn : kNvlinkIn] += bytes;
+}
+
+// One worker's terms of one pass, us.
+struct WorkerPass {
+  // compute: all of it; remote: its part with received K/V; stages: its
+  // transfer stages (0: it receives nothing).
+  double compute = 0, remote = 0, home_compute = 0, ports = 0, stages = 0, inflow = 0, outflow = 0;
+};
+
+PassEstimate CombinePass(const std::vector<WorkerPass>& workers, double latency_us) {
+  PassEstimate best;
+  best.time_us = -1;
+  for (size_t w = 0; w < workers.size(); ++w) {
+    const WorkerPass& p = workers[w];
+    // The pipeline: the first received blocks wait for their stage's
+    // transfers where the local compute is shorter, and the last stage's
+    // compute follows the last transfer.
+    double base = std::max(p.compute, p.ports);
+    if (p.stages > 0) {
+      const double lead = std::max(0.0, p.ports / p.stages - (p.compute - p.remote));
+      base = std::max(p.compute + lead, p.ports + p.remote / p.stages);
+    }
+    const double fill = base - std::max(p.compute, p.ports);
+    // The blocks away from home: their inputs in, their compute, their
+    // late outputs out, in series; the blocks at home compute meanwhile.
+    const double away = p.inflow + (p.compute - p.home_compute) + p.outflow;
+    const double time = std::max(base, away);
+    if (time > best.time_us) {
+      best.time_us = time;
+      best.compute_us = p.compute;
+      best.port_us = p.ports;
+      best.fill_us = fill;
+      best.reshuffle_us = time - base;
+      best.critical_worker = static_cast<int32_t>(w);
+      best.binding = p.compute >= p.ports ? "compute" : "ports";
+    }
+  }
+  best.time_us = std::max(best.time_us, 0.0) + latency_us;
+  best.latency_us = latency_us;
+  return best;
+}
+
+}  // namespace
+
+StepEstimate EstimateStep(const Plan& plan, const StepCosts& costs) {
+  costs.validate();
+  const std::vector<RequiredPair> pairs = RequiredPairs(plan.sequences, plan.blocks, plan.mask);
+  std::vector<int32_t> owner;
+  owner.reserve(plan.blocks.size());
+  for (const Block& block : plan.blocks) owner.push_back(block.worker);
+  return detail::EstimateStep({&plan.sequences, &plan.blocks, &owner, &pairs, plan.mask,
+                               plan.attention, plan.workers, plan.coalesce},
+                              costs);
+}
+
+StepEstimate detail::EstimateStep(const StepEstimateInput& in, const StepCosts& costs) {
+  costs.validate();
+  const int32_t n = in.workers;
+  const int32_t node = costs.node_workers;
+  const std::vector<Block>& plan_blocks = *in.blocks;
+  const std::vector<int32_t>& owner = *in.owner;
+  const std::vector<RequiredPair>& pairs = *in.pairs;
+  const size_t blocks = plan_blocks.size();
+  const AttentionShape& shape = in.attention;
+  const int32_t coalesce = std::max(in.coalesce, 1);
+  if (owner.size() != blocks)
+    throw Error(ErrorCode::kInvalidPlan,
+                fmt::format("step estimate: {} owners for {} blocks", owner.size(), blocks));
+  const double us_per_flop = 1e6 / costs.compute_flops_per_s;
+  const double flops_per_pair = ForwardFlops(shape, 1);
+  // Forward seconds of `token_pairs` in kernels of `kernel_tokens`, us.
+  const auto kernel_us = [&](double token_pairs, double kernel_tokens) {
+    return token_pairs * flops_per_pair * us_per_flop /
+           InterpolateEfficiency(costs.efficiency, kernel_tokens);
+  };
+  // Per block: the query tokens of its largest sequence (the kernel length
+  // of its pairs with other blocks) and its pairs with itself, per query
+  // segment, as the simulator merges them.
+  std::vector<double> q_tokens(blocks, 0), diagonal_us(blocks, 0);
+  for (size_t b = 0; b < blocks; ++b) {
+    const Block& block = plan_blocks[b];
+    if (owner[b] < 0 || owner[b] >= n)
+      throw Error(ErrorCode::kInvalidPlan, fmt::format("step estimate: block {} has worker {} "
+                                                       "outside [0, {})",
+                                                       b, owner[b], n));
+    for (const Segment& q : block.segments) {
+      int64_t same_sequence = 0, diagonal = 0;
+      for (const Segment& k : block.segments) {
+        if (k.seq != q.seq) continue;
+        same_sequence += k.length;
+        diagonal +=
+            AllowedPairs(in.mask, {q.start, q.start + q.length}, {k.start, k.start + k.length});
+      }
+      q_tokens[b] = std::max(q_tokens[b], static_cast<double>(same_sequence));
+      if (diagonal > 0)
+        diagonal_us[b] +=
+            kernel_us(static_cast<double>(diagonal),
+                      2.0 * static_cast<double>(diagonal) / static_cast<double>(q.length));
+    }
+  }
+  // Per query block: its other pairs, local (K/V owned by its worker) and
+  // received, and how many blocks it receives.
+  std::vector<double> block_us(diagonal_us), remote_us(blocks, 0);
+  std::vector<double> remote_pairs(blocks, 0), received_blocks(blocks, 0);
+  std::vector<uint8_t> receives_kv(blocks, 0), sent(blocks, 0);
+  std::vector<uint64_t> edges;  // kv * n + receiver, one per K/V transfer
+  for (size_t i = 0; i < pairs.size();) {
+    const int32_t q = pairs[i].q_block;
+    double local = 0, remote = 0;
+    int64_t received = 0;
+    for (; i < pairs.size() && pairs[i].q_block == q; ++i) {
+      const RequiredPair& p = pairs[i];
+      if (p.kv_block == q) continue;
+      if (owner[p.kv_block] == owner[q]) {
+        local += static_cast<double>(p.token_pairs);
+      } else {
+        remote += static_cast<double>(p.token_pairs);
+        ++received;
+        edges.push_back(static_cast<uint64_t>(p.kv_block) * static_cast<uint64_t>(n) +
+                        static_cast<uint64_t>(owner[q]));
+      }
+    }
+    if (local > 0) block_us[q] += kernel_us(local, 2.0 * local / q_tokens[q]);
+    receives_kv[q] = received > 0;
+    remote_pairs[q] = remote;
+    received_blocks[q] = static_cast<double>(received);
+  }
+  std::sort(edges.begin(), edges.end());
+  edges.erase(std::unique(edges.begin(), edges.end()), edges.end());
+  // K/V transfers: per worker, blocks received and sent, and port bytes.
+  std::vector<int64_t> receives(n, 0), sends(n, 0);
+  std::vector<PortBytes> kv(n);
+  bool any_nic = false;
+  for (uint64_t e : edges) {
+    const auto kv_block = static_cast<int32_t>(e / static_cast<uint64_t>(n));
+    const auto dst = static_cast<int32_t>(e % static_cast<uint64_t>(n));
+    const int32_t src = owner[kv_block];
+    ++receives[dst];
+    ++sends[src];
+    sent[kv_block] = 1;
+    any_nic = any_nic || src / node != dst / node;
+    Move(kv, src, dst, static_cast<double>(KvTransferBytes(shape, plan_blocks[kv_block].tokens())),
+         node);
+  }
+  int64_t degree = 0;
+  for (int32_t w = 0; w < n; ++w) degree = std::max({degree, receives[w], sends[w]});
+  const double transfer_stages = std::ceil(static_cast<double>(degree) / coalesce);
+  const double latency = any_nic ? costs.nic_latency_us : costs.nvlink_latency_us;
+  // A query block's received K/V arrive spread over the pass's transfer
+  // stages (the colouring deals a worker's receives over up to all of
+  // them), one kernel a stage.
+  for (size_t q = 0; q < blocks; ++q) {
+    if (remote_pairs[q] == 0) continue;
+    const double groups =
+        std::min(received_blocks[q], std::ceil(static_cast<double>(receives[owner[q]]) / coalesce));
+    remote_us[q] = kernel_us(remote_pairs[q], 2.0 * remote_pairs[q] / q_tokens[q] / groups);
+    block_us[q] += remote_us[q];
+  }
+  // The reshuffle: per token away from its dataloader worker, the bytes
+  // each pass moves in before its compute, and the outputs that become
+  // final only at the pass's end (O and dQ of a block that computes with
+  // received K/V; dK, dV of a block whose partials come back), which wait
+  // after it (the others go while the worker computes).
+  const double head_bytes = static_cast<double>(shape.head_dim) * shape.dtype_bytes;
+  const double q_bytes = head_bytes * shape.heads_q;
+  const double kv_bytes = head_bytes * 2.0 * shape.heads_kv;
+  std::vector<PortBytes> in_fwd(n), out_fwd(n), in_bwd(n), out_bwd(n);
+  std::vector<uint8_t> home(blocks, 1);
+  std::vector<uint64_t> links;  // owner * n + dataloader worker, one per pair that moves
+  if (costs.reshuffle) {
+    const std::vector<int64_t> offsets = SequenceOffsets(*in.sequences);
+    for (size_t b = 0; b < blocks; ++b) {
+      const int32_t w = owner[b];
+      const double late_q = receives_kv[b] ? q_bytes : 0;
+      const double late_kv = sent[b] ? kv_bytes : 0;
+      for (const Segment& s : plan_blocks[b].segments)
+        ForEachDataloaderRun(s, offsets, n, [&](int32_t h, int64_t tokens) {
+          if (h == w) return;
+          home[b] = 0;
+          links.push_back(static_cast<uint64_t>(w) * static_cast<uint64_t>(n) +
+                          static_cast<uint64_t>(h));
+          const double t = static_cast<double>(tokens);
+          Move(in_fwd, h, w, (q_bytes + kv_bytes) * t, node);     // Q, K, V
+          Move(in_bwd, h, w, q_bytes * t, node);                  // dO
+          if (late_q > 0) Move(out_fwd, w, h, late_q * t, node);  // O
+          if (late_q + late_kv > 0) Move(out_bwd, w, h, (late_q + late_kv) * t, node);
+        });
+    }
+  }
+  // A worker's inputs have all arrived when its in-port and each of its
+  // dataloader workers' out-ports have carried their reshuffle bytes (the
+  // flows share them and finish together); its late outputs are out when
+  // its out-port has carried them (counting the receivers' in-ports too
+  // ranked candidates worse: docs/simulator.md, the step estimate).
+  std::sort(links.begin(), links.end());
+  links.erase(std::unique(links.begin(), links.end()), links.end());
+  std::vector<double> inflow_fwd(n, 0), outflow_fwd(n, 0), inflow_bwd(n, 0), outflow_bwd(n, 0);
+  for (uint64_t link : links) {
+    const auto w = static_cast<int32_t>(link / static_cast<uint64_t>(n));
+    const auto h = static_cast<int32_t>(link % static_cast<uint64_t>(n));
+    inflow_fwd[w] = std::max({inflow_fwd[w], in_fwd[w].In(costs), in_fwd[h].Out(costs)});
+    inflow_bwd[w] = std::max({inflow_bwd[w], in_bwd[w].In(costs), in_bwd[h].Out(costs)});
+    outflow_fwd[w] = out_fwd[w].Out(costs);
+    outflow_bwd[w] = out_bwd[w].Out(costs);
+  }
+  // Per worker: compute, its share at home, stages with compute.
+  std::vector<double> compute(n, 0), remote(n, 0), home_compute(n, 0);
+  for (size_t b = 0; b < blocks; ++b) {
+    compute[owner[b]] += block_us[b];
+    remote[owner[b]] += remote_us[b];
+    if (home[b]) home_compute[owner[b]] += block_us[b];
+  }
+  std::vector<WorkerPass> forward(n), backward(n);
+  const double backward_scale = costs.backward_flops_factor / costs.backward_efficiency_ratio;
+  for (int32_t w = 0; w < n; ++w) {
+    const double received_stages = std::ceil(static_cast<double>(receives[w]) / coalesce);
+    const double launches = (compute[w] > 0 ? 1 : 0) + received_stages;
+    WorkerPass& f = forward[w];
+    f.compute = compute[w] + launches * costs.kernel_launch_us;
+    f.remote = remote[w] + received_stages * costs.kernel_launch_us;
+    f.home_compute = home_compute[w];
+    f.ports = kv[w].Time(costs);
+    f.stages = received_stages;
+    f.inflow = inflow_fwd[w];
+    f.outflow = outflow_fwd[w];
+    // The backward sends the K/V again and the dK/dV partials back: both
+    // directions of each port carry in + out.
+    WorkerPass& g = backward[w];
+    PortBytes both;
+    for (int port = 0; port < kPorts; ++port)
+      both.bytes[port] = kv[w].bytes[port ^ 1] + kv[w].bytes[port];
+    g.compute = compute[w] * backward_scale + launches * costs.kernel_launch_us;
+    g.remote = remote[w] * backward_scale + received_stages * costs.kernel_launch_us;
+    g.home_compute = home_compute[w] * backward_scale;
+    g.ports = both.Time(costs);
+    g.stages = received_stages;
+    g.inflow = inflow_bwd[w];
+    g.outflow = outflow_bwd[w];
+  }
+  StepEstimate estimate;
+  estimate.forward = CombinePass(forward, transfer_stages * latency);
+  estimate.backward =
+      CombinePass(backward, (transfer_stages > 0 ? transfer_stages + 2 : 0) * latency);
+  estimate.total_us = estimate.forward.time_us + estimate.backward.time_us;
+  return estimate;
+}
+
+}  // namespace fcp
