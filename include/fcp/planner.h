@@ -131,6 +131,12 @@ struct PlannerConfig {
   // same node first, and its step cost charges only reshuffle tokens that
   // cross nodes. A plain number, so planning stays pure.
   int32_t node_workers = 8;
+  // FCP only: where several workers of one node receive the same K/V block
+  // from another node, the later ones get it from the first over the node's
+  // links in the stage they got it before, and partial dK/dV returned to
+  // another node are summed at the node's last sender first (node_relays.h;
+  // docs/planner.md, step 11). No stage, pair or congestion bound changes.
+  bool node_relays = false;
   // Run ValidatePlan on the result (the debug self-check); throws kInternal if it fails.
   bool self_check = false;
 

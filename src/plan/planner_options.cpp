@@ -143,6 +143,12 @@ const std::vector<PlannerOption>& PlannerOptions() {
        .checked = true,
        .min = 1,
        .recorded = true},
+      {.field = "node_relays",
+       .flag = "node-relays",
+       .help = "fcp: K/V sent once per receiving node and fanned out over its fast links, "
+               "partial dK/dV summed in the node before they cross the network",
+       .ref = FCP_FIELD(node_relays),
+       .recorded = true},
   };
   return options;
 }
