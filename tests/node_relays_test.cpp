@@ -18,6 +18,8 @@
 #include <tuple>
 #include <vector>
 
+#include "error_message.h"
+#include "fcp/error.h"
 #include "fcp/plan.h"
 #include "fcp/planner.h"
 #include "fcp/planner_registry.h"
@@ -92,6 +94,40 @@ TEST(NodeRelaysTest, BlockTwoWorkersOfANodeNeedCrossesOnceThenNvlink) {
   for (size_t s = 0; s < plan.backward.size(); ++s)
     EXPECT_EQ(plan.backward[s].compute, before.backward[s].compute);
   ValidatePlan(plan, {.forbid_redundant_transfers = true});
+}
+
+// The validator knows relays: the relayed plan broken one rule at a time.
+TEST(NodeRelaysTest, BrokenRelaysFailValidation) {
+  Plan relayed = TwoNodesPlan();
+  Relay(relayed, 2);
+  const auto message = [](const Plan& plan) {
+    return testing::ErrorMessage(ErrorCode::kInvalidPlan,
+                                 [&] { ValidatePlan(plan, {.forbid_redundant_transfers = true}); });
+  };
+  ASSERT_EQ(message(relayed), "");
+  // The relay sends block 0 in the stage it receives it: not held yet.
+  Plan early = relayed;
+  early.coalesce = 2;  // room for the moved send: only the holding rule breaks
+  early.forward[1].send.clear();
+  early.forward[0].send.push_back({0, 2, 3});
+  EXPECT_NE(message(early).find("worker 2 does not hold block 0"), std::string::npos)
+      << message(early);
+  // Worker 3 also gets block 0 straight from its owner: a second receipt.
+  Plan twice = relayed;
+  twice.coalesce = 2;
+  twice.forward[1].send.push_back({0, 0, 3});
+  EXPECT_NE(message(twice).find("already holds block 0"), std::string::npos) << message(twice);
+  // Worker 2's partial reaches the relay after the relay sent its sum on.
+  Plan late = relayed;
+  late.backward[2].send_dkv = {{1, 3, 2}};
+  late.backward[3].send_dkv.push_back({0, 2, 3});
+  EXPECT_NE(message(late).find("already sent its partial dK/dV of block 0"), std::string::npos)
+      << message(late);
+  // The relay keeps the sum: worker 2's partial never reaches the owner.
+  Plan kept = relayed;
+  kept.backward[3].send_dkv.clear();
+  EXPECT_NE(message(kept).find("never returns its partial dK/dV of block 0"), std::string::npos)
+      << message(kept);
 }
 
 TEST(NodeRelaysTest, OneWorkerANodeRelaysNothing) {
@@ -202,8 +238,8 @@ TEST(NodeRelaysTest, RandomWorkloadsGiveValidDeterministicRelayedPlans) {
     config.mask = rng() % 4 == 0 ? Mask{MaskKind::kFull, 0} : Mask{MaskKind::kCausal, 0};
     std::vector<int64_t> lengths(1 + rng() % 8);
     for (int64_t& l : lengths) l = static_cast<int64_t>(1 + rng() % 600);
-    SCOPED_TRACE(testing::Message() << "trial " << trial << " N=" << config.workers
-                                    << " node=" << config.node_workers << " c=" << config.coalesce);
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << " N=" << config.workers << " node="
+                                      << config.node_workers << " c=" << config.coalesce);
     const Plan direct = MakePlan(lengths, config);
     // The planner's pass: the direct plan relayed at the configured network ratio.
     config.node_relays = true;

@@ -15,6 +15,13 @@
 // forward's `send`, the backward's `send_kv` (each list on its own) and its
 // `send_dkv` change only in their sources or destinations.
 //
+// Only the crossings of owners whose network port is nearly as busy as their
+// compute in the pass are rewritten: network_flops_per_byte x the owner's
+// crossing bytes > 0.75 x its compute (forward FLOPs of its query blocks'
+// pairs, x2.5 in the backward). A relayed receipt waits for the relay's
+// receipts of the stage before, so elsewhere a relay only adds a wait
+// (docs/planner.md, step 11, has the measurements).
+//
 // Invariants kept (PLAN_FORMAT.md): a relay holds the block from the stage
 // after its own receipt, so a later stage's send from it is a send of a
 // block held; a relay's partial is sent in a stage after every partial
@@ -26,11 +33,12 @@
 // receipts per stage), which bounds each class on its own.
 //
 // Deterministic (groups visited in (block, node) order, each stage's lists
-// sorted by (src, dst, block) after); O(T log T) for T transfers.
+// sorted by (src, dst, block) after); O(T log T + R x T) for T transfers and
+// R rounds (a round repeats while the last relayed something: a rewrite
+// frees a place at an owner that may relay for another group).
 #pragma once
 
 #include <cstdint>
-
 #include <vector>
 
 #include "fcp/plan.h"
@@ -47,9 +55,10 @@ struct RelayCounts {
 };
 
 // Rewrites `plan` in place as above, nodes being `node_workers` consecutive
-// worker ids (node_workers >= 1; 1: nothing to relay). Requires every block
-// owner in [0, plan.workers) (internal error otherwise); a plan that was
-// valid stays valid.
+// worker ids (node_workers >= 1; 1: nothing to relay); `pairs`: the plan's
+// required pairs (for each owner's compute). Requires every block owner and
+// pair block in range (internal error otherwise); a plan that was valid
+// stays valid.
 RelayCounts RelayThroughNodes(Plan& plan, int32_t node_workers,
                               const std::vector<RequiredPair>& pairs,
                               double network_flops_per_byte);
