@@ -165,6 +165,12 @@ TEST(PlannerOptions, ReadingBackRefusesANonIntegerForAnIntegerField) {
   }
   plan.planner_options = {{"unknown_knob", 5}, {"node_workers", 2}};
   EXPECT_EQ(PlannerConfigOf(plan).node_workers, 2);  // unknown names are ignored
+  // Recorded before node relays existed: made without them.
+  EXPECT_FALSE(PlannerConfigOf(plan).node_relays);
+  plan.planner_options.push_back({"node_relays", 1});
+  EXPECT_TRUE(PlannerConfigOf(plan).node_relays);
+  plan.planner_options.clear();  // no record (another planner): the defaults
+  EXPECT_TRUE(PlannerConfigOf(plan).node_relays);
 }
 
 TEST(PlannerOptions, RangeMessagesNameTheFieldAndTheValue) {

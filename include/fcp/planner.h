@@ -177,7 +177,8 @@ std::vector<std::pair<std::string, double>> RecordedPlannerOptions(const Planner
 
 // The config that re-makes `plan`: the inverse of PlanHeader, plus the
 // settings the planner recorded in plan.planner_options (names this version
-// does not know are ignored; MakePlan then tells by a different plan).
+// does not know are ignored; MakePlan then tells by a different plan; a
+// recorded plan without node_relays was made before relays, so without them).
 PlannerConfig PlannerConfigOf(const Plan& plan);
 
 // The FCP planner itself.
