@@ -119,13 +119,13 @@ TEST(PlannerOptions, TypesAndDefaultsComeFromTheConfig) {
 TEST(PlannerOptions, RecordedOptionsKeepTheirNamesAndOrder) {
   std::vector<std::string> names;
   for (const auto& [name, value] : RecordedPlannerOptions(PlannerConfig{})) names.push_back(name);
-  EXPECT_THAT(names,
-              ::testing::ElementsAre("heavy_fraction", "local_search_rounds", "max_imbalance",
-                                     "max_split", "network_flops_per_byte", "node_workers",
-                                     "rescue_max_split", "reshuffle_locality", "traffic_leveling"));
+  EXPECT_THAT(names, ::testing::ElementsAre("heavy_fraction", "local_search_rounds",
+                                            "max_imbalance", "max_split", "network_flops_per_byte",
+                                            "node_relays", "node_workers", "rescue_max_split",
+                                            "reshuffle_locality", "traffic_leveling"));
   const auto values = RecordedPlannerOptions(With({{"max_split", 3}, {"traffic_leveling", 0}}));
   EXPECT_EQ(values[3].second, 3);
-  EXPECT_EQ(values[8].second, 0);
+  EXPECT_EQ(values[9].second, 0);
 }
 
 // Random settings survive the way through plan.planner_options and back.
@@ -165,6 +165,12 @@ TEST(PlannerOptions, ReadingBackRefusesANonIntegerForAnIntegerField) {
   }
   plan.planner_options = {{"unknown_knob", 5}, {"node_workers", 2}};
   EXPECT_EQ(PlannerConfigOf(plan).node_workers, 2);  // unknown names are ignored
+  // Recorded before node relays existed: made without them.
+  EXPECT_FALSE(PlannerConfigOf(plan).node_relays);
+  plan.planner_options.push_back({"node_relays", 1});
+  EXPECT_TRUE(PlannerConfigOf(plan).node_relays);
+  plan.planner_options.clear();  // no record (another planner): the defaults
+  EXPECT_TRUE(PlannerConfigOf(plan).node_relays);
 }
 
 TEST(PlannerOptions, RangeMessagesNameTheFieldAndTheValue) {

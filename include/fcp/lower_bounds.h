@@ -17,6 +17,11 @@
 // pass bounds, as the simulator runs the backward after the forward; the
 // reshuffle's flows count in the pass that moves them (Q, K, V in and O out
 // in the forward, dO in and dQ, dK, dV out in the backward) when charged.
+// The flows are the plan's own transfers: a block relayed through a node
+// (a worker forwarding what it received) crosses the NIC once into that
+// node and loads NVLink ports for its other receipts, so the bound holds
+// for the plan as made, and relaying lowers it (docs/simulator.md, "Lower
+// bounds").
 //
 // Invariant: for every plan, profile and SimConfig, Simulate's pass time is
 // >= its bound (up to the flow engine's drain tolerance); tests check it on

@@ -192,7 +192,8 @@ void ForEachDataloaderRun(const Segment& s, const std::vector<int64_t>& offsets,
 struct ValidateOptions {
   // Also check that forward stages send K/V only to workers that compute
   // with it and never twice (no redundant traffic). The format permits relays
-  // and redundancy; FCP plans have none.
+  // (a worker forwarding a block it received) and redundancy; FCP plans
+  // have no redundancy.
   bool forbid_redundant_transfers = false;
 };
 

@@ -37,6 +37,11 @@
 //      short sequence: in the stage of its remote pairs);
 //   5. backward: the same K/V matchings, and each partial dK/dV returned to
 //      its owner over the reversed matching two stages later.
+//   6. node relays (node_relays): where several workers of a node receive a
+//      block from a busy owner in another node, the later receipts come from
+//      the first receiver over the node's links in their own stages, and
+//      partials sent there earlier are summed at the node's last sender;
+//      no stage, pair or congestion bound changes.
 // Complexity: O(P log P + K * C * D) for P required pairs, K blocks, C
 // candidate workers per block and D dependencies per block, plus the
 // colouring, O(E * path) with E transfer edges.
@@ -131,6 +136,14 @@ struct PlannerConfig {
   // same node first, and its step cost charges only reshuffle tokens that
   // cross nodes. A plain number, so planning stays pure.
   int32_t node_workers = 8;
+  // FCP only: where several workers of one node receive the same K/V block
+  // from another node, the later ones get it from the first over the node's
+  // links in the stage they got it before, and partial dK/dV returned to
+  // another node are summed at the node's last sender first (node_relays.h;
+  // docs/planner.md, step 11). Only owners whose network port is nearly as
+  // busy as their compute (by network_flops_per_byte) relay. No stage, pair
+  // or congestion bound changes.
+  bool node_relays = true;
   // Run ValidatePlan on the result (the debug self-check); throws kInternal if it fails.
   bool self_check = false;
 
@@ -164,7 +177,8 @@ std::vector<std::pair<std::string, double>> RecordedPlannerOptions(const Planner
 
 // The config that re-makes `plan`: the inverse of PlanHeader, plus the
 // settings the planner recorded in plan.planner_options (names this version
-// does not know are ignored; MakePlan then tells by a different plan).
+// does not know are ignored; MakePlan then tells by a different plan; a
+// recorded plan without node_relays was made before relays, so without them).
 PlannerConfig PlannerConfigOf(const Plan& plan);
 
 // The FCP planner itself.

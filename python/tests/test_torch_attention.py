@@ -1,7 +1,8 @@
 """fcp.torch.attention on 4 gloo ranks (CPU) against a float64 reference:
 causal, full and sliding-window masks, GQA, coalesce 1 and 16, FCP and ring
-plans, float32 and bfloat16, both layouts; and bad input raising one clear
-error on every rank without a hang. Skipped where torch is not installed.
+plans, an FCP plan relayed through nodes of two ranks, float32 and bfloat16,
+both layouts; and bad input raising one clear error on every rank without a
+hang. Skipped where torch is not installed.
 """
 
 import pytest

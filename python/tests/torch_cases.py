@@ -64,6 +64,8 @@ for planner in ("fcp", "ring"):
 ATTENTION_CASES += [("fcp", "causal", 16, "bfloat16"), ("ring", "sliding_window", 1, "bfloat16"),
                     ("fcp", "full", 1, "bfloat16"), ("fcp", "sliding_window", 16, "bfloat16"),
                     ("ring", "causal", 1, "bfloat16")]
+# An FCP plan with K/V and partials relayed through nodes of two ranks (docs/planner.md, step 11).
+ATTENTION_CASES += [("fcp-relays", "causal", 1, "float32")]
 # On CUDA: flash attention takes 16-bit inputs only (one rank: NCCL cannot pair ranks on one GPU).
 CUDA_ATTENTION_CASES = [(planner, mask, coalesce, "bfloat16") for planner in ("fcp", "ring")
                         for mask in ("causal", "full", "sliding_window") for coalesce in (1, 16)]
@@ -78,7 +80,18 @@ def run_attention_case(case, rank, device="cpu"):
     kw = dict(block_size=64, coalesce=coalesce, mask=mask, heads_q=hq, heads_kv=hkv, head_dim=d, planner=planner)
     if mask == "sliding_window":
         kw["window"] = window
-    plan = ft.plan(LENGTHS, **kw)
+    if planner == "fcp-relays":
+        import fcp
+        kw.update(planner="fcp", node_workers=2, node_relays=True)
+        made = fcp.plan(LENGTHS, dist.get_world_size(), **kw)
+        owner = made.block_owner
+        kv = sum(int(s != owner[j]) for t in range(made.num_forward_stages) for j, s, _ in made.forward_send(t))
+        dkv = sum(int(d != owner[j]) for t in range(made.num_backward_stages)
+                  for j, _, d in made.backward_send_dkv(t))
+        assert kv > 0 and dkv > 0, f"no relays in the plan (K/V {kv}, dK/dV {dkv})"
+        plan = ft.plan(made)
+    else:
+        plan = ft.plan(LENGTHS, **kw)
     total = sum(LENGTHS)
     cases = ATTENTION_CASES + CUDA_ATTENTION_CASES
     g = torch.Generator().manual_seed(cases.index(case))  # same on every rank

@@ -8,6 +8,7 @@
 #include "assignment.h"
 #include "assignment_context.h"
 #include "fcp/error.h"
+#include "fcp/node_relays.h"
 #include "fcp/plan_metrics.h"
 #include "fcp/planner.h"
 #include "fcp/required_pairs.h"
@@ -737,6 +738,9 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
 
   // 3-5. Transfer graph, colouring, coalesced forward and backward stages.
   BuildStages(plan, *pairs, config.self_check);
+  // 11. Relays through the node, in the stages just built.
+  if (config.node_relays)
+    RelayThroughNodes(plan, config.node_workers, *pairs, config.network_flops_per_byte);
   return plan;
 }
 

@@ -143,6 +143,12 @@ const std::vector<PlannerOption>& PlannerOptions() {
        .checked = true,
        .min = 1,
        .recorded = true},
+      {.field = "node_relays",
+       .flag = "node-relays",
+       .help = "fcp: K/V sent once per receiving node and fanned out over its fast links, "
+               "partial dK/dV summed in the node before they cross the network",
+       .ref = FCP_FIELD(node_relays),
+       .recorded = true},
   };
   return options;
 }
@@ -263,6 +269,8 @@ PlannerConfig PlannerConfigOf(const Plan& plan) {
                   .attention = plan.attention,
                   .token_cap = plan.token_cap,
                   .planner = plan.planner};
+  // Plans recorded before node relays existed were made without them.
+  if (!plan.planner_options.empty()) c.node_relays = false;
   for (const auto& [name, value] : plan.planner_options)
     for (const PlannerOption* o : RecordedRows())
       if (name == o->field) SetRecorded(*o, c, value);

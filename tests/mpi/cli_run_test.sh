@@ -4,7 +4,8 @@
 # (each run is bounded by `timeout`); a rank that dies must take the job down.
 # Usage: cli_run_test.sh FCP WRITE_TEST_PLAN MPIEXEC CASE
 #        cli_run_test.sh FCP WRITE_TEST_PLAN MPIEXEC good greedy|ring MASK COALESCE NP
-#        cli_run_test.sh FCP WRITE_TEST_PLAN MPIEXEC planner NAME MASK COALESCE NP  (fcp plan --planner NAME)
+#        cli_run_test.sh FCP WRITE_TEST_PLAN MPIEXEC planner NAME MASK COALESCE NP [PLAN ARGS...]
+#          (fcp plan --planner NAME PLAN ARGS...; with --node-relays the plan must relay K/V and dK/dV)
 set -u
 FCP=$1; WRITE_PLAN=$2; MPIEXEC=$3; CASE=$4
 MPIRUN=("$MPIEXEC" --oversubscribe --bind-to none --mca btl self,vader --mca btl_vader_single_copy_mechanism none)
@@ -36,13 +37,21 @@ ARGS=(--inputs "$DIR/in" --out "$DIR/out" --backward --timeout-s 20)
 
 case "$CASE" in
   good|planner)
-    kind=$5; mask=$6; coalesce=$7; np=$8
+    kind=$5; mask=$6; coalesce=$7; np=$8; extra=("${@:9}")
     if [ "$CASE" = planner ]; then
       printf '1\n16\n37\n5\n32\n60\n9\n1\n23\n' >"$DIR/lengths.txt"
       window=(); [ "$mask" = sliding_window ] && window=(--window 20)
       "$FCP" plan --planner "$kind" --lengths "$DIR/lengths.txt" --workers "$np" --block-size 16 \
         --coalesce "$coalesce" --mask "$mask" "${window[@]}" --heads-q 4 --heads-kv 2 --head-dim 8 \
-        --out "$DIR/plan.json" >/dev/null || fail "fcp plan"
+        "${extra[@]}" --out "$DIR/plan.json" >/dev/null || fail "fcp plan"
+      if [[ " ${extra[*]} " == *" --node-relays true "* ]]; then  # a K/V sent on by a non-owner, a partial to one
+        python3 -c "
+import json, sys
+p = json.load(open(sys.argv[1])); owner = [b['worker'] for b in p['blocks']]
+assert any(s != owner[j] for st in p['forward'] for j, s, d in st['send']), 'no K/V relay'
+assert any(d != owner[j] for st in p['backward'] for j, s, d in st['send_dkv']), 'no dK/dV relay'
+" "$DIR/plan.json" || fail "plan without relays"
+      fi
       if [ "$kind" = magi ]; then  # its transfers carry the rows attended: some are ranges
         grep -q '"send_rows"' "$DIR/plan.json" && grep -q '"send_dkv_rows"' "$DIR/plan.json" ||
           fail "magi plan without row ranges"
