@@ -28,6 +28,17 @@
 namespace fcp {
 namespace {
 
+// The remote-compute extension is not lowered: a clear error, not a wrong program.
+TEST(Lowering, RefusesRemoteCompute) {
+  try {
+    LowerPlan(testing::RemoteComputePlan(), 0);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the remote-compute extension"), std::string::npos)
+        << e.what();
+  }
+}
+
 // ThreeWorkerPlan (tests/hand_plans.h), rank 2: owns B2 (local rows 0-3),
 // receives B1 in forward stage 0 and B0 in stage 1; both are alive in stage 1,
 // so B0 gets pool rows 4-7.
@@ -545,7 +556,12 @@ TEST(LoweringProperty, RegisteredPlanners) {
       config.coalesce = 1 + static_cast<int32_t>(rng() % 4);
       config.mask = kMasks[trial % 3];
       config.attention = {4, 2, 8, 2};
-      CheckPlan(MakePlan(lengths, config), info.name + " trial " + std::to_string(trial));
+      const Plan plan = MakePlan(lengths, config);
+      if (UsesRemoteCompute(plan)) {  // magi-dynamic: refused (RefusesRemoteCompute)
+        EXPECT_THROW(LowerPlan(plan, 0), Error);
+        continue;
+      }
+      CheckPlan(plan, info.name + " trial " + std::to_string(trial));
     }
 }
 

@@ -479,6 +479,13 @@ RankProgram LowerPlan(const Plan& plan, int32_t rank) {
                                                  " is not in [0, " + std::to_string(plan.workers) +
                                                  ")");
   CheckIndices(plan);
+  // The remote-compute extension (docs/plan-format.md) is simulated and
+  // validated, not lowered: no executor runs it yet.
+  if (UsesRemoteCompute(plan))
+    throw Error(ErrorCode::kInvalidArgument,
+                "lowering: plan '" + plan.planner +
+                    "' computes pairs away from their query block's owner (send_q / send_o / "
+                    "send_dq, the remote-compute extension), which the executors do not run");
   RankProgram p;
   p.rank = rank;
   p.workers = plan.workers;
