@@ -95,7 +95,11 @@ TEST(ExecutorLocal, RegisteredPlanners) {
       config.coalesce = 2;
       config.mask = mask;
       config.attention = {4, 2, 8, 4};
-      ExpectExact(MakePlan(Spec(3, mask, 2).sequences, config), /*backward=*/true);
+      const Plan plan = MakePlan(Spec(3, mask, 2).sequences, config);
+      // The remote-compute extension (magi-dynamic) is not lowered yet:
+      // Lowering.RefusesRemoteCompute checks the refusal.
+      if (UsesRemoteCompute(plan)) continue;
+      ExpectExact(plan, /*backward=*/true);
     }
 }
 
