@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <random>
 
 #include <gtest/gtest.h>
 
@@ -114,6 +115,48 @@ TEST(MagiDynamicTest, HandDrawnThreeRanksBalanceExactly) {
     if (p.cells[c].q == 2 && p.cells[c].k == 0) {
       EXPECT_EQ(r.rank[c], 0);
     }
+}
+
+// Random grids (random owners, sizes and cells): every cell placed on a
+// worker, the work is the sum of its cells, a feasible result is within the
+// 1.10 x mean cap, and the same problem gives the same answer.
+TEST(MagiDynamicTest, RandomGridsRespectTheCap) {
+  std::mt19937_64 rng(7);
+  int feasible = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    MagiDynamicProblem p;
+    p.workers = 1 + static_cast<int32_t>(rng() % 70);  // past 64: two mask words
+    p.heads_q = 1 + static_cast<int32_t>(rng() % 8);
+    p.heads_kv = 1 + static_cast<int32_t>(rng() % 2);
+    const int32_t ranges = 1 + static_cast<int32_t>(rng() % 40);
+    for (int32_t i = 0; i < ranges; ++i) {
+      p.range_owner.push_back(static_cast<int32_t>(rng() % p.workers));
+      p.range_tokens.push_back(1 + static_cast<int64_t>(rng() % 1000));
+    }
+    for (const auto& [q, k] : MagiDynamicGridOrder(ranges, ranges))
+      if (rng() % 3 == 0) p.cells.push_back({q, k, 1 + static_cast<int64_t>(rng() % 100000)});
+    if (p.cells.empty()) continue;
+    const MagiDynamicResult r = SolveMagiDynamic(p);
+    ASSERT_EQ(r.rank.size(), p.cells.size());
+    std::vector<int64_t> work(p.workers, 0);
+    for (size_t c = 0; c < p.cells.size(); ++c) {
+      ASSERT_GE(r.rank[c], 0);
+      ASSERT_LT(r.rank[c], p.workers);
+      work[r.rank[c]] += p.cells[c].area;
+    }
+    EXPECT_EQ(work, r.work);
+    EXPECT_LE(r.iterations, 20);
+    if (r.feasible) {
+      ++feasible;
+      const double total =
+          static_cast<double>(std::accumulate(work.begin(), work.end(), int64_t{0}));
+      EXPECT_LE(static_cast<double>(*std::max_element(work.begin(), work.end())),
+                1.1 * total / p.workers + 1e-6);
+    }
+    const MagiDynamicResult again = SolveMagiDynamic(p);
+    EXPECT_EQ(again.rank, r.rank);
+  }
+  EXPECT_GT(feasible, 20);  // the cap is met often enough for the check to mean something
 }
 
 TEST(MagiDynamicTest, BadProblemsAreRefused) {
