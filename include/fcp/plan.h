@@ -3,10 +3,13 @@
 // (`fcp-plan` version 1); every field has exactly the meaning given there.
 //
 // Planners (FCP and the baselines) produce a Plan; the simulator and the
-// runtime consume one. A Plan is a plain value: no invariants are enforced by
-// construction. ValidatePlan() checks every rule of the format and reports the
-// first one broken. Its JSON text (WritePlanJson/ReadPlanJson, which
-// round-trip byte-identically) is one layer up, in fcp/plan_json.h.
+// runtime consume one. The project's optional extensions (row ranges, remote
+// compute: docs/plan-format.md) live in the same structs and are empty or at
+// their defaults when unused. A Plan is a plain value: no invariants are
+// enforced by construction. ValidatePlan() checks every rule of the format
+// and reports the first one broken. Its JSON text (WritePlanJson /
+// ReadPlanJson, which round-trip byte-identically) is one layer up, in
+// fcp/plan_json.h.
 #pragma once
 
 #include <algorithm>
@@ -235,9 +238,12 @@ struct ValidateOptions {
 // token in exactly one segment of one block), token cap, per-stage holding,
 // every required pair computed exactly once in each pass and no other, dK/dV
 // partials returned to owners after last use, congestion (<= coalesce sends
-// and receives per worker per stage). Throws Error(kInvalidPlan) naming the
-// first broken rule. Cost: O(blocks + segments + transfers + pairs) plus the
-// required-pair enumeration.
+// and receives per worker per stage), and those of the project's extensions
+// (docs/plan-format.md: row ranges; remote compute: queries held by the
+// computing worker, partial O / dQ returned to the owner exactly once after
+// its last compute). Throws Error(kInvalidPlan) naming the first broken
+// rule. Cost: O(blocks + segments + transfers + pairs) plus the required-pair
+// enumeration.
 void ValidatePlan(const Plan& plan, const ValidateOptions& options = {});
 
 }  // namespace fcp
