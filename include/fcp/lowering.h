@@ -56,8 +56,8 @@
 // first arrive first. Both sides of a rank pair derive that order from the
 // plan, so their messages match under MPI's non-overtaking rule.
 //
-// Invariants (checked by lowering_test): every plan pair of r's query blocks
-// is one call, in the plan's stage and list order (stage 0: early calls
+// Invariants (checked by lowering_test): every plan pair r computes is one
+// call, in the plan's stage and list order (stage 0: early calls
 // first, each part in that order); every row of r's blocks is in exactly
 // one reshuffle piece of each InputReshuffle, and what a rank sends another
 // is, message by message, what that rank receives from it; a call reads
