@@ -211,6 +211,25 @@ case_usage_errors() {
   expect 1 "compare --csv on a full disk" -- compare --workers 2 --planners fcp --csv /dev/full
 }
 
+# magi-dynamic (the remote-compute extension, docs/plan-format.md): its plans
+# validate, simulate and inspect; it keeps the dataloader layout, so the
+# dataloader rule charges it no reshuffle bytes.
+case_magi_dynamic() {
+  setup
+  expect 0 "plan magi-dynamic" -- plan --lengths "$tmp/lengths.txt" --workers 4 \
+    --planner magi-dynamic --out "$tmp/md.json"
+  contains "plan magi-dynamic" "$tmp/md.json" '"planner": "magi-dynamic"'
+  expect 0 "validate magi-dynamic" -- validate --plan "$tmp/md.json"
+  expect 0 "simulate magi-dynamic" -- simulate --plan "$tmp/md.json"
+  expect 0 "inspect magi-dynamic" -- inspect --plan "$tmp/md.json"
+  expect 0 "compare magi-dynamic charged" -- compare --workers 4,8 --tokens-per-worker 2048 \
+    --max-len 8192 --planners magi-dynamic --reshuffle charged --csv "$tmp/md.csv"
+  awk -F, 'NR == 1 { for (i = 1; i <= NF; ++i) col[$i] = i; next }
+    { n++; if ($col["reshuffle_bytes"] + 0 != 0) bad = 1 }
+    END { exit (n == 2 && !bad) ? 0 : 1 }' "$tmp/md.csv" ||
+    fail "compare magi-dynamic: no reshuffle bytes under the dataloader rule"
+}
+
 case_other_errors() {
   setup
   # ---- other errors: exit 1 -------------------------------------------------------

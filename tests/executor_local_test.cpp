@@ -95,7 +95,8 @@ TEST(ExecutorLocal, RegisteredPlanners) {
       config.coalesce = 2;
       config.mask = mask;
       config.attention = {4, 2, 8, 4};
-      ExpectExact(MakePlan(Spec(3, mask, 2).sequences, config), /*backward=*/true);
+      const Plan plan = MakePlan(Spec(3, mask, 2).sequences, config);
+      ExpectExact(plan, /*backward=*/true);
     }
 }
 
@@ -121,6 +122,30 @@ TEST(ExecutorLocal, RowRangeTransfers) {
     }
   EXPECT_GE(plans_with_ranges, 6);  // the test exercises partial messages both ways
   ExpectExact(testing::RowRangePlan(), /*backward=*/true);
+}
+
+// The remote-compute extension (docs/plan-format.md): magi-dynamic plans
+// compute some pairs away from their query block's owner, which merges the
+// partial outputs sent home; every mask, 2-4 ranks, exact against the
+// reference. The hand-drawn RemoteComputePlan as well.
+TEST(ExecutorLocal, RemoteCompute) {
+  int32_t plans_with_remote = 0;
+  for (int32_t workers = 2; workers <= 4; ++workers)
+    for (const Mask& mask : kMasks) {
+      PlannerConfig config;
+      config.planner = "magi-dynamic";
+      config.workers = workers;
+      config.block_size = 8;
+      config.coalesce = 2;
+      config.mask = mask;
+      config.attention = {4, 2, 8, 4};
+      const Plan plan = MakePlan(Spec(workers, mask, 2).sequences, config);
+      plans_with_remote += UsesRemoteCompute(plan);
+      ExpectExact(plan, /*backward=*/true);
+    }
+  EXPECT_GE(plans_with_remote, 6);
+  ExpectExact(testing::RemoteComputePlan(), /*backward=*/true);
+  ExpectExact(testing::RemoteComputePlan(), /*backward=*/false);
 }
 
 // Every sender holds back its first input-reshuffle message for 30 ms, so

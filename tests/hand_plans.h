@@ -102,4 +102,27 @@ inline Plan RowRangePlan() {
   return p;
 }
 
+// The remote-compute extension (docs/plan-format.md): TwoWorkerPlan's
+// blocks, with pair (2,0) computed on w0, which owns block 0's K/V, after
+// w1 sends it block 2's queries; w0 returns its partial O (backward dQ).
+//
+//   forward   stage 0: send B0 w0->w1, send_q B2 w1->w0 | compute (0,0) (1,1) (2,1) (2,2)
+//             stage 1:                                  | compute (1,0) (2,0 on w0)
+//             stage 2: send_o B2 w0->w1
+//   backward  stage 0: send_kv B0 w0->w1, send_q B2 w1->w0 | compute as forward 0
+//             stage 1:                                     | compute as forward 1
+//             stage 2: send_dkv B0 w1->w0, send_dq B2 w0->w1
+inline Plan RemoteComputePlan() {
+  Plan p = OneSequenceOf12(2, 8);
+  p.blocks = {{0, {{0, 0, 4}}}, {1, {{0, 4, 4}}}, {1, {{0, 8, 4}}}};
+  const std::vector<BlockPair> local = {{0, 0}, {1, 1}, {2, 1}, {2, 2}};
+  const std::vector<BlockPair> remote = {{1, 0}, {2, 0, 0}};
+  p.forward = {
+      {{{0, 0, 1}}, local, {{2, 1, 0}}, {}}, {{}, remote, {}, {}}, {{}, {}, {}, {{2, 0, 1}}}};
+  p.backward = {{{{0, 0, 1}}, {}, local, {{2, 1, 0}}, {}},
+                {{}, {}, remote, {}, {}},
+                {{}, {{0, 1, 0}}, {}, {}, {{2, 0, 1}}}};
+  return p;
+}
+
 }  // namespace fcp::testing

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "error_message.h"
 #include "fcp/error.h"
 #include "fcp/lowering.h"
 #include "fcp/planner.h"
@@ -27,6 +28,104 @@
 
 namespace fcp {
 namespace {
+
+// RemoteComputePlan (tests/hand_plans.h): B0 on rank 0, B1 and B2 on rank 1
+// (local rows 0-3 and 4-7). Rank 0 receives B2's queries in stage 0 (query
+// pool rows 0-3), computes (B2, B0) against its own B0 in stage 1, and
+// returns the partial in stage 2, which is when B2's output is final.
+TEST(Lowering, RemoteComputeRankZero) {
+  const Plan plan = testing::RemoteComputePlan();
+  const RankProgram p = LowerPlan(plan, 0);
+  for (const PassProgram* pass : {&p.forward, &p.backward}) {
+    const bool backward = pass == &p.backward;
+    SCOPED_TRACE(backward ? "backward" : "forward");
+    ASSERT_EQ(pass->stages.size(), 3u);
+    EXPECT_EQ(pass->query_rows, 4);
+    const auto& st = pass->stages;
+    EXPECT_EQ(st[0].q_recv, (std::vector<QueryMessage>{{2, 1, 0, 4}}));
+    EXPECT_TRUE(st[0].q_send.empty());
+    ASSERT_EQ(st[0].compute.size(), 1u);  // (B0, B0)
+    EXPECT_FALSE(st[0].compute[0].q_in_pool);
+    ASSERT_EQ(st[1].compute.size(), 1u);
+    const ComputeCall& c = st[1].compute[0];
+    EXPECT_EQ(std::tuple(c.q_block, c.kv_block, c.q_in_pool, c.q_row, c.q_rows),
+              std::tuple(2, 0, true, int64_t{0}, int64_t{4}));
+    EXPECT_EQ(std::tuple(c.kv_in_pool, c.kv_row, c.dkv_in_partial, c.dkv_row),
+              std::tuple(false, int64_t{0}, false, int64_t{0}));  // its own B0
+    EXPECT_EQ(st[2].out_send, (std::vector<QueryMessage>{{2, 1, 0, 4}}));
+    for (const StageProgram& sp : st) EXPECT_TRUE(sp.out_recv.empty());
+  }
+  EXPECT_EQ(p.forward.stages[0].kv_send, (std::vector<KvSend>{{0, 1, false, 0, 4, 0, 4}}));
+  EXPECT_EQ(p.forward_final_stage, (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_EQ(p.backward_dq_final_stage, (std::vector<int32_t>{0, 1, 2}));
+  // B0's dk, dv: its own calls in stages 0 and 1, rank 1's partial in stage 2.
+  EXPECT_EQ(p.backward_dkv_final_stage, (std::vector<int32_t>{2, 0, 0}));
+  EXPECT_EQ(p.backward.stages[2].dkv_recv, (std::vector<DkvRecv>{{0, 1, false, 0, 4, 0, 4}}));
+}
+
+// Rank 1 sends B2's queries (local rows 4-7) and merges rank 0's partial
+// into them in stage 2; its own (B1, B0) reads B0 from the pool, backward
+// into a partial it returns in stage 2.
+TEST(Lowering, RemoteComputeRankOne) {
+  const Plan plan = testing::RemoteComputePlan();
+  const RankProgram p = LowerPlan(plan, 1);
+  for (const PassProgram* pass : {&p.forward, &p.backward}) {
+    SCOPED_TRACE(pass == &p.backward ? "backward" : "forward");
+    EXPECT_EQ(pass->query_rows, 0);
+    const auto& st = pass->stages;
+    ASSERT_EQ(st.size(), 3u);
+    EXPECT_EQ(st[0].q_send, (std::vector<QueryMessage>{{2, 0, 4, 4}}));
+    EXPECT_EQ(st[0].compute.size(), 3u);  // (B1, B1), (B2, B1), (B2, B2)
+    ASSERT_EQ(st[1].compute.size(), 1u);
+    const ComputeCall& c = st[1].compute[0];
+    EXPECT_EQ(std::tuple(c.q_block, c.kv_block, c.q_in_pool, c.q_row, c.kv_in_pool),
+              std::tuple(1, 0, false, int64_t{0}, true));
+    EXPECT_EQ(st[2].out_recv, (std::vector<QueryMessage>{{2, 0, 4, 4}}));
+    for (const StageProgram& sp : st) {
+      EXPECT_TRUE(sp.q_recv.empty());
+      EXPECT_TRUE(sp.out_send.empty());
+    }
+  }
+  EXPECT_TRUE(p.backward.stages[1].compute[0].dkv_in_partial);
+  EXPECT_EQ(p.backward.stages[2].dkv_send, (std::vector<DkvSend>{{0, 0, 0, 4, 0, 4}}));
+  EXPECT_EQ(p.forward_final_stage, (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_EQ(p.backward_dkv_final_stage, (std::vector<int32_t>{2, 0, 0}));
+}
+
+// The hand-drawn plan passes the property checks (CheckPlan, below), and the
+// lowering refuses remote compute it cannot run, naming the rule.
+void CheckPlan(const Plan& plan, const std::string& what);
+TEST(Lowering, RemoteComputeProperties) { CheckPlan(testing::RemoteComputePlan(), "remote"); }
+
+TEST(Lowering, RemoteComputeErrors) {
+  using testing::ExpectedErrorMessage;
+  const auto lower = [](const Plan& plan, int32_t rank) {
+    return ExpectedErrorMessage(ErrorCode::kInvalidPlan, [&] { LowerPlan(plan, rank); });
+  };
+  Plan no_queries = testing::RemoteComputePlan();  // B2's queries never sent
+  no_queries.forward[0].send_q.clear();
+  EXPECT_EQ(lower(no_queries, 0),
+            "lowering: forward stage 1: rank 0 computes with the queries of block 2, which it does "
+            "not hold");
+  Plan never_returned = testing::RemoteComputePlan();
+  never_returned.backward[2].send_dq.clear();
+  EXPECT_EQ(lower(never_returned, 0),
+            "lowering: rank 0 never returns its partial output of block 2 in the backward");
+  Plan early_return = testing::RemoteComputePlan();  // in the stage of its compute
+  std::swap(early_return.forward[1].send_o, early_return.forward[2].send_o);
+  EXPECT_EQ(lower(early_return, 0),
+            "lowering: forward stage 1: rank 0 returns a partial output of block 2 it does not "
+            "hold, or in the stage of a compute with it");
+  Plan relay = testing::RemoteComputePlan();  // queries sent on by a non-owner
+  relay.forward[1].send_q = {{2, 0, 1}};
+  EXPECT_EQ(lower(relay, 1),
+            "lowering: forward stage 1: send_q of block 2 from rank 0 to rank 1 (only its owner "
+            "sends it, to another worker)");
+  Plan rows = testing::RemoteComputePlan();
+  rows.forward[2].send_o[0].row_count = 2;
+  EXPECT_EQ(lower(rows, 1),
+            "lowering: forward stage 2: send_o of block 2 carries a row range (only whole blocks)");
+}
 
 // ThreeWorkerPlan (tests/hand_plans.h), rank 2: owns B2 (local rows 0-3),
 // receives B1 in forward stage 0 and B0 in stage 1; both are alive in stage 1,
@@ -306,6 +405,7 @@ void CheckPass(const Plan& plan, const Stages& stages, const PassProgram& pass,
   ASSERT_EQ(pass.stages.size(), stages.size()) << what;
   std::vector<std::pair<int32_t, int64_t>> pool(static_cast<size_t>(pass.pool_rows), {-1, 0});
   std::vector<int32_t> partial(static_cast<size_t>(pass.partial_rows), -1);  // -1: zero
+  std::vector<int32_t> query(static_cast<size_t>(pass.query_rows), -1);      // -1: free
   // Rows [lo, hi) of `block`, whose first row is `row` of local rows or the pool.
   auto read = [&](int32_t block, bool in_pool, int64_t row, int64_t lo, int64_t hi,
                   std::vector<char>& busy, const std::string& where) {
@@ -324,10 +424,23 @@ void CheckPass(const Plan& plan, const Stages& stages, const PassProgram& pass,
     const StageProgram& sp = pass.stages[t];
     const std::string where = what + " stage " + std::to_string(t);
     std::vector<char> busy(pool.size(), 0);
-    // Calls: the plan's pairs of my query blocks, in order.
+    // Remote compute: query rows received into free query-pool rows (read
+    // by the stage's calls only from the next stage on, as the plan says).
+    std::vector<int32_t> query_before = query;
+    for (const QueryMessage& m : sp.q_recv) {
+      ASSERT_EQ(m.rows, plan.blocks[m.block].tokens()) << where;
+      ASSERT_LE(m.row + m.rows, pass.query_rows) << where;
+      for (int64_t i = m.row; i < m.row + m.rows; ++i) {
+        ASSERT_EQ(query[i], -1) << where << ": a query receipt on live rows";
+        query[i] = m.block;
+      }
+    }
+    for (const QueryMessage& m : sp.q_send) ASSERT_EQ(m.row, p.block_row[m.block]) << where;
+    for (const QueryMessage& m : sp.out_recv) ASSERT_EQ(m.row, p.block_row[m.block]) << where;
+    // Calls: the plan's pairs this rank computes, in order.
     std::vector<BlockPair> mine;
     for (const BlockPair& pr : stages[t].compute)
-      if (plan.blocks[pr.q_block].worker == p.rank) mine.push_back(pr);
+      if (ComputeWorker(plan.blocks, pr) == p.rank) mine.push_back(pr);
     ASSERT_EQ(sp.compute.size(), mine.size()) << where;
     if (!backward && t == 0) {  // early calls first, each part in plan order
       std::vector<BlockPair> early, late;
@@ -344,7 +457,12 @@ void CheckPass(const Plan& plan, const Stages& stages, const PassProgram& pass,
       const ComputeCall& c = sp.compute[i];
       ASSERT_EQ(c.q_block, mine[i].q_block) << where;
       ASSERT_EQ(c.kv_block, mine[i].kv_block) << where;
-      ASSERT_EQ(c.q_row, p.block_row[c.q_block]) << where;
+      ASSERT_EQ(c.q_in_pool, plan.blocks[c.q_block].worker != p.rank) << where;
+      if (c.q_in_pool)
+        for (int64_t r = c.q_row; r < c.q_row + c.q_rows; ++r)
+          ASSERT_EQ(query_before[r], c.q_block) << where << ": a call reads foreign queries";
+      else
+        ASSERT_EQ(c.q_row, p.block_row[c.q_block]) << where;
       ASSERT_EQ(c.kv_rows, plan.blocks[c.kv_block].tokens()) << where;
       const TokenRange attended =
           AttendedRows(plan.sequences, plan.blocks[c.q_block], plan.blocks[c.kv_block], plan.mask);
@@ -385,6 +503,11 @@ void CheckPass(const Plan& plan, const Stages& stages, const PassProgram& pass,
       }
       ASSERT_TRUE(written) << where << ": dkv send of an empty partial";
     }
+    for (const QueryMessage& m : sp.out_send)
+      for (int64_t i = m.row; i < m.row + m.rows; ++i) {
+        ASSERT_EQ(query[i], m.block) << where << ": a partial output of foreign rows";
+        query[i] = -1;
+      }
     for (const DkvRecv& r : sp.dkv_recv) {
       ASSERT_EQ(r.into_partial, plan.blocks[r.block].worker != p.rank) << where;
       if (!r.into_partial) continue;
@@ -395,6 +518,29 @@ void CheckPass(const Plan& plan, const Stages& stages, const PassProgram& pass,
     }
   }
   for (int32_t b : partial) ASSERT_EQ(b, -1) << what << ": a partial never sent";
+  for (int32_t b : query) ASSERT_EQ(b, -1) << what << ": a partial output never returned";
+}
+
+// Remote compute: what r sends w (query rows, partial outputs), stage by
+// stage and in order, is what w receives from r.
+void CheckQueryMessages(const std::vector<RankProgram>& programs, bool backward,
+                        const std::string& what) {
+  for (const RankProgram& src : programs)
+    for (const RankProgram& dst : programs) {
+      const PassProgram& a = backward ? src.backward : src.forward;
+      const PassProgram& b = backward ? dst.backward : dst.forward;
+      for (size_t t = 0; t < a.stages.size(); ++t)
+        for (const auto list : {&StageProgram::q_send, &StageProgram::out_send}) {
+          const auto recv_list =
+              list == &StageProgram::q_send ? &StageProgram::q_recv : &StageProgram::out_recv;
+          std::vector<std::pair<int32_t, int64_t>> sent, got;
+          for (const QueryMessage& m : a.stages[t].*list)
+            if (m.peer == dst.rank) sent.push_back({m.block, m.rows});
+          for (const QueryMessage& m : b.stages[t].*recv_list)
+            if (m.peer == src.rank) got.push_back({m.block, m.rows});
+          ASSERT_EQ(sent, got) << what << " stage " << t << ": query messages would not match";
+        }
+    }
 }
 
 // The input reshuffle as messages (reshuffle_in, or do_in): every local row
@@ -493,7 +639,10 @@ void CheckPlan(const Plan& plan, const std::string& what) {
   int64_t required = 0;
   for (int64_t len : plan.sequences) required += AllowedPairs(plan.mask, {0, len}, {0, len});
   EXPECT_EQ(covered_pairs, required) << what;
-  for (bool backward : {false, true}) CheckPieces(plan, programs, backward, what);
+  for (bool backward : {false, true}) {
+    CheckPieces(plan, programs, backward, what);
+    CheckQueryMessages(programs, backward, what);
+  }
   // Reshuffle: what r sends to w, in order, is what w receives from r, in order.
   for (const RankProgram& src : programs) {
     int64_t sent = 0;
@@ -545,7 +694,8 @@ TEST(LoweringProperty, RegisteredPlanners) {
       config.coalesce = 1 + static_cast<int32_t>(rng() % 4);
       config.mask = kMasks[trial % 3];
       config.attention = {4, 2, 8, 2};
-      CheckPlan(MakePlan(lengths, config), info.name + " trial " + std::to_string(trial));
+      const Plan plan = MakePlan(lengths, config);
+      CheckPlan(plan, info.name + " trial " + std::to_string(trial));
     }
 }
 

@@ -230,7 +230,7 @@ const Malformed kMalformed[] = {
      "field 'forward[0].send[1][2]' must be an integer"},
     {"ComputeNotPair",
      [](json& j) {
-       j["forward"][2]["compute"][0] = {2, 0, 1};
+       j["forward"][2]["compute"][0] = {2, 0, 1, 1};
      },
      "field 'forward[2].compute[0]' must be [q_block, kv_block]"},
     {"ComputeIdBeyondInt32",
@@ -291,6 +291,35 @@ TEST(PlanJsonTest, RowRangesAreWrittenByIndexAndReadBack) {
     j["forward"][0]["send_rows"] = json::parse(bad);
     EXPECT_THAT(ParseError(j.dump()), HasSubstr(message)) << bad;
   }
+}
+
+// The remote-compute extension: a third compute element and the send_q /
+// send_o / send_dq lists, written only where used, read back exactly.
+TEST(PlanJsonTest, RemoteComputeIsWrittenWhereUsedAndReadBack) {
+  const std::string text = WritePlanJson(testing::RemoteComputePlan());
+  EXPECT_THAT(text, HasSubstr("{\"send\": [[0, 0, 1]], \"compute\": [[0, 0], [1, 1], [2, 1], "
+                              "[2, 2]], \"send_q\": [[2, 1, 0]]}"));
+  EXPECT_THAT(text, HasSubstr("{\"send\": [], \"compute\": [[1, 0], [2, 0, 0]]}"));
+  EXPECT_THAT(text, HasSubstr("{\"send\": [], \"compute\": [], \"send_o\": [[2, 0, 1]]}"));
+  EXPECT_THAT(text, HasSubstr("\"send_dkv\": [[0, 1, 0]], \"compute\": [], \"send_dq\": "
+                              "[[2, 0, 1]]}"));
+  EXPECT_THAT(WritePlanJson(testing::ThreeWorkerPlan()), Not(HasSubstr("send_q")));
+  EXPECT_EQ(ReadPlanJson(text), testing::RemoteComputePlan());
+  EXPECT_EQ(WritePlanJson(ReadPlanJson(text)), text);
+  for (const auto& [bad, message] : std::vector<std::pair<std::string, std::string>>{
+           {"[[1, 0, -1]]", "field 'forward[1].compute[0][2]' must be >= 0, got -1"},
+           {"[[1, 0, 0, 1]]",
+            "field 'forward[1].compute[0]' must be [q_block, kv_block] or "
+            "[q_block, kv_block, worker]"},
+           {"[[1, 0, \"a\"]]", "field 'forward[1].compute[0][2]' must be an integer"}}) {
+    json j = json::parse(text);
+    j["forward"][1]["compute"] = json::parse(bad);
+    EXPECT_THAT(ParseError(j.dump()), HasSubstr(message)) << bad;
+  }
+  json j = json::parse(text);
+  j["forward"][2]["send_o"] = json::parse("[[2, 0]]");
+  EXPECT_THAT(ParseError(j.dump()), HasSubstr("field 'forward[2].send_o[0]' must be "
+                                              "[block, src, dst]"));
 }
 
 TEST(PlanJsonTest, PlannerOptionsAreWrittenSortedByName) {

@@ -32,6 +32,73 @@ TEST(PlanValidateTest, HandDrawnPlansAreValid) {
   EXPECT_EQ(Violation(ThreeWorkerPlan(), strict), "");
 }
 
+// The remote-compute extension (docs/plan-format.md): a pair computed away
+// from its query block's owner needs the queries there and returns its
+// partial exactly once, to the owner, after its last compute; each rule
+// broken once.
+TEST(PlanValidateTest, RemoteCompute) {
+  EXPECT_EQ(Violation(testing::RemoteComputePlan()), "");
+  const ValidateOptions strict{.forbid_redundant_transfers = true};
+  EXPECT_EQ(Violation(testing::RemoteComputePlan(), strict), "");
+  Plan no_q = testing::RemoteComputePlan();
+  no_q.forward[0].send_q.clear();
+  EXPECT_THAT(Violation(no_q), HasSubstr("forward stage 1 compute [2, 0]: worker 0 does not hold "
+                                         "block 2's queries at this stage"));
+  Plan q_late = testing::RemoteComputePlan();  // received in the stage it is used
+  std::swap(q_late.backward[0].send_q, q_late.backward[1].send_q);
+  EXPECT_THAT(Violation(q_late), HasSubstr("backward stage 1 compute [2, 0]: worker 0 does not "
+                                           "hold block 2's queries"));
+  Plan no_o = testing::RemoteComputePlan();
+  no_o.forward[2].send_o.clear();
+  EXPECT_THAT(Violation(no_o),
+              HasSubstr("forward: worker 0 never returns its partial O of block 2 to the owner"));
+  Plan no_dq = testing::RemoteComputePlan();
+  no_dq.backward[2].send_dq.clear();
+  EXPECT_THAT(Violation(no_dq),
+              HasSubstr("backward: worker 0 never returns its partial dQ of block 2"));
+  Plan o_early = testing::RemoteComputePlan();  // in the stage of the compute
+  std::swap(o_early.forward[1].send_o, o_early.forward[2].send_o);
+  EXPECT_THAT(Violation(o_early), HasSubstr("forward stage 1 send_o [2, 0, 1]: worker 0 holds no "
+                                            "unreturned partial O of block 2"));
+  Plan twice = testing::RemoteComputePlan();
+  twice.forward.push_back({{}, {}, {}, {{2, 0, 1}}});
+  EXPECT_THAT(Violation(twice), HasSubstr("forward stage 3 send_o [2, 0, 1]: worker 0 holds no "
+                                          "unreturned partial O"));
+  Plan not_owner = testing::RemoteComputePlan();
+  not_owner.workers = 3;
+  not_owner.backward[2].send_dq[0].dst = 2;
+  EXPECT_THAT(Violation(not_owner), HasSubstr("backward stage 2 send_dq [2, 0, 2]: a partial dQ "
+                                              "goes to the owner of block 2, worker 1"));
+  Plan relay = testing::RemoteComputePlan();
+  relay.workers = 3;
+  relay.forward[0].send_q[0] = {2, 2, 0};
+  EXPECT_THAT(Violation(relay), HasSubstr("forward stage 0 send_q [2, 2, 0]: only the owner of "
+                                          "block 2, worker 1, sends its queries"));
+  Plan spelled = testing::RemoteComputePlan();
+  spelled.forward[0].compute[0].worker = 0;
+  EXPECT_THAT(Violation(spelled), HasSubstr("forward stage 0 compute [0, 0]: names the owner of "
+                                            "block 0 as its worker"));
+  Plan no_worker = testing::RemoteComputePlan();
+  no_worker.forward[1].compute[1].worker = 5;
+  EXPECT_THAT(Violation(no_worker), HasSubstr("worker 5 is not a worker"));
+  Plan no_kv = testing::RemoteComputePlan();  // w0 computes (2,1) without block 1's K/V
+  no_kv.forward[0].compute = {{0, 0}, {1, 1}, {2, 2}};
+  no_kv.forward[1].compute.push_back({2, 1, 0});
+  EXPECT_THAT(Violation(no_kv), HasSubstr("forward stage 1 compute [2, 1]: worker 0 does not "
+                                          "hold block 1's keys/values"));
+  Plan after_return = testing::RemoteComputePlan();
+  after_return.backward[2].compute.push_back(after_return.backward[1].compute[1]);
+  after_return.backward[1].compute.pop_back();
+  after_return.backward[1].send_dq = after_return.backward[2].send_dq;
+  after_return.backward[2].send_dq.clear();
+  EXPECT_THAT(Violation(after_return), HasSubstr("backward stage 1 send_dq [2, 0, 1]: worker 0 "
+                                                 "holds no unreturned partial dQ"));
+  Plan congested = testing::RemoteComputePlan();  // coalesce 1: two query sends from w1
+  congested.forward[0].send_q.push_back({1, 1, 0});
+  EXPECT_THAT(Violation(congested), HasSubstr("forward stage 0 send_q [1, 1, 0]: worker 1 sends "
+                                              "more than coalesce = 1"));
+}
+
 // Transfers that carry part of their block (docs/plan-format.md, "Row
 // ranges"): valid when every compute holds the rows it attends and every
 // partial sent covers the rows that may be non-zero; each rule broken once.

@@ -114,6 +114,40 @@ TEST(SimulatorTest, TwoWorkersOneTransferByHand) {
   EXPECT_NEAR(Simulate(plan, UnitProfile(), fp32).backward_time_s, 82, 1e-9);
 }
 
+// The remote-compute extension (docs/plan-format.md): TwoWorkerPlan's
+// blocks with pair (1,0) computed on w0, which owns block 0's K/V; w1 sends
+// it block 1's queries and w0 returns the partial. Bytes (1 head, head_dim 1,
+// 1 byte): forward Q 4, O + float32 LSE 4 x 5 = 20; backward Q, O, dO + LSE
+// 4 x 7 = 28, dQ 4.
+//   forward  Q [0,4] + 1 = 5; w0: (0,0) [0,10], stage 1 at 10: (1,0) [10,26];
+//            stage 2 at 26: O [26,46] + 1                                 => 47
+//   backward Q [0,28] + 1 = 29; w0: [0,25], stage 1 at 29: [29,69];
+//            dQ [69,73] + 1                                               => 74
+TEST(SimulatorTest, RemoteComputeByHand) {
+  Plan plan = UnitPlan(2, {8});
+  plan.blocks = {{0, {{0, 0, 4}}}, {1, {{0, 4, 4}}}};
+  plan.forward = {{{}, {{0, 0}, {1, 1}}, {{1, 1, 0}}, {}},
+                  {{}, {{1, 0, 0}}, {}, {}},
+                  {{}, {}, {}, {{1, 0, 1}}}};
+  plan.backward = {{{}, {}, {{0, 0}, {1, 1}}, {{1, 1, 0}}, {}},
+                   {{}, {}, {{1, 0, 0}}, {}, {}},
+                   {{}, {}, {}, {}, {{1, 0, 1}}}};
+  ASSERT_NO_THROW(ValidatePlan(plan));
+  const SimResult r = Simulate(plan, UnitProfile(), NoReshuffle());
+  ExpectTimes(r, 47, 74);
+  // The pair is charged to the worker that computes it: 26 pairs on w0, 10 on w1.
+  EXPECT_DOUBLE_EQ(r.worker_stats[0].forward_flops, 4.0 * 26);
+  EXPECT_DOUBLE_EQ(r.worker_stats[1].forward_flops, 4.0 * 10);
+  EXPECT_DOUBLE_EQ(r.worker_stats[0].bytes_sent, 20 + 4);
+  EXPECT_DOUBLE_EQ(r.worker_stats[1].bytes_sent, 4 + 28);
+  EXPECT_DOUBLE_EQ(r.worker_stats[0].forward_kv_bytes_sent, 0);
+  // Its plan metrics agree: forward FLOPs and bytes where they happen.
+  const PlanMetrics m = ComputePlanMetrics(plan, 1);
+  EXPECT_DOUBLE_EQ(m.workers[0].forward_flops, 4.0 * 26);
+  EXPECT_EQ(m.workers[0].bytes_sent, 20);
+  EXPECT_EQ(m.workers[1].bytes_sent, 4);
+}
+
 // Three senders, one receiver. Sequences k = 0,1,2 of 8 tokens each:
 //   block k = seq k [0,4) on worker k; block 3+k = seq k [4,8) on worker 3.
 // Worker 3 needs blocks 0, 1, 2 (8 bytes each). Peak 400: 100 pairs/s.
@@ -290,7 +324,7 @@ TEST(SimulatorTest, PartialsLeaveOnceTheirBlocksPairsAreDone) {
 TEST(SimulatorTest, EachPlannersRuntimeReturnsPartialsItsWay) {
   for (const char* name : {"fcp", "fcp-nocoalesce", "fcp-random-order", "hand"})
     EXPECT_EQ(PartialReturnOf(name), PartialReturn::kPerBlock) << name;
-  for (const char* name : {"bytescale", "magi", "ring", "wlb", "fcp-nopipe"})
+  for (const char* name : {"bytescale", "magi", "magi-dynamic", "ring", "wlb", "fcp-nopipe"})
     EXPECT_EQ(PartialReturnOf(name), PartialReturn::kPerStage) << name;
   for (const PlannerInfo& p : Planners())  // every registered planner is one or the other
     EXPECT_TRUE(PartialReturnOf(p.name) == PartialReturn::kPerStage || p.name.rfind("fcp", 0) == 0)

@@ -22,6 +22,15 @@
 //             one stage that overlaps the local work (overlap degree 1), with no
 //             congestion control: coalesce is set to the largest per-stage
 //             send/receive count the plan produces.
+//  magi-dynamic  MagiAttention's dynamic solver (MAGI_ATTENTION_QO_COMM=1,
+//             BinaryGreedyParallel): tokens stay in the dataloader layout (one
+//             block per worker, its shard); the work is the grid of (query shard,
+//             key shard) cells, placed by their binary search over a per-rank
+//             communication threshold and greedy placement under a work cap of
+//             1.10 x the mean (SolveMagiDynamic). A cell computed away from its
+//             query's owner uses the remote-compute extension (Q to the worker,
+//             partial O / dQ back: docs/plan-format.md). Stages: fetch Q and K/V
+//             while computing the local cells, compute the rest, return partials.
 //  fcp-nopipe        FCP's assignment; all transfers first, then all compute.
 //  fcp-random-order  FCP's assignment; each worker pulls its blocks in a random
 //                    (seeded, deterministic) order, c per stage, instead of the
@@ -40,6 +49,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fcp/plan.h"
@@ -51,9 +61,50 @@ Plan MakeRingPlan(const std::vector<int64_t>& lengths, const PlannerConfig& conf
 Plan MakeByteScalePlan(const std::vector<int64_t>& lengths, const PlannerConfig& config);
 Plan MakeWlbPlan(const std::vector<int64_t>& lengths, const PlannerConfig& config);
 Plan MakeMagiPlan(const std::vector<int64_t>& lengths, const PlannerConfig& config);
+Plan MakeMagiDynamicPlan(const std::vector<int64_t>& lengths, const PlannerConfig& config);
 Plan MakeFcpNoPipelinePlan(const std::vector<int64_t>& lengths, const PlannerConfig& config);
 Plan MakeFcpRandomOrderPlan(const std::vector<int64_t>& lengths, const PlannerConfig& config);
 Plan MakeFcpNoCoalescePlan(const std::vector<int64_t>& lengths, const PlannerConfig& config);
+
+// MagiAttention's dynamic solver on an abstract grid (the magi-dynamic
+// planner's core, exposed for tests). Shard i (a grid row as queries and a
+// grid column as keys) is owned by range_owner[i] and holds range_tokens[i]
+// tokens; each cell is a (query shard, key shard) pair with its mask area
+// (allowed token pairs, > 0), listed in MagiDynamicGridOrder.
+struct MagiDynamicCell {
+  int32_t q = 0;
+  int32_t k = 0;
+  int64_t area = 0;
+};
+struct MagiDynamicProblem {
+  int32_t workers = 1;
+  int32_t heads_q = 64;
+  int32_t heads_kv = 8;
+  std::vector<int32_t> range_owner;
+  std::vector<int64_t> range_tokens;
+  std::vector<MagiDynamicCell> cells;
+};
+struct MagiDynamicResult {
+  std::vector<int32_t> rank;  // the worker that computes each cell
+  std::vector<int64_t> work;  // per worker, the area of its cells
+  bool feasible = false;      // some search step met the 1.10 x mean cap
+  int32_t iterations = 0;     // binary-search steps run (<= 20)
+};
+// Their rules: binary search (<= 20 steps, 1% tolerance) over a per-rank
+// threshold on Q/K/V edge costs (tokens x heads); per step, simplex edges
+// weighted by the work already placed, taken greedily by weight / cost under
+// the threshold; cells placed greedily (fewest allowed ranks first, then
+// largest area; both shards' owner, else the query owner while below the
+// mean, else the least loaded) and refined for 5 rounds. If no step meets the
+// cap, the last attempt is kept and unplaced cells go to their query's owner.
+// Deterministic; O(steps x (N x shards log + cells x N)). Throws
+// Error(kInvalidArgument) on owners outside [0, workers) or cells outside the
+// grid or with area < 1.
+MagiDynamicResult SolveMagiDynamic(const MagiDynamicProblem& problem);
+// Their KD split of a rows x cols grid into cells: halve the query range and
+// the key range alternately (queries first; one side once the other is 1
+// wide), depth first, lower half first.
+std::vector<std::pair<int32_t, int32_t>> MagiDynamicGridOrder(int32_t rows, int32_t cols);
 
 // Zig-zag chunk c of `chunks` over a sequence of `length` tokens:
 // [floor(c * length / chunks), floor((c + 1) * length / chunks)).

@@ -19,6 +19,10 @@
 //     block's pool slot is reused after its last use on this rank (compute
 //     or relay), so a plan that uses each received block in the next stage
 //     holds at most 2 * coalesce received blocks (the peak is in the stats).
+//     A pair computed away from its query block's owner (the remote-compute
+//     extension, docs/plan-format.md) runs on its worker with the query rows
+//     it received (send_q); the partial output goes home once (send_o) and
+//     the owner merges it by the log-sum-exp rule (backward: send_dq, added).
 //  3. outputs go home block by block: once a block's (o, lse) is final (after
 //     the last forward stage that computes it), its rows are sent to the
 //     dataloader ranks that hold its tokens; receivers post all receives up

@@ -34,6 +34,13 @@
 // segment pairs are segments[segment_begin, segment_end), rows relative to
 // q_row and kv_row. Merge order of the forward is the order of the calls:
 // the plan's, except that forward stage 0 lists its `early` calls first.
+// A pair computed remotely (the remote-compute extension) is a call on the
+// worker that computes it, with its query rows in the query pool
+// (QueryMessage). Such a stage also receives (q_recv, out_recv) and sends
+// (q_send, out_send) query rows and partial outputs, posted with its K/V and
+// awaited at its end; the owner then merges each received partial into its
+// block's rows (forward: the log-sum-exp rule; backward: dQ added), in list
+// order, before the block's output goes home.
 //
 // Reshuffle, as one all-to-all (fcp.torch on CUDA, dispatch/undispatch): dataloader rows
 // in_send_rows (grouped by destination, counts in_send_counts) arrive at
@@ -49,8 +56,8 @@
 // first arrive first. Both sides of a rank pair derive that order from the
 // plan, so their messages match under MPI's non-overtaking rule.
 //
-// Invariants (checked by lowering_test): every plan pair of r's query blocks
-// is one call, in the plan's stage and list order (stage 0: early calls
+// Invariants (checked by lowering_test): every plan pair r computes is one
+// call, in the plan's stage and list order (stage 0: early calls
 // first, each part in that order); every row of r's blocks is in exactly
 // one reshuffle piece of each InputReshuffle, and what a rank sends another
 // is, message by message, what that rank receives from it; a call reads
@@ -120,11 +127,31 @@ struct DkvSend {
   bool operator==(const DkvSend&) const = default;
 };
 
+// Remote compute (docs/plan-format.md): one send_q (query rows: forward Q;
+// backward Q, O, dO, LSE) or one returned partial output (forward send_o: O
+// and LSE; backward send_dq: dQ), always its whole block of `rows` rows. On
+// the owner of the block `row` is the block's first local row; on the
+// worker that computes with it, the first row of its slot in the query pool,
+// which holds the received rows and the partial output computed from them
+// (forward: starts as InitForwardOutput; backward: zeros) from the stage
+// the rows are received in to the stage that returns the partial, after
+// which an executor resets the partial's rows once the send is complete.
+struct QueryMessage {
+  int32_t block = 0;
+  int32_t peer = 0;  // the destination of a send, the source of a receive
+  int64_t row = 0;
+  int64_t rows = 0;
+  bool operator==(const QueryMessage&) const = default;
+};
+
 struct ComputeCall {
   int32_t q_block = 0;
   int32_t kv_block = 0;
-  int64_t q_row = 0;  // local rows
+  int64_t q_row = 0;  // local rows, or the query pool's (q_in_pool)
   int64_t q_rows = 0;
+  // Remote compute: r does not own q_block; its query rows and the partial
+  // output the call accumulates into are the query pool's rows at q_row.
+  bool q_in_pool = false;
   bool kv_in_pool = false;
   int64_t kv_row = 0;
   int64_t kv_rows = 0;
@@ -144,6 +171,9 @@ struct StageProgram {
   std::vector<DkvRecv> dkv_recv;  // backward only
   std::vector<DkvSend> dkv_send;  // backward only
   std::vector<ComputeCall> compute;
+  // Remote compute, in the plan's list order: send_q, and send_o (forward)
+  // or send_dq (backward).
+  std::vector<QueryMessage> q_recv, q_send, out_recv, out_send;
   bool operator==(const StageProgram&) const = default;
 };
 
@@ -151,6 +181,7 @@ struct PassProgram {
   int64_t pool_rows = 0;
   int64_t partial_rows = 0;  // backward only
   int64_t peak_slots = 0;    // most K/V receipts live in one stage
+  int64_t query_rows = 0;    // remote compute: rows of the query pool
   std::vector<StageProgram> stages;
   bool operator==(const PassProgram&) const = default;
 };

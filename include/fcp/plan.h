@@ -3,10 +3,13 @@
 // (`fcp-plan` version 1); every field has exactly the meaning given there.
 //
 // Planners (FCP and the baselines) produce a Plan; the simulator and the
-// runtime consume one. A Plan is a plain value: no invariants are enforced by
-// construction. ValidatePlan() checks every rule of the format and reports the
-// first one broken. Its JSON text (WritePlanJson/ReadPlanJson, which
-// round-trip byte-identically) is one layer up, in fcp/plan_json.h.
+// runtime consume one. The project's optional extensions (row ranges, remote
+// compute: docs/plan-format.md) live in the same structs and are empty or at
+// their defaults when unused. A Plan is a plain value: no invariants are
+// enforced by construction. ValidatePlan() checks every rule of the format
+// and reports the first one broken. Its JSON text (WritePlanJson /
+// ReadPlanJson, which round-trip byte-identically) is one layer up, in
+// fcp/plan_json.h.
 #pragma once
 
 #include <algorithm>
@@ -58,16 +61,29 @@ struct Transfer {
   bool operator==(const Transfer&) const = default;
 };
 
-// The owner of query block `q_block` computes it against `kv_block`.
+// Query block `q_block` is computed against `kv_block` by the owner of
+// `q_block` (worker == kOwner, the format's compute), or by another worker
+// `worker` that received the query block by `send_q` and returns its partial
+// result by `send_o` / `send_dq` (the remote-compute extension,
+// docs/plan-format.md).
+inline constexpr int32_t kOwner = -1;
 struct BlockPair {
   int32_t q_block = 0;
   int32_t kv_block = 0;
+  int32_t worker = kOwner;
   bool operator==(const BlockPair&) const = default;
 };
 
+// Remote-compute extension (docs/plan-format.md): `send_q` moves a query
+// block's Q rows (backward: Q, O, dO and LSE) from its owner to a worker that
+// computes with it; `send_o` (backward `send_dq`) returns that worker's
+// partial O and LSE (backward partial dQ) to the owner. Empty in plans
+// without the extension.
 struct ForwardStage {
   std::vector<Transfer> send;
   std::vector<BlockPair> compute;
+  std::vector<Transfer> send_q{};  // (initialized: aggregates may omit them)
+  std::vector<Transfer> send_o{};
   bool operator==(const ForwardStage&) const = default;
 };
 
@@ -75,8 +91,15 @@ struct BackwardStage {
   std::vector<Transfer> send_kv;
   std::vector<Transfer> send_dkv;
   std::vector<BlockPair> compute;
+  std::vector<Transfer> send_q{};
+  std::vector<Transfer> send_dq{};
   bool operator==(const BackwardStage&) const = default;
 };
+
+// The worker that computes pair p (its own worker, or the q block's owner).
+inline int32_t ComputeWorker(const std::vector<Block>& blocks, const BlockPair& p) {
+  return p.worker == kOwner ? blocks[p.q_block].worker : p.worker;
+}
 
 // Shapes of the attention layer: the costs of pairs and transfers derive from it.
 struct AttentionShape {
@@ -113,12 +136,27 @@ struct Plan {
   bool operator==(const Plan&) const = default;
 };
 
+// Whether the plan uses the remote-compute extension anywhere (a compute on a
+// worker other than its query block's owner, or a send_q / send_o / send_dq).
+bool UsesRemoteCompute(const Plan& plan);
+
 // ---- costs (PLAN_FORMAT.md, "Costs") ------------------------------------
 
 // Forward FLOPs of `allowed_token_pairs` pairs: 4 * heads_q * head_dim * pairs.
 double ForwardFlops(const AttentionShape& shape, int64_t allowed_token_pairs);
 // Bytes of one K/V transfer of `tokens` tokens: 2 * heads_kv * head_dim * dtype_bytes * tokens.
 int64_t KvTransferBytes(const AttentionShape& shape, int64_t tokens);
+
+// Remote-compute extension (docs/plan-format.md). Bytes of one `send_q` of
+// `tokens` tokens: forward Q, heads_q * head_dim * dtype_bytes * tokens;
+// backward Q, O and dO plus the float32 LSE, (3 * heads_q * head_dim *
+// dtype_bytes + 4 * heads_q) * tokens.
+int64_t QueryTransferBytes(const AttentionShape& shape, int64_t tokens, bool backward);
+// Bytes of one forward `send_o`: the partial O plus its float32 LSE,
+// (heads_q * head_dim * dtype_bytes + 4 * heads_q) * tokens. A backward
+// `send_dq` moves heads_q * head_dim elements per token in the runtime's
+// accumulation type.
+int64_t PartialOutputBytes(const AttentionShape& shape, int64_t tokens);
 
 // First global token of each sequence, plus the total at the end (size + 1).
 std::vector<int64_t> SequenceOffsets(const std::vector<int64_t>& sequences);
@@ -201,9 +239,12 @@ struct ValidateOptions {
 // token in exactly one segment of one block), token cap, per-stage holding,
 // every required pair computed exactly once in each pass and no other, dK/dV
 // partials returned to owners after last use, congestion (<= coalesce sends
-// and receives per worker per stage). Throws Error(kInvalidPlan) naming the
-// first broken rule. Cost: O(blocks + segments + transfers + pairs) plus the
-// required-pair enumeration.
+// and receives per worker per stage), and those of the project's extensions
+// (docs/plan-format.md: row ranges; remote compute: queries held by the
+// computing worker, partial O / dQ returned to the owner exactly once after
+// its last compute). Throws Error(kInvalidPlan) naming the first broken
+// rule. Cost: O(blocks + segments + transfers + pairs) plus the required-pair
+// enumeration.
 void ValidatePlan(const Plan& plan, const ValidateOptions& options = {});
 
 }  // namespace fcp

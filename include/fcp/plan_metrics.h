@@ -68,7 +68,8 @@ struct PlanMetrics {
   int64_t nvlink_bytes = 0;   // forward K/V bytes inside nodes, all workers
   int64_t nic_bytes = 0;      // forward K/V bytes across nodes
   double token_imbalance = 0;
-  // Lower bound on the largest per-worker compute: max(total / N, largest query block's work)
+  // Lower bound on the largest per-worker compute: max(total / N, largest query block's work;
+  // with the remote-compute extension, the largest pair's)
   double compute_lower_bound = 0;
   double max_compute = 0;
   // Lower bound on the largest per-worker traffic of any plan with this

@@ -112,9 +112,9 @@ const char* PartialReturnName(PartialReturn mode);  // "block", "stage"
 // "auto" (unset: PartialReturnFor decides), "block" or "stage"; Error(kInvalidArgument).
 std::optional<PartialReturn> ParsePartialReturn(const std::string& name);
 // The partial return of the runtime that comes with `planner` (a plan's
-// planner field): kPerStage for the baselines (bytescale, magi, ring, wlb)
-// and the fcp-nopipe ablation, kPerBlock for FCP's planners and any other
-// (hand-written) plan.
+// planner field): kPerStage for the baselines (bytescale, magi,
+// magi-dynamic, ring, wlb) and the fcp-nopipe ablation, kPerBlock for FCP's
+// planners and any other (hand-written) plan.
 PartialReturn PartialReturnOf(const std::string& planner);
 
 // How the simulator's network computes the max-min fair rates (exact and

@@ -63,7 +63,9 @@ using Array = nb::ndarray<nb::numpy, const T>;
 static_assert(std::is_standard_layout_v<Transfer> && sizeof(Transfer) % sizeof(int32_t) == 0);
 static_assert(offsetof(Transfer, block) == 0 && offsetof(Transfer, src) == 4 &&
               offsetof(Transfer, dst) == 8);
-static_assert(std::is_standard_layout_v<BlockPair> && sizeof(BlockPair) == 2 * sizeof(int32_t));
+// A pair's computing worker (the remote-compute extension) follows its two
+// blocks and is not in the view either.
+static_assert(std::is_standard_layout_v<BlockPair> && sizeof(BlockPair) == 3 * sizeof(int32_t));
 static_assert(offsetof(BlockPair, q_block) == 0 && offsetof(BlockPair, kv_block) == 4);
 
 // Read-only view of `rows` x `cols` (cols == 0: a vector) elements at `data`,

@@ -127,10 +127,24 @@ PassTables Tabulate(const PassProgram& pass) {
   return t;
 }
 
+// The lowering runs the remote-compute extension (the MPI executor does),
+// but this program's tables and stage entry points, and so fcp.torch, carry
+// no query rows or partial outputs yet: such a plan is refused, on every rank
+// alike, before it is lowered.
+RankProgram LowerWithoutRemoteCompute(const Plan& plan, int32_t rank) {
+  if (UsesRemoteCompute(plan))
+    throw Error(ErrorCode::kInvalidArgument,
+                "fcp.torch: plan '" + plan.planner +
+                    "' computes pairs away from their query block's owner (send_q / send_o / "
+                    "send_dq, the remote-compute extension), which fcp.torch does not run yet "
+                    "(fcp run does)");
+  return LowerPlan(plan, rank);
+}
+
 class ProgramHandle {
  public:
   ProgramHandle(const Plan& plan, int32_t rank)
-      : program_(LowerPlan(plan, rank)),
+      : program_(LowerWithoutRemoteCompute(plan, rank)),
         mask_(plan.mask),
         dims_{plan.attention.heads_q, plan.attention.heads_kv, plan.attention.head_dim, 1.0f},
         forward_(Tabulate(program_.forward)),

@@ -158,3 +158,16 @@ def test_one_call_at_a_time_equals_the_stage(plan):
             assert np.array_equal(a, b)
     with pytest.raises(ValueError, match=r"forward_calls: call 99 is not in \[0, "):
         prog.forward_calls(0, [0, 99], 0.3, q, k, v, kp, vp, o, lse)
+
+
+def test_remote_compute_plans_are_refused_on_every_rank():
+    # magi-dynamic computes some pairs away from their query block's owner (the remote-compute
+    # extension, docs/plan-format.md): the MPI runtime runs it, this program (fcp.torch's) not yet.
+    plan = fcp.plan([1, 16, 37, 5, 32, 60, 9, 1, 23], workers=4, block_size=16, planner="magi-dynamic",
+                    heads_q=4, heads_kv=2, head_dim=8)
+    assert '"send_q"' in plan.to_json()
+    for rank in range(plan.workers):
+        with pytest.raises(ValueError, match=r"^fcp\.torch: plan 'magi-dynamic' computes pairs away from "
+                           r"their query block's owner \(send_q / send_o / send_dq, the remote-compute "
+                           r"extension\), which fcp\.torch does not run yet \(fcp run does\)$"):
+            _fcp.Program(plan._h, rank)

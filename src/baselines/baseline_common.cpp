@@ -139,25 +139,22 @@ int32_t MostTransfersAtOneWorker(const std::vector<Transfer>& transfers, int32_t
 }  // namespace
 
 void FinishPlan(Plan& plan, int32_t min_coalesce) {
-  while (!plan.forward.empty() && plan.forward.back().send.empty() &&
-         plan.forward.back().compute.empty())
-    plan.forward.pop_back();
-  while (!plan.backward.empty() && plan.backward.back().send_kv.empty() &&
-         plan.backward.back().send_dkv.empty() && plan.backward.back().compute.empty())
+  // A stage is empty when every list is (remote-compute lists included).
+  while (!plan.forward.empty() && plan.forward.back() == ForwardStage{}) plan.forward.pop_back();
+  while (!plan.backward.empty() && plan.backward.back() == BackwardStage{})
     plan.backward.pop_back();
   std::vector<int64_t> tokens(plan.workers, 0);
   for (const Block& b : plan.blocks) tokens[b.worker] += b.tokens();
   plan.token_cap = std::max<int64_t>(1, *std::max_element(tokens.begin(), tokens.end()));
   int32_t coalesce = std::max(1, min_coalesce);
   std::vector<int32_t> sends, receives;
+  const auto most = [&](const std::vector<Transfer>& list) {
+    coalesce = std::max(coalesce, MostTransfersAtOneWorker(list, plan.workers, sends, receives));
+  };
   for (const ForwardStage& s : plan.forward)
-    coalesce = std::max(coalesce, MostTransfersAtOneWorker(s.send, plan.workers, sends, receives));
-  for (const BackwardStage& s : plan.backward) {
-    coalesce =
-        std::max(coalesce, MostTransfersAtOneWorker(s.send_kv, plan.workers, sends, receives));
-    coalesce =
-        std::max(coalesce, MostTransfersAtOneWorker(s.send_dkv, plan.workers, sends, receives));
-  }
+    for (const auto* list : {&s.send, &s.send_q, &s.send_o}) most(*list);
+  for (const BackwardStage& s : plan.backward)
+    for (const auto* list : {&s.send_kv, &s.send_dkv, &s.send_q, &s.send_dq}) most(*list);
   plan.coalesce = coalesce;
 }
 

@@ -72,10 +72,34 @@ void AppendTransferRows(std::string& out, const char* name,
   AppendTuples(out, rows, [](const std::array<int64_t, 3>& r) { return r; });
 }
 
+// [q_block, kv_block], or [q_block, kv_block, worker] for a pair computed
+// away from its query block's owner (the remote-compute extension).
 void AppendPairs(std::string& out, const std::vector<BlockPair>& pairs) {
-  AppendTuples(out, pairs, [](const BlockPair& p) {
-    return std::array<int64_t, 2>{p.q_block, p.kv_block};
-  });
+  out += '[';
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    if (i) out += ", ";
+    out += '[';
+    AppendInt(out, pairs[i].q_block);
+    out += ", ";
+    AppendInt(out, pairs[i].kv_block);
+    if (pairs[i].worker != kOwner) {
+      out += ", ";
+      AppendInt(out, pairs[i].worker);
+    }
+    out += ']';
+  }
+  out += ']';
+}
+
+// The remote-compute extension's transfer lists: `, "NAME": [...]`, only
+// when non-empty, so plans without it are byte-identical to before.
+void AppendOptionalTransfers(std::string& out, const char* name,
+                             const std::vector<Transfer>& transfers) {
+  if (transfers.empty()) return;
+  out += ", \"";
+  out += name;
+  out += "\": ";
+  AppendTransfers(out, transfers);
 }
 
 // Appends `items` as a JSON array with one item per line, each written by `write`.
@@ -173,8 +197,40 @@ std::vector<Transfer> ReadTransfers(const json& v, const std::string& where) {
   return ReadInt32Tuples<Transfer, 3>(v, where, "[block, src, dst]");
 }
 
+// [q_block, kv_block] or, with the remote-compute extension, [q_block,
+// kv_block, worker] with worker >= 0.
 std::vector<BlockPair> ReadPairs(const json& v, const std::string& where) {
-  return ReadInt32Tuples<BlockPair, 2>(v, where, "[q_block, kv_block]");
+  std::vector<BlockPair> out;
+  out.reserve(Array(v, where).size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    const json& e = v[i];
+    if (e.is_array() && e.size() == 2) {
+      const std::optional<int32_t> q = AsInt32(e[0]), k = AsInt32(e[1]);
+      if (q && k) {
+        out.push_back({*q, *k, kOwner});
+        continue;
+      }
+    }
+    const std::string w = where + "[" + std::to_string(i) + "]";
+    if (!e.is_array() || (e.size() != 2 && e.size() != 3))
+      ParseFail(w, "must be [q_block, kv_block] or [q_block, kv_block, worker], got " +
+                       detail::QuoteJson(e));
+    BlockPair pair{Int32(e[0], w + "[0]"), Int32(e[1], w + "[1]"), kOwner};
+    if (e.size() == 3) {
+      pair.worker = Int32(e[2], w + "[2]");
+      if (pair.worker < 0) ParseFail(w + "[2]", "must be >= 0, got " + std::to_string(pair.worker));
+    }
+    out.push_back(pair);
+  }
+  return out;
+}
+
+// An optional transfer list of the remote-compute extension.
+std::vector<Transfer> ReadOptionalTransfers(const json& stage, const char* name,
+                                            const std::string& where) {
+  const auto field = stage.find(name);
+  if (field == stage.end()) return {};
+  return ReadTransfers(*field, where + "." + name);
 }
 
 }  // namespace
@@ -247,6 +303,8 @@ std::string WritePlanJson(const Plan& plan) {
         AppendTransferRows(out, "send_rows", s.send);
         out += ", \"compute\": ";
         AppendPairs(out, s.compute);
+        AppendOptionalTransfers(out, "send_q", s.send_q);
+        AppendOptionalTransfers(out, "send_o", s.send_o);
         out += '}';
       },
       /*last=*/false);
@@ -261,6 +319,8 @@ std::string WritePlanJson(const Plan& plan) {
         AppendTransferRows(out, "send_dkv_rows", s.send_dkv);
         out += ", \"compute\": ";
         AppendPairs(out, s.compute);
+        AppendOptionalTransfers(out, "send_q", s.send_q);
+        AppendOptionalTransfers(out, "send_dq", s.send_dq);
         out += '}';
       },
       /*last=*/true);
@@ -327,6 +387,8 @@ void ReadForwardStage(const json& v, const std::string& where, Plan& plan) {
   stage.send = ReadTransfers(Field(v, "send", where), where + ".send");
   ReadTransferRows(v, "send_rows", where, stage.send);
   stage.compute = ReadPairs(Field(v, "compute", where), where + ".compute");
+  stage.send_q = ReadOptionalTransfers(v, "send_q", where);
+  stage.send_o = ReadOptionalTransfers(v, "send_o", where);
   plan.forward.push_back(std::move(stage));
 }
 
@@ -338,6 +400,8 @@ void ReadBackwardStage(const json& v, const std::string& where, Plan& plan) {
   ReadTransferRows(v, "send_kv_rows", where, stage.send_kv);
   ReadTransferRows(v, "send_dkv_rows", where, stage.send_dkv);
   stage.compute = ReadPairs(Field(v, "compute", where), where + ".compute");
+  stage.send_q = ReadOptionalTransfers(v, "send_q", where);
+  stage.send_dq = ReadOptionalTransfers(v, "send_dq", where);
   plan.backward.push_back(std::move(stage));
 }
 

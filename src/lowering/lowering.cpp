@@ -53,6 +53,7 @@ void CheckIndices(const Plan& plan) {
     for (const BlockPair& pr : compute) {
       CheckBlock(plan, pr.q_block, where);
       CheckBlock(plan, pr.kv_block, where);
+      if (pr.worker != kOwner) worker(pr.worker, where, "computing worker");
     }
   };
   const auto transfers = [&](const std::vector<Transfer>& sends, const std::string& where) {
@@ -66,16 +67,29 @@ void CheckIndices(const Plan& plan) {
                " are outside the block");
     }
   };
+  // Query rows and partial outputs move whole blocks (docs/plan-format.md).
+  const auto whole = [&](const std::vector<Transfer>& sends, const std::string& where,
+                         const char* list) {
+    transfers(sends, where);
+    for (const Transfer& tr : sends)
+      if (!tr.all_rows())
+        Broken(where + ": " + list + " of block " + std::to_string(tr.block) +
+               " carries a row range (only whole blocks)");
+  };
   for (size_t t = 0; t < plan.forward.size(); ++t) {
     const std::string where = "forward stage " + std::to_string(t);
     pairs(plan.forward[t].compute, where);
     transfers(plan.forward[t].send, where);
+    whole(plan.forward[t].send_q, where, "send_q");
+    whole(plan.forward[t].send_o, where, "send_o");
   }
   for (size_t t = 0; t < plan.backward.size(); ++t) {
     const std::string where = "backward stage " + std::to_string(t);
     pairs(plan.backward[t].compute, where);
     transfers(plan.backward[t].send_kv, where);
     transfers(plan.backward[t].send_dkv, where);
+    whole(plan.backward[t].send_q, where, "send_q");
+    whole(plan.backward[t].send_dq, where, "send_dq");
   }
 }
 
@@ -117,6 +131,9 @@ struct Receipt {
 // The transfers of a stage that move K/V (forward send, backward send_kv).
 const std::vector<Transfer>& KvSends(const ForwardStage& s) { return s.send; }
 const std::vector<Transfer>& KvSends(const BackwardStage& s) { return s.send_kv; }
+// The remote-compute extension's transfers: query rows, and partial outputs home.
+const std::vector<Transfer>& PartialOutputSends(const ForwardStage& s) { return s.send_o; }
+const std::vector<Transfer>& PartialOutputSends(const BackwardStage& s) { return s.send_dq; }
 
 template <typename Stage>
 class PassLowering {
@@ -157,7 +174,7 @@ class PassLowering {
     };
     for (size_t t = 0; t < stages_.size(); ++t) {
       for (const BlockPair& pr : stages_[t].compute)
-        if (Owner(pr.q_block) == me_ && !Owned(pr.kv_block)) {
+        if (Computes(pr) && !Owned(pr.kv_block)) {
           Receipt& r = holding(pr.kv_block, t);
           r.last_use = std::max(r.last_use, static_cast<int64_t>(t));
         }
@@ -198,11 +215,11 @@ class PassLowering {
         }
       }
       for (const BlockPair& pr : stages_[t].compute) {
-        if (Owner(pr.q_block) != me_) continue;
+        if (!Computes(pr)) continue;
         ComputeCall c;
         c.q_block = pr.q_block;
         c.kv_block = pr.kv_block;
-        c.q_row = p_.block_row[pr.q_block];
+        c.q_row = p_.block_row[pr.q_block];  // remote compute: LowerRemoteCompute sets it
         c.q_rows = Tokens(pr.q_block);
         c.kv_rows = Tokens(pr.kv_block);
         c.kv_in_pool = !Owned(pr.kv_block);
@@ -219,6 +236,7 @@ class PassLowering {
 
  protected:
   bool Owned(int32_t block) const { return Owner(block) == me_; }
+  bool Computes(const BlockPair& pr) const { return ComputeWorker(plan_.blocks, pr) == me_; }
   int32_t Owner(int32_t block) const { return plan_.blocks[block].worker; }
   int64_t Tokens(int32_t block) const { return plan_.blocks[block].tokens(); }
   std::string Where(size_t t) const { return std::string(pass_) + " stage " + std::to_string(t); }
@@ -307,6 +325,95 @@ void LowerPartials(const Plan& plan, RankProgram& p) {
                                block_rows});
       }
     }
+  }
+}
+
+// The remote-compute extension on rank p.rank in one pass: one query slot
+// per block whose queries it receives, live from the receipt to the return
+// of its partial output (one of each per block and pass), placed in the
+// query pool; fills the stage's query messages and its remote calls' rows.
+template <typename Stage>
+void LowerRemoteCompute(const Plan& plan, const std::vector<Stage>& stages, const RankProgram& p,
+                        PassProgram& out, const char* pass) {
+  const int32_t me = p.rank;
+  struct Slot {
+    int64_t first, last_compute = -1, last = -1;
+    int64_t row = 0;
+  };
+  std::map<int32_t, Slot> slots;  // block -> its slot on me
+  const auto owner = [&](int32_t b) { return plan.blocks[b].worker; };
+  const auto where = [&](size_t t) { return std::string(pass) + " stage " + std::to_string(t); };
+  const auto name = [](const char* what, int32_t v) {
+    return std::string(what) + std::to_string(v);
+  };
+  for (size_t t = 0; t < stages.size(); ++t) {
+    const int64_t st = static_cast<int64_t>(t);
+    for (const Transfer& tr : stages[t].send_q) {
+      if (tr.src != owner(tr.block) || tr.dst == tr.src)
+        Broken(where(t) + ": send_q of block " + std::to_string(tr.block) + " from " +
+               name("rank ", tr.src) + " to " + name("rank ", tr.dst) +
+               " (only its owner sends it, to another worker)");
+      if (tr.dst != me) continue;
+      if (slots.count(tr.block))
+        Broken(where(t) + ": " + name("rank ", me) + " receives the queries of block " +
+               std::to_string(tr.block) + " a second time in the pass");
+      slots[tr.block] = {st};
+    }
+    for (const BlockPair& pr : stages[t].compute) {
+      if (ComputeWorker(plan.blocks, pr) != me || owner(pr.q_block) == me) continue;
+      const auto it = slots.find(pr.q_block);
+      if (it == slots.end() || it->second.first >= st || it->second.last >= 0)
+        Broken(where(t) + ": " + name("rank ", me) + " computes with the queries of block " +
+               std::to_string(pr.q_block) + ", which it does not hold");
+      it->second.last_compute = st;
+    }
+    for (const Transfer& tr : PartialOutputSends(stages[t])) {
+      if (tr.dst != owner(tr.block) || tr.src == tr.dst)
+        Broken(where(t) + ": the partial output of block " + std::to_string(tr.block) +
+               " goes from " + name("rank ", tr.src) + " to " + name("rank ", tr.dst) +
+               " (only to its owner, from another worker)");
+      if (tr.src != me) continue;
+      const auto it = slots.find(tr.block);
+      if (it == slots.end() || it->second.last >= 0 || it->second.last_compute >= st)
+        Broken(where(t) + ": " + name("rank ", me) + " returns a partial output of block " +
+               std::to_string(tr.block) +
+               " it does not hold, or in the stage of a compute with it");
+      it->second.last = st;
+    }
+  }
+  std::vector<std::pair<int64_t, int32_t>> order;  // (first stage, block)
+  for (const auto& [block, slot] : slots) {
+    if (slot.last < 0)
+      Broken(name("rank ", me) + " never returns its partial output of block " +
+             std::to_string(block) + " in the " + pass);
+    order.push_back({slot.first, block});
+  }
+  std::sort(order.begin(), order.end());
+  SlotAllocator pool;
+  for (const auto& [first, block] : order) {
+    Slot& slot = slots[block];
+    slot.row = pool.Allocate(plan.blocks[block].tokens(), first, slot.last);
+  }
+  out.query_rows = pool.peak_rows();
+  for (size_t t = 0; t < stages.size(); ++t) {
+    StageProgram& sp = out.stages[t];
+    const auto lower = [&](const std::vector<Transfer>& list, std::vector<QueryMessage>& recv,
+                           std::vector<QueryMessage>& send) {
+      for (const Transfer& tr : list) {
+        const int64_t rows = plan.blocks[tr.block].tokens();
+        const bool owned = owner(tr.block) == me;
+        const int64_t row = owned ? p.block_row[tr.block] : slots[tr.block].row;
+        if (tr.src == me) send.push_back({tr.block, tr.dst, row, rows});
+        if (tr.dst == me) recv.push_back({tr.block, tr.src, row, rows});
+      }
+    };
+    lower(stages[t].send_q, sp.q_recv, sp.q_send);
+    lower(PartialOutputSends(stages[t]), sp.out_recv, sp.out_send);
+    for (ComputeCall& c : sp.compute)
+      if (owner(c.q_block) != me) {
+        c.q_in_pool = true;
+        c.q_row = slots[c.q_block].row;
+      }
   }
 }
 
@@ -443,10 +550,15 @@ std::vector<Need> ReshuffleNeed(const Plan& plan, bool backward) {
         if (tr.src == owner(tr.block)) use(tr.block, t, sends[tr.src]);
         ++sends[tr.src];
       }
+    // Remote compute: the owner sends a block's query rows (forward Q,
+    // backward dO with them) when the stage begins; the computing worker
+    // needs its own key blocks.
+    for (const Transfer& tr : backward ? plan.backward[st].send_q : plan.forward[st].send_q)
+      use(tr.block, t, sends[tr.src]++);
     for (const BlockPair& pr : compute) {
-      const int32_t w = owner(pr.q_block);
+      const int32_t w = ComputeWorker(plan.blocks, pr);
       const int64_t pos = sends[w] + calls[w]++;
-      use(pr.q_block, t, pos);
+      if (w == owner(pr.q_block)) use(pr.q_block, t, pos);
       if (!backward && owner(pr.kv_block) == w) use(pr.kv_block, t, pos);
     }
   }
@@ -495,6 +607,8 @@ RankProgram LowerPlan(const Plan& plan, int32_t rank) {
   PassLowering<ForwardStage>(plan, plan.forward, p, "forward").LowerKv(p.forward);
   PassLowering<BackwardStage>(plan, plan.backward, p, "backward").LowerKv(p.backward);
   LowerPartials(plan, p);
+  LowerRemoteCompute(plan, plan.forward, p, p.forward, "forward");
+  LowerRemoteCompute(plan, plan.backward, p, p.backward, "backward");
 
   // Forward stage 0 calls on tokens r already has (no reshuffle needed).
   const std::vector<int64_t> seq_offset = SequenceOffsets(plan.sequences);
@@ -516,9 +630,13 @@ RankProgram LowerPlan(const Plan& plan, int32_t rank) {
 
   // Final stages, for every block (receivers order their returns by them).
   p.forward_final_stage.assign(plan.blocks.size(), -1);
-  for (size_t t = 0; t < plan.forward.size(); ++t)
+  // (A block computed remotely is final once its last partial is home: send_o.)
+  for (size_t t = 0; t < plan.forward.size(); ++t) {
     for (const BlockPair& pr : plan.forward[t].compute)
       p.forward_final_stage[pr.q_block] = static_cast<int32_t>(t);
+    for (const Transfer& tr : plan.forward[t].send_o)
+      p.forward_final_stage[tr.block] = static_cast<int32_t>(t);
+  }
   // The backward's outputs go home in two parts: dq after the block's last
   // query compute; dk, dv after its last key compute on the owner and the
   // last partial the owner receives.
@@ -530,9 +648,11 @@ RankProgram LowerPlan(const Plan& plan, int32_t rank) {
     const int32_t st = static_cast<int32_t>(t);
     for (const BlockPair& pr : plan.backward[t].compute) {
       dq_last[pr.q_block] = std::max(dq_last[pr.q_block], st);
-      if (plan.blocks[pr.q_block].worker == plan.blocks[pr.kv_block].worker)
+      if (ComputeWorker(plan.blocks, pr) == plan.blocks[pr.kv_block].worker)
         dkv_last[pr.kv_block] = std::max(dkv_last[pr.kv_block], st);
     }
+    for (const Transfer& tr : plan.backward[t].send_dq)
+      dq_last[tr.block] = std::max(dq_last[tr.block], st);
     for (const Transfer& tr : plan.backward[t].send_dkv)
       if (tr.dst == plan.blocks[tr.block].worker)
         dkv_last[tr.block] = std::max(dkv_last[tr.block], st);

@@ -178,7 +178,10 @@ class KernelCoster {
 
 // ---- 3. one pass --------------------------------------------------------------
 
-enum class TransferKind { kKv, kDkv };
+// kQ and kPartial are the remote-compute extension's (docs/plan-format.md):
+// query rows to a computing worker (forward Q; backward Q, O, dO, LSE), and
+// its partial O and LSE (backward dQ) back to the owner.
+enum class TransferKind { kKv, kDkv, kQ, kPartial };
 
 struct StageTransfer {
   int32_t block, src, dst, stage;
@@ -189,7 +192,7 @@ struct StageTransfer {
 // Stage transfers go through channels per worker, each with send and receive
 // groups in stage order: K/V on channel 0, dK/dV partials on channel 1, so
 // compute never waits for a partial (it is added into the owner's gradients
-// whenever it arrives).
+// whenever it arrives). Query rows go with K/V, partial outputs with dK/dV.
 constexpr int kChannels = 2;
 
 struct PairTask {
@@ -349,7 +352,9 @@ class PassSimulator {
   size_t Cell(int ch, int32_t stage, int32_t worker) const {
     return static_cast<size_t>(ch) * in_.stages * n_ + Cell(stage, worker);
   }
-  int ChannelOf(const StageTransfer& t) const { return t.kind == TransferKind::kDkv ? 1 : 0; }
+  int ChannelOf(const StageTransfer& t) const {
+    return t.kind == TransferKind::kDkv || t.kind == TransferKind::kPartial ? 1 : 0;
+  }
   // Key of a block's output part in out_left_ and the out-flow index.
   static size_t OutputKey(int32_t block, OutputPart part) {
     return 2 * static_cast<size_t>(block) + part;
@@ -411,6 +416,9 @@ class PassSimulator {
       for (const StageTransfer& t : in_.transfers)
         if (t.kind == TransferKind::kDkv && t.dst == plan_.blocks[t.block].worker)
           ++out_left_[OutputKey(t.block, kKvPart)];
+    // A query block's output is final once every partial of it is home.
+    for (const StageTransfer& t : in_.transfers)
+      if (t.kind == TransferKind::kPartial) ++out_left_[OutputKey(t.block, kRowsPart)];
     out_flows_by_key_ = detail::BucketBy(keys, in_.out_flows.size(), [&](int32_t i) {
       return OutputKey(in_.out_flows[i].block, in_.out_flows[i].part);
     });
@@ -462,6 +470,8 @@ class PassSimulator {
     const Channel& in = src.channel[ChannelOf(t)];
     // A partial is final after its compute (and any relay in): the stage
     // before's whole compute, or per block its pairs there (CountPartialPairs).
+    if (t.kind == TransferKind::kPartial)  // after the stage before's whole compute
+      return in.r_done >= t.stage - 1 && src.c_done >= t.stage - 1;
     if (t.kind == TransferKind::kDkv) {
       if (in.r_done < t.stage - 1) return false;
       if (!per_block_partials_) return src.c_done >= t.stage - 1;
@@ -478,7 +488,8 @@ class PassSimulator {
     const StageTransfer& x = in_.transfers[t];
     if (arrivals_[t] < 2 || started_[t]) return;
     if (!SourceReady(x)) {
-      if (!in_.backward && x.kind == TransferKind::kKv && x.src == plan_.blocks[x.block].worker)
+      if (!in_.backward && (x.kind == TransferKind::kKv || x.kind == TransferKind::kQ) &&
+          x.src == plan_.blocks[x.block].worker)
         waiting_[x.block].push_back(t);
       else
         workers_[x.src].channel[ChannelOf(x)].blocked.push_back(t);
@@ -703,8 +714,8 @@ class PassSimulator {
         Touch(t.src, now_);
         Touch(t.dst, now_);
         if (trace_) {
-          const std::string name =
-              std::string(t.kind == TransferKind::kKv ? "kv " : "dkv ") + std::to_string(t.block);
+          static constexpr const char* kNames[] = {"kv ", "dkv ", "q ", "partial "};
+          const std::string name = kNames[static_cast<int>(t.kind)] + std::to_string(t.block);
           trace_->push_back({t.src, 1, name + " -> " + std::to_string(t.dst),
                              trace_offset_s_ + transfer_start_s_[index], trace_offset_s_ + now_});
           trace_->push_back({t.dst, 2, name + " <- " + std::to_string(t.src),
@@ -712,6 +723,7 @@ class PassSimulator {
         }
         if (t.kind == TransferKind::kDkv && in_.backward && t.dst == plan_.blocks[t.block].worker)
           OutputProgress(OutputKey(t.block, kKvPart));
+        if (t.kind == TransferKind::kPartial) OutputProgress(OutputKey(t.block, kRowsPart));
         --workers_[t.src].channel[ChannelOf(t)].s_left;
         --recv_left_[Cell(ChannelOf(t), t.stage, t.dst)];
         AdvanceReceived(t.dst, ChannelOf(t));
@@ -926,7 +938,8 @@ void CheckTransfer(const Plan& plan, const Transfer& t, const char* where) {
 
 void CheckPair(const Plan& plan, const BlockPair& p, const char* where) {
   const int32_t blocks = static_cast<int32_t>(plan.blocks.size());
-  if (p.q_block < 0 || p.q_block >= blocks || p.kv_block < 0 || p.kv_block >= blocks)
+  if (p.q_block < 0 || p.q_block >= blocks || p.kv_block < 0 || p.kv_block >= blocks ||
+      (p.worker != kOwner && (p.worker < 0 || p.worker >= plan.workers)))
     BadPlan(std::string(where) + ": pair [" + std::to_string(p.q_block) + ", " +
             std::to_string(p.kv_block) + "] is out of range");
 }
@@ -937,7 +950,7 @@ void AddStagePairs(const Plan& plan, KernelCoster& coster, const std::vector<Blo
   std::vector<std::vector<BlockPair>> per_worker(plan.workers);
   for (const BlockPair& p : compute) {
     CheckPair(plan, p, "compute");
-    per_worker[plan.blocks[p.q_block].worker].push_back(p);
+    per_worker[ComputeWorker(plan.blocks, p)].push_back(p);
   }
   for (int32_t w = 0; w < plan.workers; ++w) {
     if (per_worker[w].empty()) continue;
@@ -1014,7 +1027,7 @@ std::optional<PartialReturn> ParsePartialReturn(const std::string& name) {
 }
 
 PartialReturn PartialReturnOf(const std::string& planner) {
-  for (const char* per_stage : {"bytescale", "magi", "ring", "wlb", "fcp-nopipe"})
+  for (const char* per_stage : {"bytescale", "magi", "magi-dynamic", "ring", "wlb", "fcp-nopipe"})
     if (planner == per_stage) return PartialReturn::kPerStage;
   return PartialReturn::kPerBlock;
 }
@@ -1102,6 +1115,18 @@ PassInput ForwardPassInput(const Plan& plan, KernelCoster& coster,
       fwd.transfers.push_back({x.block, x.src, x.dst, t, TransferKind::kKv,
                                kv_bytes_per_token * TransferTokens(x, block_tokens)});
     }
+    for (const Transfer& x : plan.forward[t].send_q) {
+      CheckTransfer(plan, x, "forward send_q");
+      fwd.transfers.push_back({x.block, x.src, x.dst, t, TransferKind::kQ,
+                               static_cast<double>(QueryTransferBytes(plan.attention, 1, false)) *
+                                   block_tokens[x.block]});
+    }
+    for (const Transfer& x : plan.forward[t].send_o) {
+      CheckTransfer(plan, x, "forward send_o");
+      fwd.transfers.push_back(
+          {x.block, x.src, x.dst, t, TransferKind::kPartial,
+           static_cast<double>(PartialOutputBytes(plan.attention, 1)) * block_tokens[x.block]});
+    }
     AddStagePairs(plan, coster, plan.forward[t].compute, t, 1.0, fwd);
   }
   return fwd;
@@ -1124,13 +1149,25 @@ PassInput BackwardPassInput(const Plan& plan, const HardwareProfile& profile,
       bwd.transfers.push_back({x.block, x.src, x.dst, t, TransferKind::kKv,
                                kv_bytes_per_token * TransferTokens(x, block_tokens)});
     }
+    const int32_t element_bytes =
+        config.dkv_dtype_bytes > 0 ? config.dkv_dtype_bytes : a.dtype_bytes;
     for (const Transfer& x : s.send_dkv) {
       CheckTransfer(plan, x, "backward send_dkv");
-      const int32_t element_bytes =
-          config.dkv_dtype_bytes > 0 ? config.dkv_dtype_bytes : a.dtype_bytes;
       const double bytes =
           2.0 * a.heads_kv * a.head_dim * element_bytes * TransferTokens(x, block_tokens);
       bwd.transfers.push_back({x.block, x.src, x.dst, t, TransferKind::kDkv, bytes});
+    }
+    for (const Transfer& x : s.send_q) {
+      CheckTransfer(plan, x, "backward send_q");
+      bwd.transfers.push_back(
+          {x.block, x.src, x.dst, t, TransferKind::kQ,
+           static_cast<double>(QueryTransferBytes(a, 1, true)) * block_tokens[x.block]});
+    }
+    for (const Transfer& x : s.send_dq) {  // dQ in the partials' accumulation type, as dK/dV
+      CheckTransfer(plan, x, "backward send_dq");
+      bwd.transfers.push_back(
+          {x.block, x.src, x.dst, t, TransferKind::kPartial,
+           1.0 * a.heads_q * a.head_dim * element_bytes * block_tokens[x.block]});
     }
     AddStagePairs(plan, coster, s.compute, t, backward_scale, bwd);
   }
@@ -1189,6 +1226,7 @@ void CountWorkAndTraffic(const Plan& plan, const PassInput& fwd, const PassInput
     r.worker_stats[p.worker].backward_flops +=
         kBackwardFlopsFactor * flops_per_pair * p.token_pairs;
   for (const StageTransfer& t : fwd.transfers) {
+    if (t.kind != TransferKind::kKv) continue;  // Q and partial O count in bytes_sent below
     r.worker_stats[t.src].forward_kv_bytes_sent += t.bytes;
     r.worker_stats[t.dst].forward_kv_bytes_received += t.bytes;
   }

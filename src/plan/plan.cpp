@@ -54,6 +54,30 @@ double ForwardFlops(const AttentionShape& shape, int64_t allowed_token_pairs) {
   return 4.0 * shape.heads_q * shape.head_dim * static_cast<double>(allowed_token_pairs);
 }
 
+int64_t QueryTransferBytes(const AttentionShape& shape, int64_t tokens, bool backward) {
+  const int64_t rows = int64_t{shape.heads_q} * shape.head_dim * shape.dtype_bytes;
+  return (backward ? 3 * rows + int64_t{4} * shape.heads_q : rows) * tokens;
+}
+
+int64_t PartialOutputBytes(const AttentionShape& shape, int64_t tokens) {
+  return (int64_t{shape.heads_q} * shape.head_dim * shape.dtype_bytes +
+          int64_t{4} * shape.heads_q) *
+         tokens;
+}
+
+bool UsesRemoteCompute(const Plan& plan) {
+  const auto remote = [](const std::vector<BlockPair>& compute) {
+    for (const BlockPair& p : compute)
+      if (p.worker != kOwner) return true;
+    return false;
+  };
+  for (const ForwardStage& s : plan.forward)
+    if (!s.send_q.empty() || !s.send_o.empty() || remote(s.compute)) return true;
+  for (const BackwardStage& s : plan.backward)
+    if (!s.send_q.empty() || !s.send_dq.empty() || remote(s.compute)) return true;
+  return false;
+}
+
 int64_t KvTransferBytes(const AttentionShape& shape, int64_t tokens) {
   return int64_t{2} * shape.heads_kv * shape.head_dim * shape.dtype_bytes * tokens;
 }

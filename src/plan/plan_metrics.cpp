@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <unordered_map>
 
 #include "fcp/error.h"
 #include "fcp/required_pairs.h"
@@ -35,33 +36,59 @@ PlanMetrics ComputePlanMetrics(const Plan& plan, int32_t gpus_per_node) {
   // computes exactly the required pairs, whose token counts the sequence
   // index gives without pairing every segment of one block with every
   // segment of the other (ring plans hold thousands of segments per block).
+  // A pair computed away from its query block's owner (the remote-compute
+  // extension) is charged to the worker that computes it in the forward.
+  std::unordered_map<uint64_t, int32_t> remote_worker;
+  const auto pair_key = [](int32_t q, int32_t kv) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(q)) << 32) | static_cast<uint32_t>(kv);
+  };
+  for (const ForwardStage& stage : plan.forward)
+    for (const BlockPair& p : stage.compute)
+      if (p.worker != kOwner) remote_worker[pair_key(p.q_block, p.kv_block)] = p.worker;
   std::vector<double> q_block_flops(plan.blocks.size(), 0);
   for (const RequiredPair& p : RequiredPairs(plan.sequences, plan.blocks, plan.mask)) {
     const double flops = ForwardFlops(plan.attention, p.token_pairs);
-    m.workers[plan.blocks[p.q_block].worker].forward_flops += flops;
-    q_block_flops[p.q_block] += flops;
+    const auto remote = remote_worker.find(pair_key(p.q_block, p.kv_block));
+    m.workers[remote == remote_worker.end() ? plan.blocks[p.q_block].worker : remote->second]
+        .forward_flops += flops;
+    // A query block's pairs all run on its owner, unless the plan moves queries.
+    if (remote_worker.empty())
+      q_block_flops[p.q_block] += flops;
+    else
+      q_block_flops[p.q_block] = std::max(q_block_flops[p.q_block], flops);
     m.max_pair_flops = std::max(m.max_pair_flops, flops);
     m.total_forward_flops += flops;
     ++m.required_pairs;
   }
 
+  // Forward bytes of a transfer: K/V, or (remote-compute extension) Q or a
+  // partial O with its LSE.
+  const auto count_bytes = [&](const Transfer& t, int64_t bytes) {
+    m.workers[t.src].bytes_sent += bytes;
+    m.workers[t.dst].bytes_received += bytes;
+    if (t.src / gpus_per_node == t.dst / gpus_per_node) {
+      m.workers[t.src].nvlink_bytes_sent += bytes;
+      m.workers[t.dst].nvlink_bytes_received += bytes;
+      m.nvlink_bytes += bytes;
+    } else {
+      m.workers[t.src].nic_bytes_sent += bytes;
+      m.workers[t.dst].nic_bytes_received += bytes;
+      m.nic_bytes += bytes;
+    }
+  };
+  for (const ForwardStage& stage : plan.forward) {
+    for (const Transfer& t : stage.send_q)
+      count_bytes(t, QueryTransferBytes(plan.attention, block_tokens[t.block], false));
+    for (const Transfer& t : stage.send_o)
+      count_bytes(t, PartialOutputBytes(plan.attention, block_tokens[t.block]));
+  }
   for (const ForwardStage& stage : plan.forward) {
     if (!stage.send.empty()) ++m.forward_transfer_stages;
     for (const Transfer& t : stage.send) {
       const int64_t bytes = KvTransferBytes(plan.attention, t.rows(block_tokens[t.block]));
       m.workers[t.src].kv_blocks_sent++;
-      m.workers[t.src].bytes_sent += bytes;
       m.workers[t.dst].kv_blocks_received++;
-      m.workers[t.dst].bytes_received += bytes;
-      if (t.src / gpus_per_node == t.dst / gpus_per_node) {
-        m.workers[t.src].nvlink_bytes_sent += bytes;
-        m.workers[t.dst].nvlink_bytes_received += bytes;
-        m.nvlink_bytes += bytes;
-      } else {
-        m.workers[t.src].nic_bytes_sent += bytes;
-        m.workers[t.dst].nic_bytes_received += bytes;
-        m.nic_bytes += bytes;
-      }
+      count_bytes(t, bytes);
       ++m.transfer_edges;
     }
   }

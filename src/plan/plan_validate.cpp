@@ -208,13 +208,82 @@ void CheckPairsComputedOnce(std::vector<BlockPair> computed,
          std::to_string(required[r].kv_block) + "] is never computed");
 }
 
-void CheckCompute(const Plan& plan, const Holdings& holdings, const BlockPair& p,
-                  const std::string& where) {
+// The remote-compute extension (docs/plan-format.md) in one pass: which
+// workers hold which query blocks (received by `send_q`), and the partial
+// outputs (forward O, backward dQ) each worker holds and has not yet
+// returned. A query block comes only from its owner; a partial goes only to
+// the owner, exactly once, in a stage after the worker's last compute with it.
+class RemoteQueries {
+ public:
+  RemoteQueries(const Plan& plan, const char* partial) : plan_(plan), partial_(partial) {}
+  bool holds(int32_t worker, int32_t block) const {
+    return plan_.blocks[block].worker == worker || held_.count(Key(worker, block)) > 0;
+  }
+  // A stage's returns, before its compute.
+  void Return(const std::vector<Transfer>& returns, const std::string& where) {
+    for (const Transfer& t : returns) {
+      const auto w = [&] { return where + " " + TransferText(t) + ": "; };
+      if (!t.all_rows()) Fail(w() + "a partial output carries all of its block's rows");
+      if (t.dst != plan_.blocks[t.block].worker)
+        Fail(w() + "a partial " + partial_ + " goes to the owner of block " +
+             std::to_string(t.block) + ", worker " + std::to_string(plan_.blocks[t.block].worker));
+      if (pending_.erase(Key(t.src, t.block)) == 0)
+        Fail(w() + "worker " + std::to_string(t.src) + " holds no unreturned partial " + partial_ +
+             " of block " + std::to_string(t.block) + " before this stage");
+      returned_.insert(Key(t.src, t.block));
+    }
+  }
+  // A compute by `worker`, after CheckCompute.
+  void Compute(const BlockPair& p, int32_t worker, const std::string& where) {
+    if (worker == plan_.blocks[p.q_block].worker) return;
+    if (returned_.count(Key(worker, p.q_block)))
+      Fail(where + " compute " + PairText(p) + ": worker " + std::to_string(worker) +
+           " already returned its partial " + partial_ + " of block " + std::to_string(p.q_block));
+    pending_.insert(Key(worker, p.q_block));
+  }
+  // A stage's send_q, after its compute (usable from the next stage).
+  void Receive(const std::vector<Transfer>& send_q, const std::string& where) {
+    for (const Transfer& t : send_q) {
+      const auto w = [&] { return where + " " + TransferText(t) + ": "; };
+      if (!t.all_rows()) Fail(w() + "a query block moves with all of its rows");
+      if (t.src != plan_.blocks[t.block].worker)
+        Fail(w() + "only the owner of block " + std::to_string(t.block) + ", worker " +
+             std::to_string(plan_.blocks[t.block].worker) + ", sends its queries");
+      held_.insert(Key(t.dst, t.block));
+    }
+  }
+  void CheckDone(const char* pass) const {
+    if (pending_.empty()) return;
+    uint64_t first = *pending_.begin();
+    for (uint64_t key : pending_) first = std::min(first, key);
+    Fail(std::string(pass) + ": worker " + std::to_string(first >> 32) +
+         " never returns its partial " + partial_ + " of block " +
+         std::to_string(static_cast<uint32_t>(first)) + " to the owner");
+  }
+
+ private:
+  const Plan& plan_;
+  const char* partial_;
+  std::unordered_set<uint64_t> held_, pending_, returned_;
+};
+
+void CheckCompute(const Plan& plan, const Holdings& holdings, const RemoteQueries& queries,
+                  const BlockPair& p, const std::string& where) {
   const int32_t n_blocks = static_cast<int32_t>(plan.blocks.size());
   const auto w = [&] { return where + " compute " + PairText(p) + ": "; };
   if (p.q_block < 0 || p.q_block >= n_blocks) Fail(w() + "q_block does not exist");
   if (p.kv_block < 0 || p.kv_block >= n_blocks) Fail(w() + "kv_block does not exist");
-  const int32_t worker = plan.blocks[p.q_block].worker;
+  if (p.worker != kOwner) {
+    if (p.worker < 0 || p.worker >= plan.workers)
+      Fail(w() + "worker " + std::to_string(p.worker) + " is not a worker");
+    if (p.worker == plan.blocks[p.q_block].worker)
+      Fail(w() + "names the owner of block " + std::to_string(p.q_block) +
+           " as its worker (write [q_block, kv_block])");
+    if (!queries.holds(p.worker, p.q_block))
+      Fail(w() + "worker " + std::to_string(p.worker) + " does not hold block " +
+           std::to_string(p.q_block) + "'s queries at this stage");
+  }
+  const int32_t worker = ComputeWorker(plan.blocks, p);
   if (!holdings.holds(worker, p.kv_block))
     Fail(w() + "worker " + std::to_string(worker) + " does not hold block " +
          std::to_string(p.kv_block) + "'s keys/values at this stage");
@@ -248,6 +317,7 @@ void ApplyKvTransfers(const Plan& plan, const std::vector<Transfer>& transfers, 
 void CheckForward(const Plan& plan, const std::vector<RequiredPair>& required,
                   const ValidateOptions& options) {
   Holdings holdings(plan);
+  RemoteQueries queries(plan, "O");
   std::vector<int32_t> send_count(plan.workers), recv_count(plan.workers);
   std::vector<BlockPair> computed;
   int64_t transferred_tokens = 0;
@@ -260,17 +330,26 @@ void CheckForward(const Plan& plan, const std::vector<RequiredPair>& required,
       if (transferred_tokens > kMaxTransferredTokens)
         Fail(where + ": forward transfers move more than 2^40 tokens in all");
     }
-    for (const BlockPair& p : stage.compute) CheckCompute(plan, holdings, p, where);
+    CheckTransfers(plan, stage.send_q, where + " send_q", send_count, recv_count);
+    CheckTransfers(plan, stage.send_o, where + " send_o", send_count, recv_count);
+    queries.Return(stage.send_o, where + " send_o");
+    for (const BlockPair& p : stage.compute) {
+      CheckCompute(plan, holdings, queries, p, where);
+      queries.Compute(p, ComputeWorker(plan.blocks, p), where);
+    }
     computed.insert(computed.end(), stage.compute.begin(), stage.compute.end());
     ApplyKvTransfers(plan, stage.send, holdings, where + " send",
                      options.forbid_redundant_transfers);
+    queries.Receive(stage.send_q, where + " send_q");
   }
+  queries.CheckDone("forward");
   CheckPairsComputedOnce(std::move(computed), required, "forward");
 }
 
 void CheckBackward(const Plan& plan, const std::vector<RequiredPair>& required,
                    const ValidateOptions& options) {
   Holdings holdings(plan);
+  RemoteQueries queries(plan, "dQ");
   std::vector<int32_t> send_count(plan.workers), recv_count(plan.workers);
   std::vector<BlockPair> computed;
   // Partial dK/dV of block j held by worker w and not yet sent on: (w, j),
@@ -293,6 +372,9 @@ void CheckBackward(const Plan& plan, const std::vector<RequiredPair>& required,
     const std::string where = "backward stage " + std::to_string(t);
     CheckTransfers(plan, stage.send_kv, where + " send_kv", send_count, recv_count);
     CheckTransfers(plan, stage.send_dkv, where + " send_dkv", send_count, recv_count);
+    CheckTransfers(plan, stage.send_q, where + " send_q", send_count, recv_count);
+    CheckTransfers(plan, stage.send_dq, where + " send_dq", send_count, recv_count);
+    queries.Return(stage.send_dq, where + " send_dq");
     std::vector<Transfer> relayed;
     for (const Transfer& d : stage.send_dkv) {
       const auto w = [&] { return where + " send_dkv " + TransferText(d) + ": "; };
@@ -312,8 +394,9 @@ void CheckBackward(const Plan& plan, const std::vector<RequiredPair>& required,
       if (d.dst != owner) relayed.push_back(d);
     }
     for (const BlockPair& p : stage.compute) {
-      CheckCompute(plan, holdings, p, where);
-      const int32_t worker = plan.blocks[p.q_block].worker;
+      CheckCompute(plan, holdings, queries, p, where);
+      const int32_t worker = ComputeWorker(plan.blocks, p);
+      queries.Compute(p, worker, where);
       if (worker == plan.blocks[p.kv_block].worker) continue;
       if (sent.count(Key(worker, p.kv_block)))
         Fail(where + " compute " + PairText(p) + ": worker " + std::to_string(worker) +
@@ -334,7 +417,9 @@ void CheckBackward(const Plan& plan, const std::vector<RequiredPair>& required,
     }
     ApplyKvTransfers(plan, stage.send_kv, holdings, where + " send_kv",
                      options.forbid_redundant_transfers);
+    queries.Receive(stage.send_q, where + " send_q");
   }
+  queries.CheckDone("backward");
   if (!pending.empty()) {
     // Report the smallest (worker, block) so the message is deterministic.
     uint64_t first = pending.begin()->first;

@@ -23,6 +23,10 @@ const std::vector<PlannerInfo>& Planners() {
         {"magi",
          "MagiAttention-like: ceil(T/8N) chunks, compute-only LPT, one uncontrolled fetch stage",
          &MakeMagiPlan},
+        {"magi-dynamic",
+         "MagiAttention's dynamic solver: sequential shards, shard grid placed under a 1.10x "
+         "work cap, Q/O and K/V moved",
+         &MakeMagiDynamicPlan},
         {"fcp-nopipe", "FCP ablation: FCP's assignment, all transfers then all compute",
          &MakeFcpNoPipelinePlan},
         {"fcp-random-order", "FCP ablation: random pull order instead of congestion-free colouring",

@@ -22,6 +22,9 @@ constexpr int32_t kTagReturnDq = 14;
 constexpr int32_t kTagReturnDkv = 15;
 constexpr int32_t kTagReshuffleIn = 16;
 constexpr int32_t kTagReshuffleDo = 17;
+// Remote compute: query rows (send_q) and partial outputs (send_o / send_dq).
+constexpr int32_t kTagQuery = 18;
+constexpr int32_t kTagPartialOut = 19;
 // dK/dV partials of one backward stage between two ranks: the k-th message in
 // the plan's list order has tag kTagDkvFirst + k, so a partial sent as soon
 // as it is final (maybe ahead of one listed before it) still meets its own
@@ -111,6 +114,12 @@ template <class Message>
 bool WholeBlock(const Message& m) {
   return m.row_begin == 0 && m.rows == m.block_rows;
 }
+
+// Rows of query blocks with their outputs, [rows, heads_q, head_dim] (lse,
+// delta: [rows, heads_q]). Backward only: d_o, delta, dq.
+struct QueryRows {
+  std::vector<float> q, o, lse, d_o, delta, dq;
+};
 
 // A message in flight, observed by polling.
 struct Flight {
@@ -389,17 +398,19 @@ class Runner {
                                             static_cast<size_t>(c.segment_end - c.segment_begin));
     const int64_t q0 = c.q_row;
     const float* kv = kv_rows_.K(c.kv_in_pool ? pool_.data() : kv_.data(), c.kv_row);
+    // A remote compute's query rows and partial output are in the query pool.
+    QueryRows& rows = c.q_in_pool ? query_pool_ : local_;
+    float* q = rows.q.data() + q0 * qrow_;
+    float* lse = rows.lse.data() + q0 * dims_.heads_q;
     if (!backward) {
       kernel_->Forward(dims_, plan_.mask, segs,
-                       {q_.data() + q0 * qrow_, kv, kv + c.kv_rows * kvrow_, o_.data() + q0 * qrow_,
-                        lse_.data() + q0 * dims_.heads_q});
+                       {q, kv, kv + c.kv_rows * kvrow_, rows.o.data() + q0 * qrow_, lse});
     } else {
       float* dkv = kv_rows_.K(c.dkv_in_partial ? partial_.data() : dkv_.data(), c.dkv_row);
-      kernel_->Backward(
-          dims_, plan_.mask, segs,
-          {q_.data() + q0 * qrow_, kv, kv + c.kv_rows * kvrow_, do_.data() + q0 * qrow_,
-           lse_.data() + q0 * dims_.heads_q, delta_.data() + q0 * dims_.heads_q,
-           dq_.data() + q0 * qrow_, dkv, dkv + c.kv_rows * kvrow_});
+      kernel_->Backward(dims_, plan_.mask, segs,
+                        {q, kv, kv + c.kv_rows * kvrow_, rows.d_o.data() + q0 * qrow_, lse,
+                         rows.delta.data() + q0 * dims_.heads_q, rows.dq.data() + q0 * qrow_, dkv,
+                         dkv + c.kv_rows * kvrow_});
     }
     const double end = trace_->NowUs();
     trace_->Add(label + " q" + std::to_string(c.q_block) + " kv" + std::to_string(c.kv_block),
@@ -467,6 +478,123 @@ class Runner {
                          kTagKv),
              name + (v ? " (V rows)" : " (K rows)"), TraceLane::kSend);
     }
+  }
+
+  // ---- remote compute (docs/plan-format.md): query rows and partial outputs ----
+  // The columns a query message moves, as (owner's rows, query pool's rows,
+  // floats per row): send_q forward Q; backward Q, O, dO and LSE. Partial
+  // outputs: forward O and LSE; backward dQ.
+  struct QueryColumns {
+    float* local;
+    float* pool;
+    int64_t width;
+  };
+  std::vector<QueryColumns> QueryMessageColumns(bool backward) {
+    const int64_t h = dims_.heads_q;
+    if (!backward) return {{local_.q.data(), query_pool_.q.data(), qrow_}};
+    return {{local_.q.data(), query_pool_.q.data(), qrow_},
+            {local_.o.data(), query_pool_.o.data(), qrow_},
+            {local_.d_o.data(), query_pool_.d_o.data(), qrow_},
+            {local_.lse.data(), query_pool_.lse.data(), h}};
+  }
+  std::vector<QueryColumns> PartialOutputColumns(bool backward) {
+    if (!backward)
+      return {{local_.o.data(), query_pool_.o.data(), qrow_},
+              {local_.lse.data(), query_pool_.lse.data(), dims_.heads_q}};
+    return {{local_.dq.data(), query_pool_.dq.data(), qrow_}};
+  }
+
+  // The pass's query pool: received query rows, and partial outputs that
+  // start as InitForwardOutput (forward) or zero (backward).
+  void StartQueryPool(int64_t rows, bool backward) {
+    const auto sized = [&](int64_t width) {
+      return std::vector<float>(static_cast<size_t>(rows * width), 0.0f);
+    };
+    query_pool_ = {sized(qrow_), sized(qrow_), sized(dims_.heads_q), {}, {}, {}};
+    if (backward) {
+      query_pool_.d_o = sized(qrow_);
+      query_pool_.delta = sized(dims_.heads_q);
+      query_pool_.dq = sized(qrow_);
+    } else {
+      InitForwardOutput(dims_, rows, query_pool_.o.data(), query_pool_.lse.data());
+    }
+  }
+
+  // Posts a stage's query rows and partial outputs, receives and sends, in
+  // the plan's list order (several messages of one transfer go in column
+  // order with one tag, which MPI keeps). The owner sends a block's rows
+  // once its reshuffled rows are here (backward: its dO; Q, O and LSE are
+  // since the forward). Received partials go into buffers of their own.
+  void PostQueries(const StageProgram& sp, const std::string& label, bool backward) {
+    const auto post = [&](const QueryMessage& m, const std::vector<QueryColumns>& columns,
+                          bool from_local, const char* what, int32_t tag) {
+      for (const QueryColumns& col : columns) {
+        float* rows = (from_local ? col.local : col.pool) + m.row * col.width;
+        const int64_t bytes = m.rows * col.width * 4;
+        stats_->bytes_sent += bytes;
+        Post(comm_.Isend(rows, bytes, m.peer, tag),
+             label + " send " + what + std::to_string(m.block) + " to " + std::to_string(m.peer),
+             TraceLane::kSend);
+      }
+    };
+    const std::vector<QueryColumns> query = QueryMessageColumns(backward);
+    const std::vector<QueryColumns> partial = PartialOutputColumns(backward);
+    for (const QueryMessage& m : sp.q_recv)
+      for (const QueryColumns& col : query)
+        Post(comm_.Irecv(col.pool + m.row * col.width, m.rows * col.width * 4, m.peer, kTagQuery),
+             label + " recv q" + std::to_string(m.block) + " from " + std::to_string(m.peer),
+             TraceLane::kRecv);
+    partials_out_in_.clear();
+    for (const QueryMessage& m : sp.out_recv) {
+      int64_t width = 0;
+      for (const QueryColumns& col : partial) width += col.width;
+      std::vector<float>& buf = partials_out_in_.emplace_back(static_cast<size_t>(m.rows * width));
+      float* at = buf.data();
+      for (const QueryColumns& col : partial) {
+        Post(comm_.Irecv(at, m.rows * col.width * 4, m.peer, kTagPartialOut),
+             label + " recv partial output " + std::to_string(m.block) + " from " +
+                 std::to_string(m.peer),
+             TraceLane::kRecv);
+        at += m.rows * col.width;
+      }
+    }
+    for (const QueryMessage& m : sp.q_send) {
+      Await(backward ? do_in_ : qkv_in_, m.block);
+      post(m, query, true, "q", kTagQuery);
+    }
+    for (const QueryMessage& m : sp.out_send)
+      post(m, partial, false, "partial output ", kTagPartialOut);
+  }
+
+  // After a stage's transfers: the owner merges each received partial into
+  // its block's rows in list order (forward: the log-sum-exp rule, as the
+  // kernel merges successive pairs; backward: dQ added); a sent partial's
+  // rows start afresh; received backward queries get their delta.
+  void FinishQueries(const StageProgram& sp, bool backward) {
+    for (size_t i = 0; i < sp.out_recv.size(); ++i) {
+      const QueryMessage& m = sp.out_recv[i];
+      const float* in = partials_out_in_[i].data();
+      if (!backward) {
+        MergeForwardPartial(dims_, m.rows, in, in + m.rows * qrow_, local_.o.data() + m.row * qrow_,
+                            local_.lse.data() + m.row * dims_.heads_q);
+        continue;
+      }
+      float* dq = local_.dq.data() + m.row * qrow_;
+      for (int64_t j = 0; j < m.rows * qrow_; ++j) dq[j] += in[j];
+    }
+    partials_out_in_.clear();
+    for (const QueryMessage& m : sp.out_send) {
+      if (!backward)
+        InitForwardOutput(dims_, m.rows, query_pool_.o.data() + m.row * qrow_,
+                          query_pool_.lse.data() + m.row * dims_.heads_q);
+      else
+        std::fill_n(query_pool_.dq.data() + m.row * qrow_, m.rows * qrow_, 0.0f);
+    }
+    if (backward)
+      for (const QueryMessage& m : sp.q_recv)
+        ComputeDelta(dims_, m.rows, query_pool_.o.data() + m.row * qrow_,
+                     query_pool_.d_o.data() + m.row * qrow_,
+                     query_pool_.delta.data() + m.row * dims_.heads_q);
   }
 
   // ---- dK/dV partials: each sent once final (docs/runtime.md, step 4) ----
@@ -690,7 +818,7 @@ class Runner {
   // Runs one call (its delta first, backward); `carried`: it was counted in
   // carried_q_, carried_kv_ when carried.
   void RunCall(const ComputeCall& c, bool backward, const std::string& label, bool carried) {
-    if (backward) EnsureDelta(c.q_block);
+    if (backward && !c.q_in_pool) EnsureDelta(c.q_block);  // a remote one's: FinishQueries
     Compute(c, backward, label);
     if (!carried) return;
     --carried_q_[c.q_block];
@@ -698,10 +826,11 @@ class Runner {
   }
 
   // A call that reads K/V of an owned block (and, backward, adds into its
-  // dK/dV): it holds no pool slot and sends no partial, so it may wait for
-  // its reshuffled rows past its stage's end.
+  // dK/dV) with the queries of an owned block: it holds no pool slot and
+  // sends no partial, so it may wait for its reshuffled rows past its
+  // stage's end.
   static bool Carriable(const ComputeCall& c, bool backward) {
-    return !c.kv_in_pool && !(backward && c.dkv_in_partial);
+    return !c.kv_in_pool && !c.q_in_pool && !(backward && c.dkv_in_partial);
   }
 
   // Runs a stage's calls, after those carried from earlier stages, as their
@@ -822,8 +951,8 @@ class Runner {
   void EnsureDelta(int32_t b) {
     if (delta_done_[b]) return;
     const int64_t row = prog_.block_row[b];
-    ComputeDelta(dims_, plan_.blocks[b].tokens(), o_.data() + row * qrow_, do_.data() + row * qrow_,
-                 delta_.data() + row * dims_.heads_q);
+    ComputeDelta(dims_, plan_.blocks[b].tokens(), local_.o.data() + row * qrow_,
+                 local_.d_o.data() + row * qrow_, local_.delta.data() + row * dims_.heads_q);
     delta_done_[b] = 1;
   }
 
@@ -969,7 +1098,11 @@ class Runner {
   std::vector<int64_t> seq_offset_;
   int64_t qrow_ = 0, kvrow_ = 0;
   KvRows kv_rows_{0};
-  std::vector<float> q_, do_, o_, lse_, delta_, dq_, kv_, dkv_;
+  // Query rows and outputs: of the blocks this rank owns (local rows), and
+  // of the blocks it computes with remotely (the query pool of the pass).
+  QueryRows local_, query_pool_;
+  std::deque<std::vector<float>> partials_out_in_;  // the stage's received partial outputs
+  std::vector<float> kv_, dkv_;
   std::vector<float> pool_;     // the pass's K/V receive pool
   std::vector<float> partial_;  // the backward's dK/dV partial pool
   std::vector<Flight> flights_;
@@ -1018,7 +1151,7 @@ void Runner::CheckInputs(const RankInputs& in) const {
 // them; the forward's calls and sends take each block as it arrives.
 void Runner::ReshuffleIn(const RankInputs& in) {
   const RankProgram& P = prog_;
-  q_.assign(static_cast<size_t>(P.local_rows * qrow_), 0.0f);
+  local_.q.assign(static_cast<size_t>(P.local_rows * qrow_), 0.0f);
   kv_.assign(static_cast<size_t>(2 * P.local_rows * kvrow_), 0.0f);
   StartReshuffle(
       qkv_in_, P.reshuffle_in, "reshuffle in", kReshuffleInGroup, kTagReshuffleIn,
@@ -1029,25 +1162,27 @@ void Runner::ReshuffleIn(const RankInputs& in) {
         std::copy_n(in.v.data() + r * kvrow_, kvrow_, out);
       },
       [this](int64_t row, const float* src) {
-        std::copy_n(src, qrow_, q_.data() + row * qrow_);
+        std::copy_n(src, qrow_, local_.q.data() + row * qrow_);
         std::copy_n(src + qrow_, kvrow_, kv_.data() + LocalKvOffset(row, false));
         std::copy_n(src + qrow_ + kvrow_, kvrow_, kv_.data() + LocalKvOffset(row, true));
       });
-  o_.assign(q_.size(), 0.0f);
-  lse_.assign(static_cast<size_t>(P.local_rows * dims_.heads_q), 0.0f);
-  InitForwardOutput(dims_, P.local_rows, o_.data(), lse_.data());
+  local_.o.assign(local_.q.size(), 0.0f);
+  local_.lse.assign(static_cast<size_t>(P.local_rows * dims_.heads_q), 0.0f);
+  InitForwardOutput(dims_, P.local_rows, local_.o.data(), local_.lse.data());
 }
 
 // The backward's input: dO rows by the same pieces, in the order the
 // backward's calls need them (the first call with the block as query).
 void Runner::ReshuffleDo(const RankInputs& in) {
-  do_.assign(q_.size(), 0.0f);
-  delta_.assign(lse_.size(), 0.0f);
+  local_.d_o.assign(local_.q.size(), 0.0f);
+  local_.delta.assign(local_.lse.size(), 0.0f);
   delta_done_.assign(plan_.blocks.size(), 0);
   StartReshuffle(
       do_in_, prog_.do_in, "reshuffle do", kReshuffleDoGroup, kTagReshuffleDo, qrow_,
       [&](int64_t r, float* out) { std::copy_n(in.d_o.data() + r * qrow_, qrow_, out); },
-      [this](int64_t row, const float* src) { std::copy_n(src, qrow_, do_.data() + row * qrow_); });
+      [this](int64_t row, const float* src) {
+        std::copy_n(src, qrow_, local_.d_o.data() + row * qrow_);
+      });
 }
 
 ReturnGroup Runner::MakeReturn(FlightGroup group, int32_t tag, std::string name,
@@ -1075,6 +1210,7 @@ ReturnGroup Runner::MakeReturn(FlightGroup group, int32_t tag, std::string name,
 void Runner::ForwardStages(ReturnGroup& ret_o) {
   const RankProgram& P = prog_;
   pool_.assign(static_cast<size_t>(kv_rows_.Floats(P.forward.pool_rows)), 0.0f);
+  StartQueryPool(P.forward.query_rows, false);
   stats_->peak_received_blocks = P.forward.peak_slots;
   for (size_t t = 0; t < P.forward.stages.size(); ++t) {
     if (options_.before_forward_stage) options_.before_forward_stage(static_cast<int32_t>(t));
@@ -1082,13 +1218,16 @@ void Runner::ForwardStages(ReturnGroup& ret_o) {
     const std::string label = "fwd s" + std::to_string(t);
     const double stage_start = trace_->NowUs();
     PostKv(sp, label);
+    PostQueries(sp, label, false);
     RunCalls(sp.compute, false, label, t + 1 < P.forward.stages.size());
     PostReadySends(true);
     FinishStage(stage_start, label);
+    FinishQueries(sp, false);
     SendReturns(ret_o, static_cast<int32_t>(t));
   }
   FinishArrivals(qkv_in_);  // pieces of blocks no stage used
   pool_ = {};
+  query_pool_ = {};
 }
 
 // 4. Backward stages; dq and dk, dv head home apart, each once final.
@@ -1096,6 +1235,7 @@ void Runner::BackwardStages(ReturnGroup& ret_dq, ReturnGroup& ret_dkv) {
   const RankProgram& P = prog_;
   pool_.assign(static_cast<size_t>(kv_rows_.Floats(P.backward.pool_rows)), 0.0f);
   partial_.assign(static_cast<size_t>(kv_rows_.Floats(P.backward.partial_rows)), 0.0f);
+  StartQueryPool(P.backward.query_rows, true);
   // Stage 0 sends no partial (ValidatePlan: each needs the compute of a
   // stage before it), so no call is awaited.
   PrepareNextPartials(0, {});
@@ -1127,11 +1267,13 @@ void Runner::BackwardStages(ReturnGroup& ret_dq, ReturnGroup& ret_dkv) {
       in.v_flight = Flight{comm_.Irecv(in.data.data() + half, half * 4, r.src, recv_tags[i]),
                            name + " (V rows)", TraceLane::kRecv, kStageGroup, trace_->NowUs()};
     }
+    PostQueries(sp, label, true);
     SendStagePartials(label);
     PrepareNextPartials(t + 1, sp.compute);
     RunCalls(sp.compute, true, label, t + 1 < P.backward.stages.size());
     PostReadySends(true);
     FinishStage(stage_start, label);
+    FinishQueries(sp, true);
     // A sent partial's rows start the next partial that reuses them at zero.
     for (const DkvSend& s : sp.dkv_send)
       for (const bool v : {false, true})  // the rows it sent; the others are zero (ValidatePlan)
@@ -1148,6 +1290,7 @@ void Runner::BackwardStages(ReturnGroup& ret_dq, ReturnGroup& ret_dkv) {
   FinishArrivals(do_in_);
   pool_ = {};
   partial_ = {};
+  query_pool_ = {};
 }
 
 RankOutputs Runner::Run(const RankInputs& in) {
@@ -1160,12 +1303,12 @@ RankOutputs Runner::Run(const RankInputs& in) {
   RankOutputs out;
   out.o.resize(static_cast<size_t>(dl_rows * qrow_));
   out.lse.resize(static_cast<size_t>(dl_rows * dims_.heads_q));
-  ReturnGroup ret_o =
-      MakeReturn(kReturnOGroup, kTagReturnO, "return o",
-                 {{qrow_, out.o.data()}, {dims_.heads_q, out.lse.data()}}, P.forward_final_stage,
-                 &carried_q_, [this](size_t fi, int64_t row) -> const float* {
-                   return fi == 0 ? o_.data() + row * qrow_ : lse_.data() + row * dims_.heads_q;
-                 });
+  ReturnGroup ret_o = MakeReturn(
+      kReturnOGroup, kTagReturnO, "return o",
+      {{qrow_, out.o.data()}, {dims_.heads_q, out.lse.data()}}, P.forward_final_stage, &carried_q_,
+      [this](size_t fi, int64_t row) -> const float* {
+        return fi == 0 ? local_.o.data() + row * qrow_ : local_.lse.data() + row * dims_.heads_q;
+      });
   ForwardStages(ret_o);
   stats_->forward_s = (trace_->NowUs() - run_start) * 1e-6;
 
@@ -1177,15 +1320,15 @@ RankOutputs Runner::Run(const RankInputs& in) {
 
   const double bwd_start = trace_->NowUs();
   ReshuffleDo(in);
-  dq_.assign(q_.size(), 0.0f);
+  local_.dq.assign(local_.q.size(), 0.0f);
   dkv_.assign(kv_.size(), 0.0f);
   out.dq.resize(static_cast<size_t>(dl_rows * qrow_));
   out.dk.resize(static_cast<size_t>(dl_rows * kvrow_));
   out.dv.resize(out.dk.size());
-  ReturnGroup ret_dq =
-      MakeReturn(kReturnDqGroup, kTagReturnDq, "return dq", {{qrow_, out.dq.data()}},
-                 P.backward_dq_final_stage, &carried_q_,
-                 [this](size_t, int64_t row) -> const float* { return dq_.data() + row * qrow_; });
+  ReturnGroup ret_dq = MakeReturn(
+      kReturnDqGroup, kTagReturnDq, "return dq", {{qrow_, out.dq.data()}},
+      P.backward_dq_final_stage, &carried_q_,
+      [this](size_t, int64_t row) -> const float* { return local_.dq.data() + row * qrow_; });
   ReturnGroup ret_dkv =
       MakeReturn(kReturnDkvGroup, kTagReturnDkv, "return dkv",
                  {{kvrow_, out.dk.data()}, {kvrow_, out.dv.data()}}, P.backward_dkv_final_stage,

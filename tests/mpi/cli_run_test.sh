@@ -56,6 +56,10 @@ assert any(d != owner[j] for st in p['backward'] for j, s, d in st['send_dkv']),
         grep -q '"send_rows"' "$DIR/plan.json" && grep -q '"send_dkv_rows"' "$DIR/plan.json" ||
           fail "magi plan without row ranges"
       fi
+      if [ "$kind" = magi-dynamic ]; then  # some pairs computed away from their query's owner
+        grep -q '"send_q"' "$DIR/plan.json" && grep -q '"send_o"' "$DIR/plan.json" &&
+          grep -q '"send_dq"' "$DIR/plan.json" || fail "magi-dynamic plan without remote compute"
+      fi
     else
       "$WRITE_PLAN" "$kind" "$np" "$mask" "$coalesce" "$DIR/plan.json" || fail "write plan"
     fi

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "../hand_plans.h"
 #include "fcp/communicator.h"
 #include "fcp/error.h"
 #include "fcp/executor.h"
@@ -143,9 +144,11 @@ TEST_P(ExecutorMpi, RingWithRelays) {
   EXPECT_LT(RunAndCompare(plan), 1e-4);
 }
 
-// Every registered planner (fcp always; ring and others once merged).
+// Every registered planner (fcp always; ring and others once merged), but
+// magi-dynamic, which has cases of its own (MagiDynamic, below).
 TEST_P(ExecutorMpi, RegisteredPlanners) {
   for (const PlannerInfo& info : Planners()) {
+    if (info.name == "magi-dynamic") continue;
     for (int32_t coalesce : {1, 2}) {
       PlannerConfig config;
       config.planner = info.name;
@@ -159,6 +162,42 @@ TEST_P(ExecutorMpi, RegisteredPlanners) {
       EXPECT_LT(RunAndCompare(plan), 1e-4) << info.name << " coalesce " << coalesce;
     }
   }
+}
+
+// MagiAttention's dynamic solver (the magi-dynamic baseline) computes some
+// pairs away from their query block's owner: queries go out (send_q) and
+// partial outputs come home (send_o, send_dq) to be merged. The causal and
+// full cases' batches must include such pairs.
+TEST_P(ExecutorMpi, MagiDynamic) {
+  int32_t remote = 0;
+  for (const std::vector<int64_t>& lengths :
+       {Lengths(), std::vector<int64_t>{120, 7, 33}, std::vector<int64_t>{200}}) {
+    PlannerConfig config;
+    config.planner = "magi-dynamic";
+    config.workers = g_comm->size();
+    config.block_size = 16;
+    config.coalesce = 2;
+    config.mask = GetParam().mask;
+    config.attention = {GetParam().heads_q, GetParam().heads_kv, 8, 4};
+    const Plan plan = MakePlan(lengths, config);
+    ValidatePlan(plan);
+    remote += UsesRemoteCompute(plan);
+    EXPECT_LT(RunAndCompare(plan), 1e-4) << lengths.size() << " sequences";
+  }
+  // (Under the sliding window every rank's work is near its own tokens: at
+  // 2 and 3 ranks the solver keeps every pair home for these batches.)
+  if (GetParam().mask.kind != MaskKind::kSlidingWindow) {
+    EXPECT_GT(remote, 0) << "no batch computes a pair remotely";
+  }
+}
+
+// The hand-drawn remote-compute plan (tests/hand_plans.h: rank 0 computes
+// (B2, B0) for rank 1, forward and backward), on 2 ranks.
+TEST(ExecutorMpiRemoteCompute, HandDrawnPlan) {
+  if (g_comm->size() != 2) GTEST_SKIP() << "a plan for 2 ranks";
+  const Plan plan = testing::RemoteComputePlan();
+  ValidatePlan(plan);
+  EXPECT_LT(RunAndCompare(plan), 1e-4);
 }
 
 // ---- the input reshuffle's rule (docs/runtime.md, step 1) ----------------
