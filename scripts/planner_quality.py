@@ -15,7 +15,7 @@ checks each row against the planner's targets (issue 39):
 
 Usage:
   scripts/planner_quality.py [--fcp build/fcp] [--workers 16,64,256] [--profiles gpu-x,gpu-y]
-                             [--seeds 0] [--baselines bytescale,magi] [--cache DIR]
+                             [--seeds 0] [--baselines bytescale,magi,magi-dynamic] [--cache DIR]
                              [--out docs/planner-quality.md] [--json rows.json]
 --seeds 1,2 gives a held-out card (the same mixes at other seeds). Ring and
 WLB-like are left out by default: at N = 256 they take minutes a row and are
@@ -127,7 +127,7 @@ def main():
     ap.add_argument("--workers", default="16,64,256")
     ap.add_argument("--profiles", default="gpu-x,gpu-y")
     ap.add_argument("--seeds", default="0", help="comma-separated workload seeds (0: the benchmark set)")
-    ap.add_argument("--baselines", default="bytescale,magi",
+    ap.add_argument("--baselines", default="bytescale,magi,magi-dynamic",
                     help="comma-separated baselines FCP is judged against ('' for none)")
     ap.add_argument("--mixes", default=",".join(MIXES), help="comma-separated, from: " + ", ".join(MIXES))
     ap.add_argument("--cache", help="directory keeping `fcp compare` results (keyed by binary + arguments)")
