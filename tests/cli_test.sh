@@ -351,7 +351,8 @@ case_plan_tune() {
     --out "$tmp/u.txt" 2>/dev/null || fail "tune: workload"
   expect 0 "plan --tune" -- plan --lengths "$tmp/u.txt" --workers 16 --tune --out "$tmp/tuned.json"
   contains "plan --tune" "$tmp/stderr" "tuned on gpu-x (reshuffle overlap): heavy fraction"
-  contains "plan --tune lists its tries" "$tmp/stderr" "(heavy fraction/max imbalance: 0.1/0.05: "
+  contains "plan --tune lists its tries" "$tmp/stderr" "(heavy fraction/max imbalance[/relays]: 0.1/0.05: "
+  contains "plan --tune tries node relays" "$tmp/stderr" "0.1/0.05/relays: "
   contains "plan --tune tries a lifted bound" "$tmp/stderr" ", 0.1/1: "
   # The plan records the settings it was made with: planning with them writes the same file.
   local settings

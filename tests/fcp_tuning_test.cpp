@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -41,10 +42,12 @@ FcpTuning GpuX() {
   return t;
 }
 
-// (heavy fraction, max imbalance) of every candidate tried, in order.
-std::vector<std::pair<double, double>> Settings(const TunedFcpPlan& tuned) {
-  std::vector<std::pair<double, double>> out;
-  for (const FcpTuningTry& t : tuned.tried) out.emplace_back(t.heavy_fraction, t.max_imbalance);
+// (heavy fraction, max imbalance, node relays) of every candidate tried, in order.
+using Tried = std::vector<std::tuple<double, double, bool>>;
+Tried Settings(const TunedFcpPlan& tuned) {
+  Tried out;
+  for (const FcpTuningTry& t : tuned.tried)
+    out.emplace_back(t.heavy_fraction, t.max_imbalance, t.node_relays);
   return out;
 }
 
@@ -65,7 +68,7 @@ TEST(FcpTuning, KeepsTheFastestCandidateItsOptionsRemake) {
     const std::vector<int64_t> lengths = Batch(dist, 16, seed, min_len, max_len);
     const PlannerConfig config = Fcp(16);
     const TunedFcpPlan tuned = TuneFcpPlan(lengths, config, tuning);
-    ASSERT_EQ(tuned.tried.size(), 7u);
+    ASSERT_EQ(tuned.tried.size(), 8u);
     ASSERT_TRUE(tuned.tried[0].simulated);
     EXPECT_EQ(tuned.tried[0].heavy_fraction, config.heavy_fraction);
     EXPECT_EQ(tuned.tried[0].max_imbalance, config.max_imbalance);
@@ -82,10 +85,12 @@ TEST(FcpTuning, KeepsTheFastestCandidateItsOptionsRemake) {
     EXPECT_EQ(tuned.sim.total_time_s, fastest);
     EXPECT_EQ(tuned.heavy_fraction, fastest_try->heavy_fraction);
     EXPECT_EQ(tuned.max_imbalance, fastest_try->max_imbalance);
+    EXPECT_EQ(tuned.node_relays, fastest_try->node_relays);
     EXPECT_LE(tuned.sim.total_time_s, tuned.tried[0].step_s);
     PlannerConfig chosen = config;
     chosen.heavy_fraction = tuned.heavy_fraction;
     chosen.max_imbalance = tuned.max_imbalance;
+    chosen.node_relays = tuned.node_relays;
     EXPECT_TRUE(tuned.plan == MakePlan(lengths, chosen));
     EXPECT_TRUE(MakePlan(lengths, PlannerConfigOf(tuned.plan)) == tuned.plan);
     EXPECT_EQ(Simulate(tuned.plan, tuning.profile).total_time_s, tuned.sim.total_time_s);
@@ -94,7 +99,7 @@ TEST(FcpTuning, KeepsTheFastestCandidateItsOptionsRemake) {
                tuned.max_imbalance != config.max_imbalance;
   }
   // The batch set is chosen so that tuning changes some plans (uniform
-  // 16K-128K: whole items are 3-6% faster, docs/planner-quality.md); a
+  // 16K-128K: whole items are 3-6% faster, the measurement log (docs/planner.md)); a
   // tuner that always kept the first candidate would fail here.
   EXPECT_GE(changed, 1);
 }
@@ -110,9 +115,13 @@ TEST(FcpTuning, TriesTheConfigsSettingsFirstAndSkipsHopelessWholeItems) {
   whole.heavy_fraction = 0;
   ASSERT_GT(FcpComputeImbalanceFloor(lengths, whole), config.max_imbalance);
   const TunedFcpPlan tuned = TuneFcpPlan(lengths, config, GpuX());
-  using Tried = std::vector<std::pair<double, double>>;
-  EXPECT_EQ(Settings(tuned),
-            (Tried{{0.3, 0.05}, {0.2, 0.05}, {0.4, 0.05}, {0, 0.05}, {0.3, 0.1}, {0.3, 1}}));
+  EXPECT_EQ(Settings(tuned), (Tried{{0.3, 0.05, false},
+                                    {0.2, 0.05, false},
+                                    {0.4, 0.05, false},
+                                    {0, 0.05, false},
+                                    {0.3, 0.1, false},
+                                    {0.3, 1, false},
+                                    {0.3, 0.05, true}}));
   for (size_t k = 0; k < tuned.tried.size(); ++k)
     EXPECT_EQ(tuned.tried[k].simulated, k != 3) << "candidate " << k;
   EXPECT_NE(tuned.heavy_fraction, 0);
@@ -120,14 +129,39 @@ TEST(FcpTuning, TriesTheConfigsSettingsFirstAndSkipsHopelessWholeItems) {
   // A config already at a candidate's settings tries them once.
   PlannerConfig loose = Fcp(16);
   loose.max_imbalance = 0.1;
-  EXPECT_EQ(Settings(TuneFcpPlan(lengths, loose, GpuX())),
-            (Tried{{0.1, 0.1}, {0.2, 0.1}, {0.3, 0.1}, {0.4, 0.1}, {0, 0.1}, {0.1, 1}}));
+  EXPECT_EQ(Settings(TuneFcpPlan(lengths, loose, GpuX())), (Tried{{0.1, 0.1, false},
+                                                                  {0.2, 0.1, false},
+                                                                  {0.3, 0.1, false},
+                                                                  {0.4, 0.1, false},
+                                                                  {0, 0.1, false},
+                                                                  {0.1, 1, false},
+                                                                  {0.1, 0.1, true}}));
+  PlannerConfig relayed = Fcp(16);
+  relayed.node_relays = true;  // already relayed: the relay candidate is its own settings
+  EXPECT_EQ(Settings(TuneFcpPlan(lengths, relayed, GpuX())).size(), 7u);  // its own + 6
 
   FcpTuning only_whole = GpuX();
   only_whole.candidates = {{.heavy_fraction = 0.3}};
   const TunedFcpPlan asked = TuneFcpPlan(lengths, whole, only_whole);
-  EXPECT_EQ(Settings(asked), (Tried{{0, 0.05}, {0.3, 0.05}}));
+  EXPECT_EQ(Settings(asked), (Tried{{0, 0.05, false}, {0.3, 0.05, false}}));
   EXPECT_TRUE(asked.tried[0].simulated);
+}
+
+// Node relays lower the step on some batches and raise it on others, so they
+// are a candidate, not the default: on a power-law batch at N = 64 planned for
+// its own layout (no reshuffle) they win (-4.1% on gpu-x, docs/planner.md,
+// step 11), and the tuned plan is the relayed one, re-made by its options.
+TEST(FcpTuning, KeepsNodeRelaysWhereTheyLowerTheStep) {
+  const std::vector<int64_t> lengths = Batch(LengthDistribution::kPareto, 64, 0);
+  PlannerConfig config = Fcp(64);
+  config.reshuffle_locality = false;
+  FcpTuning tuning = FcpTuningFor(BuiltinProfile("gpu-x"), config);
+  tuning.candidates = {{.node_relays = true}};
+  const TunedFcpPlan tuned = TuneFcpPlan(lengths, config, tuning);
+  ASSERT_EQ(Settings(tuned), (Tried{{0.1, 0.05, false}, {0.1, 0.05, true}}));
+  EXPECT_TRUE(tuned.node_relays);
+  EXPECT_LT(tuned.tried[1].step_s, tuned.tried[0].step_s);
+  EXPECT_TRUE(MakePlan(lengths, PlannerConfigOf(tuned.plan)) == tuned.plan);
 }
 
 TEST(FcpTuning, RefusesOtherPlannersAndBadSettings) {

@@ -815,7 +815,7 @@ TEST(PlannerLocalityTest, BalancedHomeLayoutStaysHome) {
 
 // The shed layout (issue 17) on the paper's batches where it is kept (N =
 // 16 and 64, seeds 0 and 2; simulated 5-15% faster with the reshuffle
-// overlapped, docs/planner-quality.md): every worker's compute within 7%
+// overlapped, the measurement log (docs/planner.md)): every worker's compute within 7%
 // of the mean (Shed aims at 2%; at N = 64 seed 0 it stops at 6.4%, where
 // no exchange of whole items lowers the larger compute), fewer tokens reshuffled than the balanced
 // plan (reshuffle_locality false) and a lower busiest reshuffle across nodes; every plan rule

@@ -1,6 +1,6 @@
 // fcp/fcp_tuning.h — FCP planned per batch by the simulated step (opt-in:
 // `fcp plan --tune`): the plan of the config as given and of a few variants
-// (other heavy-split fractions, other imbalance bounds), each simulated on a
+// (other heavy-split fractions, other imbalance bounds, node relays), each simulated on a
 // hardware profile, the fastest kept.
 //
 // Why: how far heavy blocks are split decides the step by more than any
@@ -9,16 +9,16 @@
 // benchmark set the best fraction per batch is 1.6% (N = 16) and 3.5%
 // (N = 64) faster than the default 0.1 in geometric mean, up to 11% on a
 // row, and no fraction is best on every batch, nor does the step's lower
-// bound pick the right one (docs/planner-quality.md, "Whole items against
-// the heavy split"). The imbalance bound chooses among the planner's own
+// bound pick the right one (the measurement log of docs/planner.md, "Whole items
+// against the heavy split"). The imbalance bound chooses among the planner's own
 // candidates (split and layout variants) by a cost the simulation does not
 // always agree with: a looser bound (0.1) or none (1, time mode) as two
-// more candidates adds 0.2-1.0 points (docs/planner-quality.md, "Tuned by
+// more candidates adds 0.2-1.0 points (the measurement log, "Tuned by
 // simulation"). The simulation picks, at the price of one planning and
 // one simulation per candidate: on the lognormal batches about 10 ms of CPU
 // a candidate at N = 16, 60 ms at N = 64, 2.4 s at N = 256 (the seven of
 // `fcp plan --tune`: 0.03, 0.23 and 8.5 s wall on a quiet 2-core machine;
-// docs/planner-quality.md). So it is for
+// the measurement log). So it is for
 // plans made ahead of the training step (a packing job, a prefetching
 // dataloader with cores to spare), not the default.
 //
@@ -51,6 +51,7 @@ namespace fcp {
 struct FcpTuningCandidate {
   std::optional<double> heavy_fraction = std::nullopt;
   std::optional<double> max_imbalance = std::nullopt;
+  std::optional<bool> node_relays = std::nullopt;
 };
 
 struct FcpTuning {
@@ -60,13 +61,14 @@ struct FcpTuning {
   // Tried after the config's own plan, in this order, each once (one that
   // comes out as an earlier one's settings is not tried again): coarser
   // splits and none (heavy fraction 0), then the imbalance bound loosened
-  // and lifted. Whole items are skipped where they cannot come within the
-  // candidate's imbalance bound (FcpComputeImbalanceFloor): there they were
-  // 20-98% slower on every batch measured, and planning them costs as much
-  // as any other candidate.
+  // and lifted, then the config's own settings with node relays (they lower
+  // the step on some batches and raise it on others). Whole items are skipped where they cannot
+  // come within the candidate's imbalance bound (FcpComputeImbalanceFloor): there they were 20-98%
+  // slower on every batch measured, and planning them costs as much as any other candidate.
   std::vector<FcpTuningCandidate> candidates = {{.heavy_fraction = 0.2}, {.heavy_fraction = 0.3},
                                                 {.heavy_fraction = 0.4}, {.heavy_fraction = 0},
-                                                {.max_imbalance = 0.1},  {.max_imbalance = 1}};
+                                                {.max_imbalance = 0.1},  {.max_imbalance = 1},
+                                                {.node_relays = true}};
   void validate() const;  // Error(kInvalidArgument) naming the field
 };
 
@@ -74,6 +76,7 @@ struct FcpTuning {
 struct FcpTuningTry {
   double heavy_fraction = 0;
   double max_imbalance = 0;
+  bool node_relays = false;
   bool simulated = false;  // false: skipped (whole items cannot be balanced)
   double step_s = 0;       // its simulated step (when simulated)
 };
@@ -82,6 +85,7 @@ struct TunedFcpPlan {
   Plan plan;                  // the fastest candidate's (ties: the earlier)
   double heavy_fraction = 0;  // the settings it was made with
   double max_imbalance = 0;
+  bool node_relays = false;
   SimResult sim;                    // its simulation (sim.total_time_s: its step)
   std::vector<FcpTuningTry> tried;  // every candidate, the config's own first
 };

@@ -142,8 +142,10 @@ struct PlannerConfig {
   // another node are summed at the node's last sender first (node_relays.h;
   // docs/planner.md, step 11). Only owners whose network port is nearly as
   // busy as their compute (by network_flops_per_byte) relay. No stage, pair
-  // or congestion bound changes.
-  bool node_relays = true;
+  // or congestion bound changes. Off by default: it lowers the step on some
+  // rows of the benchmark set and raises it on others (docs/planner.md, step
+  // 11); `fcp plan --tune` tries it per batch (fcp/fcp_tuning.h).
+  bool node_relays = false;
   // Run ValidatePlan on the result (the debug self-check); throws kInternal if it fails.
   bool self_check = false;
 
@@ -177,8 +179,7 @@ std::vector<std::pair<std::string, double>> RecordedPlannerOptions(const Planner
 
 // The config that re-makes `plan`: the inverse of PlanHeader, plus the
 // settings the planner recorded in plan.planner_options (names this version
-// does not know are ignored; MakePlan then tells by a different plan; a
-// recorded plan without node_relays was made before relays, so without them).
+// does not know are ignored; MakePlan then tells by a different plan).
 PlannerConfig PlannerConfigOf(const Plan& plan);
 
 // The FCP planner itself.

@@ -83,7 +83,7 @@ inline double PortTraffic(double traffic, double sent) {
 // its mean (the traffic mean of the start's real loads, at least 1). Not by
 // the busiest port: balancing ports here leaves the sums outside the
 // judge's bound, which then keeps other candidates, slower on the benchmark
-// set (docs/planner-quality.md, ports in the exchange engine).
+// set (the measurement log (docs/planner.md), ports in the exchange engine).
 struct BalanceObjective {
   static constexpr bool kLeveled = false;
   Targets targets;  // targets.compute given; targets.traffic set by Begin

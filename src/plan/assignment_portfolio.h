@@ -33,7 +33,7 @@ void KeepBetter(Assignment candidate, Assignment& best, const Judge& judge);
 
 // `a` with its traffic counted as sent + received by Cost and Better, not
 // by the busiest port: for the passes whose caps are on the sums (Localize,
-// Level; docs/planner-quality.md, ports in the exchange engine).
+// Level; the measurement log (docs/planner.md), ports in the exchange engine).
 inline Assignment BySums(Assignment a) {
   a.send.clear();
   return a;

@@ -44,7 +44,7 @@ detail::Judge JudgeOf(const PlannerConfig& config, int64_t block_size) {
 // for Llama-3-70B heads. The cost's traffic term is a forward load (the
 // step is about 3.5 forwards of compute); a worker's reshuffle is counted
 // as tokens in + out, on a full-duplex NIC (half); and the simulated step
-// (gpu-x, gpu-y, N = 16 and 64, docs/planner-quality.md) exposed about 0.75
+// (gpu-x, gpu-y, N = 16 and 64, the measurement log (docs/planner.md)) exposed about 0.75
 // of the busiest worker's port time, the rest overlapping its compute.
 // So one token in or out weighs as this many forward K/V tokens.
 constexpr double kReshuffleExposed = 0.75;
@@ -619,7 +619,7 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   // kShedReshuffleShare of the balanced plan's; of two such, the lower
   // proxy (it ranked the two shed layouts as the simulator did on every
   // benchmark row at N = 16 and 64 where both were built:
-  // docs/planner-quality.md).
+  // the measurement log (docs/planner.md)).
   // What the plan is built from: the balanced plan, or a layout.
   std::vector<Block>* blocks = &best->sharding.blocks;
   const std::vector<RequiredPair>* pairs = &best->pairs;

@@ -269,8 +269,6 @@ PlannerConfig PlannerConfigOf(const Plan& plan) {
                   .attention = plan.attention,
                   .token_cap = plan.token_cap,
                   .planner = plan.planner};
-  // Plans recorded before node relays existed were made without them.
-  if (!plan.planner_options.empty()) c.node_relays = false;
   for (const auto& [name, value] : plan.planner_options)
     for (const PlannerOption* o : RecordedRows())
       if (name == o->field) SetRecorded(*o, c, value);

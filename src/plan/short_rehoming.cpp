@@ -162,7 +162,7 @@ std::optional<std::vector<Block>> RehomeShortSequences(const std::vector<int64_t
   // to its length or more, so late in the deal, when few rooms are left,
   // a sequence costs far less than O(N). (Taking the first node after the
   // home's with a fit instead was cheaper and lost N = 64's gain:
-  // docs/planner-quality.md.)
+  // the measurement log (docs/planner.md).)
   const int32_t nodes = (n + node - 1) / node;
   std::vector<int64_t> node_room(nodes, 0);
   for (int32_t w = 0; w < n; ++w) node_room[w / node] += room[w];

@@ -37,7 +37,7 @@
 //
 // The planner keeps the result only where fewer tokens are away from home
 // and no maximum rises (fcp_planner.cpp); measured there
-// (docs/planner-quality.md, the report card after short-sequence
+// (the measurement log (docs/planner.md), the report card after short-sequence
 // rehoming): the step with the reshuffle overlapped -2.0% (N = 16) and
 // -1.2% (N = 64) on the benchmark set, geometric means, no row slower,
 // and a third fewer tokens reshuffled on the lognormal mixes. Not run on

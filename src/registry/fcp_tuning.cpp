@@ -1,5 +1,5 @@
 // FCP planned per batch by the simulated step (fcp/fcp_tuning.h): each
-// candidate (heavy fraction, imbalance bound) planned by MakePlan and
+// candidate (heavy fraction, imbalance bound, node relays) planned by MakePlan and
 // simulated, the fastest kept.
 #include "fcp/fcp_tuning.h"
 
@@ -49,9 +49,10 @@ TunedFcpPlan TuneFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfi
     PlannerConfig candidate = config;
     candidate.heavy_fraction = variant.heavy_fraction.value_or(config.heavy_fraction);
     candidate.max_imbalance = variant.max_imbalance.value_or(config.max_imbalance);
+    candidate.node_relays = variant.node_relays.value_or(config.node_relays);
     const auto same = [&](const PlannerConfig& c) {
       return c.heavy_fraction == candidate.heavy_fraction &&
-             c.max_imbalance == candidate.max_imbalance;
+             c.max_imbalance == candidate.max_imbalance && c.node_relays == candidate.node_relays;
     };
     if (std::none_of(configs.begin(), configs.end(), same)) configs.push_back(candidate);
   }
@@ -66,7 +67,8 @@ TunedFcpPlan TuneFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfi
   std::vector<std::future<Outcome>> outcomes(configs.size());
   for (size_t k = 0; k < configs.size(); ++k) {
     const PlannerConfig& candidate = configs[k];
-    best.tried.push_back({candidate.heavy_fraction, candidate.max_imbalance, false, 0});
+    best.tried.push_back(
+        {candidate.heavy_fraction, candidate.max_imbalance, candidate.node_relays, false, 0});
     // Whole items (no split) only where they can be balanced at all.
     if (k > 0 && candidate.heavy_fraction == 0 &&
         FcpComputeImbalanceFloor(lengths, candidate) > candidate.max_imbalance)
@@ -87,6 +89,7 @@ TunedFcpPlan TuneFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfi
       best.plan = std::move(o.plan);
       best.heavy_fraction = configs[k].heavy_fraction;
       best.max_imbalance = configs[k].max_imbalance;
+      best.node_relays = configs[k].node_relays;
       best.sim = std::move(o.sim);
     }
   }

@@ -54,7 +54,7 @@ void ReverseBackwardTransferStages(Plan& plan);
 // Up to this many workers BuildStages reverses the backward's transfer
 // stages. Measured to lower the step there in geometric mean (N = 16-256,
 // both profiles, with and without the reshuffle charged; the rows it raised
-// are in docs/planner-quality.md); above, on
+// are in the measurement log (docs/planner.md)); above, on
 // lognormal seed 0 at N = 512-4096, it raised the step in the plan's own
 // layout by 1-5% and moved the transparent one by -2.1% to +1.0%, within
 // the simulator's spread at that size.
