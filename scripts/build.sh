@@ -9,7 +9,11 @@ generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 case "$kind" in
   release) dir=build; flags=(-DCMAKE_BUILD_TYPE=Release) ;;
-  asan) dir=build-asan; flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DFCP_SANITIZE=ON -DFCP_BUILD_BENCH=OFF) ;;
+  # -O1 -g1: line tables are all a sanitizer report needs; at -O2 -g the
+  # instrumented build compiled 2.7x slower (63.7 vs 23.2 s user for
+  # tests/planner_test.cpp) and was the largest part of CI's time.
+  asan) dir=build-asan; flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG"
+          -DFCP_SANITIZE=ON -DFCP_BUILD_BENCH=OFF) ;;
   *) echo "build.sh: unknown build kind '$kind' (expected release or asan)" >&2; exit 2 ;;
 esac
 cmake -S . -B "$dir" "${generator[@]}" "${flags[@]}" >/dev/null

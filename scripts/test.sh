@@ -9,18 +9,25 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 jobs="$(nproc 2>/dev/null || echo 2)"
+# Each phase's header ends the one before it with its wall time (CI's budget is 25 minutes).
+phase_start=$SECONDS
+phase() {
+  [ -z "${phase_name:-}" ] || echo "-- $phase_name: $((SECONDS - phase_start)) s"
+  phase_name=$1 phase_start=$SECONDS
+  [ -z "$1" ] || echo "== $1"
+}
 
-echo "== C++ formatting (clang-format-14, .clang-format)"
+phase "C++ formatting (clang-format-14, .clang-format)"
 bash scripts/format_check.sh
 
-echo "== Release build and tests"
+phase "Release build and tests"
 bash scripts/build.sh release
 ctest --test-dir build -j "$jobs" --output-on-failure
 
-echo "== One Definition Rule: fcp linked with -flto -Wodr -Werror=odr"
+phase "One Definition Rule: fcp linked with -flto -Wodr -Werror=odr"
 bash scripts/odr_check.sh
 
-echo "== ASan + UBSan build and tests"
+phase "ASan + UBSan build and tests"
 bash scripts/build.sh asan
 ctest --test-dir build-asan -j "$jobs" --output-on-failure
 
@@ -28,15 +35,16 @@ ctest --test-dir build-asan -j "$jobs" --output-on-failure
 export FCP_WHEEL_DIR="$PWD/build/wheel"
 mkdir -p "$FCP_WHEEL_DIR"
 if [ -f scripts/python_test.sh ]; then
-  echo "== Python module"
+  phase "Python module"
   bash scripts/python_test.sh
 fi
 if [ -f scripts/torch_test.sh ]; then
-  echo "== fcp.torch (torch and transformers extras, 4 gloo ranks)"
+  phase "fcp.torch (torch and transformers extras, 4 gloo ranks)"
   bash scripts/torch_test.sh
 fi
 if [ -f scripts/fuzz.sh ]; then
-  echo "== Fuzzing the plan reader"
-  bash scripts/fuzz.sh "${FCP_FUZZ_SECONDS:-30}"
+  phase "Fuzzing the plan reader"
+  bash scripts/fuzz.sh "${FCP_FUZZ_SECONDS:-20}"
 fi
-echo "all tests passed"
+phase ""
+echo "all tests passed in $SECONDS s"
