@@ -272,25 +272,57 @@ class Plan:
         stage = _int("stage", stage)
         return stage + count if stage < 0 else stage
 
-    def forward_send(self, stage: int) -> np.ndarray:
-        """int32 [sends, 3]: rows (kv_block, src, dst) of forward stage ``stage``."""
-        return self._h.forward_send(self._stage(stage, self.num_forward_stages))
+    def _transfers(self, name: str, stage, forward: bool, rows: bool) -> np.ndarray:
+        count = self.num_forward_stages if forward else self.num_backward_stages
+        return self._h.stage_transfers(name, self._stage(stage, count), bool(rows))
+
+    def forward_send(self, stage: int, rows: bool = False) -> np.ndarray:
+        """int32 [sends, 3]: rows (kv_block, src, dst) of forward stage ``stage``.
+        ``rows=True``: int64 [sends, 5], (kv_block, src, dst, row_begin, rows),
+        the block's rows each send carries (all of them unless the plan cuts
+        the send to the rows its receiver attends, docs/plan-format.md)."""
+        return self._transfers("forward_send", stage, True, rows)
 
     def forward_compute(self, stage: int) -> np.ndarray:
-        """int32 [pairs, 2]: rows (q_block, kv_block) computed in forward stage ``stage``."""
+        """int32 [pairs, 3]: rows (q_block, kv_block, worker) computed in forward
+        stage ``stage``; ``worker`` computes the pair (the query block's owner,
+        unless the plan uses the remote-compute extension)."""
         return self._h.forward_compute(self._stage(stage, self.num_forward_stages))
 
-    def backward_send_kv(self, stage: int) -> np.ndarray:
-        """int32 [sends, 3]: K/V sends (kv_block, src, dst) of backward stage ``stage``."""
-        return self._h.backward_send_kv(self._stage(stage, self.num_backward_stages))
+    def forward_send_q(self, stage: int, rows: bool = False) -> np.ndarray:
+        """Remote-compute extension: query blocks sent to the worker that computes
+        with them in forward stage ``stage``, as :meth:`forward_send`."""
+        return self._transfers("forward_send_q", stage, True, rows)
 
-    def backward_send_dkv(self, stage: int) -> np.ndarray:
-        """int32 [sends, 3]: partial dK/dV returns (kv_block, src, dst) of backward stage ``stage``."""
-        return self._h.backward_send_dkv(self._stage(stage, self.num_backward_stages))
+    def forward_send_o(self, stage: int, rows: bool = False) -> np.ndarray:
+        """Remote-compute extension: partial outputs returned to their query
+        block's owner in forward stage ``stage``, as :meth:`forward_send`."""
+        return self._transfers("forward_send_o", stage, True, rows)
+
+    def backward_send_kv(self, stage: int, rows: bool = False) -> np.ndarray:
+        """int32 [sends, 3]: K/V sends (kv_block, src, dst) of backward stage
+        ``stage``; ``rows`` as in :meth:`forward_send`."""
+        return self._transfers("backward_send_kv", stage, False, rows)
+
+    def backward_send_dkv(self, stage: int, rows: bool = False) -> np.ndarray:
+        """int32 [sends, 3]: partial dK/dV returns (kv_block, src, dst) of backward
+        stage ``stage``; ``rows`` as in :meth:`forward_send`."""
+        return self._transfers("backward_send_dkv", stage, False, rows)
 
     def backward_compute(self, stage: int) -> np.ndarray:
-        """int32 [pairs, 2]: rows (q_block, kv_block) computed in backward stage ``stage``."""
+        """int32 [pairs, 3]: rows (q_block, kv_block, worker) computed in backward
+        stage ``stage``, as :meth:`forward_compute`."""
         return self._h.backward_compute(self._stage(stage, self.num_backward_stages))
+
+    def backward_send_q(self, stage: int, rows: bool = False) -> np.ndarray:
+        """Remote-compute extension: Q, O, dO and LSE of query blocks sent to the
+        worker that computes with them in backward stage ``stage``."""
+        return self._transfers("backward_send_q", stage, False, rows)
+
+    def backward_send_dq(self, stage: int, rows: bool = False) -> np.ndarray:
+        """Remote-compute extension: partial dQ returned to the query block's
+        owner in backward stage ``stage``."""
+        return self._transfers("backward_send_dq", stage, False, rows)
 
     # ---- metrics ---------------------------------------------------------------
 

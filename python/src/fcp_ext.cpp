@@ -56,17 +56,13 @@ namespace {
 template <typename T>
 using Array = nb::ndarray<nb::numpy, const T>;
 
-// The plan's transfer and pair lists are viewed in place as (n, 3) / (n, 2)
-// int32 arrays: their first fields are int32 and a record is a whole number
-// of int32s. A transfer's row range (docs/plan-format.md) follows its three
-// int32 fields and is not in the view: row strides skip it.
+// A stage's transfer list is viewed in place as an (n, 3) int32 array: a
+// Transfer's first fields are int32 and it is a whole number of int32s. Its
+// row range (docs/plan-format.md) follows the three int32 fields and is not in
+// the view (row strides skip it); TransferRowsArray copies it out.
 static_assert(std::is_standard_layout_v<Transfer> && sizeof(Transfer) % sizeof(int32_t) == 0);
 static_assert(offsetof(Transfer, block) == 0 && offsetof(Transfer, src) == 4 &&
               offsetof(Transfer, dst) == 8);
-// A pair's computing worker (the remote-compute extension) follows its two
-// blocks and is not in the view either.
-static_assert(std::is_standard_layout_v<BlockPair> && sizeof(BlockPair) == 3 * sizeof(int32_t));
-static_assert(offsetof(BlockPair, q_block) == 0 && offsetof(BlockPair, kv_block) == 4);
 
 // Read-only view of `rows` x `cols` (cols == 0: a vector) elements at `data`,
 // kept alive by `owner`. numpy wants a non-null pointer even for no elements.
@@ -83,7 +79,7 @@ Array<T> VectorView(const std::vector<T>& v, nb::handle owner) {
   return View(v.data(), v.size(), 0, owner);
 }
 
-// A stage list (of Transfer or BlockPair) as an int32 array with one row per
+// A stage's transfer list as an int32 array with one row per
 // item and a column per leading int32 field (`cols` of them), rows
 // sizeof(T) apart.
 template <typename T>
@@ -96,15 +92,42 @@ Array<int32_t> StageListView(const std::vector<T>& list, size_t cols, nb::handle
   return Array<int32_t>(data, 2, shape, owner, strides);
 }
 
-// A fresh array that owns `values` (moved into a capsule).
+// A fresh array that owns `values` (moved into a capsule): a vector, or with
+// `cols` > 0 a [values.size() / cols, cols] matrix.
 template <typename T>
-nb::ndarray<nb::numpy, T> OwnedArray(std::vector<T> values) {
+nb::ndarray<nb::numpy, T> OwnedArray(std::vector<T> values, size_t cols = 0) {
   auto* heap = new std::vector<T>(std::move(values));
   nb::capsule owner(heap, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
   static T empty{};
   T* data = heap->empty() ? &empty : heap->data();
-  const size_t shape[1] = {heap->size()};
-  return nb::ndarray<nb::numpy, T>(data, 1, shape, owner);
+  const size_t shape[2] = {cols == 0 ? heap->size() : heap->size() / cols, cols};
+  return nb::ndarray<nb::numpy, T>(data, cols == 0 ? 1 : 2, shape, owner);
+}
+
+// A stage's pairs as int32 [pairs, 3] rows (q_block, kv_block, worker), the
+// worker that computes each resolved (the query block's owner unless the
+// remote-compute extension names another): a copy, since the plan stores
+// kOwner for the usual case.
+nb::ndarray<nb::numpy, int32_t> ComputeArray(const Plan& plan,
+                                             const std::vector<BlockPair>& pairs) {
+  std::vector<int32_t> rows;
+  rows.reserve(3 * pairs.size());
+  for (const BlockPair& p : pairs)
+    rows.insert(rows.end(), {p.q_block, p.kv_block, ComputeWorker(plan.blocks, p)});
+  return OwnedArray(std::move(rows), 3);
+}
+
+// A stage's transfers as int64 [sends, 5] rows (block, src, dst, row_begin,
+// rows): the block's rows [row_begin, row_begin + rows) it carries, the whole
+// block (0, its tokens) unless the plan cuts it (docs/plan-format.md).
+nb::ndarray<nb::numpy, int64_t> TransferRowsArray(const Plan& plan,
+                                                  const std::vector<Transfer>& sends) {
+  std::vector<int64_t> rows;
+  rows.reserve(5 * sends.size());
+  for (const Transfer& t : sends)
+    rows.insert(rows.end(),
+                {t.block, t.src, t.dst, t.row_begin, t.rows(plan.blocks[t.block].tokens())});
+  return OwnedArray(std::move(rows), 5);
 }
 
 // Blocks flattened to arrays (Block holds a vector, so no in-place view).
@@ -524,29 +547,34 @@ void BindPlanArrays(PlanClass& cls) {
              const FlatBlocks& f = BlocksOf(h);
              return View(f.segments.data(), f.segments.size() / 4, 4, nb::find(&h));
            })
-      .def("forward_send",
-           [](PlanHandle& h, int64_t stage) {
-             return StageListView(StageAt(h.plan().forward, stage, "forward").send, 3,
-                                  nb::find(&h));
+      // Transfer lists: (stage) -> int32 [n, 3] views (block, src, dst), or
+      // with rows=True int64 [n, 5] copies that add the rows each carries.
+      .def("stage_transfers",
+           [](PlanHandle& h, const std::string& list, int64_t stage, bool rows) -> nb::object {
+             const Plan& plan = h.plan();
+             const std::vector<Transfer>* sends = nullptr;
+             if (list == "forward_send") sends = &StageAt(plan.forward, stage, "forward").send;
+             if (list == "forward_send_q") sends = &StageAt(plan.forward, stage, "forward").send_q;
+             if (list == "forward_send_o") sends = &StageAt(plan.forward, stage, "forward").send_o;
+             if (list == "backward_send_kv")
+               sends = &StageAt(plan.backward, stage, "backward").send_kv;
+             if (list == "backward_send_dkv")
+               sends = &StageAt(plan.backward, stage, "backward").send_dkv;
+             if (list == "backward_send_q")
+               sends = &StageAt(plan.backward, stage, "backward").send_q;
+             if (list == "backward_send_dq")
+               sends = &StageAt(plan.backward, stage, "backward").send_dq;
+             if (sends == nullptr)
+               throw nb::value_error(("plan: no transfer list named '" + list + "'").c_str());
+             if (rows) return nb::cast(TransferRowsArray(plan, *sends));
+             return nb::cast(StageListView(*sends, 3, nb::find(&h)));
            })
       .def("forward_compute",
            [](PlanHandle& h, int64_t stage) {
-             return StageListView(StageAt(h.plan().forward, stage, "forward").compute, 2,
-                                  nb::find(&h));
-           })
-      .def("backward_send_kv",
-           [](PlanHandle& h, int64_t stage) {
-             return StageListView(StageAt(h.plan().backward, stage, "backward").send_kv, 3,
-                                  nb::find(&h));
-           })
-      .def("backward_send_dkv",
-           [](PlanHandle& h, int64_t stage) {
-             return StageListView(StageAt(h.plan().backward, stage, "backward").send_dkv, 3,
-                                  nb::find(&h));
+             return ComputeArray(h.plan(), StageAt(h.plan().forward, stage, "forward").compute);
            })
       .def("backward_compute", [](PlanHandle& h, int64_t stage) {
-        return StageListView(StageAt(h.plan().backward, stage, "backward").compute, 2,
-                             nb::find(&h));
+        return ComputeArray(h.plan(), StageAt(h.plan().backward, stage, "backward").compute);
       });
 }
 

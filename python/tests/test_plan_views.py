@@ -44,14 +44,19 @@ def test_block_arrays(hand):
 
 def test_stage_arrays(hand):
     np.testing.assert_array_equal(hand.forward_send(0), [[0, 1, 0], [2, 0, 1]])
-    np.testing.assert_array_equal(hand.forward_compute(0), [[0, 0], [1, 1], [2, 2], [3, 3]])
+    np.testing.assert_array_equal(hand.forward_compute(0), [[0, 0, 1], [1, 1, 0], [2, 2, 0], [3, 3, 1]])
     assert hand.forward_send(1).shape == (0, 3)
-    np.testing.assert_array_equal(hand.forward_compute(-1), [[1, 0], [3, 2]])
+    np.testing.assert_array_equal(hand.forward_compute(-1), [[1, 0, 0], [3, 2, 1]])
     np.testing.assert_array_equal(hand.backward_send_kv(0), [[0, 1, 0], [2, 0, 1]])
     np.testing.assert_array_equal(hand.backward_send_dkv(2), [[0, 0, 1], [2, 1, 0]])
-    np.testing.assert_array_equal(hand.backward_compute(1), [[1, 0], [3, 2]])
-    assert hand.backward_compute(2).shape == (0, 2)
+    np.testing.assert_array_equal(hand.backward_compute(1), [[1, 0, 0], [3, 2, 1]])
+    assert hand.backward_compute(2).shape == (0, 3)
     assert hand.forward_send(0).dtype == np.int32
+    # Whole blocks: rows (0, block tokens).
+    np.testing.assert_array_equal(hand.forward_send(0, rows=True), [[0, 1, 0, 0, 2], [2, 0, 1, 0, 2]])
+    assert hand.forward_send(0, rows=True).dtype == np.int64
+    assert hand.backward_send_dkv(1, rows=True).shape == (0, 5)
+    assert hand.forward_send_q(0).shape == (0, 3) and hand.backward_send_dq(-1).shape == (0, 3)
     with pytest.raises(IndexError, match="forward stage 2 is not in"):
         hand.forward_send(2)
     with pytest.raises(IndexError, match="backward stage -1 is not in"):
@@ -83,7 +88,7 @@ def test_views_outlive_the_plan(hand_text):
     gc.collect()
     np.testing.assert_array_equal(views[0][-1], [3, 2, 0, 1])
     np.testing.assert_array_equal(views[1], [2, 3, 7, 4])
-    np.testing.assert_array_equal(views[2][1], [1, 1])
+    np.testing.assert_array_equal(views[2][1], [1, 1, 0])
     np.testing.assert_array_equal(views[3], [32, 32])
     np.testing.assert_array_equal(views[4], [4, 2, 1, 1])
 
@@ -147,3 +152,41 @@ def test_validate(hand, hand_text):
     bad = fcp.Plan.from_json(hand_text.replace('"send": [[0, 1, 0],', '"send": [[0, 1, 1],'))
     with pytest.raises(fcp.InvalidPlanError):
         bad.validate()
+
+
+def _all(plan, name, forward):
+    stages = plan.num_forward_stages if forward else plan.num_backward_stages
+    return [(t, row) for t in range(stages) for row in getattr(plan, name)(t, **(
+        {"rows": True} if "send" in name else {})).tolist()]
+
+
+def test_cut_transfers_show_their_rows():
+    # magi sends each rank the key rows its chunks attend (a causal suffix of a
+    # chunk whose sequence continues), not whole chunks.
+    lengths = fcp.workload("lognormal", workers=4, tokens_per_worker=8192, seed=0)
+    plan = fcp.plan(lengths, workers=4, planner="magi", block_size=1024)
+    tokens = plan.block_tokens
+    sends = [row for _, row in _all(plan, "forward_send", True)]
+    assert sends and any(rows < tokens[b] for b, _, _, _, rows in sends)
+    for b, _, _, begin, rows in sends:
+        assert 0 <= begin and 0 < rows and begin + rows <= tokens[b]
+    # The rows are what the plan's metrics count as moved.
+    a = plan.attention
+    kv_bytes_per_row = 2 * a["heads_kv"] * a["head_dim"] * a["dtype_bytes"]
+    assert plan.worker_metrics()["bytes_received"].sum() == \
+        kv_bytes_per_row * sum(rows for *_, rows in sends)
+
+
+@pytest.mark.parametrize("forward", [True, False])
+def test_remote_compute_names_the_computing_worker(forward):
+    lengths = fcp.workload("lognormal", workers=4, tokens_per_worker=8192, seed=0)
+    plan = fcp.plan(lengths, workers=4, planner="magi-dynamic", block_size=1024)
+    owner = plan.block_owner
+    computes = _all(plan, "forward_compute" if forward else "backward_compute", forward)
+    remote = [(t, q, w) for t, (q, _, w) in computes if w != owner[q]]
+    assert remote, "magi-dynamic computes some pairs away from their query block's owner"
+    # Each remote worker got the query block in an earlier stage and returns its partial.
+    sent_q = {(q, dst): t for t, (q, src, dst, _, _) in _all(plan, "forward_send_q" if forward else "backward_send_q", forward)}
+    back = {(q, src) for _, (q, src, dst, _, _) in _all(plan, "forward_send_o" if forward else "backward_send_dq", forward)}
+    for t, q, w in remote:
+        assert sent_q[(q, w)] < t and (q, w) in back
