@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <string>
-#include <unordered_map>
 #include <utility>
 
 #include "fcp/error.h"
@@ -206,41 +205,64 @@ TokenRange AttendedRows(const std::vector<int64_t>& sequences, const Block& q, c
   return span;
 }
 
-void TrimTransfersToAttendedRows(Plan& plan, const std::vector<RequiredPair>& required) {
-  const auto owner = [&](int32_t block) { return plan.blocks[block].worker; };
-  for (const ForwardStage& s : plan.forward)
-    for (const Transfer& t : s.send)
-      if (t.src != owner(t.block)) return;
-  for (const BackwardStage& s : plan.backward) {
-    for (const Transfer& t : s.send_kv)
-      if (t.src != owner(t.block)) return;
-    for (const Transfer& t : s.send_dkv)
-      if (t.dst != owner(t.block)) return;
-  }
-  // (receiver, block) -> the rows its query blocks attend.
-  std::unordered_map<uint64_t, TokenRange> attended;
-  const auto key = [](int32_t worker, int32_t block) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(worker)) << 32) |
-           static_cast<uint32_t>(block);
-  };
+std::vector<AttendedSpan> AttendedSpans(const std::vector<int64_t>& sequences,
+                                        const std::vector<Block>& blocks,
+                                        const std::vector<int32_t>& owner, const Mask& mask,
+                                        const std::vector<RequiredPair>& required) {
+  std::vector<AttendedSpan> spans;
   for (const RequiredPair& p : required) {
-    const int32_t w = owner(p.q_block);
-    if (w == owner(p.kv_block)) continue;
-    const TokenRange rows =
-        AttendedRows(plan.sequences, plan.blocks[p.q_block], plan.blocks[p.kv_block], plan.mask);
-    TokenRange& span = attended[key(w, p.kv_block)];
-    span = span.empty()
-               ? rows
-               : TokenRange{std::min(span.begin, rows.begin), std::max(span.end, rows.end)};
+    const int32_t w = owner[p.q_block];
+    if (w == owner[p.kv_block]) continue;
+    spans.push_back(
+        {p.kv_block, w, AttendedRows(sequences, blocks[p.q_block], blocks[p.kv_block], mask)});
   }
-  std::vector<int64_t> tokens(plan.blocks.size(), -1);  // filled for the blocks that move
+  // The pairs come by query block: sorted here by (block, worker), then each
+  // run of one (block, worker) merged into its covering range. Ties keep no
+  // order that matters: a run's merge is commutative.
+  std::sort(spans.begin(), spans.end(), [](const AttendedSpan& a, const AttendedSpan& b) {
+    return a.kv_block != b.kv_block ? a.kv_block < b.kv_block : a.worker < b.worker;
+  });
+  size_t out = 0;
+  for (size_t k = 0; k < spans.size(); ++k) {
+    if (out > 0 && spans[out - 1].kv_block == spans[k].kv_block &&
+        spans[out - 1].worker == spans[k].worker) {
+      TokenRange& rows = spans[out - 1].rows;
+      rows = {std::min(rows.begin, spans[k].rows.begin), std::max(rows.end, spans[k].rows.end)};
+    } else {
+      spans[out++] = spans[k];
+    }
+  }
+  spans.resize(out);
+  return spans;
+}
+
+void TrimTransfersToAttendedRows(Plan& plan, const std::vector<RequiredPair>& required) {
+  std::vector<int32_t> owner;
+  owner.reserve(plan.blocks.size());
+  for (const Block& b : plan.blocks) owner.push_back(b.worker);
+  // A relayed block moves whole on every hop: a forwarder then holds every
+  // row the workers it forwards to may need.
+  std::vector<uint8_t> relayed(plan.blocks.size(), 0);
+  for (const ForwardStage& s : plan.forward)
+    for (const Transfer& t : s.send) relayed[t.block] |= t.src != owner[t.block];
+  for (const BackwardStage& s : plan.backward) {
+    for (const Transfer& t : s.send_kv) relayed[t.block] |= t.src != owner[t.block];
+    for (const Transfer& t : s.send_dkv) relayed[t.block] |= t.dst != owner[t.block];
+  }
+  const std::vector<AttendedSpan> spans =
+      AttendedSpans(plan.sequences, plan.blocks, owner, plan.mask, required);
   const auto trim = [&](Transfer& t, int32_t receiver) {
-    const auto it = attended.find(key(receiver, t.block));
-    FCP_CHECK(it != attended.end(), "a transfer's receiver computes with its block");
-    if (tokens[t.block] < 0) tokens[t.block] = plan.blocks[t.block].tokens();
-    if (it->second.begin > 0 || it->second.end < tokens[t.block]) {
-      t.row_begin = it->second.begin;
-      t.row_count = it->second.size();
+    if (relayed[t.block]) return;
+    const auto it = std::lower_bound(spans.begin(), spans.end(), std::pair{t.block, receiver},
+                                     [](const AttendedSpan& a, std::pair<int32_t, int32_t> key) {
+                                       return a.kv_block != key.first ? a.kv_block < key.first
+                                                                      : a.worker < key.second;
+                                     });
+    FCP_CHECK(it != spans.end() && it->kv_block == t.block && it->worker == receiver,
+              "a transfer's receiver computes with its block");
+    if (it->rows.begin > 0 || it->rows.end < plan.blocks[t.block].tokens()) {
+      t.row_begin = it->rows.begin;
+      t.row_count = it->rows.size();
     }
   };
   for (ForwardStage& s : plan.forward)
