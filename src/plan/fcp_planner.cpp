@@ -624,11 +624,12 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
     return WithAttendedTraffic(a, best->sharding.blocks, best->pairs, lengths, config.mask);
   };
   const auto largest = [](const auto& v) { return *std::max_element(v.begin(), v.end()); };
-  if (config.traffic_leveling && Imbalance(best->assignment.compute) <= judge.max_imbalance) {
+  if (config.traffic_leveling && Imbalance(best->assignment.compute) <= judge.max_imbalance &&
+      Imbalance(best->assignment.traffic) > judge.max_imbalance) {
+    // Counted only here: most plans are within the bound in whole blocks.
     const std::optional<detail::Assignment> moved =
         config.row_ranges ? std::optional(attended(best->assignment)) : std::nullopt;
-    if (Imbalance(best->assignment.traffic) > judge.max_imbalance &&
-        (!moved || Imbalance(moved->traffic) > judge.max_imbalance)) {
+    if (!moved || Imbalance(moved->traffic) > judge.max_imbalance) {
       detail::Assignment leveled = best->search->Level(best->assignment);
       if (moved) {
         detail::Assignment after = attended(leveled), before = *moved;

@@ -1,6 +1,7 @@
 #include "fcp/required_pairs.h"
 
 #include <algorithm>
+#include <numeric>
 #include <string>
 #include <utility>
 
@@ -209,30 +210,50 @@ std::vector<AttendedSpan> AttendedSpans(const std::vector<int64_t>& sequences,
                                         const std::vector<Block>& blocks,
                                         const std::vector<int32_t>& owner, const Mask& mask,
                                         const std::vector<RequiredPair>& required) {
+  // The pairs come by query block: regrouped by K/V block (a counting sort),
+  // so each block's spans are made together, its receivers in a dense table.
+  const size_t n_blocks = blocks.size();
+  std::vector<int64_t> first(n_blocks + 1, 0);
+  for (const RequiredPair& p : required) ++first[static_cast<size_t>(p.kv_block) + 1];
+  std::partial_sum(first.begin(), first.end(), first.begin());
+  std::vector<int32_t> users(required.size());
+  {
+    std::vector<int64_t> next(first.begin(), first.end() - 1);
+    for (const RequiredPair& p : required) users[next[p.kv_block]++] = p.q_block;
+  }
+  const int32_t workers = owner.empty() ? 0 : 1 + *std::max_element(owner.begin(), owner.end());
+  std::vector<TokenRange> span(static_cast<size_t>(workers));
+  std::vector<uint8_t> seen(static_cast<size_t>(workers), 0);
+  std::vector<int32_t> touched;
   std::vector<AttendedSpan> spans;
-  for (const RequiredPair& p : required) {
-    const int32_t w = owner[p.q_block];
-    if (w == owner[p.kv_block]) continue;
-    spans.push_back(
-        {p.kv_block, w, AttendedRows(sequences, blocks[p.q_block], blocks[p.kv_block], mask)});
-  }
-  // The pairs come by query block: sorted here by (block, worker), then each
-  // run of one (block, worker) merged into its covering range. Ties keep no
-  // order that matters: a run's merge is commutative.
-  std::sort(spans.begin(), spans.end(), [](const AttendedSpan& a, const AttendedSpan& b) {
-    return a.kv_block != b.kv_block ? a.kv_block < b.kv_block : a.worker < b.worker;
-  });
-  size_t out = 0;
-  for (size_t k = 0; k < spans.size(); ++k) {
-    if (out > 0 && spans[out - 1].kv_block == spans[k].kv_block &&
-        spans[out - 1].worker == spans[k].worker) {
-      TokenRange& rows = spans[out - 1].rows;
-      rows = {std::min(rows.begin, spans[k].rows.begin), std::max(rows.end, spans[k].rows.end)};
-    } else {
-      spans[out++] = spans[k];
+  for (size_t kv = 0; kv < n_blocks; ++kv) {
+    int64_t tokens = -1;  // worked out once the block has a receiver
+    for (int64_t i = first[kv]; i < first[kv + 1]; ++i) {
+      const int32_t q = users[i], w = owner[q];
+      if (w == owner[kv]) continue;
+      if (tokens < 0) tokens = blocks[kv].tokens();
+      if (!seen[w]) {
+        seen[w] = 1;
+        touched.push_back(w);
+        span[w] = {};
+      }
+      TokenRange& rows = span[w];
+      // Already the whole block: no other pair can widen it (under the
+      // causal mask most spans are whole after their first pair).
+      if (rows.begin == 0 && rows.end == tokens) continue;
+      const TokenRange more = AttendedRows(sequences, blocks[q], blocks[kv], mask);
+      if (more.empty()) continue;
+      rows = rows.empty()
+                 ? more
+                 : TokenRange{std::min(rows.begin, more.begin), std::max(rows.end, more.end)};
     }
+    std::sort(touched.begin(), touched.end());
+    for (int32_t w : touched) {
+      spans.push_back({static_cast<int32_t>(kv), w, span[w]});
+      seen[w] = 0;
+    }
+    touched.clear();
   }
-  spans.resize(out);
   return spans;
 }
 
@@ -249,21 +270,29 @@ void TrimTransfersToAttendedRows(Plan& plan, const std::vector<RequiredPair>& re
     for (const Transfer& t : s.send_kv) relayed[t.block] |= t.src != owner[t.block];
     for (const Transfer& t : s.send_dkv) relayed[t.block] |= t.dst != owner[t.block];
   }
-  const std::vector<AttendedSpan> spans =
-      AttendedSpans(plan.sequences, plan.blocks, owner, plan.mask, required);
+  // The spans that cut their block, by block, and where each block's begin (most
+  // blocks have none: a transfer of one moves the whole block).
+  std::vector<AttendedSpan> cuts;
+  std::vector<int64_t> first_cut(plan.blocks.size() + 1, 0);
+  int64_t tokens = 0;
+  int32_t block = -1;
+  for (const AttendedSpan& s :
+       AttendedSpans(plan.sequences, plan.blocks, owner, plan.mask, required)) {
+    if (s.kv_block != block) tokens = plan.blocks[block = s.kv_block].tokens();
+    if (s.rows.begin == 0 && s.rows.end == tokens) continue;
+    cuts.push_back(s);
+    ++first_cut[static_cast<size_t>(s.kv_block) + 1];
+  }
+  std::partial_sum(first_cut.begin(), first_cut.end(), first_cut.begin());
   const auto trim = [&](Transfer& t, int32_t receiver) {
     if (relayed[t.block]) return;
-    const auto it = std::lower_bound(spans.begin(), spans.end(), std::pair{t.block, receiver},
-                                     [](const AttendedSpan& a, std::pair<int32_t, int32_t> key) {
-                                       return a.kv_block != key.first ? a.kv_block < key.first
-                                                                      : a.worker < key.second;
-                                     });
-    FCP_CHECK(it != spans.end() && it->kv_block == t.block && it->worker == receiver,
-              "a transfer's receiver computes with its block");
-    if (it->rows.begin > 0 || it->rows.end < plan.blocks[t.block].tokens()) {
-      t.row_begin = it->rows.begin;
-      t.row_count = it->rows.size();
-    }
+    const auto begin = cuts.begin() + first_cut[t.block],
+               end = cuts.begin() + first_cut[t.block + 1];
+    const auto it =
+        std::find_if(begin, end, [&](const AttendedSpan& s) { return s.worker == receiver; });
+    if (it == end) return;  // its receiver attends every row
+    t.row_begin = it->rows.begin;
+    t.row_count = it->rows.size();
   };
   for (ForwardStage& s : plan.forward)
     for (Transfer& t : s.send) trim(t, t.dst);

@@ -78,8 +78,9 @@ TokenRange AttendedRows(const std::vector<int64_t>& sequences, const Block& q, c
 // with it, the rows that worker's query blocks attend: the smallest range
 // covering AttendedRows over its required pairs with the block. Sorted by
 // (block, worker), each once. owner[b]: block b's worker; `required`: the
-// blocks' required pairs. O(P x segments of a pair's two blocks + P log P)
-// for P required pairs.
+// blocks' required pairs. O(P + B + W log W per block) for P required
+// pairs, B blocks and W receivers of a block, plus AttendedRows (segments
+// of the two blocks) for each pair until its receiver's span is whole.
 struct AttendedSpan {
   int32_t kv_block = 0;
   int32_t worker = 0;
@@ -99,7 +100,7 @@ std::vector<AttendedSpan> AttendedSpans(const std::vector<int64_t>& sequences,
 // or a partial of it sent to one: node relays) keeps whole blocks on every
 // hop, so that a forwarder always holds what it forwards. `required`: the
 // plan's required pairs. O(required pairs x segments of their two blocks +
-// transfers x log(required pairs)).
+// transfers + receivers of a cut block per transfer of it).
 void TrimTransfersToAttendedRows(Plan& plan, const std::vector<RequiredPair>& required);
 
 }  // namespace fcp
