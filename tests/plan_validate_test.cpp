@@ -127,6 +127,23 @@ TEST(PlanValidateTest, RowRanges) {
   EXPECT_THAT(Violation(partial_short),
               HasSubstr("backward stage 2 send_dkv [0, 1, 0]: it sends rows [3, 4) of the "
                         "partial, whose rows [2, 4) may be non-zero"));
+  // A forwarder sends only rows it holds: ThreeWorkerPlan with w1 getting
+  // rows [0, 2) of B0 and forwarding rows [2, 4) of it to w2 (its compute
+  // (1, 0) moved to the last stage, so the send is what breaks).
+  Plan forwarder = ThreeWorkerPlan();
+  forwarder.forward[0].send[0] = {0, 0, 1, 0, 2};
+  forwarder.forward[1].send[0] = {0, 1, 2, 2, 2};
+  forwarder.forward[1].compute.erase(forwarder.forward[1].compute.begin());
+  forwarder.forward[2].compute.push_back({1, 0});
+  EXPECT_THAT(Violation(forwarder),
+              HasSubstr("forward stage 1 send [0, 1, 2]: worker 1 holds rows [0, 2) of block 0, "
+                        "not the rows [2, 4) it sends"));
+  // Congestion counts transfers, not rows: two halves of B0 from w0 in one
+  // stage are two sends, above coalesce 1.
+  Plan halves = ThreeWorkerPlan();
+  halves.forward[0].send = {{0, 0, 1, 0, 2}, {0, 0, 2, 2, 2}};
+  EXPECT_THAT(Violation(halves),
+              HasSubstr("forward stage 0 send [0, 0, 2]: worker 0 sends more than coalesce = 1"));
   // Whole-block transfers in place of the ranges are valid too (more bytes).
   Plan whole = testing::RowRangePlan();
   for (ForwardStage& st : whole.forward)

@@ -119,13 +119,14 @@ TEST(PlannerOptions, TypesAndDefaultsComeFromTheConfig) {
 TEST(PlannerOptions, RecordedOptionsKeepTheirNamesAndOrder) {
   std::vector<std::string> names;
   for (const auto& [name, value] : RecordedPlannerOptions(PlannerConfig{})) names.push_back(name);
-  EXPECT_THAT(names, ::testing::ElementsAre("heavy_fraction", "local_search_rounds",
-                                            "max_imbalance", "max_split", "network_flops_per_byte",
-                                            "node_relays", "node_workers", "rescue_max_split",
-                                            "reshuffle_locality", "traffic_leveling"));
+  EXPECT_THAT(names,
+              ::testing::ElementsAre("heavy_fraction", "local_search_rounds", "max_imbalance",
+                                     "max_split", "network_flops_per_byte", "node_relays",
+                                     "node_workers", "rescue_max_split", "reshuffle_locality",
+                                     "row_ranges", "traffic_leveling"));
   const auto values = RecordedPlannerOptions(With({{"max_split", 3}, {"traffic_leveling", 0}}));
   EXPECT_EQ(values[3].second, 3);
-  EXPECT_EQ(values[9].second, 0);
+  EXPECT_EQ(values[10].second, 0);
 }
 
 // Random settings survive the way through plan.planner_options and back.
@@ -169,6 +170,13 @@ TEST(PlannerOptions, ReadingBackRefusesANonIntegerForAnIntegerField) {
   EXPECT_FALSE(PlannerConfigOf(plan).node_relays);
   plan.planner_options.push_back({"node_relays", 1});
   EXPECT_TRUE(PlannerConfigOf(plan).node_relays);
+  // Recorded before row ranges existed: made with whole blocks, though the
+  // default is now on; a plan with no options at all keeps the default.
+  EXPECT_FALSE(PlannerConfigOf(plan).row_ranges);
+  plan.planner_options.push_back({"row_ranges", 1});
+  EXPECT_TRUE(PlannerConfigOf(plan).row_ranges);
+  plan.planner_options.clear();
+  EXPECT_TRUE(PlannerConfigOf(plan).row_ranges);
 }
 
 TEST(PlannerOptions, RangeMessagesNameTheFieldAndTheValue) {

@@ -8,6 +8,8 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -476,6 +478,18 @@ TEST(PlannerPropertyTest, LocalityExchangesNeverRaiseAMaximum) {
   EXPECT_LT(all_short, 30);
 }
 
+// The plan of `k`, checked (CheckPlanProperties), and its plan with the
+// boolean setting `option` off; after a fatal failure, empty plans.
+std::pair<Plan, Plan> PlanAndPlanWithout(const Case& k, bool PlannerConfig::*option) {
+  std::pair<Plan, Plan> plans;
+  CheckPlanProperties(k, &plans.first);
+  if (::testing::Test::HasFatalFailure()) return plans;
+  PlannerConfig off = k.config;
+  off.*option = false;
+  plans.second = MakePlan(k.lengths, off);
+  return plans;
+}
+
 // Traffic leveling on random batches (without the locality exchanges, which
 // run after it and may lower a maximum on their own): it changes only plans
 // within the bound on compute and outside it on traffic, and then raises
@@ -488,12 +502,8 @@ TEST(PlannerPropertyTest, TrafficLevelingNeverRaisesTheLargestTrafficOrCost) {
   for (int trial = 0; trial < 80; ++trial) {
     Case k = RandomGqaCase(rng);
     k.config.reshuffle_locality = false;
-    Plan plan;
-    CheckPlanProperties(k, &plan);
+    const auto [plan, plain] = PlanAndPlanWithout(k, &PlannerConfig::traffic_leveling);
     if (HasFatalFailure()) return;
-    PlannerConfig off = k.config;
-    off.traffic_leveling = false;
-    const Plan plain = MakePlan(k.lengths, off);
     SCOPED_TRACE(k.describe());
     const PlanMetrics with = ComputePlanMetrics(plan), without = ComputePlanMetrics(plain);
     const double bound = k.config.max_imbalance;
@@ -511,6 +521,51 @@ TEST(PlannerPropertyTest, TrafficLevelingNeverRaisesTheLargestTrafficOrCost) {
   }
   EXPECT_GT(leveled, 0);
   EXPECT_GT(within, 0);
+}
+
+// Row ranges (step 12) on random batches, node relays on in some: the plan
+// is valid (CheckPlanProperties: the validator checks that every compute
+// holds the rows it attends and every sender the rows it sends) and is the
+// whole-block plan with some transfers cut: the same blocks, stages and
+// computes, a relayed block whole on every hop, and never more bytes on
+// any worker. (Traffic leveling off in both: with it, the rows may decide
+// whether it runs.) Some plans are cut.
+TEST(PlannerPropertyTest, RowRangesOnlyCutTheWholeBlockPlan) {
+  std::mt19937_64 rng(20261206);
+  int cut_plans = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    Case k = RandomGqaCase(rng);
+    k.config.traffic_leveling = false;
+    k.config.node_relays = rng() % 3 == 0;
+    k.config.node_workers = static_cast<int32_t>(1 + rng() % 4);
+    const auto [cut, whole] = PlanAndPlanWithout(k, &PlannerConfig::row_ranges);
+    if (HasFatalFailure()) return;
+    SCOPED_TRACE(k.describe());
+    std::vector<uint8_t> relayed(cut.blocks.size(), 0);
+    for (const ForwardStage& st : cut.forward)
+      for (const Transfer& t : st.send) relayed[t.block] |= t.src != cut.blocks[t.block].worker;
+    for (const BackwardStage& st : cut.backward)
+      for (const Transfer& t : st.send_dkv) relayed[t.block] |= t.dst != cut.blocks[t.block].worker;
+    bool any = false;
+    Plan widened = cut;
+    const auto widen = [&](std::vector<Transfer>& ts) {
+      for (Transfer& t : ts) {
+        EXPECT_TRUE(t.all_rows() || !relayed[t.block]) << "block " << t.block << " is relayed";
+        any |= !t.all_rows();
+        t = {t.block, t.src, t.dst};
+      }
+    };
+    for (ForwardStage& st : widened.forward) widen(st.send);
+    for (BackwardStage& st : widened.backward) widen(st.send_kv), widen(st.send_dkv);
+    widened.planner_options = whole.planner_options;
+    EXPECT_EQ(widened, whole);
+    const PlanMetrics with = ComputePlanMetrics(cut), without = ComputePlanMetrics(whole);
+    ASSERT_EQ(with.workers.size(), without.workers.size());
+    for (size_t w = 0; w < with.workers.size(); ++w)
+      EXPECT_LE(with.workers[w].traffic_bytes(), without.workers[w].traffic_bytes());
+    cut_plans += any;
+  }
+  EXPECT_GT(cut_plans, 0);
 }
 
 // Piece sizing (plans outside the imbalance bound) on random batches of one

@@ -104,8 +104,8 @@ TEST(RequiredPairsTest, AttendedRowsOfAPackedBlock) {
 // A direct-pull plan's transfers cut to the rows their receivers attend:
 // block A to B's owner and back. Causal: rows [2, 6) (seq1's rows are not
 // attended); window 2: row [5, 6); full: A's queries also pull B, which
-// they attend whole (a whole transfer stays whole). A plan with a relay is
-// left as it is.
+// they attend whole (a whole transfer stays whole). A relayed block stays
+// whole on every hop; the plan's other blocks are still cut.
 TEST(RequiredPairsTest, TrimTransfersToAttendedRows) {
   for (const auto& [mask, begin, count] :
        std::vector<std::tuple<Mask, int64_t, int64_t>>{{{MaskKind::kCausal, 0}, 2, 4},
@@ -135,12 +135,21 @@ TEST(RequiredPairsTest, TrimTransfersToAttendedRows) {
       EXPECT_TRUE(plan.forward[0].send[1].all_rows());
       EXPECT_TRUE(plan.backward[1].send_dkv[1].all_rows());
     }
+    // B relayed (w0 sends it back to its owner, an odd but valid relay):
+    // every transfer of B stays whole, A's are cut as in the direct plan.
     Plan relayed = plan;
-    for (Transfer& t : relayed.forward[0].send) t = {t.block, t.src, t.dst};
-    relayed.forward[0].send.push_back({1, 0, 1});  // w0 relays B back to its owner
-    const Plan before = relayed;
+    const auto whole = [](std::vector<Transfer>& ts) {
+      for (Transfer& t : ts) t = {t.block, t.src, t.dst};
+    };
+    whole(relayed.forward[0].send);
+    for (BackwardStage& st : relayed.backward) whole(st.send_kv), whole(st.send_dkv);
+    relayed.forward[0].send.push_back({1, 0, 1});
     TrimTransfersToAttendedRows(relayed, required);
-    EXPECT_EQ(relayed, before);
+    EXPECT_EQ(relayed.forward[0].send[0], (Transfer{0, 0, 1, begin, count}));
+    EXPECT_EQ(relayed.backward[1].send_dkv[0], (Transfer{0, 1, 0, begin, count}));
+    for (const Transfer& t : relayed.forward[0].send) EXPECT_TRUE(t.block == 0 || t.all_rows());
+    for (const BackwardStage& st : relayed.backward)
+      for (const Transfer& t : st.send_dkv) EXPECT_TRUE(t.block == 0 || t.all_rows());
   }
 }
 

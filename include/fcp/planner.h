@@ -42,6 +42,9 @@
 //      the first receiver over the node's links in their own stages, and
 //      partials sent there earlier are summed at the node's last sender;
 //      no stage, pair or congestion bound changes.
+//   7. row ranges (row_ranges): each direct K/V transfer cut to the rows its
+//      receiver attends, its partial dK/dV back the same rows; relayed
+//      blocks stay whole; no stage changes.
 // Complexity: O(P log P + K * C * D) for P required pairs, K blocks, C
 // candidate workers per block and D dependencies per block, plus the
 // colouring, O(E * path) with E transfer edges.
@@ -146,6 +149,13 @@ struct PlannerConfig {
   // rows of the benchmark set and raises it on others (docs/planner.md, step
   // 11); `fcp plan --tune` tries it per batch (fcp/fcp_tuning.h).
   bool node_relays = false;
+  // FCP only: each K/V transfer carries only the rows its receiver attends
+  // (the span over its query blocks; plan-format.md, row ranges) and the
+  // partial dK/dV coming back the same rows; the traffic terms the leveling
+  // step compares count those rows. A relayed block (node_relays) moves
+  // whole on every hop. Plans where every receiver attends whole blocks
+  // (the causal mask) are unchanged. Off: every transfer moves whole blocks.
+  bool row_ranges = true;
   // Run ValidatePlan on the result (the debug self-check); throws kInternal if it fails.
   bool self_check = false;
 

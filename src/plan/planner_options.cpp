@@ -149,6 +149,12 @@ const std::vector<PlannerOption>& PlannerOptions() {
                "partial dK/dV summed in the node before they cross the network",
        .ref = FCP_FIELD(node_relays),
        .recorded = true},
+      {.field = "row_ranges",
+       .flag = "row-ranges",
+       .help = "fcp: K/V sends carry only the rows their receiver attends (sliding-window and "
+               "other masks that reach part of a block), partial dK/dV the same rows",
+       .ref = FCP_FIELD(row_ranges),
+       .recorded = true},
   };
   return options;
 }
@@ -269,6 +275,9 @@ PlannerConfig PlannerConfigOf(const Plan& plan) {
                   .attention = plan.attention,
                   .token_cap = plan.token_cap,
                   .planner = plan.planner};
+  // Plan files from before row ranges were made with whole blocks: a file
+  // of FCP's that does not record row_ranges re-plans without them.
+  if (!plan.planner_options.empty()) c.row_ranges = false;
   for (const auto& [name, value] : plan.planner_options)
     for (const PlannerOption* o : RecordedRows())
       if (name == o->field) SetRecorded(*o, c, value);

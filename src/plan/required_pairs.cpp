@@ -1,8 +1,8 @@
 #include "fcp/required_pairs.h"
 
 #include <algorithm>
+#include <numeric>
 #include <string>
-#include <unordered_map>
 #include <utility>
 
 #include "fcp/error.h"
@@ -206,42 +206,93 @@ TokenRange AttendedRows(const std::vector<int64_t>& sequences, const Block& q, c
   return span;
 }
 
-void TrimTransfersToAttendedRows(Plan& plan, const std::vector<RequiredPair>& required) {
-  const auto owner = [&](int32_t block) { return plan.blocks[block].worker; };
-  for (const ForwardStage& s : plan.forward)
-    for (const Transfer& t : s.send)
-      if (t.src != owner(t.block)) return;
-  for (const BackwardStage& s : plan.backward) {
-    for (const Transfer& t : s.send_kv)
-      if (t.src != owner(t.block)) return;
-    for (const Transfer& t : s.send_dkv)
-      if (t.dst != owner(t.block)) return;
+std::vector<AttendedSpan> AttendedSpans(const std::vector<int64_t>& sequences,
+                                        const std::vector<Block>& blocks,
+                                        const std::vector<int32_t>& owner, const Mask& mask,
+                                        const std::vector<RequiredPair>& required) {
+  // The pairs come by query block: regrouped by K/V block (a counting sort),
+  // so each block's spans are made together, its receivers in a dense table.
+  const size_t n_blocks = blocks.size();
+  std::vector<int64_t> first(n_blocks + 1, 0);
+  for (const RequiredPair& p : required) ++first[static_cast<size_t>(p.kv_block) + 1];
+  std::partial_sum(first.begin(), first.end(), first.begin());
+  std::vector<int32_t> users(required.size());
+  {
+    std::vector<int64_t> next(first.begin(), first.end() - 1);
+    for (const RequiredPair& p : required) users[next[p.kv_block]++] = p.q_block;
   }
-  // (receiver, block) -> the rows its query blocks attend.
-  std::unordered_map<uint64_t, TokenRange> attended;
-  const auto key = [](int32_t worker, int32_t block) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(worker)) << 32) |
-           static_cast<uint32_t>(block);
-  };
-  for (const RequiredPair& p : required) {
-    const int32_t w = owner(p.q_block);
-    if (w == owner(p.kv_block)) continue;
-    const TokenRange rows =
-        AttendedRows(plan.sequences, plan.blocks[p.q_block], plan.blocks[p.kv_block], plan.mask);
-    TokenRange& span = attended[key(w, p.kv_block)];
-    span = span.empty()
-               ? rows
-               : TokenRange{std::min(span.begin, rows.begin), std::max(span.end, rows.end)};
-  }
-  std::vector<int64_t> tokens(plan.blocks.size(), -1);  // filled for the blocks that move
-  const auto trim = [&](Transfer& t, int32_t receiver) {
-    const auto it = attended.find(key(receiver, t.block));
-    FCP_CHECK(it != attended.end(), "a transfer's receiver computes with its block");
-    if (tokens[t.block] < 0) tokens[t.block] = plan.blocks[t.block].tokens();
-    if (it->second.begin > 0 || it->second.end < tokens[t.block]) {
-      t.row_begin = it->second.begin;
-      t.row_count = it->second.size();
+  const int32_t workers = owner.empty() ? 0 : 1 + *std::max_element(owner.begin(), owner.end());
+  std::vector<TokenRange> span(static_cast<size_t>(workers));
+  std::vector<uint8_t> seen(static_cast<size_t>(workers), 0);
+  std::vector<int32_t> touched;
+  std::vector<AttendedSpan> spans;
+  for (size_t kv = 0; kv < n_blocks; ++kv) {
+    int64_t tokens = -1;  // worked out once the block has a receiver
+    for (int64_t i = first[kv]; i < first[kv + 1]; ++i) {
+      const int32_t q = users[i], w = owner[q];
+      if (w == owner[kv]) continue;
+      if (tokens < 0) tokens = blocks[kv].tokens();
+      if (!seen[w]) {
+        seen[w] = 1;
+        touched.push_back(w);
+        span[w] = {};
+      }
+      TokenRange& rows = span[w];
+      // Already the whole block: no other pair can widen it (under the
+      // causal mask most spans are whole after their first pair).
+      if (rows.begin == 0 && rows.end == tokens) continue;
+      const TokenRange more = AttendedRows(sequences, blocks[q], blocks[kv], mask);
+      if (more.empty()) continue;
+      rows = rows.empty()
+                 ? more
+                 : TokenRange{std::min(rows.begin, more.begin), std::max(rows.end, more.end)};
     }
+    std::sort(touched.begin(), touched.end());
+    for (int32_t w : touched) {
+      spans.push_back({static_cast<int32_t>(kv), w, span[w]});
+      seen[w] = 0;
+    }
+    touched.clear();
+  }
+  return spans;
+}
+
+void TrimTransfersToAttendedRows(Plan& plan, const std::vector<RequiredPair>& required) {
+  std::vector<int32_t> owner;
+  owner.reserve(plan.blocks.size());
+  for (const Block& b : plan.blocks) owner.push_back(b.worker);
+  // A relayed block moves whole on every hop: a forwarder then holds every
+  // row the workers it forwards to may need.
+  std::vector<uint8_t> relayed(plan.blocks.size(), 0);
+  for (const ForwardStage& s : plan.forward)
+    for (const Transfer& t : s.send) relayed[t.block] |= t.src != owner[t.block];
+  for (const BackwardStage& s : plan.backward) {
+    for (const Transfer& t : s.send_kv) relayed[t.block] |= t.src != owner[t.block];
+    for (const Transfer& t : s.send_dkv) relayed[t.block] |= t.dst != owner[t.block];
+  }
+  // The spans that cut their block, by block, and where each block's begin (most
+  // blocks have none: a transfer of one moves the whole block).
+  std::vector<AttendedSpan> cuts;
+  std::vector<int64_t> first_cut(plan.blocks.size() + 1, 0);
+  int64_t tokens = 0;
+  int32_t block = -1;
+  for (const AttendedSpan& s :
+       AttendedSpans(plan.sequences, plan.blocks, owner, plan.mask, required)) {
+    if (s.kv_block != block) tokens = plan.blocks[block = s.kv_block].tokens();
+    if (s.rows.begin == 0 && s.rows.end == tokens) continue;
+    cuts.push_back(s);
+    ++first_cut[static_cast<size_t>(s.kv_block) + 1];
+  }
+  std::partial_sum(first_cut.begin(), first_cut.end(), first_cut.begin());
+  const auto trim = [&](Transfer& t, int32_t receiver) {
+    if (relayed[t.block]) return;
+    const auto begin = cuts.begin() + first_cut[t.block],
+               end = cuts.begin() + first_cut[t.block + 1];
+    const auto it =
+        std::find_if(begin, end, [&](const AttendedSpan& s) { return s.worker == receiver; });
+    if (it == end) return;  // its receiver attends every row
+    t.row_begin = it->rows.begin;
+    t.row_count = it->rows.size();
   };
   for (ForwardStage& s : plan.forward)
     for (Transfer& t : s.send) trim(t, t.dst);

@@ -52,6 +52,17 @@ assert any(s != owner[j] for st in p['forward'] for j, s, d in st['send']), 'no 
 assert any(d != owner[j] for st in p['backward'] for j, s, d in st['send_dkv']), 'no dK/dV relay'
 " "$DIR/plan.json" || fail "plan without relays"
       fi
+      # FCP under a sliding window: row ranges on by default, and these
+      # lengths give receivers that attend part of a block (the run then
+      # checks that the rows cut are the rows not needed).
+      if [ "$kind" = fcp ] && [ "$mask" = sliding_window ] &&
+        [[ " ${extra[*]} " != *" --row-ranges false "* ]]; then
+        grep -q '"send_rows"' "$DIR/plan.json" && grep -q '"send_kv_rows"' "$DIR/plan.json" &&
+          grep -q '"send_dkv_rows"' "$DIR/plan.json" || fail "fcp window plan without row ranges"
+      fi
+      if [[ " ${extra[*]} " == *" --row-ranges false "* ]] && grep -q '_rows"' "$DIR/plan.json"; then
+        fail "plan with row ranges though --row-ranges false"
+      fi
       if [ "$kind" = magi ]; then  # its transfers carry the rows attended: some are ranges
         grep -q '"send_rows"' "$DIR/plan.json" && grep -q '"send_dkv_rows"' "$DIR/plan.json" ||
           fail "magi plan without row ranges"

@@ -74,15 +74,33 @@ std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,
 TokenRange AttendedRows(const std::vector<int64_t>& sequences, const Block& q, const Block& kv,
                         const Mask& mask);
 
-// Cuts every K/V transfer of a direct-pull plan (each block sent by its owner
-// straight to the workers that compute with it, each partial straight back)
-// to the rows its receiver attends: the span of AttendedRows over the
-// receiver's required pairs with the block; the partial coming back gets the
-// same rows. A transfer whose receiver attends every row stays whole, so a
-// plan where no receiver can do with less is unchanged. A plan with a relay
-// (a K/V send from a worker that does not own the block, or a partial sent
-// to one) is left as it is. `required`: the plan's required pairs.
-// O(required pairs x segments of their two blocks + transfers).
+// For every K/V block and every worker other than its owner that computes
+// with it, the rows that worker's query blocks attend: the smallest range
+// covering AttendedRows over its required pairs with the block. Sorted by
+// (block, worker), each once. owner[b]: block b's worker; `required`: the
+// blocks' required pairs. O(P + B + W log W per block) for P required
+// pairs, B blocks and W receivers of a block, plus AttendedRows (segments
+// of the two blocks) for each pair until its receiver's span is whole.
+struct AttendedSpan {
+  int32_t kv_block = 0;
+  int32_t worker = 0;
+  TokenRange rows;
+};
+std::vector<AttendedSpan> AttendedSpans(const std::vector<int64_t>& sequences,
+                                        const std::vector<Block>& blocks,
+                                        const std::vector<int32_t>& owner, const Mask& mask,
+                                        const std::vector<RequiredPair>& required);
+
+// Cuts every direct K/V transfer of a plan (a block sent by its owner
+// straight to a worker that computes with it, its partial straight back) to
+// the rows its receiver attends (AttendedSpans); the partial coming back
+// gets the same rows. A transfer whose receiver attends every row stays
+// whole, so a plan where no receiver can do with less is unchanged. A
+// relayed block (some K/V send of it from a worker that does not own it,
+// or a partial of it sent to one: node relays) keeps whole blocks on every
+// hop, so that a forwarder always holds what it forwards. `required`: the
+// plan's required pairs. O(required pairs x segments of their two blocks +
+// transfers + receivers of a cut block per transfer of it).
 void TrimTransfersToAttendedRows(Plan& plan, const std::vector<RequiredPair>& required);
 
 }  // namespace fcp
