@@ -4,6 +4,7 @@
 #include <bit>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "fcp/error.h"
 
@@ -160,9 +161,15 @@ std::optional<std::vector<Block>> RehomeShortSequences(const std::vector<int64_t
 
   // 2. The rest, longest first (ties by id), whole where they fit, else
   // cut. (shorts in that order too, for step 3.)
-  std::sort(shorts.begin(), shorts.end(), [&](int32_t a, int32_t b) {
-    return lengths[a] != lengths[b] ? lengths[a] > lengths[b] : a < b;
-  });
+  {
+    // Sorted as (-length, id) pairs: the same order as comparing through
+    // `lengths`, without a load per comparison.
+    std::vector<std::pair<int64_t, int32_t>> keyed;
+    keyed.reserve(shorts.size());
+    for (const int32_t s : shorts) keyed.push_back({-lengths[s], s});
+    std::sort(keyed.begin(), keyed.end());
+    for (size_t k = 0; k < keyed.size(); ++k) shorts[k] = keyed[k].second;
+  }
   std::vector<int32_t> rest;
   for (const int32_t s : shorts)
     if (owner[s] < 0) rest.push_back(s);
