@@ -1,9 +1,10 @@
 #include "short_rehoming.h"
 
 #include <algorithm>
+#include <bit>
 #include <optional>
 #include <string>
-#include <unordered_map>
+#include <utility>
 
 #include "fcp/error.h"
 
@@ -16,6 +17,45 @@ namespace {
 constexpr size_t kRepairExchanges = 64;
 constexpr size_t kRepairOffers = 64;
 constexpr size_t kRepairPartners = 64;
+
+// Each worker's room, mirrored in a max segment tree (the largest room of
+// every aligned power-of-two range of workers), so that the workers with
+// at least a given room are visited in id order in O((k + 1) log N) for k
+// of them instead of O(N): late in the deal most workers have too little
+// room for the sequence at hand (at N = 4096 about one in eight fits).
+class RoomIndex {
+ public:
+  explicit RoomIndex(const std::vector<int64_t>& room)
+      : leaves_(std::bit_ceil(std::max<size_t>(room.size(), 1))), most_(2 * leaves_, -1) {
+    std::copy(room.begin(), room.end(), most_.begin() + static_cast<std::ptrdiff_t>(leaves_));
+    for (size_t i = leaves_ - 1; i >= 1; --i) most_[i] = std::max(most_[2 * i], most_[2 * i + 1]);
+  }
+  void Set(int32_t w, int64_t room) {
+    size_t i = leaves_ + static_cast<size_t>(w);
+    most_[i] = room;
+    for (i /= 2; i >= 1; i /= 2) most_[i] = std::max(most_[2 * i], most_[2 * i + 1]);
+  }
+  // visit(w) for every worker w with room >= least (least >= 0), ascending.
+  template <typename F>
+  void VisitAtLeast(int64_t least, F&& visit) const {
+    Visit(1, least, visit);
+  }
+
+ private:
+  template <typename F>
+  void Visit(size_t i, int64_t least, F& visit) const {
+    if (most_[i] < least) return;
+    if (i >= leaves_) {
+      visit(static_cast<int32_t>(i - leaves_));
+      return;
+    }
+    Visit(2 * i, least, visit);
+    Visit(2 * i + 1, least, visit);
+  }
+
+  size_t leaves_;
+  std::vector<int64_t> most_;  // most_[1]: the root; leaves from leaves_ (padding: -1)
+};
 
 }  // namespace
 
@@ -121,9 +161,15 @@ std::optional<std::vector<Block>> RehomeShortSequences(const std::vector<int64_t
 
   // 2. The rest, longest first (ties by id), whole where they fit, else
   // cut. (shorts in that order too, for step 3.)
-  std::sort(shorts.begin(), shorts.end(), [&](int32_t a, int32_t b) {
-    return lengths[a] != lengths[b] ? lengths[a] > lengths[b] : a < b;
-  });
+  {
+    // Sorted as (-length, id) pairs: the same order as comparing through
+    // `lengths`, without a load per comparison.
+    std::vector<std::pair<int64_t, int32_t>> keyed;
+    keyed.reserve(shorts.size());
+    for (const int32_t s : shorts) keyed.push_back({-lengths[s], s});
+    std::sort(keyed.begin(), keyed.end());
+    for (size_t k = 0; k < keyed.size(); ++k) shorts[k] = keyed[k].second;
+  }
   std::vector<int32_t> rest;
   for (const int32_t s : shorts)
     if (owner[s] < 0) rest.push_back(s);
@@ -157,41 +203,33 @@ std::optional<std::vector<Block>> RehomeShortSequences(const std::vector<int64_t
     });
     return pick;
   };
-  // Nodes with room left, ascending (pruned as rooms fill). Past its own
-  // node, a sequence looks at the workers of every node whose rooms add up
-  // to its length or more, so late in the deal, when few rooms are left,
-  // a sequence costs far less than O(N). (Taking the first node after the
-  // home's with a fit instead was cheaper and lost N = 64's gain:
-  // the measurement log (docs/planner.md).)
-  const int32_t nodes = (n + node - 1) / node;
-  std::vector<int64_t> node_room(nodes, 0);
-  for (int32_t w = 0; w < n; ++w) node_room[w / node] += room[w];
-  std::vector<int32_t> open;
-  for (int32_t k = 0; k < nodes; ++k)
-    if (node_room[k] > 0) open.push_back(k);
-  const auto workers_of = [&](int32_t k) {
-    return [&, k](auto visit) {
-      for (int32_t w = k * node; w < std::min(n, (k + 1) * node); ++w) visit(w);
-    };
+  // Past its own node, a sequence looks at every worker with room for it,
+  // in id order (RoomIndex: late in the deal, when few rooms are left, far
+  // fewer than N). (Taking the first node after the home's with a fit
+  // instead was cheaper and lost N = 64's gain: the measurement log
+  // (docs/planner.md).)
+  RoomIndex rooms(room);
+  const auto take_room = [&](int32_t w, int64_t tokens) {
+    room[w] -= tokens;
+    rooms.Set(w, room[w]);
   };
   for (const int32_t s : rest) {
     const int32_t own = home[s] / node;
-    int32_t w = best(s, workers_of(own), true);
+    int32_t w = best(
+        s,
+        [&](auto visit) {
+          for (int32_t v = own * node; v < std::min(n, (own + 1) * node); ++v) visit(v);
+        },
+        true);
     if (w < 0) {
-      std::erase_if(open, [&](int32_t k) { return node_room[k] == 0; });
-      // (A node whose rooms add up to less than s holds no room for it.)
-      const auto all = [&](auto visit) {
-        for (const int32_t k : open)
-          if (node_room[k] >= lengths[s]) workers_of(k)(visit);
-      };
+      const auto all = [&](auto visit) { rooms.VisitAtLeast(lengths[s], visit); };
       w = best(s, all, true);
       // None within the largest: the least computing with room of all.
       if (w < 0) w = best(s, all, false);
     }
     if (w >= 0) {
       owner[s] = w;
-      room[w] -= lengths[s];
-      node_room[w / node] -= lengths[s];
+      take_room(w, lengths[s]);
       compute[w] += work[s];
       continue;
     }
@@ -204,8 +242,7 @@ std::optional<std::vector<Block>> RehomeShortSequences(const std::vector<int64_t
       FCP_CHECK(take > 0,
                 "short-sequence rehoming: no room left for sequence " + std::to_string(s));
       pieces.push_back({most, {s, start, take}});
-      room[most] -= take;
-      node_room[most / node] -= take;
+      take_room(most, take);
       compute[most] += AllowedPairs(mask, {start, start + take}, {0, lengths[s]});
       start += take;
     }
@@ -238,30 +275,30 @@ std::optional<std::vector<Block>> RehomeShortSequences(const std::vector<int64_t
                       partners.end(), [&](int32_t p, int32_t q) {
                         return compute[p] != compute[q] ? compute[p] < compute[q] : p < q;
                       });
-    // Per partner tried, the first index of each length in its held list,
-    // made when first needed (held lists change only with an exchange,
-    // which ends the call).
-    std::vector<std::optional<std::unordered_map<int64_t, size_t>>> first_of_length(tried);
     for (size_t i = 0; i < std::min(held[a].size(), kRepairOffers); ++i) {
       const int32_t x = held[a][i];
       for (size_t j = 0; j < tried; ++j) {
         const int32_t v = partners[j];
-        if (!first_of_length[j]) {
-          first_of_length[j].emplace();
-          for (size_t k = 0; k < held[v].size(); ++k)
-            first_of_length[j]->emplace(lengths[held[v][k]], k);
-        }
-        for (size_t k = 0; k < held[v].size(); ++k) {
-          const int32_t y = held[v][k];
-          if (lengths[y] >= lengths[x]) continue;
-          const auto it = first_of_length[j]->find(lengths[x] - lengths[y]);
-          if (it == first_of_length[j]->end()) continue;
-          size_t m = it->second;
+        const std::vector<int32_t>& list = held[v];
+        // held[v] is longest first: the first index whose length is at most
+        // `len` (a binary search; no table to build per partner).
+        const auto first_at_most = [&](int64_t len) {
+          return static_cast<size_t>(
+              std::partition_point(list.begin(), list.end(),
+                                   [&](int32_t s) { return lengths[s] > len; }) -
+              list.begin());
+        };
+        // y shorter than x: from the first such on.
+        for (size_t k = first_at_most(lengths[x] - 1); k < list.size(); ++k) {
+          const int32_t y = list[k];
+          const int64_t want = lengths[x] - lengths[y];
+          size_t m = first_at_most(want);
+          if (m == list.size() || lengths[list[m]] != want) continue;
           if (m == k) {  // z must differ from y: the next of that length
             m = k + 1;
-            if (m >= held[v].size() || lengths[held[v][m]] != lengths[y]) continue;
+            if (m >= list.size() || lengths[list[m]] != lengths[y]) continue;
           }
-          const int32_t z = held[v][m];
+          const int32_t z = list[m];
           const int64_t gain = work[x] - work[y] - work[z];
           if (gain <= 0 || compute[v] + gain > largest) continue;
           compute[a] -= gain;
