@@ -16,12 +16,27 @@
 #include "fcp/step_estimate_input.h"
 #include "home_packing.h"
 #include "piece_sizing.h"
+#include "planner_constants.h"
 #include "sharding.h"
 #include "short_rehoming.h"
 
 namespace fcp {
 
 namespace {
+
+// The tuning constants (planner_constants.h) this file uses.
+using detail::kBoundItems;
+using detail::kBoundMargin;
+using detail::kHomeMaxImbalance;
+using detail::kHomeReshuffleShare;
+using detail::kMinResizeGain;
+using detail::kRescueLimits;
+using detail::kRescueMaxWorkers;
+using detail::kReshuffleExposed;
+using detail::kResizeAbove;
+using detail::kResizeRounds;
+using detail::kShedEstimateMargin;
+using detail::kShedMaxWorkers;
 
 // Moving one K/V token (2 Hkv D dtype bytes) costs network_flops_per_byte
 // FLOPs per byte; a token pair costs 4 Hq D FLOPs (head_dim cancels).
@@ -38,16 +53,6 @@ detail::Judge JudgeOf(const PlannerConfig& config, int64_t block_size) {
           balance ? 0.0 : static_cast<double>(block_size)};
 }
 
-// The transparent reshuffle moves, per token away from its dataloader
-// worker, Q, K and V in and O out (forward), dO in and dQ, dK, dV out
-// (backward): 4 (Hq + Hkv) D dtype bytes, 18 K/V tokens (2 Hkv D bytes each)
-// for Llama-3-70B heads. The cost's traffic term is a forward load (the
-// step is about 3.5 forwards of compute); a worker's reshuffle is counted
-// as tokens in + out, on a full-duplex NIC (half); and the simulated step
-// (gpu-x, gpu-y, N = 16 and 64, the measurement log (docs/planner.md)) exposed about 0.75
-// of the busiest worker's port time, the rest overlapping its compute.
-// So one token in or out weighs as this many forward K/V tokens.
-constexpr double kReshuffleExposed = 0.75;
 double ReshuffleTrafficTokens(const AttentionShape& a) {
   return 4.0 * (a.heads_q + a.heads_kv) / (2.0 * a.heads_kv) / 3.5 / 2.0 * kReshuffleExposed;
 }
@@ -121,50 +126,6 @@ struct Common {
   std::vector<int64_t> offsets;
 };
 
-// Piece sizing rescues plans above this imbalance (or the configured bound,
-// when lower).
-constexpr double kResizeAbove = 0.05;
-constexpr int kResizeRounds = 4;
-// A round re-shards and searches again (a multiple of the planning time)
-// only when the sizes promise to lower the largest compute by this much;
-// smaller promises did not bring plans within the bound (docs/planner.md,
-// the planner's constants).
-constexpr double kMinResizeGain = 0.01;
-
-// Rescue limits, in the order tried (docs/planner.md, step 6). Linear 4 is
-// left out: beside the default's powers of two up to 4 it adds only the
-// 3-piece cut, which the first limit tries (measured: docs/planner.md, the
-// planner's constants).
-constexpr int32_t kRescueLimits[] = {3, 5, 6, 8};
-// Each rescue candidate costs about one planning of the batch, so beyond
-// this many workers there is none: the rescue would take planning past its
-// 1 s target (docs/planner.md, step 6).
-constexpr int32_t kRescueMaxWorkers = 2048;
-
-// The home layout is kept only where its busiest reshuffle is at most this
-// share of the balanced plan's (MakeFcpPlan): home layouts that win
-// reshuffle far less, those that still move most of the tokens are slower
-// simulated (the shares measured: docs/planner.md, the planner's constants).
-constexpr double kHomeReshuffleShare = 0.5;
-
-// The home candidate is built only when the dataloader layout's compute
-// imbalance is at most this: only all-short batches come below it, and the
-// home layouts of the others never won (docs/planner.md, the home layout).
-// It saves their planning time.
-constexpr double kHomeMaxImbalance = 0.3;
-
-// A shed layout (issue 17, part 2; built where the home candidate is not)
-// replaces the balanced plan only where its step estimate (with the
-// reshuffle) is lower by more than this share: the estimate ranks 84% of
-// candidate pairs as the simulator does, and at no margin, or at 2-3%,
-// it picked shed layouts that simulated up to 18% slower on the benchmark
-// set (docs/planner.md, the planner's constants).
-constexpr double kShedEstimateMargin = 0.01;
-// The shed candidate is built up to this many workers: above it, it
-// changed almost no plan for much more planning time (docs/planner.md,
-// the shed layout).
-constexpr int32_t kShedMaxWorkers = 256;
-
 // Per item of `base`, the dataloader node (`node_workers` consecutive
 // workers) of its first token: the groups of the shed layout's local
 // fillers (SplitHeavy). O(I) for I items.
@@ -211,14 +172,6 @@ double HomeImbalance(const detail::ShardBase& base, const std::vector<int64_t>& 
       }
   return Imbalance(work);
 }
-
-// Slack when a compute lower bound is compared with an imbalance: for
-// Imbalance()'s rounding, so that the pruning stays exact.
-constexpr double kBoundMargin = 1e-12;
-
-// Heaviest items examined by ComputeImbalanceLowerBound (where it peaks:
-// docs/planner.md, the planner's constants); a cap only weakens it.
-constexpr size_t kBoundItems = 64;
 
 // A lower bound on the compute imbalance, (max - mean) / max, of every
 // assignment that respects the slots of `base` with `split` applied. Take

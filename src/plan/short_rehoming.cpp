@@ -6,18 +6,10 @@
 #include <unordered_map>
 
 #include "fcp/error.h"
+#include "planner_constants.h"
 
 namespace fcp::detail {
-namespace {
-
-// The repair (step 3): exchanges per worker, its longest sequences offered
-// per exchange, and partners (the least computing) tried for each; the
-// bounds keep it O(1) exchanges of O(sequences a partner holds) each.
-constexpr size_t kRepairExchanges = 64;
-constexpr size_t kRepairOffers = 64;
-constexpr size_t kRepairPartners = 64;
-
-}  // namespace
+namespace {}  // namespace
 
 void AppendSequenceBlocks(int32_t worker, const std::vector<int32_t>& away,
                           const std::vector<int32_t>& at_home, const std::vector<int64_t>& lengths,
