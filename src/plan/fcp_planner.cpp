@@ -440,9 +440,8 @@ std::unique_ptr<Candidate> HomeLayout(const Pipeline& p) {
   if (!p.transparent || HomeImbalance(p.common.base, p.lengths, config.mask, p.common.offsets,
                                       config.workers) > kHomeMaxImbalance)
     return nullptr;
-  // Its shard base lives in the pipeline's keeping: the candidate's input
-  // points into it. (Candidate holds the sharding; the base is needed only
-  // while the search is built.)
+  // Its own shard steps 1-3 (no zig-zag pairs), needed only while it is
+  // sharded: the candidate copies what its search reads.
   const Common home_common{detail::ShardSteps123(p.lengths, config.block_size, p.header.token_cap,
                                                  config.workers, config.mask, /*zigzag=*/false),
                            p.common.offsets};
