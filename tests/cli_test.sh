@@ -364,8 +364,13 @@ case_plan_tune() {
   expect 0 "plan --tune on gpu-y, layout fed" -- plan --lengths "$tmp/u.txt" --workers 16 --tune \
     --profile gpu-y --reshuffle-locality false --out "$tmp/tuned_y.json"
   contains "plan --tune --profile" "$tmp/stderr" "tuned on gpu-y (reshuffle none)"
-  expect 2 "--profile without --tune" -- plan --lengths "$tmp/u.txt" --workers 16 --profile gpu-y \
-    --out "$tmp/x.json"
+  # --profile alone: the hardware FCP ranks its candidates for, recorded in the plan.
+  expect 0 "--profile without --tune" -- plan --lengths "$tmp/u.txt" --workers 16 --profile gpu-y \
+    --out "$tmp/ranked_y.json"
+  [[ $(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["planner_options"]["step_costs.nic_bytes_per_us"])' \
+    "$tmp/ranked_y.json") == "100000.0" ]] || fail "plan --profile gpu-y: its step costs are not recorded"
+  expect 1 "--profile on a missing profile file" -- plan --lengths "$tmp/u.txt" --workers 16 \
+    --profile "$tmp/no_such_profile.json" --out "$tmp/x.json"
   expect 2 "--tune with another planner" -- plan --lengths "$tmp/u.txt" --workers 16 --tune \
     --planner magi --out "$tmp/x.json"
   contains "--tune --planner magi" "$tmp/stderr" "tunes the fcp planner, not 'magi'"

@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -118,7 +119,8 @@ TEST(PlannerOptions, TypesAndDefaultsComeFromTheConfig) {
 // The names and order plan files have always had (the on-disk contract).
 TEST(PlannerOptions, RecordedOptionsKeepTheirNamesAndOrder) {
   std::vector<std::string> names;
-  for (const auto& [name, value] : RecordedPlannerOptions(PlannerConfig{})) names.push_back(name);
+  for (const auto& [name, value] : RecordedPlannerOptions(PlannerConfig{}))
+    if (name.rfind("step_costs.", 0) != 0) names.push_back(name);
   EXPECT_THAT(names,
               ::testing::ElementsAre("heavy_fraction", "local_search_rounds", "max_imbalance",
                                      "max_split", "network_flops_per_byte", "node_relays",
@@ -126,7 +128,67 @@ TEST(PlannerOptions, RecordedOptionsKeepTheirNamesAndOrder) {
                                      "row_ranges", "traffic_leveling"));
   const auto values = RecordedPlannerOptions(With({{"max_split", 3}, {"traffic_leveling", 0}}));
   EXPECT_EQ(values[3].second, 3);
-  EXPECT_EQ(values[10].second, 0);
+  EXPECT_EQ(values.back().first, "traffic_leveling");
+  EXPECT_EQ(values.back().second, 0);
+}
+
+// The step costs are recorded field by field, the efficiency table point
+// by point, sorted by name with the rest.
+TEST(PlannerOptions, StepCostsAreRecordedByName) {
+  PlannerConfig c;
+  c.step_costs.efficiency = {{64, 0.25}, {1024, 0.5}};
+  c.step_costs.nic_bytes_per_us = 123;
+  const auto options = RecordedPlannerOptions(c);
+  std::vector<std::pair<std::string, double>> costs;
+  for (const auto& o : options)
+    if (o.first.rfind("step_costs.", 0) == 0) costs.push_back(o);
+  const std::vector<std::pair<std::string, double>> want = {
+      {"step_costs.backward_efficiency_ratio", 0.75},
+      {"step_costs.backward_flops_factor", 2.5},
+      {"step_costs.compute_flops_per_s", 989e12 * (126.0 / 132.0)},
+      {"step_costs.efficiency.0.efficiency", 0.25},
+      {"step_costs.efficiency.0.tokens", 64},
+      {"step_costs.efficiency.1.efficiency", 0.5},
+      {"step_costs.efficiency.1.tokens", 1024},
+      {"step_costs.kernel_launch_us", 8e-6 * 1e6},
+      {"step_costs.nic_bytes_per_us", 123},
+      {"step_costs.nic_latency_us", 8e-6 * 1e6},
+      {"step_costs.nvlink_bytes_per_us", 450e9 * 1e-6},
+      {"step_costs.nvlink_latency_us", 4e-6 * 1e6}};
+  EXPECT_EQ(costs, want);
+  EXPECT_TRUE(std::is_sorted(options.begin(), options.end()));
+  Plan plan = PlanHeader({100}, c, "fcp");
+  plan.planner_options = options;
+  EXPECT_EQ(PlannerConfigOf(plan).step_costs, c.step_costs);
+  // Recorded before the step costs (none): the defaults.
+  plan.planner_options = {{"max_split", 2}};
+  EXPECT_EQ(PlannerConfigOf(plan).step_costs, PlannerConfig{}.step_costs);
+  // A table with a hole is refused, by the missing point.
+  plan.planner_options = {{"step_costs.efficiency.0.tokens", 8},
+                          {"step_costs.efficiency.0.efficiency", 0.5},
+                          {"step_costs.efficiency.2.tokens", 16},
+                          {"step_costs.efficiency.2.efficiency", 0.6}};
+  try {
+    PlannerConfigOf(plan);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "planner_options: step_costs.efficiency.1 is missing");
+  }
+}
+
+// validate_settings checks the step costs, by the estimate's own check.
+TEST(PlannerOptions, BadStepCostsAreNamed) {
+  const auto message = [](const PlannerConfig& c) {
+    return testing::ErrorMessage(ErrorCode::kInvalidArgument, [&] { c.validate_settings(); });
+  };
+  PlannerConfig c;
+  EXPECT_EQ(message(c), "");
+  c.step_costs.nic_bytes_per_us = 0;
+  EXPECT_EQ(message(c), "planner: step_costs: nic_bytes_per_us must be > 0, got 0");
+  c = PlannerConfig{};
+  c.step_costs.efficiency = {{1024, 0.5}, {512, 0.6}};
+  EXPECT_EQ(message(c),
+            "planner: step_costs: efficiency point 1: tokens must increase (512 after 1024)");
 }
 
 // Random settings survive the way through plan.planner_options and back.

@@ -813,13 +813,13 @@ TEST(PlannerBalanceTest, TrafficLevelingBringsAllShortTrafficWithinTheBound) {
 }
 
 // The locality exchanges (reshuffle_locality) on the paper's batch at N =
-// 64 (seed 6, which keeps the balanced plan; seeds 0-4 take the shed
+// 64 (seed 8, which keeps the balanced plan; seeds 0-4, 6 and 7 take the shed
 // layout, below): fewer tokens leave their dataloader worker, and no
 // worker's compute or traffic exceeds the largest of the plan without them;
 // the plan is still within 5% imbalance, valid and deterministic, and
 // records the option.
 TEST(PlannerLocalityTest, FewerTokensReshuffledWithoutRaisingAnyMaximum) {
-  const std::vector<int64_t> lengths = PaperBatch(64, 6);
+  const std::vector<int64_t> lengths = PaperBatch(64, 8);
   PlannerConfig c = Config(64, 4096, 16);
   c.attention = {64, 8, 128, 2};
   // The exchanges' promise is on the assignment; node relays (step 11) then

@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <string>
 #include <vector>
 #include "fcp/cost_model.h"
 
 #include "fcp/error.h"
+#include "fcp/planner.h"
 #include "fcp/planner_registry.h"
 #include "fcp/required_pairs.h"
 #include "fcp/simulator.h"
@@ -168,6 +171,30 @@ TEST(StepEstimateTest, BadCostsAreNamed) {
   EXPECT_THROW(EstimateStep(p, c), Error);
 }
 
+// The one check of an efficiency table names the point, the field and the
+// caller's context.
+TEST(StepEstimateTest, EfficiencyTableMessages) {
+  const auto message = [](const std::vector<EfficiencyPoint>& curve) -> std::string {
+    try {
+      ValidateEfficiencyTable(curve, "ctx");
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(message({{1, 1}, {2, 0.5}}), "");
+  EXPECT_EQ(message({}), "ctx: efficiency table is empty");
+  EXPECT_EQ(message({{0.5, 0.2}}), "ctx: efficiency point 0: tokens must be >= 1, got 0.5");
+  EXPECT_EQ(message({{8, 0.5}, {8, 0.6}}),
+            "ctx: efficiency point 1: tokens must increase (8 after 8)");
+  EXPECT_EQ(message({{8, 0.5}, {16, 1.5}}),
+            "ctx: efficiency point 1: efficiency must be in (0, 1], got 1.5");
+  EXPECT_EQ(message({{8, 0}}), "ctx: efficiency point 0: efficiency must be in (0, 1], got 0");
+  EXPECT_EQ(message({{std::numeric_limits<double>::infinity(), 0.5}}),
+            "ctx: efficiency point 0: tokens must be >= 1, got inf");
+}
+
 // The profile's numbers, as the model layer passes them.
 TEST(StepEstimateTest, CostsOfAProfile) {
   const HardwareProfile x = BuiltinProfile("gpu-x");
@@ -179,6 +206,9 @@ TEST(StepEstimateTest, CostsOfAProfile) {
   EXPECT_TRUE(c.reshuffle);
   for (double len : {100.0, 512.0, 3000.0, 4096.0, 70000.0})
     EXPECT_DOUBLE_EQ(InterpolateEfficiency(c.efficiency, len), KernelEfficiency(x, len));
+  // The planner's default costs are gpu-x's, to the bit.
+  EXPECT_EQ(GpuXStepCosts(), StepCostsOf(x, false));
+  EXPECT_EQ(PlannerConfig{}.step_costs, StepCostsOf(x, false));
 }
 
 // Within this share of the simulated step on random small batches: the

@@ -57,6 +57,7 @@
 
 #include "fcp/mask.h"
 #include "fcp/plan.h"
+#include "fcp/step_estimate.h"
 
 namespace fcp {
 
@@ -156,6 +157,15 @@ struct PlannerConfig {
   // whole on every hop. Plans where every receiver attends whole blocks
   // (the causal mask) are unchanged. Off: every transfer moves whole blocks.
   bool row_ranges = true;
+  // FCP only: the hardware the planner ranks its candidates for, by the
+  // step estimate (fcp/step_estimate.h) of each. Defaults: the gpu-x
+  // profile's (GpuXStepCosts), so that planning needs no profile; `fcp plan
+  // --profile` and `fcp compare` fill them from theirs (StepCostsOf in
+  // fcp/cost_model.h). Two fields are not read: node_workers (the planner's
+  // own above) and reshuffle (reshuffle_locality: a plan for the
+  // dataloader's layout is charged its reshuffle). Recorded in
+  // plan.planner_options as "step_costs.<field>" (RecordedPlannerOptions).
+  StepCosts step_costs = GpuXStepCosts();
   // Run ValidatePlan on the result (the debug self-check); throws kInternal if it fails.
   bool self_check = false;
 
@@ -183,8 +193,10 @@ Plan PlanHeader(const std::vector<int64_t>& lengths, const PlannerConfig& config
                 const std::string& planner);
 
 // The settings MakeFcpPlan records in plan.planner_options beyond the header
-// fields (the table's recorded rows, fcp/planner_options.h), (name, value)
-// sorted by name; PlannerConfigOf reads them back. Both in planner_options.cpp.
+// fields (the table's recorded rows, fcp/planner_options.h, and the step
+// costs as "step_costs.<field>" and "step_costs.efficiency.<i>.tokens" /
+// ".efficiency"), (name, value) sorted by name; PlannerConfigOf reads them
+// back (a plan without step costs: the defaults). Both in planner_options.cpp.
 std::vector<std::pair<std::string, double>> RecordedPlannerOptions(const PlannerConfig& config);
 
 // The config that re-makes `plan`: the inverse of PlanHeader, plus the

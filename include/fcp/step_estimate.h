@@ -64,6 +64,13 @@ struct EfficiencyPoint {
 // constant above the last; the curve of fcp/cost_model.h. O(log points).
 double InterpolateEfficiency(const std::vector<EfficiencyPoint>& curve, double kernel_tokens);
 
+// Error(kInvalidArgument) "<context>: efficiency table is empty" or
+// "<context>: efficiency point <i>: ..." unless `curve` is a table
+// InterpolateEfficiency reads: non-empty, tokens >= 1 and increasing, each
+// efficiency in (0, 1]. The one check of the table, for the step estimate's
+// costs, the planner's and a hardware profile's. O(points).
+void ValidateEfficiencyTable(const std::vector<EfficiencyPoint>& curve, const std::string& context);
+
 // The cost description the estimate needs, in plain numbers.
 struct StepCosts {
   // FLOP/s of the attention kernel at efficiency 1 (peak x the SM share left
@@ -83,9 +90,15 @@ struct StepCosts {
   double nic_latency_us = 0;
   bool reshuffle = false;  // charge the reshuffle from the dataloader layout (overlapped)
 
-  // Error(kInvalidArgument) "step estimate: <field> ..." naming the bad field.
-  void validate() const;
+  // Error(kInvalidArgument) "<context>: <field> ..." naming the bad field.
+  void validate(const std::string& context = "step estimate") const;
+  bool operator==(const StepCosts&) const = default;
 };
+
+// The gpu-x profile's costs (StepCostsOf(BuiltinProfile("gpu-x"), false), a
+// test keeps the two equal), written out so that the planner has them with
+// no profile: PlannerConfig::step_costs's default.
+StepCosts GpuXStepCosts();
 
 // One pass's estimate, in microseconds, and what bounds it.
 struct PassEstimate {

@@ -445,7 +445,8 @@ def _planner_options(options: dict) -> dict:
 
 def plan(lengths: Iterable[int], workers: int, *, mask: str = "causal",
          window: Optional[int] = None, token_cap: Optional[int] = None, planner: str = "fcp",
-         check: bool = False, tune: Optional[str] = None, **options) -> Plan:
+         check: bool = False, tune: Optional[str] = None, profile: Optional[str] = None,
+         **options) -> Plan:
     """Plans one batch: the same as ``fcp plan`` with the same arguments.
 
     lengths: one positive int per sequence, in dataloader order (list or numpy array).
@@ -457,6 +458,9 @@ def plan(lengths: Iterable[int], workers: int, *, mask: str = "causal",
     simulated on it and the fastest is returned, as ``fcp plan --tune
     --profile P`` (a planning and a simulation per candidate; planner must be
     'fcp').
+    profile: the hardware profile (built-in name or JSON file) FCP ranks its
+    candidates for by the step estimate, as ``fcp plan --profile P``
+    (default: tune's profile, else gpu-x's numbers).
     options: the planner's settings below, each the ``fcp plan`` flag of the
     same name (``block_size`` is ``--block-size``); None keeps the default
     (docs/planner.md, "Knobs"). The GIL is released while the planner runs.
@@ -475,7 +479,8 @@ def plan(lengths: Iterable[int], workers: int, *, mask: str = "causal",
         raise ValueError(f"plan: tune= tunes the fcp planner, not '{planner}'")
     return Plan(_fcp.plan(lengths, mask, 0 if window is None else _int("window", window),
                           _str("planner", planner), _bool("check", check), options,
-                          "" if tune is None else _str("tune", tune)))
+                          "" if tune is None else _str("tune", tune),
+                          "" if profile is None else _str("profile", profile)))
 
 
 def _document_plan_options():

@@ -35,6 +35,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
 
+#include "fcp/cost_model.h"
 #include "fcp/error.h"
 #include "fcp/fcp_tuning.h"
 #include "fcp/plan.h"
@@ -339,9 +340,12 @@ void SetPlannerOptions(PlannerConfig& config, const nb::dict& options) {
 
 // `tune`: "" plans once; else the profile (built-in name or JSON file)
 // TuneFcpPlan simulates FCP's candidates on (fcp/fcp_tuning.h, FcpTuningFor).
+// `profile`: the one FCP ranks its candidates for (PlannerConfig::step_costs);
+// "": tune's, else the default (gpu-x's).
 std::unique_ptr<PlanHandle> MakePlanHandle(nb::handle lengths, const std::string& mask,
                                            int64_t window, const std::string& planner, bool check,
-                                           const nb::dict& options, const std::string& tune) {
+                                           const nb::dict& options, const std::string& tune,
+                                           const std::string& profile) {
   PlannerConfig config;
   config.mask.kind = ParseMaskKind(mask);
   config.mask.window = window;
@@ -349,6 +353,8 @@ std::unique_ptr<PlanHandle> MakePlanHandle(nb::handle lengths, const std::string
   config.self_check = check;
   SetPlannerOptions(config, options);  // unset keywords keep the library's defaults
   const std::vector<int64_t> values = LengthsFrom(lengths);
+  const std::string ranked_for = profile.empty() ? tune : profile;
+  if (!ranked_for.empty()) config.step_costs = StepCostsOf(ResolveProfile(ranked_for), false);
   FcpTuning tuning;
   if (!tune.empty()) tuning = FcpTuningFor(ResolveProfile(tune), config);
   return WithoutGil([&] {
@@ -645,7 +651,8 @@ void BindTokenLayout(PlanClass& cls) {
 // Making plans: the planner, parsing, and the tables fcp.plan is built from.
 void BindPlanning(nb::module_& m) {
   m.def("plan", &MakePlanHandle, nb::arg("lengths"), nb::arg("mask"), nb::arg("window"),
-        nb::arg("planner"), nb::arg("check"), nb::arg("options"), nb::arg("tune"));
+        nb::arg("planner"), nb::arg("check"), nb::arg("options"), nb::arg("tune"),
+        nb::arg("profile"));
 
   m.def("from_json", [](const std::string& text) {
     return WithoutGil([&] {

@@ -1,6 +1,9 @@
 """Bad input raises a Python exception with the command line's message; it
 never crashes the interpreter."""
+import json
+
 import numpy as np
+
 import pytest
 
 import fcp
@@ -37,6 +40,16 @@ def test_tune_errors():
         fcp.plan(LENGTHS, workers=2, planner="magi", tune="gpu-x")
     with pytest.raises(OSError, match="gpu-z"):  # not a built-in name: read as a file
         fcp.plan(LENGTHS, workers=2, tune="gpu-z")
+
+
+def test_profile_is_recorded():
+    """profile= sets the costs FCP ranks for, recorded in the plan; a bad name fails."""
+    options = json.loads(fcp.plan(LENGTHS, workers=2, profile="gpu-y").to_json())["planner_options"]
+    assert options["step_costs.nic_bytes_per_us"] == 100e9 * 1e-6
+    options = json.loads(fcp.plan(LENGTHS, workers=2).to_json())["planner_options"]
+    assert options["step_costs.nic_bytes_per_us"] == 50e9 * 1e-6
+    with pytest.raises(OSError, match="gpu-z"):
+        fcp.plan(LENGTHS, workers=2, profile="gpu-z")
 
 
 @pytest.mark.parametrize("kwargs,flags,error", PLAN_ERRORS)

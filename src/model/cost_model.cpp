@@ -114,16 +114,7 @@ void HardwareProfile::validate() const {
   non_negative("kernel_launch_s", kernel_launch_s);
   fraction("compute_sm_fraction", compute_sm_fraction);
   fraction("backward_efficiency_ratio", backward_efficiency_ratio);
-  if (efficiency.empty()) fail("efficiency table is empty");
-  for (size_t i = 0; i < efficiency.size(); ++i) {
-    const EfficiencyPoint& e = efficiency[i];
-    if (!(e.tokens >= 1))
-      fail(fmt::format("efficiency point {}: tokens must be >= 1, got {:g}", i, e.tokens));
-    fraction(("efficiency point " + std::to_string(i)).c_str(), e.efficiency);
-    if (i > 0 && !(e.tokens > efficiency[i - 1].tokens))
-      fail(fmt::format("efficiency point {}: tokens must increase ({:g} after {:g})", i, e.tokens,
-                       efficiency[i - 1].tokens));
-  }
+  ValidateEfficiencyTable(efficiency, "profile '" + name + "'");
 }
 
 std::vector<std::string> BuiltinProfileNames() { return {"gpu-x", "gpu-y"}; }

@@ -6,20 +6,10 @@
 #include <string>
 
 #include "fcp/error.h"
+#include "planner_constants.h"
 
 namespace fcp::detail {
 namespace {
-
-// Candidates examined per item: the lightest by compute and by traffic
-// (the first feasible of at most kScanLimit entries each).
-constexpr int kComputeCandidates = 4;
-constexpr int kTrafficCandidates = 4;
-constexpr int kScanLimit = 64;
-// kAffinity start: workers already holding an item's sequence examined per
-// sequence, and the weight of the item's added traffic in the score, which
-// breaks the near-ties of a compute-bound choice toward less traffic.
-constexpr size_t kAffinityCandidates = 8;
-constexpr double kAffinityWeight = 0.25;
 
 // Collects up to `limit` workers from `index` on which `item` fits.
 void Collect(const AscendingIndex& index, const Slots& slots, const Item& item, int limit,

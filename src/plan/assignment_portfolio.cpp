@@ -12,12 +12,10 @@
 #include "assignment_greedy.h"
 #include "fcp/error.h"
 #include "fcp/plan_metrics.h"
+#include "planner_constants.h"
 
 namespace fcp::detail {
 namespace {
-
-// Costs this close (relative) are a tie in Better.
-constexpr double kCostTie = 0.005;
 
 // Shedding (Shed): the compute above the mean a worker may keep
 // (relative), and the least loaded workers of other nodes examined as

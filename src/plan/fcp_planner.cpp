@@ -13,15 +13,30 @@
 #include "fcp/planner.h"
 #include "fcp/required_pairs.h"
 #include "fcp/schedule.h"
+#include "fcp/step_estimate_input.h"
 #include "home_packing.h"
 #include "piece_sizing.h"
-#include "port_proxy.h"
+#include "planner_constants.h"
 #include "sharding.h"
 #include "short_rehoming.h"
 
 namespace fcp {
 
 namespace {
+
+// The tuning constants (planner_constants.h) this file uses.
+using detail::kBoundItems;
+using detail::kBoundMargin;
+using detail::kHomeMaxImbalance;
+using detail::kHomeReshuffleShare;
+using detail::kMinResizeGain;
+using detail::kRescueLimits;
+using detail::kRescueMaxWorkers;
+using detail::kReshuffleExposed;
+using detail::kResizeAbove;
+using detail::kResizeRounds;
+using detail::kShedEstimateMargin;
+using detail::kShedMaxWorkers;
 
 // Moving one K/V token (2 Hkv D dtype bytes) costs network_flops_per_byte
 // FLOPs per byte; a token pair costs 4 Hq D FLOPs (head_dim cancels).
@@ -38,16 +53,6 @@ detail::Judge JudgeOf(const PlannerConfig& config, int64_t block_size) {
           balance ? 0.0 : static_cast<double>(block_size)};
 }
 
-// The transparent reshuffle moves, per token away from its dataloader
-// worker, Q, K and V in and O out (forward), dO in and dQ, dK, dV out
-// (backward): 4 (Hq + Hkv) D dtype bytes, 18 K/V tokens (2 Hkv D bytes each)
-// for Llama-3-70B heads. The cost's traffic term is a forward load (the
-// step is about 3.5 forwards of compute); a worker's reshuffle is counted
-// as tokens in + out, on a full-duplex NIC (half); and the simulated step
-// (gpu-x, gpu-y, N = 16 and 64, the measurement log (docs/planner.md)) exposed about 0.75
-// of the busiest worker's port time, the rest overlapping its compute.
-// So one token in or out weighs as this many forward K/V tokens.
-constexpr double kReshuffleExposed = 0.75;
 double ReshuffleTrafficTokens(const AttentionShape& a) {
   return 4.0 * (a.heads_q + a.heads_kv) / (2.0 * a.heads_kv) / 3.5 / 2.0 * kReshuffleExposed;
 }
@@ -118,6 +123,11 @@ detail::Assignment WithAttendedTraffic(detail::Assignment a, const std::vector<B
   return a;
 }
 
+template <typename Values>
+auto Largest(const Values& v) {
+  return *std::max_element(v.begin(), v.end());
+}
+
 // One sharding and assignment of the batch. Its input points into it and
 // its search at the input, so it stays where it was made.
 struct Candidate {
@@ -139,51 +149,6 @@ struct Common {
   detail::ShardBase base;
   std::vector<int64_t> offsets;
 };
-
-// Piece sizing rescues plans above this imbalance (or the configured bound,
-// when lower).
-constexpr double kResizeAbove = 0.05;
-constexpr int kResizeRounds = 4;
-// A round re-shards and searches again (a multiple of the planning time)
-// only when the sizes promise to lower the largest compute by this much;
-// smaller promises did not bring plans within the bound (docs/planner.md,
-// the planner's constants).
-constexpr double kMinResizeGain = 0.01;
-
-// Rescue limits, in the order tried (docs/planner.md, step 6). Linear 4 is
-// left out: beside the default's powers of two up to 4 it adds only the
-// 3-piece cut, which the first limit tries (measured: docs/planner.md, the
-// planner's constants).
-constexpr int32_t kRescueLimits[] = {3, 5, 6, 8};
-// Each rescue candidate costs about one planning of the batch, so beyond
-// this many workers there is none: the rescue would take planning past its
-// 1 s target (docs/planner.md, step 6).
-constexpr int32_t kRescueMaxWorkers = 2048;
-
-// The home layout is kept only where its busiest reshuffle is at most this
-// share of the balanced plan's (MakeFcpPlan): home layouts that win
-// reshuffle far less, those that still move most of the tokens are slower
-// simulated (the shares measured: docs/planner.md, the planner's constants).
-constexpr double kHomeReshuffleShare = 0.5;
-
-// The home candidate is built only when the dataloader layout's compute
-// imbalance is at most this: only all-short batches come below it, and the
-// home layouts of the others never won (docs/planner.md, the home layout).
-// It saves their planning time.
-constexpr double kHomeMaxImbalance = 0.3;
-
-// The shed layout (issue 17, part 2; built where the home candidate is
-// not) replaces the balanced plan only where its port proxy is lower and
-// its busiest reshuffle across nodes (StepCost) below this share of the
-// balanced plan's (so never where nothing crosses a node: the proxy counts
-// no NVLink byte). The second test catches what the proxy misses: a worker
-// keeping none of its tokens waits for them (docs/planner.md, the shed
-// layout, has the plans that passed the proxy alone and were slower).
-constexpr double kShedReshuffleShare = 0.95;
-// The shed candidate is built up to this many workers: above it, it
-// changed almost no plan for much more planning time (docs/planner.md,
-// the shed layout).
-constexpr int32_t kShedMaxWorkers = 256;
 
 // Per item of `base`, the dataloader node (`node_workers` consecutive
 // workers) of its first token: the groups of the shed layout's local
@@ -231,14 +196,6 @@ double HomeImbalance(const detail::ShardBase& base, const std::vector<int64_t>& 
       }
   return Imbalance(work);
 }
-
-// Slack when a compute lower bound is compared with an imbalance: for
-// Imbalance()'s rounding, so that the pruning stays exact.
-constexpr double kBoundMargin = 1e-12;
-
-// Heaviest items examined by ComputeImbalanceLowerBound (where it peaks:
-// docs/planner.md, the planner's constants); a cap only weakens it.
-constexpr size_t kBoundItems = 64;
 
 // A lower bound on the compute imbalance, (max - mean) / max, of every
 // assignment that respects the slots of `base` with `split` applied. Take
@@ -422,127 +379,164 @@ std::unique_ptr<Candidate> ResizePieces(const Candidate& c, const std::vector<in
   return out;
 }
 
-}  // namespace
+// The pipeline's shared state (MakeFcpPlan): the batch, the settings, the
+// sharding steps 1-3 every candidate starts from, and the measures that
+// rank candidates.
+struct Pipeline {
+  Pipeline(const std::vector<int64_t>& lengths_in, const PlannerConfig& config_in,
+           const Plan& header_in)
+      : lengths(lengths_in),
+        config(config_in),
+        header(header_in),
+        common{detail::ShardSteps123(lengths, config.block_size, header.token_cap, config.workers,
+                                     config.mask),
+               SequenceOffsets(lengths)},
+        by_cost(config.Objective() != PlannerObjective::kBalance),
+        transparent(config.reshuffle_locality && by_cost),
+        judge(JudgeOf(config, common.base.block_size)),
+        weight(ReshuffleTrafficTokens(config.attention)),
+        identity(config.workers),
+        costs(config.step_costs) {
+    std::iota(identity.begin(), identity.end(), 0);
+    costs.node_workers = config.node_workers;
+    costs.reshuffle = config.reshuffle_locality;
+  }
 
-double FcpComputeImbalanceFloor(const std::vector<int64_t>& lengths, const PlannerConfig& config) {
-  config.validate(lengths);
-  const Plan header = PlanHeader(lengths, config, "fcp");
-  const detail::ShardBase base = detail::ShardSteps123(lengths, config.block_size, header.token_cap,
-                                                       config.workers, config.mask);
-  return ComputeImbalanceLowerBound(
-      base, detail::SplitHeavy(base, lengths, config.mask, config.heavy_fraction, config.max_split),
-      config.workers);
-}
-
-Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& config) {
-  config.validate(lengths);
-  Plan plan = PlanHeader(lengths, config, "fcp");
-  plan.planner_options = RecordedPlannerOptions(config);
-
-  // 1-2. Shard and assign; with a network ratio, also with heavy blocks cut
-  // in at most two pieces (less traffic, coarser balance), keeping the
-  // detail::Better candidate (ties: the configured one).
-  const Common common{detail::ShardSteps123(lengths, config.block_size, plan.token_cap,
-                                            config.workers, config.mask),
-                      SequenceOffsets(lengths)};
-  const auto split = [&](int32_t max_split,
-                         detail::PieceCounts counts = detail::PieceCounts::kPowersOfTwo) {
+  // The heavy split at `max_split` pieces.
+  detail::HeavySplit Split(int32_t max_split,
+                           detail::PieceCounts counts = detail::PieceCounts::kPowersOfTwo) const {
     return detail::SplitHeavy(common.base, lengths, config.mask, config.heavy_fraction, max_split,
                               counts);
-  };
-  const bool by_cost = config.Objective() != PlannerObjective::kBalance;
-  const bool transparent = config.reshuffle_locality && by_cost;
-  const detail::Judge judge = JudgeOf(config, common.base.block_size);
+  }
   // A plan's step cost with the reshuffle charged, its workers named by
   // `names` (the dataloader's: identity; the balanced plan's: its renaming).
-  const double weight = ReshuffleTrafficTokens(config.attention);
-  const auto step_cost = [&](const std::vector<Block>& blocks, const detail::Assignment& a,
-                             const std::vector<int32_t>& names) {
-    return StepCostOf(a, blocks, names, common.offsets, judge.pairs_per_traffic_token, weight,
-                      config.node_workers);
-  };
-  std::vector<int32_t> identity(config.workers);
-  std::iota(identity.begin(), identity.end(), 0);
-  std::unique_ptr<Candidate> best = Assign(split(config.max_split), lengths, config, plan, common);
-  // The home layout (issue 17): a sharding without zig-zag pairs (a
-  // sequence's blocks stay on their dataloader workers), its items at home,
-  // moved only where the search by cost with the reshuffle lowers the most
-  // loaded worker. Compared with the balanced plan below, by the step cost
-  // with the reshuffle charged.
-  std::unique_ptr<Candidate> home;
-  std::optional<Common> home_common;
-  if (transparent && HomeImbalance(common.base, lengths, config.mask, common.offsets,
-                                   config.workers) <= kHomeMaxImbalance) {
-    home_common.emplace(Common{detail::ShardSteps123(lengths, config.block_size, plan.token_cap,
-                                                     config.workers, config.mask,
-                                                     /*zigzag=*/false),
-                               common.offsets});
-    // No heavy split: its fillers are cut from light items anywhere in the
-    // batch, which moves them (docs/planner.md, step 7, the home layout).
-    home = Shard(detail::SplitHeavy(home_common->base, lengths, config.mask, 0, 0), lengths, config,
-                 plan, *home_common);
-    home->assignment =
-        home->search->Home(config.node_workers, judge.pairs_per_traffic_token * weight);
-    // Sequences that each fit in a block: whole, at home, balanced by
-    // exchanges of sequences (home_packing.h), where its step cost is lower.
-    if (std::optional<detail::HomePacking> packed = detail::PackAtHome(
-            lengths, config.mask, config.workers, plan.token_cap, home_common->base.block_size,
-            config.node_workers, config.self_check)) {
-      detail::Assignment a;
-      for (const Block& b : packed->blocks) a.owner.push_back(b.worker);
-      a.compute = std::move(packed->compute);
-      a.traffic = std::move(packed->traffic);
-      a.send = std::move(packed->send);
-      if (step_cost(packed->blocks, a, identity).total() <
-          step_cost(home->sharding.blocks, home->assignment, identity).total()) {
-        home->sharding.blocks = std::move(packed->blocks);
-        home->pairs = std::move(packed->pairs);
-        home->assignment = std::move(a);
-        home->search.reset();  // it indexes the blocks just replaced: none to misuse
-      }
+  StepCost StepCostOf(const std::vector<Block>& blocks, const detail::Assignment& a,
+                      const std::vector<int32_t>& names) const {
+    return fcp::StepCostOf(a, blocks, names, common.offsets, judge.pairs_per_traffic_token, weight,
+                           config.node_workers);
+  }
+  // The step estimate (fcp/step_estimate.h) of `blocks` (required pairs
+  // `pairs`) owned as `a` says, its workers named by `names`, for the
+  // configured hardware, with the reshuffle where the plan is for the
+  // dataloader's layout.
+  double EstimateUs(const std::vector<Block>& blocks, const std::vector<RequiredPair>& pairs,
+                    const detail::Assignment& a, const std::vector<int32_t>& names) const {
+    std::vector<int32_t> owner(a.owner.size());
+    for (size_t k = 0; k < owner.size(); ++k) owner[k] = names[a.owner[k]];
+    const detail::StepEstimateInput in{&lengths,       &blocks,        &owner,
+                                       &pairs,         config.mask,    config.attention,
+                                       config.workers, config.coalesce};
+    return detail::EstimateStep(in, costs).total_us;
+  }
+
+  const std::vector<int64_t>& lengths;
+  const PlannerConfig& config;
+  const Plan& header;
+  const Common common;
+  const bool by_cost;      // a network ratio: not balance mode
+  const bool transparent;  // by cost, with the reshuffle charged
+  const detail::Judge judge;
+  const double weight;  // a reshuffle token in forward K/V tokens (ReshuffleTrafficTokens)
+  std::vector<int32_t> identity;
+  StepCosts costs;
+};
+
+// An assignment of blocks whose owners were placed by a packing, not a
+// search.
+detail::Assignment PackedAssignment(detail::HomePacking& packed) {
+  detail::Assignment a;
+  for (const Block& b : packed.blocks) a.owner.push_back(b.worker);
+  a.compute = std::move(packed.compute);
+  a.traffic = std::move(packed.traffic);
+  a.send = std::move(packed.send);
+  return a;
+}
+
+// Generator: the home layout (issue 17), with the reshuffle charged and a
+// nearly balanced dataloader layout; else null. A sharding without zig-zag
+// pairs (a sequence's blocks stay on their dataloader workers), its items
+// at home, moved only where the search by cost with the reshuffle lowers
+// the most loaded worker; or, where every sequence fits in a block and its
+// step cost is lower, the sequences whole, at home, balanced by exchanges
+// of sequences (home_packing.h; its search then reset).
+std::unique_ptr<Candidate> HomeLayout(const Pipeline& p) {
+  const PlannerConfig& config = p.config;
+  if (!p.transparent || HomeImbalance(p.common.base, p.lengths, config.mask, p.common.offsets,
+                                      config.workers) > kHomeMaxImbalance)
+    return nullptr;
+  // Its own shard steps 1-3 (no zig-zag pairs), needed only while it is
+  // sharded: the candidate copies what its search reads.
+  const Common home_common{detail::ShardSteps123(p.lengths, config.block_size, p.header.token_cap,
+                                                 config.workers, config.mask, /*zigzag=*/false),
+                           p.common.offsets};
+  // No heavy split: its fillers are cut from light items anywhere in the
+  // batch, which moves them (docs/planner.md, step 7, the home layout).
+  std::unique_ptr<Candidate> home =
+      Shard(detail::SplitHeavy(home_common.base, p.lengths, config.mask, 0, 0), p.lengths, config,
+            p.header, home_common);
+  home->assignment =
+      home->search->Home(config.node_workers, p.judge.pairs_per_traffic_token * p.weight);
+  if (std::optional<detail::HomePacking> packed =
+          detail::PackAtHome(p.lengths, config.mask, config.workers, p.header.token_cap,
+                             home_common.base.block_size, config.node_workers, config.self_check)) {
+    detail::Assignment a = PackedAssignment(*packed);
+    if (p.StepCostOf(packed->blocks, a, p.identity).total() <
+        p.StepCostOf(home->sharding.blocks, home->assignment, p.identity).total()) {
+      home->sharding.blocks = std::move(packed->blocks);
+      home->pairs = std::move(packed->pairs);
+      home->assignment = std::move(a);
+      home->search.reset();  // it indexes the blocks just replaced: none to misuse
     }
   }
-  // The shed layouts (issue 17): items each at home, the overloaded homes
-  // shedding their densest items (Shed). Two shardings: the first
-  // candidate's (Shed leaves its search as it was; the candidate is kept
-  // alive should it be replaced below: Replace), and the same split with
-  // each split item's fillers taken from its own dataloader node first, so
-  // that a sub-item's pieces and filler share a home node and less of it
-  // moves (built only where some filler differs; its search can only
-  // Shed). Compared with the balanced plan below, by the port proxy.
-  struct Layout {
-    Candidate* source;  // its blocks and pairs
-    detail::Assignment assignment;
-  };
-  std::vector<Layout> sheds;
-  std::unique_ptr<Candidate> first_source, local_source;  // first_source: once replaced
-  const Candidate* const first = best.get();
-  // slot = c, the first candidate kept alive in first_source if it was slot's.
+  return home;
+}
+
+// Generator: with no reshuffle charged (the dataloader adopts the plan), a
+// batch whose sequences all fit in a block: its sequences whole, dealt and
+// exchanged at sequence granularity (PackWhole). The balanced plan packs
+// them into block slots in batch order and cuts those across a slot
+// boundary, so its items are whole slots: a coarser balance, and a cut
+// sequence computes its second piece a stage later.
+struct Whole {
+  detail::HomePacking packing;
+  detail::Assignment assignment;
+};
+std::optional<Whole> WholeLayout(const Pipeline& p) {
+  const PlannerConfig& config = p.config;
+  if (!p.by_cost || config.reshuffle_locality) return std::nullopt;
+  std::optional<detail::HomePacking> packed =
+      detail::PackWhole(p.lengths, config.mask, config.workers, p.header.token_cap,
+                        p.common.base.block_size, config.self_check);
+  if (!packed) return std::nullopt;
+  Whole whole{std::move(*packed), {}};
+  whole.assignment = PackedAssignment(whole.packing);
+  return whole;
+}
+
+// Generator: the balanced plan. The configured split, assigned; with a
+// network ratio also heavy blocks in at most two pieces; piece sizing and
+// the rescue limits where the plan is outside the bound; the Better kept
+// at each step (ties: the incumbent). `first` keeps the first candidate
+// alive when it is replaced and `keep_first` (the shed layouts start from
+// it).
+struct Balanced {
+  std::unique_ptr<Candidate> best, first;
+  Candidate& First() { return first ? *first : *best; }
+};
+Balanced BalancedPlan(const Pipeline& p, bool keep_first) {
+  const PlannerConfig& config = p.config;
+  const detail::Judge& judge = p.judge;
+  Balanced out;
+  out.best = Assign(p.Split(config.max_split), p.lengths, config, p.header, p.common);
+  const Candidate* const first = out.best.get();
+  // slot = c, the first candidate kept alive in out.first if it was slot's.
   const auto replace = [&](std::unique_ptr<Candidate>& slot, std::unique_ptr<Candidate> c) {
-    if (slot.get() == first && !sheds.empty()) first_source = std::move(slot);
+    if (slot.get() == first && keep_first) out.first = std::move(slot);
     slot = std::move(c);
   };
-  if (transparent && !home && config.workers <= kShedMaxWorkers) {
-    sheds.push_back(Layout{best.get(), best->search->Shed(config.node_workers)});
-    const std::vector<int32_t> nodes =
-        DataloaderNodes(common.base, common.offsets, config.workers, config.node_workers);
-    detail::HeavySplit local =
-        detail::SplitHeavy(common.base, lengths, config.mask, config.heavy_fraction,
-                           config.max_split, detail::PieceCounts::kPowersOfTwo, &nodes);
-    const auto same_fillers = [&] {
-      if (local.splits.size() != best->split.splits.size()) return false;
-      for (size_t k = 0; k < local.splits.size(); ++k)
-        if (local.splits[k].fillers != best->split.splits[k].fillers) return false;
-      return true;
-    };
-    if (!same_fillers()) {
-      local_source = Shard(std::move(local), lengths, config, plan, common, /*shed_only=*/true);
-      sheds.push_back(Layout{local_source.get(), local_source->search->Shed(config.node_workers)});
-    }
-  }
-  const bool shed = !sheds.empty();
-  if (by_cost && config.heavy_fraction > 0 && config.max_split > 2) {
-    detail::HeavySplit coarse_split = split(2);
+  std::unique_ptr<Candidate>& best = out.best;
+  if (p.by_cost && config.heavy_fraction > 0 && config.max_split > 2) {
+    detail::HeavySplit coarse_split = p.Split(2);
     // Exact pruning. When the lower bound on its compute imbalance breaks
     // the imbalance bound, every coarse plan is outside it, and Better
     // ranks it below a best within it, and below a best outside it that is
@@ -550,14 +544,14 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
     // blocks in two pieces cannot be balanced: most large batches
     // (docs/planner-benchmark.md, exact pruning).
     const double least_imbalance =
-        ComputeImbalanceLowerBound(common.base, coarse_split, config.workers);
+        ComputeImbalanceLowerBound(p.common.base, coarse_split, config.workers);
     const bool cannot_win = least_imbalance > config.max_imbalance + kBoundMargin &&
                             (detail::WithinBound(best->assignment, judge) ||
                              least_imbalance > detail::Cost(best->assignment, 0) + kBoundMargin);
     // The self-check assigns it anyway and checks that it loses.
     if (!cannot_win || config.self_check) {
       std::unique_ptr<Candidate> coarse =
-          Assign(std::move(coarse_split), lengths, config, plan, common);
+          Assign(std::move(coarse_split), p.lengths, config, p.header, p.common);
       const bool better = detail::Better(coarse->assignment, best->assignment, judge);
       FCP_CHECK(!(better && cannot_win), "planner: a pruned candidate would have won");
       if (better) replace(best, std::move(coarse));
@@ -574,7 +568,7 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   const auto resize = [&](std::unique_ptr<Candidate> c) {
     for (int round = 0; round < kResizeRounds && !detail::WithinBound(c->assignment, resize_judge);
          ++round) {
-      std::unique_ptr<Candidate> resized = ResizePieces(*c, lengths, config, plan, common);
+      std::unique_ptr<Candidate> resized = ResizePieces(*c, p.lengths, config, p.header, p.common);
       if (!resized || !detail::Better(resized->assignment, c->assignment, judge)) break;
       replace(c, std::move(resized));
     }
@@ -587,17 +581,18 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   // equal pieces cannot be balanced (compute lower bound) is skipped.
   if (config.workers <= kRescueMaxWorkers && config.heavy_fraction > 0 && config.max_split >= 2) {
     for (int32_t limit : kRescueLimits) {
-      const bool pieces_too_small = common.base.block_size / limit < detail::kMinPieceTokens;
+      const bool pieces_too_small = p.common.base.block_size / limit < detail::kMinPieceTokens;
       if (limit > config.rescue_max_split || pieces_too_small) break;
       if (detail::WithinBound(best->assignment, judge)) break;
-      detail::HeavySplit rescue_split = split(limit, detail::PieceCounts::kAny);
-      const bool hopeless = ComputeImbalanceLowerBound(common.base, rescue_split, config.workers) >
-                            config.max_imbalance + kBoundMargin;
+      detail::HeavySplit rescue_split = p.Split(limit, detail::PieceCounts::kAny);
+      const bool hopeless =
+          ComputeImbalanceLowerBound(p.common.base, rescue_split, config.workers) >
+          config.max_imbalance + kBoundMargin;
       // The self-check assigns it anyway and checks the bound (before piece
       // sizing, which the lower bound does not cover).
       if (hopeless && !config.self_check) continue;
       std::unique_ptr<Candidate> rescue =
-          Assign(std::move(rescue_split), lengths, config, plan, common);
+          Assign(std::move(rescue_split), p.lengths, config, p.header, p.common);
       FCP_CHECK(!(hopeless && detail::WithinBound(rescue->assignment, judge)),
                 "planner: a candidate beyond its compute lower bound is within the bound");
       if (hopeless) continue;
@@ -606,10 +601,67 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
         replace(best, std::move(rescue));
     }
   }
-  // A plan within the bound on compute but not on traffic (the search may
-  // leave it there: its cost balanced, a traffic excess under one block's
-  // K/V, a few workers with little traffic lowering the mean): traffic
-  // leveling. (Time mode has no bound to be outside of.)
+  return out;
+}
+
+// Generator: the shed layouts (issue 17), items each at home, the
+// overloaded homes shedding their densest items (Shed). Two shardings:
+// the first balanced candidate's (Shed leaves its search as it was), and
+// the same split with each split item's fillers taken from its own
+// dataloader node first, so that a sub-item's pieces and filler share a
+// home node and less of it moves (built only where some filler differs;
+// its search can only Shed, and `local` keeps it).
+struct Layout {
+  Candidate* source;  // its blocks and pairs
+  detail::Assignment assignment;
+};
+struct Sheds {
+  std::unique_ptr<Candidate> local;
+  std::vector<Layout> layouts;
+};
+Sheds ShedLayouts(const Pipeline& p, Candidate& first) {
+  const PlannerConfig& config = p.config;
+  Sheds sheds;
+  sheds.layouts.push_back(Layout{&first, first.search->Shed(config.node_workers)});
+  const std::vector<int32_t> nodes =
+      DataloaderNodes(p.common.base, p.common.offsets, config.workers, config.node_workers);
+  detail::HeavySplit local =
+      detail::SplitHeavy(p.common.base, p.lengths, config.mask, config.heavy_fraction,
+                         config.max_split, detail::PieceCounts::kPowersOfTwo, &nodes);
+  const auto same_fillers = [&] {
+    if (local.splits.size() != first.split.splits.size()) return false;
+    for (size_t k = 0; k < local.splits.size(); ++k)
+      if (local.splits[k].fillers != first.split.splits[k].fillers) return false;
+    return true;
+  };
+  if (!same_fillers()) {
+    sheds.local =
+        Shard(std::move(local), p.lengths, config, p.header, p.common, /*shed_only=*/true);
+    sheds.layouts.push_back(
+        Layout{sheds.local.get(), sheds.local->search->Shed(config.node_workers)});
+  }
+  return sheds;
+}
+
+// The balanced plan improved in place: traffic leveling where it is within
+// the bound on compute but not on traffic (the search may leave it there:
+// its cost balanced, a traffic excess under one block's K/V, a few workers
+// with little traffic lowering the mean; time mode has no bound to be
+// outside of); its workers renamed so that each keeps as many of its
+// dataloader tokens as possible (they are interchangeable for balance);
+// with the reshuffle, exchanges that bring more blocks home under that
+// renaming without raising any load's maximum (on the chosen plan only:
+// run on every candidate they cost planning time and can steer piece
+// sizing to a slower plan; docs/planner.md, open problem: the reshuffle).
+// Also its step cost before the exchanges, where a home layout is to beat
+// both (so that it is never chosen over a plan the exchanges made worse by
+// this measure).
+struct Improved {
+  std::vector<int32_t> rename;
+  StepCost unexchanged;
+};
+Improved Improve(const Pipeline& p, Candidate& best, bool home) {
+  const PlannerConfig& config = p.config;
   // With row ranges leveling runs only where the traffic is outside the
   // bound counted both ways: in whole blocks, as its exchanges count it,
   // and in the rows that will move. It is kept only where, counted in
@@ -621,178 +673,174 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   // reshuffle overlapped, 2.0% slower, heavy-tailed sigma 2.0 at N = 16
   // 2.7% faster; docs/plan-format.md, "Who emits them".)
   const auto attended = [&](const detail::Assignment& a) {
-    return WithAttendedTraffic(a, best->sharding.blocks, best->pairs, lengths, config.mask);
+    return WithAttendedTraffic(a, best.sharding.blocks, best.pairs, p.lengths, config.mask);
   };
-  const auto largest = [](const auto& v) { return *std::max_element(v.begin(), v.end()); };
-  if (config.traffic_leveling && Imbalance(best->assignment.compute) <= judge.max_imbalance &&
-      Imbalance(best->assignment.traffic) > judge.max_imbalance) {
+  if (config.traffic_leveling && Imbalance(best.assignment.compute) <= p.judge.max_imbalance &&
+      Imbalance(best.assignment.traffic) > p.judge.max_imbalance) {
     // Counted only here: most plans are within the bound in whole blocks.
     const std::optional<detail::Assignment> moved =
-        config.row_ranges ? std::optional(attended(best->assignment)) : std::nullopt;
-    if (!moved || Imbalance(moved->traffic) > judge.max_imbalance) {
-      detail::Assignment leveled = best->search->Level(best->assignment);
+        config.row_ranges ? std::optional(attended(best.assignment)) : std::nullopt;
+    if (!moved || Imbalance(moved->traffic) > p.judge.max_imbalance) {
+      detail::Assignment leveled = best.search->Level(best.assignment);
       if (moved) {
         detail::Assignment after = attended(leveled), before = *moved;
         after.send.clear();  // the cost by sent + received, as leveling judges it
         before.send.clear();
-        const double r = judge.pairs_per_traffic_token;
-        const bool holds = largest(after.traffic) <= largest(before.traffic) &&
+        const double r = p.judge.pairs_per_traffic_token;
+        const bool holds = Largest(after.traffic) <= Largest(before.traffic) &&
                            (r == 0 || detail::Cost(after, r) <= detail::Cost(before, r)) &&
                            Imbalance(after.traffic) < Imbalance(before.traffic);
-        if (!holds) leveled = best->assignment;
+        if (!holds) leveled = best.assignment;
       }
-      best->assignment = std::move(leveled);
+      best.assignment = std::move(leveled);
     }
   }
-  // Workers are interchangeable for balance; renaming them so that each keeps
-  // as many of its dataloader tokens as possible shrinks the reshuffle. Then
-  // exchanges bring more blocks home under that renaming without raising
-  // any load's maximum (on the chosen plan only: run on every candidate they
-  // cost planning time and can steer piece sizing to a slower plan;
-  // docs/planner.md, open problem: the reshuffle).
-  std::vector<int32_t> rename = detail::LocalityRenaming(
-      best->sharding.blocks, best->assignment.owner, lengths, config.workers);
-  // The balanced plan's step cost before the exchanges too: the home layout
-  // must beat both (so that it is never chosen over a plan the exchanges
-  // made worse by this measure).
-  const StepCost unexchanged =
-      home || shed ? step_cost(best->sharding.blocks, best->assignment, rename) : StepCost{};
+  Improved out;
+  out.rename = detail::LocalityRenaming(best.sharding.blocks, best.assignment.owner, p.lengths,
+                                        config.workers);
+  if (home) out.unexchanged = p.StepCostOf(best.sharding.blocks, best.assignment, out.rename);
   if (config.reshuffle_locality)
-    best->assignment = best->search->Localize(std::move(best->assignment), rename);
-  // The home layout instead where it is cheaper and its busiest reshuffle
-  // at most kHomeReshuffleShare of the balanced plan's: where the proxy's
-  // reshuffle term decides. Closer calls it misjudges: a home layout that
-  // still moves much puts heavy blocks on few workers, which then wait
-  // longest for their inputs (docs/planner.md, step 7, the home layout).
-  // A shed layout (built where the home layout is not) instead where its
-  // port proxy is lower and its busiest reshuffle across nodes below
-  // kShedReshuffleShare of the balanced plan's; of two such, the lower
-  // proxy (it ranked the two shed layouts as the simulator did on every
-  // benchmark row at N = 16 and 64 where both were built:
-  // the measurement log (docs/planner.md)).
-  // What the plan is built from: the balanced plan, or a layout.
-  std::vector<Block>* blocks = &best->sharding.blocks;
-  const std::vector<RequiredPair>* pairs = &best->pairs;
-  const detail::Assignment* chosen = &best->assignment;
-  int64_t block_size = best->sharding.block_size;
-  if (home || shed) {
-    StepCost balanced = step_cost(best->sharding.blocks, best->assignment, rename);
-    if (unexchanged.total() < balanced.total()) balanced = unexchanged;
-    const auto ports = [&](const Candidate& c, const detail::Assignment& a,
-                           const std::vector<int32_t>& names) {
-      // The port proxy (port_proxy.h), its workers named as in the plan.
-      const detail::PortInput in{&c.sharding.blocks,  &c.search->users(),
-                                 &c.input.block_work, &common.offsets,
-                                 config.workers,      config.node_workers,
-                                 config.attention,    judge.pairs_per_traffic_token};
-      std::vector<int32_t> owner(a.owner.size());
-      for (size_t k = 0; k < owner.size(); ++k) owner[k] = names[a.owner[k]];
-      return detail::PortProxy(in, detail::CountPorts(in, owner));
-    };
-    // The shed layout that passes both tests with the lowest port proxy
-    // (ties: the first), if any.
-    size_t pick = 0;
-    bool wins = false;
-    if (shed) {
-      double least = ports(*best, best->assignment, rename);
-      for (size_t k = 0; k < sheds.size(); ++k) {
-        const Candidate& source = *sheds[k].source;
-        const double proxy = ports(source, sheds[k].assignment, identity);
-        if (proxy < least &&
-            step_cost(source.sharding.blocks, sheds[k].assignment, identity).reshuffle <
-                balanced.reshuffle * kShedReshuffleShare) {
-          least = proxy;
-          pick = k;
-          wins = true;
-        }
+    best.assignment = best.search->Localize(std::move(best.assignment), out.rename);
+  return out;
+}
+
+// What the plan is built from: one complete candidate, its workers named
+// as in the plan.
+struct Choice {
+  std::vector<Block>* blocks;
+  const std::vector<RequiredPair>* pairs;
+  const detail::Assignment* assignment;
+  int64_t block_size;
+  std::vector<int32_t> names;
+  bool home;  // the home layout: already at home
+};
+
+// Ranks the improved balanced plan against the layouts (built for one mode
+// each: home or shed with the reshuffle charged, whole without). The home
+// layout where its step cost is lower and its busiest reshuffle at most
+// kHomeReshuffleShare of the balanced plan's: where the proxy's reshuffle
+// term decides (closer calls it misjudges: a home layout that still moves
+// much puts heavy blocks on few workers, which then wait longest for their
+// inputs; docs/planner.md, step 7, the home layout). The shed layout whose
+// step estimate with the reshuffle beats the least so far (the balanced
+// plan's, then the sheds' in order) by kShedEstimateMargin. The whole
+// packing where its step cost without the reshuffle is lower.
+Choice Rank(const Pipeline& p, Candidate& best, const Improved& improved, Candidate* home,
+            Sheds& sheds, std::optional<Whole>& whole) {
+  Choice choice{&best.sharding.blocks,    &best.pairs,     &best.assignment,
+                best.sharding.block_size, improved.rename, false};
+  if (home) {
+    StepCost balanced = p.StepCostOf(best.sharding.blocks, best.assignment, improved.rename);
+    if (improved.unexchanged.total() < balanced.total()) balanced = improved.unexchanged;
+    const StepCost at_home = p.StepCostOf(home->sharding.blocks, home->assignment, p.identity);
+    if (at_home.total() < balanced.total() &&
+        at_home.reshuffle <= balanced.reshuffle * kHomeReshuffleShare)
+      choice = Choice{&home->sharding.blocks,    &home->pairs, &home->assignment,
+                      home->sharding.block_size, p.identity,   true};
+  }
+  if (!sheds.layouts.empty()) {
+    double least = p.EstimateUs(best.sharding.blocks, best.pairs, best.assignment, improved.rename);
+    for (Layout& layout : sheds.layouts) {
+      Candidate& source = *layout.source;
+      const double us =
+          p.EstimateUs(source.sharding.blocks, source.pairs, layout.assignment, p.identity);
+      if (us < least * (1 - kShedEstimateMargin)) {
+        least = us;
+        choice = Choice{&source.sharding.blocks,  &source.pairs, &layout.assignment,
+                        best.sharding.block_size, p.identity,    false};
       }
     }
-    std::vector<Block>& layout_blocks =
-        home ? home->sharding.blocks : sheds[pick].source->sharding.blocks;
-    const std::vector<RequiredPair>& layout_pairs = home ? home->pairs : sheds[pick].source->pairs;
-    const detail::Assignment& layout = home ? home->assignment : sheds[pick].assignment;
-    if (home) {
-      const StepCost at_home = step_cost(layout_blocks, layout, identity);
-      wins = at_home.total() < balanced.total() &&
-             at_home.reshuffle <= balanced.reshuffle * kHomeReshuffleShare;
-    }
-    if (wins) {
-      blocks = &layout_blocks;
-      pairs = &layout_pairs;
-      chosen = &layout;
-      if (home) block_size = home->sharding.block_size;
-      rename = std::move(identity);
-    }
   }
-  // With no reshuffle charged (the dataloader adopts the plan), a batch
-  // whose sequences all fit in a block: its sequences whole, dealt and
-  // exchanged at sequence granularity (PackWhole), instead where its step
-  // cost is lower. The balanced plan packs them into block slots in batch
-  // order and cuts those across a slot boundary, so its items are whole
-  // slots: a coarser balance, and a cut sequence computes its second
-  // piece a stage later.
-  std::optional<detail::HomePacking> whole;
-  detail::Assignment whole_assignment;
-  if (by_cost && !config.reshuffle_locality &&
-      (whole = detail::PackWhole(lengths, config.mask, config.workers, plan.token_cap,
-                                 common.base.block_size, config.self_check))) {
-    for (const Block& b : whole->blocks) whole_assignment.owner.push_back(b.worker);
-    whole_assignment.compute = std::move(whole->compute);
-    whole_assignment.traffic = std::move(whole->traffic);
-    whole_assignment.send = std::move(whole->send);
-    if (step_cost(whole->blocks, whole_assignment, identity).base <
-        step_cost(*blocks, *chosen, rename).base) {
-      blocks = &whole->blocks;
-      pairs = &whole->pairs;
-      chosen = &whole_assignment;
-      block_size = common.base.block_size;
-      rename = identity;
-    }
-  }
-  plan.block_size = block_size;
-  plan.blocks = std::move(*blocks);
-  for (size_t b = 0; b < plan.blocks.size(); ++b) plan.blocks[b].worker = rename[chosen->owner[b]];
-  // Short sequences back to their dataloader workers where the compute
-  // allows (short_rehoming.h): the blocks change, so do their pairs.
-  // The home layout is already at home; its packing is balanced by
-  // exchanges this pass would undo. Kept only where it helps without
-  // breaking the plan's balance promise (below).
-  std::vector<RequiredPair> rehomed_pairs;
-  std::optional<std::vector<Block>> rehomed;
-  if (config.reshuffle_locality && !(home && chosen == &home->assignment))
-    rehomed = detail::RehomeShortSequences(lengths, config.mask, plan.blocks, config.workers,
-                                           block_size, config.node_workers);
-  if (rehomed) {
-    rehomed_pairs = RequiredPairs(lengths, *rehomed, config.mask);
-    const detail::BlockLoads before = detail::CountBlockLoads(plan.blocks, *pairs, config.workers);
-    const detail::BlockLoads after =
-        detail::CountBlockLoads(*rehomed, rehomed_pairs, config.workers);
-    if (config.self_check)
-      FCP_CHECK(after.tokens == before.tokens,
-                "planner: short-sequence rehoming changed a worker's token count");
-    // Fewer tokens away from home, no maximum higher, and the traffic
-    // within the bound where it was (less traffic at the same maximum reads
-    // as more imbalance; where the plan was outside the bound, a shed
-    // layout, only the maximum counts).
-    const bool traffic_held = Imbalance(after.traffic) <= judge.max_imbalance ||
-                              Imbalance(before.traffic) > judge.max_imbalance;
-    if (TokensAway(*rehomed, common.offsets, config.workers) <
-            TokensAway(plan.blocks, common.offsets, config.workers) &&
-        largest(after.compute) <= largest(before.compute) &&
-        largest(after.traffic) <= largest(before.traffic) && traffic_held) {
-      plan.blocks = std::move(*rehomed);
-      pairs = &rehomed_pairs;
-    }
-  }
+  if (whole && p.StepCostOf(whole->packing.blocks, whole->assignment, p.identity).base <
+                   p.StepCostOf(*choice.blocks, *choice.assignment, choice.names).base)
+    choice = Choice{&whole->packing.blocks,
+                    &whole->packing.pairs,
+                    &whole->assignment,
+                    p.common.base.block_size,
+                    p.identity,
+                    false};
+  return choice;
+}
 
-  // 3-5. Transfer graph, colouring, coalesced forward and backward stages.
+// The choice's blocks into `plan`, their workers named; then, with the
+// reshuffle charged and on any plan but the home layout (already at home;
+// its packing is balanced by exchanges this pass would undo), short
+// sequences back to their dataloader workers where the compute allows
+// (short_rehoming.h), kept only where fewer tokens are away from home, no
+// maximum is higher, and the traffic is within the bound where it was
+// (less traffic at the same maximum reads as more imbalance; where the
+// plan was outside the bound, a shed layout, only the maximum counts).
+// Returns the plan's required pairs (`rehomed_pairs` where rehomed).
+const std::vector<RequiredPair>* Place(const Pipeline& p, Choice& choice, Plan& plan,
+                                       std::vector<RequiredPair>& rehomed_pairs) {
+  const PlannerConfig& config = p.config;
+  plan.block_size = choice.block_size;
+  plan.blocks = std::move(*choice.blocks);
+  for (size_t b = 0; b < plan.blocks.size(); ++b)
+    plan.blocks[b].worker = choice.names[choice.assignment->owner[b]];
+  if (!config.reshuffle_locality || choice.home) return choice.pairs;
+  std::optional<std::vector<Block>> rehomed = detail::RehomeShortSequences(
+      p.lengths, config.mask, plan.blocks, config.workers, choice.block_size, config.node_workers);
+  if (!rehomed) return choice.pairs;
+  rehomed_pairs = RequiredPairs(p.lengths, *rehomed, config.mask);
+  const detail::BlockLoads before =
+      detail::CountBlockLoads(plan.blocks, *choice.pairs, config.workers);
+  const detail::BlockLoads after = detail::CountBlockLoads(*rehomed, rehomed_pairs, config.workers);
+  if (config.self_check)
+    FCP_CHECK(after.tokens == before.tokens,
+              "planner: short-sequence rehoming changed a worker's token count");
+  const bool traffic_held = Imbalance(after.traffic) <= p.judge.max_imbalance ||
+                            Imbalance(before.traffic) > p.judge.max_imbalance;
+  if (TokensAway(*rehomed, p.common.offsets, config.workers) <
+          TokensAway(plan.blocks, p.common.offsets, config.workers) &&
+      Largest(after.compute) <= Largest(before.compute) &&
+      Largest(after.traffic) <= Largest(before.traffic) && traffic_held) {
+    plan.blocks = std::move(*rehomed);
+    return &rehomed_pairs;
+  }
+  return choice.pairs;
+}
+
+}  // namespace
+
+double FcpComputeImbalanceFloor(const std::vector<int64_t>& lengths, const PlannerConfig& config) {
+  config.validate(lengths);
+  const Plan header = PlanHeader(lengths, config, "fcp");
+  const detail::ShardBase base = detail::ShardSteps123(lengths, config.block_size, header.token_cap,
+                                                       config.workers, config.mask);
+  return ComputeImbalanceLowerBound(
+      base, detail::SplitHeavy(base, lengths, config.mask, config.heavy_fraction, config.max_split),
+      config.workers);
+}
+
+Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& config) {
+  config.validate(lengths);
+  Plan plan = PlanHeader(lengths, config, "fcp");
+  plan.planner_options = RecordedPlannerOptions(config);
+  // 1. Shard: steps 1-3, shared by every candidate.
+  const Pipeline p(lengths, config, plan);
+  // 2. Generate: the layouts (each complete), and the balanced plan (its
+  // split variants assigned and kept by Better).
+  std::unique_ptr<Candidate> home = HomeLayout(p);
+  std::optional<Whole> whole = WholeLayout(p);
+  const bool shed = p.transparent && !home && config.workers <= kShedMaxWorkers;
+  Balanced balanced = BalancedPlan(p, /*keep_first=*/shed);
+  Sheds sheds = shed ? ShedLayouts(p, balanced.First()) : Sheds{};
+  // 3. Improve the balanced plan: traffic leveling, renaming, locality.
+  const Improved improved = Improve(p, *balanced.best, home != nullptr);
+  // 4. Rank: the balanced plan or a layout.
+  Choice choice = Rank(p, *balanced.best, improved, home.get(), sheds, whole);
+  // 5. Improve the choice: short sequences re-dealt home.
+  std::vector<RequiredPair> rehomed_pairs;
+  const std::vector<RequiredPair>* pairs = Place(p, choice, plan, rehomed_pairs);
+  // 6. Schedule: transfer graph, colouring, coalesced forward and backward
+  // stages (steps 8-10); relays through the node in the stages just built
+  // (11); each direct K/V transfer cut to the rows its receiver attends, the
+  // partial back to the same rows, relayed blocks whole (12; no stage
+  // changes: congestion counts a transfer whatever its rows).
   BuildStages(plan, *pairs, config.self_check);
-  // 11. Relays through the node, in the stages just built.
   if (config.node_relays)
     RelayThroughNodes(plan, config.node_workers, *pairs, config.network_flops_per_byte);
-  // 12. Row ranges: each direct K/V transfer cut to the rows its receiver
-  // attends, the partial back to the same rows; relayed blocks stay whole.
-  // No stage changes (congestion counts a transfer whatever its rows).
   if (config.row_ranges) TrimTransfersToAttendedRows(plan, *pairs);
   return plan;
 }

@@ -14,6 +14,7 @@
 #include "fcp/error.h"
 #include "fcp/required_pairs.h"
 #include "fcp/reshuffle_floor.h"
+#include "planner_constants.h"
 #include "short_rehoming.h"
 
 namespace fcp::detail {
@@ -22,18 +23,6 @@ namespace {
 // A worker's sequences as (length, id), ascending: the shortest are the
 // lightest replacements, and a length window is a binary search.
 using Owned = std::vector<std::pair<int64_t, int32_t>>;
-
-// Shortest sequences tried as a replacement prefix, first sequences of a
-// two-sequence completion after it, and matches looked at per completion
-// (equal lengths weigh the same under every mask); sequences of the most
-// loaded worker offered per step, densest first; exchanges per worker.
-// The bounds keep a step O(1) in the sequences a worker holds (1,000 of
-// up to 64 tokens took 14 s to plan at N = 64 without them).
-constexpr size_t kPrefixSequences = 12;
-constexpr size_t kPairFirsts = 8;
-constexpr int kMatches = 2;
-constexpr size_t kOffered = 32;
-constexpr size_t kStepsPerWorker = 4;
 
 // One exchange: sequence x of worker a for Y of worker b, Y the `prefix`
 // shortest of b's sequences plus up to two more (indices into b's Owned).
@@ -50,25 +39,6 @@ struct Exchange {
 // sequences dealt by LPT, balanced with any worker, nothing charged for
 // moving (PackWhole).
 enum class Start { kHome, kWhole };
-
-// Partners of the most loaded worker in a PackWhole exchange: the least
-// loaded workers of the batch (ties by id). The lowest peak is found with
-// the lightest, and the exact pruning below skips the rest once a peak is
-// found; more partners widen the choice of exact token matches.
-constexpr size_t kWholePartners = 16;
-
-// Whole: the most sequences each worker with room gives back before the
-// rooms are refilled exactly, and the most pool sequences one room's
-// refill looks at (half the longest that fit, half the shortest), which
-// keeps a refill O(kRefillItems x room / 64) word operations. On the
-// uniform 64-2048 batches (seed 0) 3 back filled every room at N = 16 and
-// 64, 4 at N = 256 (docs/planner.md, step 7, whole packing).
-constexpr size_t kRefillSequences = 4;
-constexpr size_t kRefillItems = 192;
-// The largest subset-sum table a refill builds (64-bit words: 32 MiB). On
-// the benchmark's batches a table is at most 193 x 160 words; a room of
-// many blocks (a cap far above the share) is left unfilled instead.
-constexpr double kRefillMaxWords = 1 << 22;
 
 // A subset of `sizes` (each >= 1) adding up to exactly `target` (>= 1), as
 // indices, ascending; nothing when there is none. Of the subsets, the one

@@ -37,17 +37,9 @@
 #include "fcp/mask.h"
 #include "fcp/plan.h"
 #include "fcp/required_pairs.h"
+#include "planner_constants.h"
 
 namespace fcp::detail {
-
-// Tokens away from home the balance may reach: at most this share of the
-// batch and this multiple of the reshuffle floor (ComputeReshuffleFloor
-// with the cap; issue 17: all-short batches move at most 5%, every batch
-// at most twice its floor).
-constexpr double kPackMovedShare = 0.05;
-constexpr double kPackFloorMultiple = 2.0;
-// The balance stops within this share above the mean work.
-constexpr double kPackSlack = 0.001;
 
 struct HomePacking {
   // Worker set: per worker, blocks of its whole sequences away from home,

@@ -6,9 +6,13 @@
 
 #include "fcp/error.h"
 #include "fcp/required_pairs.h"
+#include "planner_constants.h"
 
 namespace fcp {
 namespace {
+
+using detail::kBackwardWork;  // planner_constants.h
+using detail::kHotPortShare;
 
 bool TransferLess(const Transfer& a, const Transfer& b) {
   return std::tie(a.src, a.dst, a.block) < std::tie(b.src, b.dst, b.block);
@@ -28,15 +32,6 @@ bool CrossingLess(const Crossing& a, const Crossing& b) {
   return std::tie(a.block, a.node, a.stage, a.worker) <
          std::tie(b.block, b.node, b.stage, b.worker);
 }
-
-// The backward's attention work over the forward's (PLAN_FORMAT.md, "Costs").
-constexpr double kBackwardWork = 2.5;
-// An owner's crossings are relayed where its network port's bytes x the
-// network ratio exceed this share of its compute in the pass. Measured on
-// gpu-x (docs/planner.md, step 11): at 1 only lognormal seed 0 at N = 256
-// relayed (-0.4%); at 0.5 lognormal seed 0 at N = 64 relayed too and its
-// step rose 1.0%; at 0.75 neither rises and N = 256 gains 1.6%.
-constexpr double kHotPortShare = 0.75;
 
 class Relayer {
  public:

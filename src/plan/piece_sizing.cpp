@@ -1,4 +1,5 @@
 #include "piece_sizing.h"
+#include "planner_constants.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,14 +9,6 @@
 namespace fcp::detail {
 
 namespace {
-
-constexpr int kMaxSweeps = 8;
-// A sweep that moves no piece by more than this many tokens is the last
-// (pieces are whole granules in the end).
-constexpr double kSettledTokens = 4;
-// Pieces are whole granules where the block size allows: tile-friendly
-// kernels, and plans that do not hinge on the last bits of a float.
-constexpr int64_t kGranuleTokens = 64;
 
 // A split whose pieces can move: its sub-items sit on at least two workers
 // and its bounds leave room.

@@ -12,6 +12,7 @@ namespace fcp {
 
 void PlannerConfig::validate_settings() const {
   CheckPlannerOptionRanges(*this);  // every scalar field, by its row of the table
+  step_costs.validate("planner: step_costs");
   mask.validate();
   attention.validate();
 }

@@ -202,6 +202,48 @@ void SetRecorded(const PlannerOption& option, PlannerConfig& config, double valu
       option.ref);
 }
 
+// The step costs' recorded fields (PlannerConfig::step_costs; node_workers
+// and reshuffle are not read by the planner, so not recorded), by the name
+// after "step_costs.".
+using CostField = double StepCosts::*;
+constexpr std::pair<const char*, CostField> kCostFields[] = {
+    {"backward_efficiency_ratio", &StepCosts::backward_efficiency_ratio},
+    {"backward_flops_factor", &StepCosts::backward_flops_factor},
+    {"compute_flops_per_s", &StepCosts::compute_flops_per_s},
+    {"kernel_launch_us", &StepCosts::kernel_launch_us},
+    {"nic_bytes_per_us", &StepCosts::nic_bytes_per_us},
+    {"nic_latency_us", &StepCosts::nic_latency_us},
+    {"nvlink_bytes_per_us", &StepCosts::nvlink_bytes_per_us},
+    {"nvlink_latency_us", &StepCosts::nvlink_latency_us},
+};
+constexpr std::string_view kCostPrefix = "step_costs.";
+constexpr std::string_view kEfficiencyPrefix = "step_costs.efficiency.";
+
+// Reads a recorded "step_costs.*" option into `costs`; the efficiency
+// points, "step_costs.efficiency.<i>.tokens" and ".efficiency", into
+// `points` (index -> point), checked whole by the caller.
+void SetRecordedCost(std::string_view name, double value, StepCosts& costs,
+                     std::vector<std::pair<size_t, EfficiencyPoint>>& points) {
+  if (name.substr(0, kEfficiencyPrefix.size()) == kEfficiencyPrefix) {
+    const std::string_view rest = name.substr(kEfficiencyPrefix.size());
+    const size_t dot = rest.find('.');
+    const std::string_view index = rest.substr(0, dot), what = rest.substr(dot + 1);
+    size_t i = 0;
+    if (dot == std::string_view::npos || index.empty() || index.size() > 6 ||
+        index.find_first_not_of("0123456789") != std::string_view::npos ||
+        (what != "tokens" && what != "efficiency"))
+      return;  // not a name this version writes: ignored, as unknown options are
+    for (char ch : index) i = i * 10 + static_cast<size_t>(ch - '0');
+    auto it =
+        std::find_if(points.begin(), points.end(), [&](const auto& p) { return p.first == i; });
+    if (it == points.end()) it = points.insert(points.end(), std::make_pair(i, EfficiencyPoint{}));
+    (what == "tokens" ? it->second.tokens : it->second.efficiency) = value;
+    return;
+  }
+  for (const auto& [field, member] : kCostFields)
+    if (name.substr(kCostPrefix.size()) == field) costs.*member = value;
+}
+
 }  // namespace
 
 const PlannerOption* FindPlannerOption(std::string_view name) {
@@ -264,6 +306,16 @@ std::vector<std::pair<std::string, double>> RecordedPlannerOptions(const Planner
   std::vector<std::pair<std::string, double>> options;
   for (const PlannerOption* o : RecordedRows())
     options.emplace_back(o->field, OptionValue(*o, config));
+  const std::string prefix(kCostPrefix), points(kEfficiencyPrefix);
+  for (const auto& [field, member] : kCostFields)
+    options.emplace_back(prefix + field, config.step_costs.*member);
+  for (size_t i = 0; i < config.step_costs.efficiency.size(); ++i) {
+    options.emplace_back(points + std::to_string(i) + ".efficiency",
+                         config.step_costs.efficiency[i].efficiency);
+    options.emplace_back(points + std::to_string(i) + ".tokens",
+                         config.step_costs.efficiency[i].tokens);
+  }
+  std::sort(options.begin(), options.end());
   return options;
 }
 
@@ -278,9 +330,26 @@ PlannerConfig PlannerConfigOf(const Plan& plan) {
   // Plan files from before row ranges were made with whole blocks: a file
   // of FCP's that does not record row_ranges re-plans without them.
   if (!plan.planner_options.empty()) c.row_ranges = false;
-  for (const auto& [name, value] : plan.planner_options)
+  std::vector<std::pair<size_t, EfficiencyPoint>> points;
+  for (const auto& [name, value] : plan.planner_options) {
+    if (std::string_view(name).substr(0, kCostPrefix.size()) == kCostPrefix)
+      SetRecordedCost(name, value, c.step_costs, points);
     for (const PlannerOption* o : RecordedRows())
       if (name == o->field) SetRecorded(*o, c, value);
+  }
+  // The recorded efficiency table replaces the default one whole: points 0
+  // to k - 1, each with both fields (validate() checks their values).
+  if (!points.empty()) {
+    std::sort(points.begin(), points.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    c.step_costs.efficiency.clear();
+    for (size_t i = 0; i < points.size(); ++i) {
+      if (points[i].first != i)
+        throw Error(ErrorCode::kInvalidArgument,
+                    fmt::format("planner_options: step_costs.efficiency.{} is missing", i));
+      c.step_costs.efficiency.push_back(points[i].second);
+    }
+  }
   return c;
 }
 

@@ -29,6 +29,7 @@
 
 #include "fcp/mask.h"
 #include "fcp/plan.h"
+#include "planner_constants.h"
 
 namespace fcp::detail {
 
@@ -67,10 +68,6 @@ struct ShardBase {
 // layout keeps a sequence's blocks on their dataloader workers).
 ShardBase ShardSteps123(const std::vector<int64_t>& lengths, int64_t block_size, int64_t token_cap,
                         int32_t workers, const Mask& mask, bool zigzag = true);
-// Pieces of a split item hold at least this many query tokens, so their
-// kernels (coalesced with the rest of the stage) stay efficient.
-constexpr int64_t kMinPieceTokens = 256;
-
 // Step 4 (heavy_fraction, max_split: see PlannerConfig; 0 / < 2 disables
 // splitting): which items of `base` are split (removed[i], also their
 // fillers) and the sub-items that replace them. Each item's work is exact,

@@ -7,16 +7,10 @@
 #include <utility>
 
 #include "fcp/error.h"
+#include "planner_constants.h"
 
 namespace fcp::detail {
 namespace {
-
-// The repair (step 3): exchanges per worker, its longest sequences offered
-// per exchange, and partners (the least computing) tried for each; the
-// bounds keep it O(1) exchanges of O(sequences a partner holds) each.
-constexpr size_t kRepairExchanges = 64;
-constexpr size_t kRepairOffers = 64;
-constexpr size_t kRepairPartners = 64;
 
 // Each worker's room, mirrored in a max segment tree (the largest room of
 // every aligned power-of-two range of workers), so that the workers with

@@ -13,9 +13,9 @@
 
 namespace fcp {
 
-void StepCosts::validate() const {
-  const auto fail = [](const std::string& what) {
-    throw Error(ErrorCode::kInvalidArgument, "step estimate: " + what);
+void StepCosts::validate(const std::string& context) const {
+  const auto fail = [&](const std::string& what) {
+    throw Error(ErrorCode::kInvalidArgument, context + ": " + what);
   };
   const auto positive = [&](const char* field, double v) {
     if (!(v > 0) || !std::isfinite(v)) fail(fmt::format("{} must be > 0, got {:g}", field, v));
@@ -32,15 +32,44 @@ void StepCosts::validate() const {
   positive("nic_bytes_per_us", nic_bytes_per_us);
   non_negative("nvlink_latency_us", nvlink_latency_us);
   non_negative("nic_latency_us", nic_latency_us);
-  if (efficiency.empty()) fail("efficiency table is empty");
-  for (size_t i = 0; i < efficiency.size(); ++i) {
-    const double tokens = efficiency[i].tokens, f = efficiency[i].efficiency;
-    if (!(tokens >= 1) || !std::isfinite(tokens) || (i > 0 && !(tokens > efficiency[i - 1].tokens)))
-      fail(fmt::format("efficiency point {}: tokens must be >= 1 and increasing, got {:g}", i,
-                       tokens));
-    if (!(f > 0 && f <= 1))
-      fail(fmt::format("efficiency point {}: fraction must be in (0, 1], got {:g}", i, f));
+  ValidateEfficiencyTable(efficiency, context);
+}
+
+void ValidateEfficiencyTable(const std::vector<EfficiencyPoint>& curve,
+                             const std::string& context) {
+  const auto fail = [&](const std::string& what) {
+    throw Error(ErrorCode::kInvalidArgument, context + ": " + what);
+  };
+  if (curve.empty()) fail("efficiency table is empty");
+  for (size_t i = 0; i < curve.size(); ++i) {
+    const EfficiencyPoint& e = curve[i];
+    if (!(e.tokens >= 1) || !std::isfinite(e.tokens))
+      fail(fmt::format("efficiency point {}: tokens must be >= 1, got {:g}", i, e.tokens));
+    if (!(e.efficiency > 0 && e.efficiency <= 1))
+      fail(fmt::format("efficiency point {}: efficiency must be in (0, 1], got {:g}", i,
+                       e.efficiency));
+    if (i > 0 && !(e.tokens > curve[i - 1].tokens))
+      fail(fmt::format("efficiency point {}: tokens must increase ({:g} after {:g})", i, e.tokens,
+                       curve[i - 1].tokens));
   }
+}
+
+StepCosts GpuXStepCosts() {
+  // The values of the gpu-x profile (src/model/cost_model.cpp has their
+  // sources), converted as StepCostsOf converts them (the same roundings).
+  StepCosts c;
+  c.compute_flops_per_s = 989e12 * (126.0 / 132.0);
+  c.efficiency = {{128, 0.07},  {256, 0.14},  {512, 0.25},    {1024, 0.38},   {2048, 0.50},
+                  {4096, 0.58}, {8192, 0.62}, {16384, 0.645}, {32768, 0.655}, {65536, 0.66}};
+  c.backward_flops_factor = 2.5;
+  c.backward_efficiency_ratio = 0.75;
+  c.kernel_launch_us = 8e-6 * 1e6;
+  c.node_workers = 8;
+  c.nvlink_bytes_per_us = 450e9 * 1e-6;
+  c.nic_bytes_per_us = 50e9 * 1e-6;
+  c.nvlink_latency_us = 4e-6 * 1e6;
+  c.nic_latency_us = 8e-6 * 1e6;
+  return c;
 }
 
 double InterpolateEfficiency(const std::vector<EfficiencyPoint>& curve, double kernel_tokens) {

@@ -32,7 +32,7 @@ struct PlanOptions {
   int64_t window = 0;
   bool check = false;
   bool tune = false;
-  std::string tune_profile = "gpu-x";
+  std::string profile = "gpu-x";
   PlannerConfig config;
 };
 
@@ -52,11 +52,15 @@ void RunPlan(PlanOptions& options, bool block_size_given) {
     c.validate_settings();
     FindPlanner(c.planner);
   });
+  // The hardware the FCP planner ranks its candidates for (and --tune
+  // simulates on).
+  const HardwareProfile profile = ResolveProfile(options.profile);
+  c.step_costs = StepCostsOf(profile, /*reshuffle=*/false);
   FcpTuning tuning;
   if (options.tune) {
     if (c.planner != "fcp")
       throw UsageError("plan: --tune tunes the fcp planner, not '" + c.planner + "'");
-    tuning = FcpTuningFor(ResolveProfile(options.tune_profile), c);
+    tuning = FcpTuningFor(profile, c);
   }
   const std::vector<int64_t> lengths = ReadLengthsFile(options.lengths_path);
   const auto start = std::chrono::steady_clock::now();
@@ -114,15 +118,14 @@ void AddPlanCommand(CLI::App& app) {
   plan->add_option("--out", options->out, "Plan file to write ('-' = stdout)")->required();
   plan->add_flag("--check", options->check,
                  "Validate the plan before writing it (debug self-check)");
-  CLI::Option* tune =
-      plan->add_flag("--tune", options->tune,
-                     "fcp: plan at several heavy-split fractions and imbalance bounds, simulate "
-                     "each on --profile and keep the fastest (a planning and a simulation per "
-                     "candidate)");
-  plan->add_option("--profile", options->tune_profile,
-                   "Hardware profile --tune simulates on (built-in name or JSON file)")
-      ->capture_default_str()
-      ->needs(tune);
+  plan->add_flag("--tune", options->tune,
+                 "fcp: plan at several heavy-split fractions and imbalance bounds, simulate "
+                 "each on --profile and keep the fastest (a planning and a simulation per "
+                 "candidate)");
+  plan->add_option("--profile", options->profile,
+                   "Hardware profile (built-in name or JSON file) the fcp planner ranks its "
+                   "candidates for, and --tune simulates on")
+      ->capture_default_str();
   const CLI::Option* block_size = plan->get_option("--block-size");
   plan->callback([options, block_size] { RunPlan(*options, block_size->count() > 0); });
 }

@@ -233,6 +233,7 @@ void RunCompare(CompareOptions& o) {
   const HardwareProfile profile = ResolveProfile(o.profile);
   o.planner.network_flops_per_byte =
       o.network_flops_per_byte.value_or(NetworkFlopsPerByte(profile));
+  o.planner.step_costs = StepCostsOf(profile, /*reshuffle=*/false);  // FCP ranks for the profile
   o.planner.mask.kind = ParseMaskKind(o.mask);
   o.planner.mask.window = o.window;
   if (o.planner.mask.kind == MaskKind::kSlidingWindow && o.window == 0)
