@@ -1,5 +1,6 @@
 // RequiredPairs and SequenceIndex: hand-counted pairs of a packed block for
 // every mask, tiling errors, and a brute-force check over random packings.
+#include <map>
 #include <random>
 #include <string>
 #include <tuple>
@@ -274,6 +275,84 @@ TEST(RequiredPairsTest, MatchesBruteForceOnRandomPackings) {
                                  << " window " << mask.window;
     }
   }
+}
+
+// Every transfer of a direct-pull plan over random packings and owners, cut
+// by TrimTransfersToAttendedRows, carries exactly the smallest row range
+// holding every row of its block that a query of its receiver attends
+// (token by token), or the whole block where that range is the block; the
+// partial back carries the same rows. Covers the shortcut for blocks of one
+// segment under the causal and full masks (whole or not attended at all).
+TEST(RequiredPairsTest, TrimmedRowsMatchBruteForceOnRandomPackings) {
+  std::mt19937_64 rng(11);
+  const Mask masks[] = {{MaskKind::kCausal, 0},
+                        {MaskKind::kFull, 0},
+                        {MaskKind::kSlidingWindow, 2},
+                        {MaskKind::kSlidingWindow, 9}};
+  int cut = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    Plan plan;
+    plan.workers = 2 + static_cast<int32_t>(rng() % 3);
+    plan.sequences.resize(1 + rng() % 4);
+    for (int64_t& len : plan.sequences) len = 1 + rng() % 20;
+    plan.blocks.resize(1 + rng() % 6);
+    for (size_t s = 0; s < plan.sequences.size(); ++s)
+      for (int64_t start = 0; start < plan.sequences[s];) {
+        const int64_t len = std::min<int64_t>(plan.sequences[s] - start, 1 + rng() % 7);
+        plan.blocks[rng() % plan.blocks.size()].segments.push_back(
+            {static_cast<int32_t>(s), start, len});
+        start += len;
+      }
+    std::erase_if(plan.blocks, [](const Block& b) { return b.segments.empty(); });
+    for (Block& b : plan.blocks) b.worker = static_cast<int32_t>(rng() % plan.workers);
+    for (const Mask& mask : masks) {
+      plan.mask = mask;
+      SCOPED_TRACE(::testing::Message() << "trial " << trial << " mask " << MaskKindName(mask.kind)
+                                        << " window " << mask.window);
+      const std::vector<RequiredPair> pairs = RequiredPairs(plan.sequences, plan.blocks, mask);
+      // Brute force: per (K/V block, receiving worker), its attended rows.
+      std::map<std::pair<int32_t, int32_t>, std::pair<int64_t, int64_t>> want;  // [lo, hi)
+      for (const RequiredPair& p : pairs) {
+        const Block& q = plan.blocks[p.q_block];
+        const Block& kv = plan.blocks[p.kv_block];
+        if (q.worker == kv.worker) continue;
+        auto& [lo, hi] = want.try_emplace({p.kv_block, q.worker}, kv.tokens(), 0).first->second;
+        int64_t row = 0;
+        for (const Segment& k : kv.segments)
+          for (int64_t j = k.start; j < k.start + k.length; ++j, ++row)
+            for (const Segment& a : q.segments)
+              for (int64_t i = a.start; i < a.start + a.length; ++i)
+                if (a.seq == k.seq &&
+                    BruteForcePairs(mask, {0, {{a.seq, i, 1}}}, {0, {{k.seq, j, 1}}}) > 0)
+                  lo = std::min(lo, row), hi = std::max(hi, row + 1);
+      }
+      Plan direct = plan;
+      direct.forward = {{}, {}};
+      direct.backward = {{}, {}};
+      for (const auto& [edge, rows] : want) {
+        const auto [block, receiver] = edge;
+        const int32_t owner = plan.blocks[block].worker;
+        direct.forward[0].send.push_back({block, owner, receiver});
+        direct.backward[0].send_kv.push_back({block, owner, receiver});
+        direct.backward[1].send_dkv.push_back({block, receiver, owner});
+      }
+      TrimTransfersToAttendedRows(direct, pairs);
+      const auto check = [&](const Transfer& t, int32_t receiver) {
+        const auto [lo, hi] = want.at({t.block, receiver});
+        if (lo == 0 && hi == plan.blocks[t.block].tokens()) {
+          EXPECT_TRUE(t.all_rows()) << "block " << t.block << " to " << receiver;
+        } else {
+          EXPECT_EQ(t.row_begin, lo) << "block " << t.block << " to " << receiver;
+          EXPECT_EQ(t.row_count, hi - lo) << "block " << t.block << " to " << receiver;
+          ++cut;
+        }
+      };
+      for (const Transfer& t : direct.forward[0].send) check(t, t.dst);
+      for (const Transfer& t : direct.backward[0].send_kv) check(t, t.dst);
+      for (const Transfer& t : direct.backward[1].send_dkv) check(t, t.src);
+    }
+  }
+  EXPECT_GT(cut, 100);  // the random packings do cut transfers
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "fcp/required_pairs.h"
 
 #include <algorithm>
+#include <iterator>
 #include <numeric>
 #include <string>
 #include <utility>
@@ -270,6 +271,18 @@ void TrimTransfersToAttendedRows(Plan& plan, const std::vector<RequiredPair>& re
     for (const Transfer& t : s.send_kv) relayed[t.block] |= t.src != owner[t.block];
     for (const Transfer& t : s.send_dkv) relayed[t.block] |= t.dst != owner[t.block];
   }
+  // Under the causal and the full mask another block attends a block of one
+  // segment whole or not at all (the two are disjoint ranges of a sequence,
+  // one wholly before the other): only the pairs with blocks of several
+  // segments can cut a transfer (skipping the others took 6% off planning
+  // at N = 4096, lognormal seed 0, where nothing is cut).
+  std::vector<RequiredPair> several;
+  if (plan.mask.kind != MaskKind::kSlidingWindow)
+    std::copy_if(
+        required.begin(), required.end(), std::back_inserter(several),
+        [&](const RequiredPair& p) { return plan.blocks[p.kv_block].segments.size() > 1; });
+  const std::vector<RequiredPair>& looked_at =
+      plan.mask.kind == MaskKind::kSlidingWindow ? required : several;
   // The spans that cut their block, by block, and where each block's begin (most
   // blocks have none: a transfer of one moves the whole block).
   std::vector<AttendedSpan> cuts;
@@ -277,7 +290,7 @@ void TrimTransfersToAttendedRows(Plan& plan, const std::vector<RequiredPair>& re
   int64_t tokens = 0;
   int32_t block = -1;
   for (const AttendedSpan& s :
-       AttendedSpans(plan.sequences, plan.blocks, owner, plan.mask, required)) {
+       AttendedSpans(plan.sequences, plan.blocks, owner, plan.mask, looked_at)) {
     if (s.kv_block != block) tokens = plan.blocks[block = s.kv_block].tokens();
     if (s.rows.begin == 0 && s.rows.end == tokens) continue;
     cuts.push_back(s);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <string>
 
 #include <fmt/format.h>
@@ -218,9 +219,11 @@ StepEstimate detail::EstimateStep(const StepEstimateInput& in, const StepCosts& 
   std::vector<double> block_us(diagonal_us), remote_us(blocks, 0);
   std::vector<double> remote_pairs(blocks, 0), received_blocks(blocks, 0);
   std::vector<uint8_t> receives_kv(blocks, 0), sent(blocks, 0);
-  std::vector<uint64_t> edges;  // kv * n + receiver, one per K/V transfer
+  // Query block q's pairs: [pairs_begin[q], pairs_end[q]) (none: empty).
+  std::vector<int64_t> pairs_begin(blocks, 0), pairs_end(blocks, 0);
   for (size_t i = 0; i < pairs.size();) {
     const int32_t q = pairs[i].q_block;
+    pairs_begin[q] = static_cast<int64_t>(i);
     double local = 0, remote = 0;
     int64_t received = 0;
     for (; i < pairs.size() && pairs[i].q_block == q; ++i) {
@@ -231,24 +234,44 @@ StepEstimate detail::EstimateStep(const StepEstimateInput& in, const StepCosts& 
       } else {
         remote += static_cast<double>(p.token_pairs);
         ++received;
-        edges.push_back(static_cast<uint64_t>(p.kv_block) * static_cast<uint64_t>(n) +
-                        static_cast<uint64_t>(owner[q]));
       }
     }
+    pairs_end[q] = static_cast<int64_t>(i);
     if (local > 0) block_us[q] += kernel_us(local, 2.0 * local / q_tokens[q]);
     receives_kv[q] = received > 0;
     remote_pairs[q] = remote;
     received_blocks[q] = static_cast<double>(received);
   }
-  std::sort(edges.begin(), edges.end());
-  edges.erase(std::unique(edges.begin(), edges.end()), edges.end());
+  // One K/V transfer per (block, receiving worker): the query blocks'
+  // pairs visited worker by worker, a stamp per K/V block holding the last
+  // worker that counted it (O(P + B); sorting the pairs' edges took most of
+  // the estimate's time). The port sums below add whole bytes, exactly, so
+  // their order does not change the estimate.
+  std::vector<int64_t> by_owner(n + 1, 0);
+  for (size_t b = 0; b < blocks; ++b) ++by_owner[owner[b] + 1];
+  std::partial_sum(by_owner.begin(), by_owner.end(), by_owner.begin());
+  std::vector<int32_t> owned(blocks);
+  {
+    std::vector<int64_t> next(by_owner.begin(), by_owner.end() - 1);
+    for (size_t b = 0; b < blocks; ++b) owned[next[owner[b]]++] = static_cast<int32_t>(b);
+  }
+  std::vector<int32_t> counted_for(blocks, -1);
+  std::vector<std::pair<int32_t, int32_t>> edges;  // (K/V block, receiver), each once
+  for (int32_t w = 0; w < n; ++w)
+    for (int64_t k = by_owner[w]; k < by_owner[w + 1]; ++k) {
+      const int32_t q = owned[k];
+      for (int64_t i = pairs_begin[q]; i < pairs_end[q]; ++i) {
+        const int32_t kv_block = pairs[i].kv_block;
+        if (owner[kv_block] == w || counted_for[kv_block] == w) continue;
+        counted_for[kv_block] = w;
+        edges.emplace_back(kv_block, w);
+      }
+    }
   // K/V transfers: per worker, blocks received and sent, and port bytes.
   std::vector<int64_t> receives(n, 0), sends(n, 0);
   std::vector<PortBytes> kv(n);
   bool any_nic = false;
-  for (uint64_t e : edges) {
-    const auto kv_block = static_cast<int32_t>(e / static_cast<uint64_t>(n));
-    const auto dst = static_cast<int32_t>(e % static_cast<uint64_t>(n));
+  for (const auto& [kv_block, dst] : edges) {
     const int32_t src = owner[kv_block];
     ++receives[dst];
     ++sends[src];
