@@ -284,4 +284,4 @@ def test_extension_refuses_a_float_lengths_array_instead_of_truncating_it():
     # must not convert (and truncate) whatever else reaches it.
     from fcp import _fcp
     with pytest.raises(TypeError, match="int64 array"):
-        _fcp.plan(np.array([4096.7, 1000.2]), "causal", 0, "fcp", False, {"workers": 2}, "")
+        _fcp.plan(np.array([4096.7, 1000.2]), "causal", 0, "fcp", False, {"workers": 2}, "", "")
