@@ -2,10 +2,11 @@
 
 #include <algorithm>
 #include <iterator>
-#include <numeric>
+#include <span>
 #include <string>
 #include <utility>
 
+#include "buckets.h"
 #include "fcp/error.h"
 
 namespace fcp {
@@ -214,14 +215,8 @@ std::vector<AttendedSpan> AttendedSpans(const std::vector<int64_t>& sequences,
   // The pairs come by query block: regrouped by K/V block (a counting sort),
   // so each block's spans are made together, its receivers in a dense table.
   const size_t n_blocks = blocks.size();
-  std::vector<int64_t> first(n_blocks + 1, 0);
-  for (const RequiredPair& p : required) ++first[static_cast<size_t>(p.kv_block) + 1];
-  std::partial_sum(first.begin(), first.end(), first.begin());
-  std::vector<int32_t> users(required.size());
-  {
-    std::vector<int64_t> next(first.begin(), first.end() - 1);
-    for (const RequiredPair& p : required) users[next[p.kv_block]++] = p.q_block;
-  }
+  const detail::Buckets by_kv =
+      detail::BucketBy(n_blocks, required.size(), [&](int32_t i) { return required[i].kv_block; });
   const int32_t workers = owner.empty() ? 0 : 1 + *std::max_element(owner.begin(), owner.end());
   std::vector<TokenRange> span(static_cast<size_t>(workers));
   std::vector<uint8_t> seen(static_cast<size_t>(workers), 0);
@@ -229,8 +224,8 @@ std::vector<AttendedSpan> AttendedSpans(const std::vector<int64_t>& sequences,
   std::vector<AttendedSpan> spans;
   for (size_t kv = 0; kv < n_blocks; ++kv) {
     int64_t tokens = -1;  // worked out once the block has a receiver
-    for (int64_t i = first[kv]; i < first[kv + 1]; ++i) {
-      const int32_t q = users[i], w = owner[q];
+    for (const int32_t pair : by_kv.row(kv)) {
+      const int32_t q = required[pair].q_block, w = owner[q];
       if (w == owner[kv]) continue;
       if (tokens < 0) tokens = blocks[kv].tokens();
       if (!seen[w]) {
@@ -283,10 +278,11 @@ void TrimTransfersToAttendedRows(Plan& plan, const std::vector<RequiredPair>& re
         [&](const RequiredPair& p) { return plan.blocks[p.kv_block].segments.size() > 1; });
   const std::vector<RequiredPair>& looked_at =
       plan.mask.kind == MaskKind::kSlidingWindow ? required : several;
-  // The spans that cut their block, by block, and where each block's begin (most
-  // blocks have none: a transfer of one moves the whole block).
+  // The spans that cut their block, indexed by block (most blocks have
+  // none: a transfer of one moves the whole block).
   std::vector<AttendedSpan> cuts;
-  std::vector<int64_t> first_cut(plan.blocks.size() + 1, 0);
+  detail::RowIndex<int64_t> cuts_of;  // by block
+  cuts_of.StartCounting(plan.blocks.size());
   int64_t tokens = 0;
   int32_t block = -1;
   for (const AttendedSpan& s :
@@ -294,16 +290,16 @@ void TrimTransfersToAttendedRows(Plan& plan, const std::vector<RequiredPair>& re
     if (s.kv_block != block) tokens = plan.blocks[block = s.kv_block].tokens();
     if (s.rows.begin == 0 && s.rows.end == tokens) continue;
     cuts.push_back(s);
-    ++first_cut[static_cast<size_t>(s.kv_block) + 1];
+    cuts_of.Count(static_cast<size_t>(s.kv_block));
   }
-  std::partial_sum(first_cut.begin(), first_cut.end(), first_cut.begin());
+  cuts_of.FinishCounting();
   const auto trim = [&](Transfer& t, int32_t receiver) {
     if (relayed[t.block]) return;
-    const auto begin = cuts.begin() + first_cut[t.block],
-               end = cuts.begin() + first_cut[t.block + 1];
-    const auto it =
-        std::find_if(begin, end, [&](const AttendedSpan& s) { return s.worker == receiver; });
-    if (it == end) return;  // its receiver attends every row
+    const std::span<const AttendedSpan> of_block =
+        cuts_of.Slice(std::span<const AttendedSpan>(cuts), static_cast<size_t>(t.block));
+    const auto it = std::find_if(of_block.begin(), of_block.end(),
+                                 [&](const AttendedSpan& s) { return s.worker == receiver; });
+    if (it == of_block.end()) return;  // its receiver attends every row
     t.row_begin = it->rows.begin;
     t.row_count = it->rows.size();
   };

@@ -3,11 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <string>
 
 #include <fmt/format.h>
 
+#include "buckets.h"
 #include "fcp/error.h"
 #include "fcp/required_pairs.h"
 #include "fcp/step_estimate_input.h"
@@ -247,19 +247,12 @@ StepEstimate detail::EstimateStep(const StepEstimateInput& in, const StepCosts& 
   // worker that counted it (O(P + B); sorting the pairs' edges took most of
   // the estimate's time). The port sums below add whole bytes, exactly, so
   // their order does not change the estimate.
-  std::vector<int64_t> by_owner(n + 1, 0);
-  for (size_t b = 0; b < blocks; ++b) ++by_owner[owner[b] + 1];
-  std::partial_sum(by_owner.begin(), by_owner.end(), by_owner.begin());
-  std::vector<int32_t> owned(blocks);
-  {
-    std::vector<int64_t> next(by_owner.begin(), by_owner.end() - 1);
-    for (size_t b = 0; b < blocks; ++b) owned[next[owner[b]]++] = static_cast<int32_t>(b);
-  }
+  const Buckets owned =
+      BucketBy(static_cast<size_t>(n), blocks, [&](int32_t b) { return owner[b]; });
   std::vector<int32_t> counted_for(blocks, -1);
   std::vector<std::pair<int32_t, int32_t>> edges;  // (K/V block, receiver), each once
   for (int32_t w = 0; w < n; ++w)
-    for (int64_t k = by_owner[w]; k < by_owner[w + 1]; ++k) {
-      const int32_t q = owned[k];
+    for (const int32_t q : owned.row(static_cast<size_t>(w))) {
       for (int64_t i = pairs_begin[q]; i < pairs_end[q]; ++i) {
         const int32_t kv_block = pairs[i].kv_block;
         if (owner[kv_block] == w || counted_for[kv_block] == w) continue;
