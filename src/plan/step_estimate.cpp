@@ -73,7 +73,13 @@ StepCosts GpuXStepCosts() {
   return c;
 }
 
-double InterpolateEfficiency(const std::vector<EfficiencyPoint>& curve, double kernel_tokens) {
+namespace {
+
+// f(kernel_tokens) of `curve`, with log2 of its points' tokens read from
+// `log2_tokens` where given (the estimate computes them once: the same
+// values, a third of the logarithms) or computed here.
+double Interpolate(const std::vector<EfficiencyPoint>& curve,
+                   const std::vector<double>* log2_tokens, double kernel_tokens) {
   if (kernel_tokens <= 0) return curve.front().efficiency;  // no work: any positive value
   if (kernel_tokens <= curve.front().tokens)
     return curve.front().efficiency * kernel_tokens / curve.front().tokens;
@@ -81,9 +87,17 @@ double InterpolateEfficiency(const std::vector<EfficiencyPoint>& curve, double k
   const auto hi = std::upper_bound(curve.begin(), curve.end(), kernel_tokens,
                                    [](double x, const EfficiencyPoint& e) { return x < e.tokens; });
   const auto lo = hi - 1;
-  const double a = std::log2(lo->tokens), b = std::log2(hi->tokens);
+  const auto i = static_cast<size_t>(lo - curve.begin());
+  const double a = log2_tokens ? (*log2_tokens)[i] : std::log2(lo->tokens);
+  const double b = log2_tokens ? (*log2_tokens)[i + 1] : std::log2(hi->tokens);
   const double w = (std::log2(kernel_tokens) - a) / (b - a);
   return lo->efficiency + w * (hi->efficiency - lo->efficiency);
+}
+
+}  // namespace
+
+double InterpolateEfficiency(const std::vector<EfficiencyPoint>& curve, double kernel_tokens) {
+  return Interpolate(curve, nullptr, kernel_tokens);
 }
 
 namespace {
@@ -184,10 +198,13 @@ StepEstimate detail::EstimateStep(const StepEstimateInput& in, const StepCosts& 
                 fmt::format("step estimate: {} owners for {} blocks", owner.size(), blocks));
   const double us_per_flop = 1e6 / costs.compute_flops_per_s;
   const double flops_per_pair = ForwardFlops(shape, 1);
+  std::vector<double> log2_tokens;
+  log2_tokens.reserve(costs.efficiency.size());
+  for (const EfficiencyPoint& e : costs.efficiency) log2_tokens.push_back(std::log2(e.tokens));
   // Forward seconds of `token_pairs` in kernels of `kernel_tokens`, us.
   const auto kernel_us = [&](double token_pairs, double kernel_tokens) {
     return token_pairs * flops_per_pair * us_per_flop /
-           InterpolateEfficiency(costs.efficiency, kernel_tokens);
+           Interpolate(costs.efficiency, &log2_tokens, kernel_tokens);
   };
   // Per block: the query tokens of its largest sequence (the kernel length
   // of its pairs with other blocks) and its pairs with itself, per query
