@@ -1,7 +1,7 @@
 // fcp/fcp_tuning.h — FCP planned per batch by the simulated step (opt-in:
 // `fcp plan --tune`): the plan of the config as given and of a few variants
-// (other heavy-split fractions, other imbalance bounds, node relays), each simulated on a
-// hardware profile, the fastest kept.
+// (other heavy-split fractions, other imbalance bounds, node relays,
+// whole-block sends), each simulated on a hardware profile, the fastest kept.
 //
 // Why: how far heavy blocks are split decides the step by more than any
 // proxy the planner computes sees. Pieces balance FLOPs but multiply the
@@ -23,8 +23,8 @@
 // dataloader with cores to spare), not the default.
 //
 // Invariants: pure and deterministic (same lengths, config and tuning, the
-// same plan); every candidate is MakePlan's for config with one heavy
-// fraction and imbalance bound, so MakeFcpPlan's promises hold (the token
+// same plan); every candidate is MakePlan's for config with its settings
+// (FcpTuningSettings), so MakeFcpPlan's promises hold (the token
 // cap, ceil(Delta / c) forward stages), the plan records the options it was
 // made with, and re-planning with its recorded options re-makes it byte for
 // byte. The config's own plan is the first candidate and a later one is
@@ -52,6 +52,7 @@ struct FcpTuningCandidate {
   std::optional<double> heavy_fraction = std::nullopt;
   std::optional<double> max_imbalance = std::nullopt;
   std::optional<bool> node_relays = std::nullopt;
+  std::optional<bool> row_ranges = std::nullopt;
 };
 
 struct FcpTuning {
@@ -62,30 +63,44 @@ struct FcpTuning {
   // comes out as an earlier one's settings is not tried again): coarser
   // splits and none (heavy fraction 0), then the imbalance bound loosened
   // and lifted, then the config's own settings with node relays (they lower
-  // the step on some batches and raise it on others). Whole items are skipped where they cannot
-  // come within the candidate's imbalance bound (FcpComputeImbalanceFloor): there they were 20-98%
-  // slower on every batch measured, and planning them costs as much as any other candidate.
+  // the step on some batches and raise it on others), then with whole-block
+  // sends (row_ranges off: cutting sends to the attended rows lowers every
+  // port's bytes, yet where the reshuffle's flows share the ports it made 7
+  // of 48 sliding-window rows 0.01-1.06% slower, docs/plan-format.md).
+  // Whole items are skipped where they cannot come within the candidate's
+  // imbalance bound (FcpComputeImbalanceFloor): there they were 20-98%
+  // slower on every batch measured, and planning them costs as much as any
+  // other candidate.
   std::vector<FcpTuningCandidate> candidates = {{.heavy_fraction = 0.2}, {.heavy_fraction = 0.3},
                                                 {.heavy_fraction = 0.4}, {.heavy_fraction = 0},
                                                 {.max_imbalance = 0.1},  {.max_imbalance = 1},
-                                                {.node_relays = true}};
+                                                {.node_relays = true},   {.row_ranges = false}};
   void validate() const;  // Error(kInvalidArgument) naming the field
+};
+
+// The settings a candidate plans with: the tuned fields of a PlannerConfig.
+struct FcpTuningSettings {
+  double heavy_fraction = 0;
+  double max_imbalance = 0;
+  bool node_relays = false;
+  bool row_ranges = true;
+
+  static FcpTuningSettings Of(const PlannerConfig& config);
+  // `config` with these settings (its other fields as they are).
+  PlannerConfig Applied(PlannerConfig config) const;
+  bool operator==(const FcpTuningSettings&) const = default;
 };
 
 // One candidate, as tried.
 struct FcpTuningTry {
-  double heavy_fraction = 0;
-  double max_imbalance = 0;
-  bool node_relays = false;
+  FcpTuningSettings settings;
   bool simulated = false;  // false: skipped (whole items cannot be balanced)
   double step_s = 0;       // its simulated step (when simulated)
 };
 
 struct TunedFcpPlan {
-  Plan plan;                  // the fastest candidate's (ties: the earlier)
-  double heavy_fraction = 0;  // the settings it was made with
-  double max_imbalance = 0;
-  bool node_relays = false;
+  Plan plan;                        // the fastest candidate's (ties: the earlier)
+  FcpTuningSettings settings;       // the settings it was made with
   SimResult sim;                    // its simulation (sim.total_time_s: its step)
   std::vector<FcpTuningTry> tried;  // every candidate, the config's own first
 };

@@ -1,6 +1,6 @@
 // FCP planned per batch by the simulated step (fcp/fcp_tuning.h): each
-// candidate (heavy fraction, imbalance bound, node relays) planned by MakePlan and
-// simulated, the fastest kept.
+// candidate (heavy fraction, imbalance bound, node relays, row ranges) planned
+// by MakePlan and simulated, the fastest kept.
 #include "fcp/fcp_tuning.h"
 
 #include <algorithm>
@@ -29,6 +29,18 @@ void FcpTuning::validate() const {
   }
 }
 
+FcpTuningSettings FcpTuningSettings::Of(const PlannerConfig& config) {
+  return {config.heavy_fraction, config.max_imbalance, config.node_relays, config.row_ranges};
+}
+
+PlannerConfig FcpTuningSettings::Applied(PlannerConfig config) const {
+  config.heavy_fraction = heavy_fraction;
+  config.max_imbalance = max_imbalance;
+  config.node_relays = node_relays;
+  config.row_ranges = row_ranges;
+  return config;
+}
+
 FcpTuning FcpTuningFor(HardwareProfile profile, const PlannerConfig& config) {
   FcpTuning tuning;
   tuning.profile = std::move(profile);
@@ -44,17 +56,15 @@ TunedFcpPlan TuneFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfi
                                                  QuoteForError(config.planner) + "')");
   tuning.validate();
   // The config's own settings first, then each candidate's not tried yet.
-  std::vector<PlannerConfig> configs = {config};
+  std::vector<FcpTuningSettings> settings = {FcpTuningSettings::Of(config)};
   for (const FcpTuningCandidate& variant : tuning.candidates) {
-    PlannerConfig candidate = config;
-    candidate.heavy_fraction = variant.heavy_fraction.value_or(config.heavy_fraction);
-    candidate.max_imbalance = variant.max_imbalance.value_or(config.max_imbalance);
-    candidate.node_relays = variant.node_relays.value_or(config.node_relays);
-    const auto same = [&](const PlannerConfig& c) {
-      return c.heavy_fraction == candidate.heavy_fraction &&
-             c.max_imbalance == candidate.max_imbalance && c.node_relays == candidate.node_relays;
-    };
-    if (std::none_of(configs.begin(), configs.end(), same)) configs.push_back(candidate);
+    const FcpTuningSettings& own = settings.front();
+    const FcpTuningSettings candidate{variant.heavy_fraction.value_or(own.heavy_fraction),
+                                      variant.max_imbalance.value_or(own.max_imbalance),
+                                      variant.node_relays.value_or(own.node_relays),
+                                      variant.row_ranges.value_or(own.row_ranges)};
+    if (std::find(settings.begin(), settings.end(), candidate) == settings.end())
+      settings.push_back(candidate);
   }
   // The candidates are independent: each is planned and simulated on a
   // thread of its own (the results do not depend on the threads; the choice
@@ -64,11 +74,10 @@ TunedFcpPlan TuneFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfi
     SimResult sim;
   };
   TunedFcpPlan best;
-  std::vector<std::future<Outcome>> outcomes(configs.size());
-  for (size_t k = 0; k < configs.size(); ++k) {
-    const PlannerConfig& candidate = configs[k];
-    best.tried.push_back(
-        {candidate.heavy_fraction, candidate.max_imbalance, candidate.node_relays, false, 0});
+  std::vector<std::future<Outcome>> outcomes(settings.size());
+  for (size_t k = 0; k < settings.size(); ++k) {
+    const PlannerConfig candidate = settings[k].Applied(config);
+    best.tried.push_back({settings[k], false, 0});
     // Whole items (no split) only where they can be balanced at all.
     if (k > 0 && candidate.heavy_fraction == 0 &&
         FcpComputeImbalanceFloor(lengths, candidate) > candidate.max_imbalance)
@@ -81,15 +90,13 @@ TunedFcpPlan TuneFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfi
     });
   }
   // The config's own plan (k = 0) is never skipped: the first kept.
-  for (size_t k = 0; k < configs.size(); ++k) {
+  for (size_t k = 0; k < settings.size(); ++k) {
     if (!outcomes[k].valid()) continue;
     Outcome o = outcomes[k].get();  // rethrows a candidate's error
     best.tried[k].step_s = o.sim.total_time_s;
     if (k == 0 || o.sim.total_time_s < best.sim.total_time_s) {
       best.plan = std::move(o.plan);
-      best.heavy_fraction = configs[k].heavy_fraction;
-      best.max_imbalance = configs[k].max_imbalance;
-      best.node_relays = configs[k].node_relays;
+      best.settings = settings[k];
       best.sim = std::move(o.sim);
     }
   }
