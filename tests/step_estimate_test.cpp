@@ -104,6 +104,31 @@ TEST(StepEstimateTest, TwoWorkersOneTransfer) {
   EXPECT_DOUBLE_EQ(slow.forward.fill_us, 1024);
 }
 
+// Pulls share their sender's out-port (hand_plans.h's three-worker plan,
+// c = 1, a slow NIC: 1000 us a block). w0 sends B0 to w1 and w2, w1 sends
+// B1 to w2. w2 pulls B0 (slowed by w0's other pull: 1000 us of it in a pass
+// of P, 1000 / (1 - 1000 / P)) and then B1 (w1 sends nothing else: 1000),
+// and computes with the last after it (its 1024 us with received K/V over
+// two stages: 512). The pass is the fixed point P = 1000 P / (P - 1000) +
+// 1512, the larger root of P^2 - 3512 P + 1,512,000 = 0 (3009.6 us), above
+// its in-port's 2000 + 512 without the sharing.
+TEST(StepEstimateTest, PullsShareTheirSendersOutPort) {
+  const Plan p = testing::ThreeWorkerPlan();
+  StepCosts c = UnitCosts();
+  c.nic_bytes_per_us = 64.0 / 1000;
+  const StepEstimate e = EstimateStep(p, c);
+  const double fixed_point = (3512 + std::sqrt(3512.0 * 3512 - 4 * 1512000.0)) / 2;
+  EXPECT_NEAR(e.forward.time_us, fixed_point, 1e-5);
+  EXPECT_EQ(e.forward.critical_worker, 2);
+  EXPECT_EQ(e.forward.binding, "ports");
+  EXPECT_NEAR(e.forward.port_us, fixed_point - 512, 1e-5);
+  // Coalesced (c = 2), w2 pulls both at once: the group lasts its slowest
+  // pull or its in-port's 2000 us, whichever is longer; here the in-port.
+  Plan coalesced = p;
+  coalesced.coalesce = 2;
+  EXPECT_DOUBLE_EQ(EstimateStep(coalesced, c).forward.time_us, 2000 + 1024);
+}
+
 // Two workers each holding the other's dataloader half: with the reshuffle
 // charged, w0's only block is away, so its Q, K, V in (4 tokens x 32 bytes,
 // as its own go out: 128 us), its compute (the (1,1) diagonal, 10 pairs,

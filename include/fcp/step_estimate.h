@@ -20,9 +20,18 @@
 //    partials back; NIC across nodes, NVLink inside; with the reshuffle,
 //    Q, K, V in and O out (forward), dO in and dQ, dK, dV out (backward)
 //    between each token's dataloader worker and its owner.
+//  * the receive chain: a worker pulls its blocks c at a time (forward:
+//    those away from home once their sender's reshuffle inflow is in), a
+//    group done when its slowest pull and its in-port bytes are; a pull
+//    shares its sender's out-port with the other receivers pulling from it
+//    (that port's other bytes over the pass time, as a processor-sharing
+//    queue slows a job: 1 / (1 - load)), the pass time found as a fixed
+//    point. With one pull per stage, or small blocks, pulls wait on each
+//    other across workers, which the ports alone do not show.
 //  * the pipeline: a worker's pass is the larger of its compute (plus the
 //    wait for its first received blocks where its local compute is
-//    shorter than a stage's transfers) and its busiest port plus its last
+//    shorter than a stage's transfers) and its transfers (the busiest port
+//    or the receive chain, the longer) plus its last
 //    stage's compute with received K/V (the worker's transfer stages:
 //    ceil(blocks it receives / coalesce)), plus one latency per transfer
 //    stage (for the whole pass); with the
@@ -34,14 +43,15 @@
 //    whose partials come back) out of its out-port; its blocks at home
 //    compute meanwhile.
 // The pass is the largest worker's; the step the sum of the two passes.
-// It ignores what the simulator sees between workers (one worker's late
-// send delaying another's stage), transfers cut to their attended rows,
-// and max-min sharing beyond the busiest port.
+// It ignores the order of a worker's stages (its pulls are taken by gate),
+// transfers cut to their attended rows, and max-min sharing beyond the
+// busiest port and the senders' out-ports.
 //
 // Invariants: pure and deterministic; every term >= 0; total_us =
 // forward.time_us + backward.time_us. Cost: RequiredPairs' (O(S log S + C +
-// P log P), fcp/required_pairs.h) plus O(P log P + S + N) for P required
-// pairs, S segments, N workers.
+// P log P), fcp/required_pairs.h) plus O(P log P + S + N log N) for P
+// required pairs, S segments, N workers, and O(pulls) per evaluation of the
+// fixed point (one where the chains add nothing, a few otherwise).
 #pragma once
 
 #include <cstdint>

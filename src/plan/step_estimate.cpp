@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <string>
 
 #include <fmt/format.h>
@@ -135,30 +136,42 @@ struct WorkerPass {
   // compute: all of it; remote: its part with received K/V; stages: its
   // transfer stages (0: it receives nothing).
   double compute = 0, remote = 0, home_compute = 0, ports = 0, stages = 0, inflow = 0, outflow = 0;
+  // Its receives group by group, each pull slowed by its sender's other
+  // pulls (SenderSharing); 0 where it receives nothing.
+  double chain = 0;
 };
+
+// A worker's pass: its pipeline (its compute with its transfers: the
+// busiest port or the receive chain, the longer) and, with the reshuffle,
+// the path of its blocks away from home. `base` is set to the pipeline.
+double WorkerTime(const WorkerPass& p, double& base) {
+  const double transfers = std::max(p.ports, p.chain);
+  // The pipeline: the first received blocks wait for their stage's
+  // transfers where the local compute is shorter, and the last stage's
+  // compute follows the last transfer.
+  base = std::max(p.compute, transfers);
+  if (p.stages > 0) {
+    const double lead = std::max(0.0, transfers / p.stages - (p.compute - p.remote));
+    base = std::max(p.compute + lead, transfers + p.remote / p.stages);
+  }
+  // The blocks away from home: their inputs in, their compute, their
+  // late outputs out, in series; the blocks at home compute meanwhile.
+  const double away = p.inflow + (p.compute - p.home_compute) + p.outflow;
+  return std::max(base, away);
+}
 
 PassEstimate CombinePass(const std::vector<WorkerPass>& workers, double latency_us) {
   PassEstimate best;
   best.time_us = -1;
   for (size_t w = 0; w < workers.size(); ++w) {
     const WorkerPass& p = workers[w];
-    // The pipeline: the first received blocks wait for their stage's
-    // transfers where the local compute is shorter, and the last stage's
-    // compute follows the last transfer.
-    double base = std::max(p.compute, p.ports);
-    if (p.stages > 0) {
-      const double lead = std::max(0.0, p.ports / p.stages - (p.compute - p.remote));
-      base = std::max(p.compute + lead, p.ports + p.remote / p.stages);
-    }
-    const double fill = base - std::max(p.compute, p.ports);
-    // The blocks away from home: their inputs in, their compute, their
-    // late outputs out, in series; the blocks at home compute meanwhile.
-    const double away = p.inflow + (p.compute - p.home_compute) + p.outflow;
-    const double time = std::max(base, away);
+    double base = 0;
+    const double time = WorkerTime(p, base);
+    const double fill = base - std::max({p.compute, p.ports, p.chain});
     if (time > best.time_us) {
       best.time_us = time;
       best.compute_us = p.compute;
-      best.port_us = p.ports;
+      best.port_us = std::max(p.ports, p.chain);
       best.fill_us = fill;
       best.reshuffle_us = time - base;
       best.critical_worker = static_cast<int32_t>(w);
@@ -168,6 +181,90 @@ PassEstimate CombinePass(const std::vector<WorkerPass>& workers, double latency_
   best.time_us = std::max(best.time_us, 0.0) + latency_us;
   best.latency_us = latency_us;
   return best;
+}
+
+// One pass's K/V pulls: receiver w's are [begin[w], begin[w + 1]), in the
+// order its groups take them (by gate); each with its sender, port class,
+// time alone on the ports and gate (when the sender holds the block: the
+// end of its reshuffle inflow for a block away from home, else 0).
+struct Pull {
+  int32_t src = 0;
+  bool nic = false;
+  double alone_us = 0, gate_us = 0;
+};
+struct Pulls {
+  std::vector<size_t> begin;
+  std::vector<Pull> pulls;
+};
+
+// Sets each worker's receive chain (WorkerPass::chain). A receiver takes
+// its pulls c at a time, in gate order, a group done when its slowest pull
+// and its in-port bytes are: time = max(time, the group's latest gate) +
+// max(its slowest pull, its NIC bytes, its NVLink bytes). A pull shares
+// its sender's out-port with the receivers pulling from it at the same
+// time, as in a processor-sharing queue: alone_us / (1 - rho), rho the
+// sender's out-port busy time of its class (`sender_nic_us`,
+// `sender_nvlink_us`) less this pull's, over the pass time P. P is the
+// pass's own time: the fixed point P = max over workers of their time with
+// the chains of P, searched at and above the busiest sender's time. The right side falls as
+// P grows, so there is one crossing; where the chains add nothing at the
+// pass time without them, that time is the fixed point. Cost: O(pulls) per
+// evaluation, a few evaluations (one where the chains add nothing).
+void SenderSharing(std::vector<WorkerPass>& workers, const Pulls& pulls,
+                   const std::vector<double>& sender_nic_us,
+                   const std::vector<double>& sender_nvlink_us, int32_t coalesce) {
+  double busiest = 0, unshared = 0;
+  for (size_t w = 0; w < workers.size(); ++w) {
+    busiest = std::max({busiest, sender_nic_us[w], sender_nvlink_us[w]});
+    double base = 0;
+    unshared = std::max(unshared, WorkerTime(workers[w], base));
+  }
+  if (pulls.pulls.empty()) return;
+  const auto group = static_cast<size_t>(coalesce);
+  // The longest worker's time with the chains at pass time P, less P.
+  const auto excess = [&](double pass_us) {
+    double longest = 0;
+    for (size_t w = 0; w < workers.size(); ++w) {
+      double time = 0;
+      for (size_t first = pulls.begin[w]; first < pulls.begin[w + 1]; first += group) {
+        double gate = 0, slowest = 0, nic = 0, nvlink = 0;
+        for (size_t e = first; e < std::min(first + group, pulls.begin[w + 1]); ++e) {
+          const Pull& pull = pulls.pulls[e];
+          const double sender = (pull.nic ? sender_nic_us : sender_nvlink_us)[pull.src];
+          gate = std::max(gate, pull.gate_us);
+          const double others = std::max(0.0, sender - pull.alone_us);
+          slowest = std::max(slowest, pull.alone_us / (1 - others / pass_us));
+          (pull.nic ? nic : nvlink) += pull.alone_us;
+        }
+        time = std::max(time, gate) + std::max({slowest, nic, nvlink});
+      }
+      workers[w].chain = time;
+      double base = 0;
+      longest = std::max(longest, WorkerTime(workers[w], base));
+    }
+    return longest - pass_us;
+  };
+  // g(P) = excess(P) falls as P grows. At lo = the pass without chains
+  // (not below the busiest sender) g >= 0 unless the chains add nothing
+  // there; and since the right side falls, F(lo) = lo + g(lo) is at or
+  // above the fixed point. Between them, regula falsi (Illinois): a few
+  // evaluations to 1e-9 relative.
+  double a = std::max(unshared, busiest), fa = excess(a);
+  if (fa <= 0) return;  // the chains add nothing (or the fixed point is below the busiest sender)
+  double b = a + fa, fb = excess(b);
+  for (int i = 0; i < 60 && fb != 0 && std::abs(fb) > 1e-9 * b; ++i) {
+    const double c = (a * fb - b * fa) / (fb - fa);
+    const double fc = excess(c);
+    if ((fc > 0) != (fb > 0)) {
+      a = b;
+      fa = fb;
+    } else {
+      fa /= 2;
+    }
+    b = c;
+    fb = fc;
+  }
+  // The chains are those of the last evaluation, at b.
 }
 
 }  // namespace
@@ -268,7 +365,10 @@ StepEstimate detail::EstimateStep(const StepEstimateInput& in, const StepCosts& 
       BucketBy(static_cast<size_t>(n), blocks, [&](int32_t b) { return owner[b]; });
   std::vector<int32_t> counted_for(blocks, -1);
   std::vector<std::pair<int32_t, int32_t>> edges;  // (K/V block, receiver), each once
-  for (int32_t w = 0; w < n; ++w)
+  Pulls pulls;  // the forward's; the backward's are the same, ungated
+  pulls.begin.assign(static_cast<size_t>(n) + 1, 0);
+  for (int32_t w = 0; w < n; ++w) {
+    pulls.begin[w] = edges.size();
     for (const int32_t q : owned.row(static_cast<size_t>(w))) {
       for (int64_t i = pairs_begin[q]; i < pairs_end[q]; ++i) {
         const int32_t kv_block = pairs[i].kv_block;
@@ -277,18 +377,24 @@ StepEstimate detail::EstimateStep(const StepEstimateInput& in, const StepCosts& 
         edges.emplace_back(kv_block, w);
       }
     }
+  }
+  pulls.begin[n] = edges.size();
   // K/V transfers: per worker, blocks received and sent, and port bytes.
   std::vector<int64_t> receives(n, 0), sends(n, 0);
   std::vector<PortBytes> kv(n);
   bool any_nic = false;
+  pulls.pulls.reserve(edges.size());
   for (const auto& [kv_block, dst] : edges) {
     const int32_t src = owner[kv_block];
     ++receives[dst];
     ++sends[src];
     sent[kv_block] = 1;
-    any_nic = any_nic || src / node != dst / node;
-    Move(kv, src, dst, static_cast<double>(KvTransferBytes(shape, plan_blocks[kv_block].tokens())),
-         node);
+    const bool nic = src / node != dst / node;
+    any_nic = any_nic || nic;
+    const auto bytes = static_cast<double>(KvTransferBytes(shape, plan_blocks[kv_block].tokens()));
+    Move(kv, src, dst, bytes, node);
+    pulls.pulls.push_back(
+        {src, nic, bytes / (nic ? costs.nic_bytes_per_us : costs.nvlink_bytes_per_us), 0});
   }
   int64_t degree = 0;
   for (int32_t w = 0; w < n; ++w) degree = std::max({degree, receives[w], sends[w]});
@@ -385,6 +491,47 @@ StepEstimate detail::EstimateStep(const StepEstimateInput& in, const StepCosts& 
     g.inflow = inflow_bwd[w];
     g.outflow = outflow_bwd[w];
   }
+  // The receive chains. A sender's out-port carries its K/V (forward; the
+  // backward its K/V again and the partials of what it received) and, with
+  // the reshuffle, its dataloader tokens' inputs to their owners (Q, K, V;
+  // dO). The forward's pulls of blocks away from home wait for their
+  // sender's inflow; the backward's K/V are where the forward left them.
+  std::vector<double> sender_nic(n), sender_nvlink(n);
+  const auto sharing = [&](std::vector<WorkerPass>& pass, bool backward_pass) {
+    for (int32_t w = 0; w < n; ++w) {
+      const PortBytes& reshuffled = backward_pass ? in_bwd[w] : in_fwd[w];
+      const double back = backward_pass ? 1 : 0;
+      sender_nic[w] =
+          (kv[w].bytes[kNicOut] + back * kv[w].bytes[kNicIn] + reshuffled.bytes[kNicOut]) /
+          costs.nic_bytes_per_us;
+      sender_nvlink[w] =
+          (kv[w].bytes[kNvlinkOut] + back * kv[w].bytes[kNvlinkIn] + reshuffled.bytes[kNvlinkOut]) /
+          costs.nvlink_bytes_per_us;
+    }
+    SenderSharing(pass, pulls, sender_nic, sender_nvlink, coalesce);
+  };
+  sharing(backward, true);
+  if (costs.reshuffle) {
+    for (size_t e = 0; e < edges.size(); ++e)
+      if (!home[edges[e].first]) pulls.pulls[e].gate_us = inflow_fwd[pulls.pulls[e].src];
+    // Each receiver's pulls in gate order, by counting: the senders ranked
+    // by inflow (home blocks first, gate 0), the pulls bucketed by rank and
+    // dealt back to their receivers' ranges (O(pulls + N log N)).
+    std::vector<int32_t> senders(n);
+    std::iota(senders.begin(), senders.end(), 0);
+    std::stable_sort(senders.begin(), senders.end(),
+                     [&](int32_t x, int32_t y) { return inflow_fwd[x] < inflow_fwd[y]; });
+    std::vector<int32_t> rank(n);
+    for (int32_t i = 0; i < n; ++i) rank[senders[i]] = i + 1;
+    const Buckets by_gate = BucketBy(static_cast<size_t>(n) + 1, edges.size(), [&](int32_t e) {
+      return home[edges[e].first] ? 0 : rank[pulls.pulls[e].src];
+    });
+    std::vector<Pull> ordered(edges.size());
+    std::vector<size_t> cursor(pulls.begin.begin(), pulls.begin.end() - 1);
+    for (const int32_t e : by_gate.items) ordered[cursor[edges[e].second]++] = pulls.pulls[e];
+    pulls.pulls = std::move(ordered);
+  }
+  sharing(forward, false);
   StepEstimate estimate;
   estimate.forward = CombinePass(forward, transfer_stages * latency);
   estimate.backward =
