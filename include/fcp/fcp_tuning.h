@@ -15,10 +15,10 @@
 // always agree with: a looser bound (0.1) or none (1, time mode) as two
 // more candidates adds 0.2-1.0 points (the measurement log, "Tuned by
 // simulation"). The simulation picks, at the price of one planning and
-// one simulation per candidate: on the lognormal batches about 10 ms of CPU
-// a candidate at N = 16, 60 ms at N = 64, 2.4 s at N = 256 (the seven of
-// `fcp plan --tune`: 0.03, 0.23 and 8.5 s wall on a quiet 2-core machine;
-// the measurement log). So it is for
+// one simulation per candidate: on the lognormal batches (seed 0) about 8
+// ms of CPU a candidate at N = 16, 60 ms at N = 64, 0.9 s at N = 256 (the
+// nine of `fcp plan --tune`: 0.04, 0.27 and 4.0 s wall, 0.08, 0.53 and 7.8
+// s of CPU, on a quiet 2-core machine, 2026-12-06). So it is for
 // plans made ahead of the training step (a packing job, a prefetching
 // dataloader with cores to spare), not the default.
 //
