@@ -206,10 +206,11 @@ struct Pulls {
 // sender's out-port busy time of its class (`sender_nic_us`,
 // `sender_nvlink_us`) less this pull's, over the pass time P. P is the
 // pass's own time: the fixed point P = max over workers of their time with
-// the chains of P, searched at and above the busiest sender's time. The right side falls as
-// P grows, so there is one crossing; where the chains add nothing at the
-// pass time without them, that time is the fixed point. Cost: O(pulls) per
-// evaluation, a few evaluations (one where the chains add nothing).
+// the chains of P, searched at and above the busiest sender's time. The
+// right side falls as P grows, so there is one crossing; where the chains
+// add nothing at the pass time without them, that time is the fixed point.
+// Cost: O(pulls) per evaluation, a few evaluations (one where the chains
+// add nothing).
 void SenderSharing(std::vector<WorkerPass>& workers, const Pulls& pulls,
                    const std::vector<double>& sender_nic_us,
                    const std::vector<double>& sender_nvlink_us, int32_t coalesce) {
@@ -244,10 +245,10 @@ void SenderSharing(std::vector<WorkerPass>& workers, const Pulls& pulls,
     }
     return longest - pass_us;
   };
-  // g(P) = excess(P) falls as P grows. At lo = the pass without chains
-  // (not below the busiest sender) g >= 0 unless the chains add nothing
-  // there; and since the right side falls, F(lo) = lo + g(lo) is at or
-  // above the fixed point. Between them, regula falsi (Illinois): a few
+  // g(P) = excess(P) falls as P grows. At a = the pass without chains (not
+  // below the busiest sender) g >= 0 unless the chains add nothing there;
+  // and since the right side F falls, F(a) = a + g(a) is at or above the
+  // fixed point. Between them, regula falsi (Illinois): a few
   // evaluations to 1e-9 relative.
   double a = std::max(unshared, busiest), fa = excess(a);
   if (fa <= 0) return;  // the chains add nothing (or the fixed point is below the busiest sender)
