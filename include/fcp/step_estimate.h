@@ -114,13 +114,14 @@ StepCosts GpuXStepCosts();
 struct PassEstimate {
   double time_us = 0;
   double compute_us = 0;    // the largest worker's compute (launches included)
-  double port_us = 0;       // the largest worker's busiest port
+  double port_us = 0;       // the largest worker's transfers: busiest port or receive chain
   double fill_us = 0;       // the largest worker's fill and drain
   double latency_us = 0;    // one latency per transfer stage
   double reshuffle_us = 0;  // the critical worker's path through the reshuffle beyond its
                             // compute, ports and fill
   int32_t critical_worker = 0;
-  std::string binding;  // "compute" or "ports": the larger term of the critical worker
+  std::string
+      binding;  // "compute" or "ports" (its transfers): the larger term of the critical worker
 };
 
 struct StepEstimate {

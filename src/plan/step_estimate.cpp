@@ -175,7 +175,7 @@ PassEstimate CombinePass(const std::vector<WorkerPass>& workers, double latency_
       best.fill_us = fill;
       best.reshuffle_us = time - base;
       best.critical_worker = static_cast<int32_t>(w);
-      best.binding = p.compute >= p.ports ? "compute" : "ports";
+      best.binding = p.compute >= std::max(p.ports, p.chain) ? "compute" : "ports";
     }
   }
   best.time_us = std::max(best.time_us, 0.0) + latency_us;
