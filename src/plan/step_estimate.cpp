@@ -183,7 +183,7 @@ PassEstimate CombinePass(const std::vector<WorkerPass>& workers, double latency_
   return best;
 }
 
-// One pass's K/V pulls: receiver w's are [begin[w], begin[w + 1]), in the
+// One pass's K/V pulls: receiver w's are row w of `rows`, in the
 // order its groups take them (by gate); each with its sender, port class,
 // time alone on the ports and gate (when the sender holds the block: the
 // end of its reshuffle inflow for a block away from home, else 0).
@@ -193,7 +193,7 @@ struct Pull {
   double alone_us = 0, gate_us = 0;
 };
 struct Pulls {
-  std::vector<size_t> begin;
+  detail::RowIndex<int64_t> rows;  // by receiver
   std::vector<Pull> pulls;
 };
 
@@ -227,9 +227,10 @@ void SenderSharing(std::vector<WorkerPass>& workers, const Pulls& pulls,
     double longest = 0;
     for (size_t w = 0; w < workers.size(); ++w) {
       double time = 0;
-      for (size_t first = pulls.begin[w]; first < pulls.begin[w + 1]; first += group) {
+      const auto end = static_cast<size_t>(pulls.rows.offset[w + 1]);
+      for (auto first = static_cast<size_t>(pulls.rows.offset[w]); first < end; first += group) {
         double gate = 0, slowest = 0, nic = 0, nvlink = 0;
-        for (size_t e = first; e < std::min(first + group, pulls.begin[w + 1]); ++e) {
+        for (size_t e = first; e < std::min(first + group, end); ++e) {
           const Pull& pull = pulls.pulls[e];
           const double sender = (pull.nic ? sender_nic_us : sender_nvlink_us)[pull.src];
           gate = std::max(gate, pull.gate_us);
@@ -367,9 +368,9 @@ StepEstimate detail::EstimateStep(const StepEstimateInput& in, const StepCosts& 
   std::vector<int32_t> counted_for(blocks, -1);
   std::vector<std::pair<int32_t, int32_t>> edges;  // (K/V block, receiver), each once
   Pulls pulls;  // the forward's; the backward's are the same, ungated
-  pulls.begin.assign(static_cast<size_t>(n) + 1, 0);
+  pulls.rows.offset.assign(static_cast<size_t>(n) + 1, 0);
   for (int32_t w = 0; w < n; ++w) {
-    pulls.begin[w] = edges.size();
+    pulls.rows.offset[w] = static_cast<int64_t>(edges.size());
     for (const int32_t q : owned.row(static_cast<size_t>(w))) {
       for (int64_t i = pairs_begin[q]; i < pairs_end[q]; ++i) {
         const int32_t kv_block = pairs[i].kv_block;
@@ -379,7 +380,7 @@ StepEstimate detail::EstimateStep(const StepEstimateInput& in, const StepCosts& 
       }
     }
   }
-  pulls.begin[n] = edges.size();
+  pulls.rows.offset[n] = static_cast<int64_t>(edges.size());
   // K/V transfers: per worker, blocks received and sent, and port bytes.
   std::vector<int64_t> receives(n, 0), sends(n, 0);
   std::vector<PortBytes> kv(n);
@@ -528,7 +529,7 @@ StepEstimate detail::EstimateStep(const StepEstimateInput& in, const StepCosts& 
       return home[edges[e].first] ? 0 : rank[pulls.pulls[e].src];
     });
     std::vector<Pull> ordered(edges.size());
-    std::vector<size_t> cursor(pulls.begin.begin(), pulls.begin.end() - 1);
+    std::vector<int64_t> cursor = pulls.rows.RowStarts();
     for (const int32_t e : by_gate.items) ordered[cursor[edges[e].second]++] = pulls.pulls[e];
     pulls.pulls = std::move(ordered);
   }
