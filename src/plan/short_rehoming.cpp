@@ -1,8 +1,8 @@
 #include "short_rehoming.h"
 
 #include <algorithm>
-#include <bit>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -10,49 +10,6 @@
 #include "planner_constants.h"
 
 namespace fcp::detail {
-namespace {
-
-// Each worker's room, mirrored in a max segment tree (the largest room of
-// every aligned power-of-two range of workers), so that the workers with
-// at least a given room are visited in id order in O((k + 1) log N) for k
-// of them instead of O(N): late in the deal most workers have too little
-// room for the sequence at hand (at N = 4096 about one in eight fits).
-class RoomIndex {
- public:
-  explicit RoomIndex(const std::vector<int64_t>& room)
-      : leaves_(std::bit_ceil(std::max<size_t>(room.size(), 1))), most_(2 * leaves_, -1) {
-    std::copy(room.begin(), room.end(), most_.begin() + static_cast<std::ptrdiff_t>(leaves_));
-    for (size_t i = leaves_ - 1; i >= 1; --i) most_[i] = std::max(most_[2 * i], most_[2 * i + 1]);
-  }
-  void Set(int32_t w, int64_t room) {
-    size_t i = leaves_ + static_cast<size_t>(w);
-    most_[i] = room;
-    for (i /= 2; i >= 1; i /= 2) most_[i] = std::max(most_[2 * i], most_[2 * i + 1]);
-  }
-  // visit(w) for every worker w with room >= least (least >= 0), ascending.
-  template <typename F>
-  void VisitAtLeast(int64_t least, F&& visit) const {
-    Visit(1, least, visit);
-  }
-
- private:
-  template <typename F>
-  void Visit(size_t i, int64_t least, F& visit) const {
-    if (most_[i] < least) return;
-    if (i >= leaves_) {
-      visit(static_cast<int32_t>(i - leaves_));
-      return;
-    }
-    Visit(2 * i, least, visit);
-    Visit(2 * i + 1, least, visit);
-  }
-
-  size_t leaves_;
-  std::vector<int64_t> most_;  // most_[1]: the root; leaves from leaves_ (padding: -1)
-};
-
-}  // namespace
-
 void AppendSequenceBlocks(int32_t worker, const std::vector<int32_t>& away,
                           const std::vector<int32_t>& at_home, const std::vector<int64_t>& lengths,
                           int64_t block_size, std::vector<Block>& out,
@@ -172,55 +129,64 @@ std::optional<std::vector<Block>> RehomeShortSequences(const std::vector<int64_t
     Segment segment;
   };
   std::vector<Piece> pieces;
-  // The worker of `candidates` (a callable that visits them in order) with
-  // room for s and, within the largest compute, the most of it left per
-  // token of room left after s (the densest sequences come first and go
-  // where the headroom is, so the last rooms still fit the lightest); or,
-  // when `capped` is false, the least computing one with room. -1 if none.
-  const auto best = [&](int32_t s, auto candidates, bool capped) {
-    int32_t pick = -1;
-    __int128 pick_headroom = 0, pick_room = 1;
-    candidates([&](int32_t w) {
-      if (lengths[s] > room[w]) return;
-      const __int128 headroom = static_cast<__int128>(largest) - compute[w] - work[s];
-      const __int128 left = std::max<int64_t>(room[w] - lengths[s], 1);
-      if (capped) {
-        if (headroom < 0) return;
-        if (pick < 0 || headroom * pick_room > pick_headroom * left) {
-          pick = w;
-          pick_headroom = headroom;
-          pick_room = left;
-        }
-      } else if (pick < 0 || compute[w] < compute[pick]) {
-        pick = w;
-      }
-    });
-    return pick;
+  // The pick for s among the workers offered to it, in any order: one with
+  // room for s and, within the largest compute (`capped`), the most
+  // headroom left per token of room left after s (the densest sequences
+  // come first and go where the headroom is, so the last rooms still fit
+  // the lightest); or, not capped, the least computing one with room.
+  // Ties: the lowest id. Worker -1: none.
+  struct Pick {
+    int32_t worker = -1;
+    __int128 headroom = 0, left = 1;  // capped: the pick's ratio headroom / left
   };
-  // Past its own node, a sequence looks at every worker with room for it,
-  // in id order (RoomIndex: late in the deal, when few rooms are left, far
-  // fewer than N). (Taking the first node after the home's with a fit
+  const auto offer = [&](Pick& pick, int32_t s, int32_t w, bool capped) {
+    if (lengths[s] > room[w]) return;
+    if (!capped) {
+      const int32_t p = pick.worker;
+      if (p < 0 || compute[w] < compute[p] || (compute[w] == compute[p] && w < p)) pick.worker = w;
+      return;
+    }
+    const __int128 headroom = static_cast<__int128>(largest) - compute[w] - work[s];
+    if (headroom < 0) return;
+    const __int128 left = std::max<int64_t>(room[w] - lengths[s], 1);
+    const __int128 mine = headroom * pick.left, theirs = pick.headroom * left;
+    if (pick.worker < 0 || mine > theirs || (mine == theirs && w < pick.worker))
+      pick = {w, headroom, left};
+  };
+  // Past its own node, a sequence looks at every worker with room for it
+  // (`by_room`: the workers with room, by room then id), the tightest
+  // rooms first: none with room r can beat a capped pick once even the
+  // most headroom any worker has (`most_headroom`: compute only rises in
+  // this step) over max(r - length, 1) is below the pick's ratio. (At N = 4096
+  // an id-order scan of every worker with room offered about 220 workers
+  // per sequence, and taking the first node after the home's with a fit
   // instead was cheaper and lost N = 64's gain: the measurement log
   // (docs/planner.md).)
-  RoomIndex rooms(room);
+  std::set<std::pair<int64_t, int32_t>> by_room;
+  for (int32_t w = 0; w < n; ++w)
+    if (room[w] > 0) by_room.insert({room[w], w});
+  const int64_t least_compute = *std::min_element(compute.begin(), compute.end());
   const auto take_room = [&](int32_t w, int64_t tokens) {
+    by_room.erase({room[w], w});
     room[w] -= tokens;
-    rooms.Set(w, room[w]);
+    if (room[w] > 0) by_room.insert({room[w], w});
   };
   for (const int32_t s : rest) {
     const int32_t own = home[s] / node;
-    int32_t w = best(
-        s,
-        [&](auto visit) {
-          for (int32_t v = own * node; v < std::min(n, (own + 1) * node); ++v) visit(v);
-        },
-        true);
-    if (w < 0) {
-      const auto all = [&](auto visit) { rooms.VisitAtLeast(lengths[s], visit); };
-      w = best(s, all, true);
-      // None within the largest: the least computing with room of all.
-      if (w < 0) w = best(s, all, false);
-    }
+    Pick pick;
+    for (int32_t v = own * node; v < std::min(n, (own + 1) * node); ++v) offer(pick, s, v, true);
+    const auto fitting = by_room.lower_bound({lengths[s], 0});
+    const __int128 most_headroom = static_cast<__int128>(largest) - least_compute - work[s];
+    if (pick.worker < 0 && most_headroom >= 0)
+      for (auto it = fitting; it != by_room.end(); ++it) {
+        const __int128 left = std::max<int64_t>(it->first - lengths[s], 1);
+        if (pick.worker >= 0 && most_headroom * pick.left < pick.headroom * left) break;
+        offer(pick, s, it->second, true);
+      }
+    // None within the largest: the least computing with room of all.
+    if (pick.worker < 0)
+      for (auto it = fitting; it != by_room.end(); ++it) offer(pick, s, it->second, false);
+    const int32_t w = pick.worker;
     if (w >= 0) {
       owner[s] = w;
       take_room(w, lengths[s]);
