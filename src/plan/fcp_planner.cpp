@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <future>
 #include <limits>
 #include <memory>
 #include <numeric>
@@ -605,40 +606,63 @@ Balanced BalancedPlan(const Pipeline& p, bool keep_first) {
 }
 
 // Generator: the shed layouts (issue 17), items each at home, the
-// overloaded homes shedding their densest items (Shed). Two shardings:
-// the first balanced candidate's (Shed leaves its search as it was), and
-// the same split with each split item's fillers taken from its own
-// dataloader node first, so that a sub-item's pieces and filler share a
-// home node and less of it moves (built only where some filler differs;
-// its search can only Shed, and `local` keeps it).
+// overloaded homes shedding their densest items (Shed), each with its step
+// estimate (identity names, the reshuffle charged). Two shardings: the
+// first balanced candidate's (Shed leaves its search as it was), and the
+// same split with each split item's fillers taken from its own dataloader
+// node first, so that a sub-item's pieces and filler share a home node and
+// less of it moves (LocalShed: built only where some filler differs; its
+// search can only Shed, and `local` keeps it).
 struct Layout {
   Candidate* source;  // its blocks and pairs
   detail::Assignment assignment;
+  double estimate_us = 0;
 };
 struct Sheds {
   std::unique_ptr<Candidate> local;
   std::vector<Layout> layouts;
 };
-Sheds ShedLayouts(const Pipeline& p, Candidate& first) {
+double LayoutEstimateUs(const Pipeline& p, const Layout& layout) {
+  return p.EstimateUs(layout.source->sharding.blocks, layout.source->pairs, layout.assignment,
+                      p.identity);
+}
+// The local shed layout, estimated; nothing where its fillers are the
+// configured split's. It needs no balanced candidate: MakeFcpPlan builds
+// it on a thread of its own while the balanced plan is assigned.
+struct LocalShed {
+  std::unique_ptr<Candidate> candidate;
+  Layout layout;
+};
+std::optional<LocalShed> LocalShedLayout(const Pipeline& p) {
   const PlannerConfig& config = p.config;
-  Sheds sheds;
-  sheds.layouts.push_back(Layout{&first, first.search->Shed(config.node_workers)});
+  const detail::HeavySplit configured = p.Split(config.max_split);  // the first candidate's
   const std::vector<int32_t> nodes =
       DataloaderNodes(p.common.base, p.common.offsets, config.workers, config.node_workers);
   detail::HeavySplit local =
       detail::SplitHeavy(p.common.base, p.lengths, config.mask, config.heavy_fraction,
                          config.max_split, detail::PieceCounts::kPowersOfTwo, &nodes);
   const auto same_fillers = [&] {
-    if (local.splits.size() != first.split.splits.size()) return false;
+    if (local.splits.size() != configured.splits.size()) return false;
     for (size_t k = 0; k < local.splits.size(); ++k)
-      if (local.splits[k].fillers != first.split.splits[k].fillers) return false;
+      if (local.splits[k].fillers != configured.splits[k].fillers) return false;
     return true;
   };
-  if (!same_fillers()) {
-    sheds.local =
-        Shard(std::move(local), p.lengths, config, p.header, p.common, /*shed_only=*/true);
-    sheds.layouts.push_back(
-        Layout{sheds.local.get(), sheds.local->search->Shed(config.node_workers)});
+  if (same_fillers()) return std::nullopt;
+  LocalShed out;
+  out.candidate =
+      Shard(std::move(local), p.lengths, config, p.header, p.common, /*shed_only=*/true);
+  out.layout = Layout{out.candidate.get(), out.candidate->search->Shed(config.node_workers)};
+  out.layout.estimate_us = LayoutEstimateUs(p, out.layout);
+  return out;
+}
+// The first candidate's shed layout (not estimated yet: Rank does it
+// beside the balanced plan's), then the local one.
+Sheds ShedLayouts(const Pipeline& p, Candidate& first, std::optional<LocalShed> local) {
+  Sheds sheds;
+  sheds.layouts.push_back(Layout{&first, first.search->Shed(p.config.node_workers)});
+  if (local) {
+    sheds.local = std::move(local->candidate);
+    sheds.layouts.push_back(std::move(local->layout));
   }
   return sheds;
 }
@@ -739,11 +763,15 @@ Choice Rank(const Pipeline& p, Candidate& best, const Improved& improved, Candid
                       home->sharding.block_size, p.identity,   true};
   }
   if (!sheds.layouts.empty()) {
+    // The first shed layout's estimate on a thread of its own while the
+    // balanced plan's is made here (both only read the candidates).
+    std::future<double> first_shed_us = std::async(
+        std::launch::async, [&p, &sheds] { return LayoutEstimateUs(p, sheds.layouts.front()); });
     double least = p.EstimateUs(best.sharding.blocks, best.pairs, best.assignment, improved.rename);
+    sheds.layouts.front().estimate_us = first_shed_us.get();
     for (Layout& layout : sheds.layouts) {
       Candidate& source = *layout.source;
-      const double us =
-          p.EstimateUs(source.sharding.blocks, source.pairs, layout.assignment, p.identity);
+      const double us = layout.estimate_us;
       if (us < least * (1 - kShedEstimateMargin)) {
         least = us;
         choice = Choice{&source.sharding.blocks,  &source.pairs, &layout.assignment,
@@ -823,9 +851,13 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   // split variants assigned and kept by Better).
   std::unique_ptr<Candidate> home = HomeLayout(p);
   std::optional<Whole> whole = WholeLayout(p);
+  // The local shed layout needs no balanced candidate: made and estimated
+  // on a thread of its own meanwhile (the two only read the pipeline).
   const bool shed = p.transparent && !home && config.workers <= kShedMaxWorkers;
+  std::future<std::optional<LocalShed>> local_shed;
+  if (shed) local_shed = std::async(std::launch::async, [&p] { return LocalShedLayout(p); });
   Balanced balanced = BalancedPlan(p, /*keep_first=*/shed);
-  Sheds sheds = shed ? ShedLayouts(p, balanced.First()) : Sheds{};
+  Sheds sheds = shed ? ShedLayouts(p, balanced.First(), local_shed.get()) : Sheds{};
   // 3. Improve the balanced plan: traffic leveling, renaming, locality.
   const Improved improved = Improve(p, *balanced.best, home != nullptr);
   // 4. Rank: the balanced plan or a layout.
