@@ -807,22 +807,37 @@ const std::vector<RequiredPair>* Place(const Pipeline& p, Choice& choice, Plan& 
   for (size_t b = 0; b < plan.blocks.size(); ++b)
     plan.blocks[b].worker = choice.names[choice.assignment->owner[b]];
   if (!config.reshuffle_locality || choice.home) return choice.pairs;
+  // Rehoming re-deals short sequences, and returns nothing where there are none.
+  if (std::none_of(p.lengths.begin(), p.lengths.end(),
+                   [&](int64_t length) { return length <= choice.block_size; }))
+    return choice.pairs;
+  // The plan's loads and tokens away as placed, measured on a thread of
+  // their own while the short sequences are re-dealt (both only read the
+  // blocks).
+  struct Measures {
+    detail::BlockLoads loads;
+    int64_t away = 0;
+  };
+  const auto measure = [&p, &config](const std::vector<Block>& blocks,
+                                     const std::vector<RequiredPair>& pairs) {
+    return Measures{detail::CountBlockLoads(blocks, pairs, config.workers),
+                    TokensAway(blocks, p.common.offsets, config.workers)};
+  };
+  std::future<Measures> placed =
+      std::async(std::launch::async, measure, std::cref(plan.blocks), std::cref(*choice.pairs));
   std::optional<std::vector<Block>> rehomed = detail::RehomeShortSequences(
       p.lengths, config.mask, plan.blocks, config.workers, choice.block_size, config.node_workers);
-  if (!rehomed) return choice.pairs;
+  FCP_CHECK(rehomed.has_value(), "planner: rehoming re-deals a batch with short sequences");
   rehomed_pairs = RequiredPairs(p.lengths, *rehomed, config.mask);
-  const detail::BlockLoads before =
-      detail::CountBlockLoads(plan.blocks, *choice.pairs, config.workers);
-  const detail::BlockLoads after = detail::CountBlockLoads(*rehomed, rehomed_pairs, config.workers);
+  const Measures after = measure(*rehomed, rehomed_pairs);
+  const Measures before = placed.get();
   if (config.self_check)
-    FCP_CHECK(after.tokens == before.tokens,
+    FCP_CHECK(after.loads.tokens == before.loads.tokens,
               "planner: short-sequence rehoming changed a worker's token count");
-  const bool traffic_held = Imbalance(after.traffic) <= p.judge.max_imbalance ||
-                            Imbalance(before.traffic) > p.judge.max_imbalance;
-  if (TokensAway(*rehomed, p.common.offsets, config.workers) <
-          TokensAway(plan.blocks, p.common.offsets, config.workers) &&
-      Largest(after.compute) <= Largest(before.compute) &&
-      Largest(after.traffic) <= Largest(before.traffic) && traffic_held) {
+  const bool traffic_held = Imbalance(after.loads.traffic) <= p.judge.max_imbalance ||
+                            Imbalance(before.loads.traffic) > p.judge.max_imbalance;
+  if (after.away < before.away && Largest(after.loads.compute) <= Largest(before.loads.compute) &&
+      Largest(after.loads.traffic) <= Largest(before.loads.traffic) && traffic_held) {
     plan.blocks = std::move(*rehomed);
     return &rehomed_pairs;
   }
