@@ -2,6 +2,7 @@
 // tests over random batches and configs, quality on the paper's setup, and
 // config errors.
 #include <algorithm>
+#include <future>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -897,6 +898,29 @@ TEST(PlannerLocalityTest, ShedLayoutMovesFewerTokensAtBalancedCompute) {
       EXPECT_LT(BusiestCrossNodeReshuffle(shed, c.node_workers),
                 BusiestCrossNodeReshuffle(balanced, c.node_workers));
     }
+}
+
+// The planner runs parts of its work on a second thread (the local shed
+// layout, the placed plan's measures) and may itself be called from several
+// threads (fcp plan --tune does): plans made four at a time, each with its
+// own threads, are byte for byte the plan made alone. The batches take both
+// threaded paths (shed layouts with the reshuffle at N = 64, short sequences
+// re-dealt) and neither (no reshuffle).
+TEST(PlannerLocalityTest, ConcurrentCallsGiveTheSamePlan) {
+  const std::vector<int64_t> lengths = PaperBatch(64, 1);
+  PlannerConfig c = Config(64, 4096, 16);
+  c.attention = {64, 8, 128, 2};
+  PlannerConfig off = c;
+  off.reshuffle_locality = false;
+  for (const PlannerConfig& config : {c, off}) {
+    const std::string alone = WritePlanJson(MakePlan(lengths, config));
+    std::vector<std::future<std::string>> together;
+    for (int k = 0; k < 4; ++k)
+      together.push_back(std::async(std::launch::async, [&lengths, &config] {
+        return WritePlanJson(MakePlan(lengths, config));
+      }));
+    for (std::future<std::string>& plan : together) EXPECT_EQ(plan.get(), alone);
+  }
 }
 
 // All short sequences, uniform 64..2048, seed 0 (step_bench's allshort).
