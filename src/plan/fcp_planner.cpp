@@ -39,6 +39,16 @@ using detail::kResizeRounds;
 using detail::kShedEstimateMargin;
 using detail::kShedMaxWorkers;
 
+// f(args...) on a thread of its own, its result (or exception) from the
+// future's get(). Where no thread can be started the standard library
+// (libstdc++, libc++) runs it at get() instead: a host that refuses a
+// thread still gets its plan, the same one.
+template <typename F, typename... Args>
+auto Concurrently(F&& f, Args&&... args) {
+  return std::async(std::launch::async | std::launch::deferred, std::forward<F>(f),
+                    std::forward<Args>(args)...);
+}
+
 // Moving one K/V token (2 Hkv D dtype bytes) costs network_flops_per_byte
 // FLOPs per byte; a token pair costs 4 Hq D FLOPs (head_dim cancels).
 double PairsPerTrafficToken(const PlannerConfig& config) {
@@ -765,8 +775,8 @@ Choice Rank(const Pipeline& p, Candidate& best, const Improved& improved, Candid
   if (!sheds.layouts.empty()) {
     // The first shed layout's estimate on a thread of its own while the
     // balanced plan's is made here (both only read the candidates).
-    std::future<double> first_shed_us = std::async(
-        std::launch::async, [&p, &sheds] { return LayoutEstimateUs(p, sheds.layouts.front()); });
+    std::future<double> first_shed_us =
+        Concurrently([&p, &sheds] { return LayoutEstimateUs(p, sheds.layouts.front()); });
     double least = p.EstimateUs(best.sharding.blocks, best.pairs, best.assignment, improved.rename);
     sheds.layouts.front().estimate_us = first_shed_us.get();
     for (Layout& layout : sheds.layouts) {
@@ -824,7 +834,7 @@ const std::vector<RequiredPair>* Place(const Pipeline& p, Choice& choice, Plan& 
                     TokensAway(blocks, p.common.offsets, config.workers)};
   };
   std::future<Measures> placed =
-      std::async(std::launch::async, measure, std::cref(plan.blocks), std::cref(*choice.pairs));
+      Concurrently(measure, std::cref(plan.blocks), std::cref(*choice.pairs));
   std::optional<std::vector<Block>> rehomed = detail::RehomeShortSequences(
       p.lengths, config.mask, plan.blocks, config.workers, choice.block_size, config.node_workers);
   FCP_CHECK(rehomed.has_value(), "planner: rehoming re-deals a batch with short sequences");
@@ -870,7 +880,7 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   // on a thread of its own meanwhile (the two only read the pipeline).
   const bool shed = p.transparent && !home && config.workers <= kShedMaxWorkers;
   std::future<std::optional<LocalShed>> local_shed;
-  if (shed) local_shed = std::async(std::launch::async, [&p] { return LocalShedLayout(p); });
+  if (shed) local_shed = Concurrently([&p] { return LocalShedLayout(p); });
   Balanced balanced = BalancedPlan(p, /*keep_first=*/shed);
   Sheds sheds = shed ? ShedLayouts(p, balanced.First(), local_shed.get()) : Sheds{};
   // 3. Improve the balanced plan: traffic leveling, renaming, locality.
