@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -28,7 +29,34 @@ using nlohmann::json;
 void AppendInt(std::string& out, int64_t v) {
   char buf[24];
   auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
-  out.append(buf, end);
+  // (pointer, count): append(first, last) would take the iterator-range
+  // overload, a general replace, most of the writer's time at N = 4096.
+  out.append(buf, static_cast<size_t>(end - buf));
+}
+
+// Appends `values` as one tuple, "[a, b, c]", preceded by ", " unless it is
+// the first of its list: formatted in place and appended once (one append a
+// tuple, not one a number and separator: the lists of a large plan hold
+// tens of millions of numbers).
+constexpr size_t kMostTupleFields = 3;
+void AppendTuple(std::string& out, std::span<const int64_t> values, bool first) {
+  FCP_CHECK(values.size() <= kMostTupleFields, "plan writer: a tuple of at most 3 numbers");
+  char buf[4 + kMostTupleFields * 22];  // ", [" "]", each number <= 20 chars and its ", "
+  char* p = buf;
+  if (!first) {
+    *p++ = ',';
+    *p++ = ' ';
+  }
+  *p++ = '[';
+  for (size_t k = 0; k < values.size(); ++k) {
+    if (k) {
+      *p++ = ',';
+      *p++ = ' ';
+    }
+    p = std::to_chars(p, buf + sizeof(buf), values[k]).ptr;
+  }
+  *p++ = ']';
+  out.append(buf, static_cast<size_t>(p - buf));
 }
 
 // Appends `items` as one line of integer tuples, [[a, b], [c, d]], the
@@ -37,14 +65,8 @@ template <typename T, typename Fields>
 void AppendTuples(std::string& out, const std::vector<T>& items, Fields fields) {
   out += '[';
   for (size_t i = 0; i < items.size(); ++i) {
-    if (i) out += ", ";
-    out += '[';
     const auto values = fields(items[i]);
-    for (size_t k = 0; k < values.size(); ++k) {
-      if (k) out += ", ";
-      AppendInt(out, values[k]);
-    }
-    out += ']';
+    AppendTuple(out, values, i == 0);
   }
   out += ']';
 }
@@ -77,16 +99,9 @@ void AppendTransferRows(std::string& out, const char* name,
 void AppendPairs(std::string& out, const std::vector<BlockPair>& pairs) {
   out += '[';
   for (size_t i = 0; i < pairs.size(); ++i) {
-    if (i) out += ", ";
-    out += '[';
-    AppendInt(out, pairs[i].q_block);
-    out += ", ";
-    AppendInt(out, pairs[i].kv_block);
-    if (pairs[i].worker != kOwner) {
-      out += ", ";
-      AppendInt(out, pairs[i].worker);
-    }
-    out += ']';
+    const BlockPair& pair = pairs[i];
+    const std::array<int64_t, 3> values = {pair.q_block, pair.kv_block, pair.worker};
+    AppendTuple(out, std::span(values).first(pair.worker != kOwner ? 3 : 2), i == 0);
   }
   out += ']';
 }
