@@ -30,7 +30,7 @@ void AppendInt(std::string& out, int64_t v) {
   char buf[24];
   auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
   // (pointer, count): append(first, last) would take the iterator-range
-  // overload, a general replace, most of the writer's time at N = 4096.
+  // overload, a general replace.
   out.append(buf, static_cast<size_t>(end - buf));
 }
 

@@ -817,10 +817,7 @@ const std::vector<RequiredPair>* Place(const Pipeline& p, Choice& choice, Plan& 
   for (size_t b = 0; b < plan.blocks.size(); ++b)
     plan.blocks[b].worker = choice.names[choice.assignment->owner[b]];
   if (!config.reshuffle_locality || choice.home) return choice.pairs;
-  // Rehoming re-deals short sequences, and returns nothing where there are none.
-  if (std::none_of(p.lengths.begin(), p.lengths.end(),
-                   [&](int64_t length) { return length <= choice.block_size; }))
-    return choice.pairs;
+  if (!detail::HasShortSequences(p.lengths, choice.block_size)) return choice.pairs;
   // The plan's loads and tokens away as placed, measured on a thread of
   // their own while the short sequences are re-dealt (both only read the
   // blocks).

@@ -31,6 +31,11 @@ void AppendSequenceBlocks(int32_t worker, const std::vector<int32_t>& away,
   }
 }
 
+bool HasShortSequences(const std::vector<int64_t>& lengths, int64_t block_size) {
+  return std::any_of(lengths.begin(), lengths.end(),
+                     [&](int64_t length) { return length <= block_size; });
+}
+
 std::optional<std::vector<Block>> RehomeShortSequences(const std::vector<int64_t>& lengths,
                                                        const Mask& mask,
                                                        const std::vector<Block>& blocks,
@@ -82,8 +87,7 @@ std::optional<std::vector<Block>> RehomeShortSequences(const std::vector<int64_t
              std::to_string(s) + ", which has " + std::to_string(lengths[s]));
   }
 
-  if (std::none_of(lengths.begin(), lengths.end(), [&](int64_t len) { return len <= block_size; }))
-    return std::nullopt;
+  if (!HasShortSequences(lengths, block_size)) return std::nullopt;
 
   // 1. At home, in sequence order.
   std::vector<int64_t> work(sequences, 0);

@@ -76,10 +76,13 @@ void AppendSequenceBlocks(int32_t worker, const std::vector<int32_t>& away,
                           int64_t block_size, std::vector<Block>& out,
                           const std::vector<int32_t>* away_source = nullptr);
 
+// Whether some sequence fits one block: what RehomeShortSequences deals.
+bool HasShortSequences(const std::vector<int64_t>& lengths, int64_t block_size);
+
 // `blocks` with workers set (the final names, 0..workers-1), tiling every
 // sequence exactly once. Returns the new blocks, or nothing when no
-// sequence fits one block (nothing to deal: the caller then skips the
-// pairs and loads it would compare). Throws
+// sequence fits one block (!HasShortSequences: nothing to deal, the caller
+// then skips the pairs and loads it would compare). Throws
 // Error(kInvalidArgument) naming the pass when workers < 1, block_size < 1,
 // a length is < 1, a worker is out of range, a segment leaves its sequence
 // or the segments of a sequence do not add up to its length. (Overlaps

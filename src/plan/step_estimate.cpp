@@ -115,6 +115,14 @@ struct PortBytes {
   double Out(const StepCosts& c) const {
     return std::max(bytes[kNicOut] / c.nic_bytes_per_us, bytes[kNvlinkOut] / c.nvlink_bytes_per_us);
   }
+  // Each port carrying its own bytes and its opposite direction's: the
+  // backward's K/V, which go out again as the forward's did, with the
+  // dK/dV partials of what came in going back out the same way.
+  PortBytes BothWays() const {
+    PortBytes both;
+    for (int port = 0; port < kPorts; ++port) both.bytes[port] = bytes[port ^ 1] + bytes[port];
+    return both;
+  }
   // The busiest port's time, us.
   double Time(const StepCosts& c) const {
     return std::max({bytes[kNicIn] / c.nic_bytes_per_us, bytes[kNicOut] / c.nic_bytes_per_us,
@@ -479,16 +487,12 @@ StepEstimate detail::EstimateStep(const StepEstimateInput& in, const StepCosts& 
     f.stages = received_stages;
     f.inflow = inflow_fwd[w];
     f.outflow = outflow_fwd[w];
-    // The backward sends the K/V again and the dK/dV partials back: both
-    // directions of each port carry in + out.
+    // The backward sends the K/V again and the dK/dV partials back.
     WorkerPass& g = backward[w];
-    PortBytes both;
-    for (int port = 0; port < kPorts; ++port)
-      both.bytes[port] = kv[w].bytes[port ^ 1] + kv[w].bytes[port];
     g.compute = compute[w] * backward_scale + launches * costs.kernel_launch_us;
     g.remote = remote[w] * backward_scale + received_stages * costs.kernel_launch_us;
     g.home_compute = home_compute[w] * backward_scale;
-    g.ports = both.Time(costs);
+    g.ports = kv[w].BothWays().Time(costs);
     g.stages = received_stages;
     g.inflow = inflow_bwd[w];
     g.outflow = outflow_bwd[w];
@@ -502,13 +506,10 @@ StepEstimate detail::EstimateStep(const StepEstimateInput& in, const StepCosts& 
   const auto sharing = [&](std::vector<WorkerPass>& pass, bool backward_pass) {
     for (int32_t w = 0; w < n; ++w) {
       const PortBytes& reshuffled = backward_pass ? in_bwd[w] : in_fwd[w];
-      const double back = backward_pass ? 1 : 0;
-      sender_nic[w] =
-          (kv[w].bytes[kNicOut] + back * kv[w].bytes[kNicIn] + reshuffled.bytes[kNicOut]) /
-          costs.nic_bytes_per_us;
+      const PortBytes sent = backward_pass ? kv[w].BothWays() : kv[w];
+      sender_nic[w] = (sent.bytes[kNicOut] + reshuffled.bytes[kNicOut]) / costs.nic_bytes_per_us;
       sender_nvlink[w] =
-          (kv[w].bytes[kNvlinkOut] + back * kv[w].bytes[kNvlinkIn] + reshuffled.bytes[kNvlinkOut]) /
-          costs.nvlink_bytes_per_us;
+          (sent.bytes[kNvlinkOut] + reshuffled.bytes[kNvlinkOut]) / costs.nvlink_bytes_per_us;
     }
     SenderSharing(pass, pulls, sender_nic, sender_nvlink, coalesce);
   };
