@@ -91,7 +91,8 @@ TEST(PortfolioTest, WorkedAssign) {
   EXPECT_EQ(a.compute, (std::vector<double>{18, 17}));
 }
 
-// Assign, rebuilt from its parts: the Better of every (start, policy).
+// Assign, rebuilt from its parts: the Better of every (start, policy),
+// with and without a spare core.
 TEST(PortfolioTest, AssignIsTheBetterOfItsCandidatesOnRandomBatches) {
   for (uint32_t seed = 0; seed < 60; ++seed) {
     SCOPED_TRACE(seed);
@@ -123,6 +124,11 @@ TEST(PortfolioTest, AssignIsTheBetterOfItsCandidatesOnRandomBatches) {
     const Assignment chosen = search.Assign();
     EXPECT_EQ(chosen.owner, expected.owner);
     EXPECT_EQ(chosen.compute, expected.compute);
+    // The later starts built on a second thread: the same choice.
+    AssignmentSearch spare_core_search(batch->in);
+    const Assignment with_spare_core = spare_core_search.Assign(/*spare_core=*/true);
+    EXPECT_EQ(with_spare_core.owner, expected.owner);
+    EXPECT_EQ(with_spare_core.traffic, chosen.traffic);
     EXPECT_EQ(WithinBound(chosen, batch->in.judge), any_within);
     EXPECT_TRUE(batch->KeepsSlots(chosen.owner));
     // The home layout keeps the slots too, and is deterministic.

@@ -245,6 +245,38 @@ TEST(RequiredPairsTest, RingShapedRowsMatchBruteForce) {
   }
 }
 
+// Enough candidate pairs (over 2^17) that the rows are listed in two parts
+// on two threads: one sequence of 640 blocks of 8 tokens, numbered in token
+// order and in reverse (unsorted rows), every pair counted by hand: under
+// the causal mask 8 x 8 token pairs below the diagonal block and 8 x 9 / 2
+// on it; under the full mask 8 x 8 everywhere.
+TEST(RequiredPairsTest, ManyRowsMatchTheirCounts) {
+  const int32_t n_blocks = 640;
+  const int64_t block_tokens = 8;
+  const std::vector<int64_t> sequences = {n_blocks * block_tokens};
+  for (const bool reversed : {false, true}) {
+    // Block b holds the tokens of position p(b) in the sequence.
+    const auto position = [&](int32_t b) { return reversed ? n_blocks - 1 - b : b; };
+    std::vector<Block> blocks(n_blocks);
+    for (int32_t b = 0; b < n_blocks; ++b)
+      blocks[b].segments = {{0, position(b) * block_tokens, block_tokens}};
+    for (const MaskKind kind : {MaskKind::kCausal, MaskKind::kFull}) {
+      std::vector<RequiredPair> expected;
+      for (int32_t q = 0; q < n_blocks; ++q)
+        for (int32_t kv = 0; kv < n_blocks; ++kv) {
+          const int32_t pq = position(q), pkv = position(kv);
+          if (kind == MaskKind::kFull || pkv < pq)
+            expected.push_back({q, kv, block_tokens * block_tokens});
+          else if (pkv == pq)
+            expected.push_back({q, kv, block_tokens * (block_tokens + 1) / 2});
+        }
+      ASSERT_GT(expected.size(), size_t{1} << 17);
+      EXPECT_EQ(RequiredPairs(sequences, blocks, Mask{kind, 0}), expected)
+          << MaskKindName(kind) << (reversed ? ", blocks in reverse" : "");
+    }
+  }
+}
+
 TEST(RequiredPairsTest, MatchesBruteForceOnRandomPackings) {
   std::mt19937_64 rng(7);
   const Mask masks[] = {{MaskKind::kCausal, 0},

@@ -90,7 +90,10 @@ class AssignmentSearch {
   AssignmentSearch& operator=(const AssignmentSearch&) = delete;
 
   // The Better of the greedy starts, each refined by the local search.
-  Assignment Assign();
+  // With `spare_core`, the starts after the first are built on a second
+  // thread while the first is searched (the same result: building only
+  // reads the batch; for callers with no other thread running).
+  Assignment Assign(bool spare_core = false);
 
   // The Better of `owner` (owner[block], respecting the slots) and the local
   // search's refinements of it.

@@ -8,6 +8,7 @@
 
 #include "assignment.h"
 #include "assignment_context.h"
+#include "concurrently.h"
 #include "fcp/error.h"
 #include "fcp/node_relays.h"
 #include "fcp/plan_metrics.h"
@@ -39,15 +40,7 @@ using detail::kResizeRounds;
 using detail::kShedEstimateMargin;
 using detail::kShedMaxWorkers;
 
-// f(args...) on a thread of its own, its result (or exception) from the
-// future's get(). Where no thread can be started the standard library
-// (libstdc++, libc++) runs it at get() instead: a host that refuses a
-// thread still gets its plan, the same one.
-template <typename F, typename... Args>
-auto Concurrently(F&& f, Args&&... args) {
-  return std::async(std::launch::async | std::launch::deferred, std::forward<F>(f),
-                    std::forward<Args>(args)...);
-}
+using detail::Concurrently;
 
 // Moving one K/V token (2 Hkv D dtype bytes) costs network_flops_per_byte
 // FLOPs per byte; a token pair costs 4 Hq D FLOPs (head_dim cancels).
@@ -347,12 +340,12 @@ std::unique_ptr<Candidate> Shard(detail::HeavySplit split, const std::vector<int
   return c;
 }
 
-// Shards and assigns a candidate.
+// Shards and assigns a candidate (`spare_core`: AssignmentSearch::Assign's).
 std::unique_ptr<Candidate> Assign(detail::HeavySplit split, const std::vector<int64_t>& lengths,
                                   const PlannerConfig& config, const Plan& header,
-                                  const Common& common) {
+                                  const Common& common, bool spare_core) {
   std::unique_ptr<Candidate> c = Shard(std::move(split), lengths, config, header, common);
-  c->assignment = c->search->Assign();
+  c->assignment = c->search->Assign(spare_core);
   return c;
 }
 
@@ -528,21 +521,22 @@ std::optional<Whole> WholeLayout(const Pipeline& p) {
 // network ratio also heavy blocks in at most two pieces; piece sizing and
 // the rescue limits where the plan is outside the bound; the Better kept
 // at each step (ties: the incumbent). `first` keeps the first candidate
-// alive when it is replaced and `keep_first` (the shed layouts start from
-// it).
+// alive when it is replaced and `sheds` (the shed layouts start from it;
+// the local one is made on a second thread meanwhile, so the assignments
+// here use a second core only without them).
 struct Balanced {
   std::unique_ptr<Candidate> best, first;
   Candidate& First() { return first ? *first : *best; }
 };
-Balanced BalancedPlan(const Pipeline& p, bool keep_first) {
+Balanced BalancedPlan(const Pipeline& p, bool sheds) {
   const PlannerConfig& config = p.config;
   const detail::Judge& judge = p.judge;
   Balanced out;
-  out.best = Assign(p.Split(config.max_split), p.lengths, config, p.header, p.common);
+  out.best = Assign(p.Split(config.max_split), p.lengths, config, p.header, p.common, !sheds);
   const Candidate* const first = out.best.get();
   // slot = c, the first candidate kept alive in out.first if it was slot's.
   const auto replace = [&](std::unique_ptr<Candidate>& slot, std::unique_ptr<Candidate> c) {
-    if (slot.get() == first && keep_first) out.first = std::move(slot);
+    if (slot.get() == first && sheds) out.first = std::move(slot);
     slot = std::move(c);
   };
   std::unique_ptr<Candidate>& best = out.best;
@@ -562,7 +556,7 @@ Balanced BalancedPlan(const Pipeline& p, bool keep_first) {
     // The self-check assigns it anyway and checks that it loses.
     if (!cannot_win || config.self_check) {
       std::unique_ptr<Candidate> coarse =
-          Assign(std::move(coarse_split), p.lengths, config, p.header, p.common);
+          Assign(std::move(coarse_split), p.lengths, config, p.header, p.common, !sheds);
       const bool better = detail::Better(coarse->assignment, best->assignment, judge);
       FCP_CHECK(!(better && cannot_win), "planner: a pruned candidate would have won");
       if (better) replace(best, std::move(coarse));
@@ -603,7 +597,7 @@ Balanced BalancedPlan(const Pipeline& p, bool keep_first) {
       // sizing, which the lower bound does not cover).
       if (hopeless && !config.self_check) continue;
       std::unique_ptr<Candidate> rescue =
-          Assign(std::move(rescue_split), p.lengths, config, p.header, p.common);
+          Assign(std::move(rescue_split), p.lengths, config, p.header, p.common, !sheds);
       FCP_CHECK(!(hopeless && detail::WithinBound(rescue->assignment, judge)),
                 "planner: a candidate beyond its compute lower bound is within the bound");
       if (hopeless) continue;
@@ -878,7 +872,7 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   const bool shed = p.transparent && !home && config.workers <= kShedMaxWorkers;
   std::future<std::optional<LocalShed>> local_shed;
   if (shed) local_shed = Concurrently([&p] { return LocalShedLayout(p); });
-  Balanced balanced = BalancedPlan(p, /*keep_first=*/shed);
+  Balanced balanced = BalancedPlan(p, /*sheds=*/shed);
   Sheds sheds = shed ? ShedLayouts(p, balanced.First(), local_shed.get()) : Sheds{};
   // 3. Improve the balanced plan: traffic leveling, renaming, locality.
   const Improved improved = Improve(p, *balanced.best, home != nullptr);
