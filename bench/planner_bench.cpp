@@ -19,14 +19,16 @@ namespace fcp {
 namespace {
 
 // range(0): workers; range(1): max_imbalance in percent (100 = time mode,
-// no bound; 5 = the default).
+// no bound; 5 = the default); range(2): the batch's seed (1: the tables of
+// docs/planner-benchmark.md; 0: `fcp workload --dist lognormal --seed 0`,
+// issue 39's planning-time batch).
 void BM_FcpPlan(benchmark::State& state) {
   const int32_t workers = static_cast<int32_t>(state.range(0));
   WorkloadConfig w;
   w.workers = workers;
   w.tokens_per_worker = 32768;
   w.max_len = 524288;
-  w.seed = 1;
+  w.seed = static_cast<uint64_t>(state.range(2));
   const std::vector<int64_t> lengths = GenerateWorkload(w);
   PlannerConfig c;
   c.workers = workers;
@@ -53,8 +55,8 @@ void BM_FcpPlan(benchmark::State& state) {
 
 // Small batches plan in milliseconds: several iterations per repetition.
 BENCHMARK(BM_FcpPlan)
-    ->ArgNames({"N", "max_imbalance_pct"})
-    ->ArgsProduct({{16, 64, 256}, {5, 100}})
+    ->ArgNames({"N", "max_imbalance_pct", "seed"})
+    ->ArgsProduct({{16, 64, 256}, {5, 100}, {1}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MinTime(0.5)
@@ -62,8 +64,26 @@ BENCHMARK(BM_FcpPlan)
     ->ReportAggregatesOnly(true);
 // Large batches plan in seconds: one plan per repetition.
 BENCHMARK(BM_FcpPlan)
-    ->ArgNames({"N", "max_imbalance_pct"})
-    ->ArgsProduct({{1024, 4096}, {5, 100}})
+    ->ArgNames({"N", "max_imbalance_pct", "seed"})
+    ->ArgsProduct({{1024, 4096}, {5, 100}, {1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(1)
+    ->Repetitions(5)
+    ->ReportAggregatesOnly(true);
+
+// Issue 39's batch, the default planner.
+BENCHMARK(BM_FcpPlan)
+    ->ArgNames({"N", "max_imbalance_pct", "seed"})
+    ->Args({256, 5, 0})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(0.5)
+    ->Repetitions(5)
+    ->ReportAggregatesOnly(true);
+BENCHMARK(BM_FcpPlan)
+    ->ArgNames({"N", "max_imbalance_pct", "seed"})
+    ->Args({4096, 5, 0})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->Iterations(1)
