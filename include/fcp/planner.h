@@ -6,11 +6,11 @@
 // MakeFcpPlan is pure and deterministic: all inputs are the lengths and the
 // PlannerConfig; the same inputs give a byte-identical plan on every machine
 // (ties broken by id, stable sorts, no hash-map order reaches the output).
-// It runs parts of its work that need nothing from the main line on a second
-// thread (std::async, joined before their results are used; docs/planner.md,
-// planning time), which share nothing mutable with the calling thread, so the
-// plan does not depend on the threads either. It is safe to call from several
-// threads at once.
+// It runs parts of its work that need nothing from the main line on other
+// threads (std::async, at most three at once besides the caller's, joined
+// before their results are used; docs/planner.md, planning time), which share
+// nothing mutable with the calling thread, so the plan does not depend on the
+// threads either. It is safe to call from several threads at once.
 //
 // The FCP pipeline (DESIGN.md section 3; src/plan/):
 //   1. shard: cut sequences into blocks of block_size tokens; pack the shorter

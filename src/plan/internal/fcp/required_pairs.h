@@ -58,6 +58,8 @@ class SequenceIndex {
 // Every required pair, sorted by (q_block, kv_block), each once.
 // Error(kInvalidArgument) when the pairs could number more than 2^27 (sum over
 // query blocks of min(candidates, blocks)): gigabytes, refused up front.
+// From 2^17 candidate pairs the later half of the rows is listed on a thread
+// of its own (std::async, joined before returning; the same pairs).
 std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,
                                         const std::vector<Block>& blocks, const Mask& mask);
 std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,
