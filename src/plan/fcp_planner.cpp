@@ -624,6 +624,10 @@ struct Layout {
 };
 struct Sheds {
   std::unique_ptr<Candidate> local;
+  // The first candidate's layout, made and estimated on a thread of its
+  // own while the balanced plan is improved and estimated; Rank puts it
+  // before the local one in `layouts`.
+  std::future<Layout> first;
   std::vector<Layout> layouts;
 };
 double LayoutEstimateUs(const Pipeline& p, const Layout& layout) {
@@ -659,11 +663,17 @@ std::optional<LocalShed> LocalShedLayout(const Pipeline& p) {
   out.layout.estimate_us = LayoutEstimateUs(p, out.layout);
   return out;
 }
-// The first candidate's shed layout (not estimated yet: Rank does it
-// beside the balanced plan's), then the local one.
+// The first candidate's shed layout, started on a thread of its own (Shed
+// only reads the candidate's search context, the estimate its blocks and
+// pairs; Improve writes the search's load model and engine and the
+// candidate's assignment), and the local one.
 Sheds ShedLayouts(const Pipeline& p, Candidate& first, std::optional<LocalShed> local) {
   Sheds sheds;
-  sheds.layouts.push_back(Layout{&first, first.search->Shed(p.config.node_workers)});
+  sheds.first = Concurrently([&p, &first] {
+    Layout layout{&first, first.search->Shed(p.config.node_workers)};
+    layout.estimate_us = LayoutEstimateUs(p, layout);
+    return layout;
+  });
   if (local) {
     sheds.local = std::move(local->candidate);
     sheds.layouts.push_back(std::move(local->layout));
@@ -766,13 +776,11 @@ Choice Rank(const Pipeline& p, Candidate& best, const Improved& improved, Candid
       choice = Choice{&home->sharding.blocks,    &home->pairs, &home->assignment,
                       home->sharding.block_size, p.identity,   true};
   }
-  if (!sheds.layouts.empty()) {
-    // The first shed layout's estimate on a thread of its own while the
-    // balanced plan's is made here (both only read the candidates).
-    std::future<double> first_shed_us =
-        Concurrently([&p, &sheds] { return LayoutEstimateUs(p, sheds.layouts.front()); });
+  if (sheds.first.valid()) {
+    // The balanced plan's estimate while the first shed layout's thread
+    // finishes.
     double least = p.EstimateUs(best.sharding.blocks, best.pairs, best.assignment, improved.rename);
-    sheds.layouts.front().estimate_us = first_shed_us.get();
+    sheds.layouts.insert(sheds.layouts.begin(), sheds.first.get());
     for (Layout& layout : sheds.layouts) {
       Candidate& source = *layout.source;
       const double us = layout.estimate_us;
