@@ -204,8 +204,9 @@ std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,
   // At N = 4096 the rows are listed three times a planning, each about 4%.
   size_t split = blocks.size();
   const PieceRange* split_segment = key_pieces.data() + key_pieces.size();
+  int64_t listed = candidates;  // by the rows before `split`
   if (candidates >= kConcurrentCandidates && candidates <= kMaxRequiredPairs) {
-    int64_t listed = 0;
+    listed = 0;
     split_segment = key_pieces.data();
     for (split = 0; split < blocks.size() && 2 * listed < candidates; ++split) {
       listed += row_candidates[split];
@@ -214,11 +215,9 @@ std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,
   }
   std::future<std::vector<RequiredPair>> later;
   if (split < blocks.size())
-    later = detail::Concurrently([&, split, split_segment] {
+    later = detail::Concurrently([&, split, split_segment, listed] {
       std::vector<RequiredPair> part;
-      int64_t part_candidates = 0;
-      for (size_t q = split; q < blocks.size(); ++q) part_candidates += row_candidates[q];
-      part.reserve(static_cast<size_t>(part_candidates));
+      part.reserve(static_cast<size_t>(candidates - listed));
       list_rows(split, blocks.size(), split_segment, part);
       return part;
     });
