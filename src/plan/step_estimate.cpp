@@ -394,6 +394,11 @@ StepEstimate detail::EstimateStep(const StepEstimateInput& in, const StepCosts& 
   std::vector<PortBytes> kv(n);
   bool any_nic = false;
   pulls.pulls.reserve(edges.size());
+  // Per block, its K/V bytes: an edge per (block, receiver), so computed
+  // once a block rather than once an edge (Block::tokens sums its segments).
+  std::vector<double> kv_transfer_bytes(blocks);
+  for (size_t b = 0; b < blocks; ++b)
+    kv_transfer_bytes[b] = static_cast<double>(KvTransferBytes(shape, plan_blocks[b].tokens()));
   for (const auto& [kv_block, dst] : edges) {
     const int32_t src = owner[kv_block];
     ++receives[dst];
@@ -401,7 +406,7 @@ StepEstimate detail::EstimateStep(const StepEstimateInput& in, const StepCosts& 
     sent[kv_block] = 1;
     const bool nic = src / node != dst / node;
     any_nic = any_nic || nic;
-    const auto bytes = static_cast<double>(KvTransferBytes(shape, plan_blocks[kv_block].tokens()));
+    const double bytes = kv_transfer_bytes[kv_block];
     Move(kv, src, dst, bytes, node);
     pulls.pulls.push_back(
         {src, nic, bytes / (nic ? costs.nic_bytes_per_us : costs.nvlink_bytes_per_us), 0});
@@ -430,7 +435,11 @@ StepEstimate detail::EstimateStep(const StepEstimateInput& in, const StepCosts& 
   const double kv_bytes = head_bytes * 2.0 * shape.heads_kv;
   std::vector<PortBytes> in_fwd(n), out_fwd(n), in_bwd(n), out_bwd(n);
   std::vector<uint8_t> home(blocks, 1);
-  std::vector<uint64_t> links;  // owner * n + dataloader worker, one per pair that moves
+  // (owner, dataloader worker) of each run of tokens that moves: a pair may
+  // repeat (the maxima below are the same however often or in whatever
+  // order they see it).
+  std::vector<std::pair<int32_t, int32_t>> links;
+  std::vector<uint8_t> receives_reshuffle(n, 0);  // per worker: owns tokens away from home
   if (costs.reshuffle) {
     const std::vector<int64_t> offsets = SequenceOffsets(*in.sequences);
     for (size_t b = 0; b < blocks; ++b) {
@@ -441,8 +450,8 @@ StepEstimate detail::EstimateStep(const StepEstimateInput& in, const StepCosts& 
         ForEachDataloaderRun(s, offsets, n, [&](int32_t h, int64_t tokens) {
           if (h == w) return;
           home[b] = 0;
-          links.push_back(static_cast<uint64_t>(w) * static_cast<uint64_t>(n) +
-                          static_cast<uint64_t>(h));
+          receives_reshuffle[w] = 1;
+          links.emplace_back(w, h);
           const double t = static_cast<double>(tokens);
           Move(in_fwd, h, w, (q_bytes + kv_bytes) * t, node);     // Q, K, V
           Move(in_bwd, h, w, q_bytes * t, node);                  // dO
@@ -456,14 +465,23 @@ StepEstimate detail::EstimateStep(const StepEstimateInput& in, const StepCosts& 
   // flows share them and finish together); its late outputs are out when
   // its out-port has carried them (counting the receivers' in-ports too
   // ranked candidates worse: docs/simulator.md, the step estimate).
-  std::sort(links.begin(), links.end());
-  links.erase(std::unique(links.begin(), links.end()), links.end());
+  // Maxima are exact: the links unsorted, with repeats, and each port's
+  // time computed once give the same values as each distinct link taking
+  // max(in-port, its dataloader worker's out-port) in turn.
   std::vector<double> inflow_fwd(n, 0), outflow_fwd(n, 0), inflow_bwd(n, 0), outflow_bwd(n, 0);
-  for (uint64_t link : links) {
-    const auto w = static_cast<int32_t>(link / static_cast<uint64_t>(n));
-    const auto h = static_cast<int32_t>(link % static_cast<uint64_t>(n));
-    inflow_fwd[w] = std::max({inflow_fwd[w], in_fwd[w].In(costs), in_fwd[h].Out(costs)});
-    inflow_bwd[w] = std::max({inflow_bwd[w], in_bwd[w].In(costs), in_bwd[h].Out(costs)});
+  std::vector<double> sender_fwd(n), sender_bwd(n);  // a dataloader worker's out-port time
+  for (int32_t h = 0; h < n; ++h) {
+    sender_fwd[h] = in_fwd[h].Out(costs);
+    sender_bwd[h] = in_bwd[h].Out(costs);
+  }
+  for (const auto& [w, h] : links) {
+    inflow_fwd[w] = std::max(inflow_fwd[w], sender_fwd[h]);
+    inflow_bwd[w] = std::max(inflow_bwd[w], sender_bwd[h]);
+  }
+  for (int32_t w = 0; w < n; ++w) {
+    if (!receives_reshuffle[w]) continue;
+    inflow_fwd[w] = std::max(inflow_fwd[w], in_fwd[w].In(costs));
+    inflow_bwd[w] = std::max(inflow_bwd[w], in_bwd[w].In(costs));
     outflow_fwd[w] = out_fwd[w].Out(costs);
     outflow_bwd[w] = out_bwd[w].Out(costs);
   }
