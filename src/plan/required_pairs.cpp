@@ -298,15 +298,6 @@ void TrimTransfersToAttendedRows(Plan& plan, const std::vector<RequiredPair>& re
   std::vector<int32_t> owner;
   owner.reserve(plan.blocks.size());
   for (const Block& b : plan.blocks) owner.push_back(b.worker);
-  // A relayed block moves whole on every hop: a forwarder then holds every
-  // row the workers it forwards to may need.
-  std::vector<uint8_t> relayed(plan.blocks.size(), 0);
-  for (const ForwardStage& s : plan.forward)
-    for (const Transfer& t : s.send) relayed[t.block] |= t.src != owner[t.block];
-  for (const BackwardStage& s : plan.backward) {
-    for (const Transfer& t : s.send_kv) relayed[t.block] |= t.src != owner[t.block];
-    for (const Transfer& t : s.send_dkv) relayed[t.block] |= t.dst != owner[t.block];
-  }
   // Under the causal and the full mask another block attends a block of one
   // segment whole or not at all (the two are disjoint ranges of a sequence,
   // one wholly before the other): only the pairs with blocks of several
@@ -334,6 +325,17 @@ void TrimTransfersToAttendedRows(Plan& plan, const std::vector<RequiredPair>& re
     cuts_of.Count(static_cast<size_t>(s.kv_block));
   }
   cuts_of.FinishCounting();
+  // No span cuts its block: every transfer moves its block whole as it is.
+  if (cuts.empty()) return;
+  // A relayed block moves whole on every hop: a forwarder then holds every
+  // row the workers it forwards to may need.
+  std::vector<uint8_t> relayed(plan.blocks.size(), 0);
+  for (const ForwardStage& s : plan.forward)
+    for (const Transfer& t : s.send) relayed[t.block] |= t.src != owner[t.block];
+  for (const BackwardStage& s : plan.backward) {
+    for (const Transfer& t : s.send_kv) relayed[t.block] |= t.src != owner[t.block];
+    for (const Transfer& t : s.send_dkv) relayed[t.block] |= t.dst != owner[t.block];
+  }
   const auto trim = [&](Transfer& t, int32_t receiver) {
     if (relayed[t.block]) return;
     const std::span<const AttendedSpan> of_block =
