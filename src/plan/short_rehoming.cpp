@@ -252,11 +252,15 @@ std::optional<std::vector<Block>> RehomeShortSequences(const std::vector<int64_t
                                    [&](int32_t s) { return lengths[s] > len; }) -
               list.begin());
         };
-        // y shorter than x: from the first such on.
+        // y shorter than x: from the first such on. want = len(x) - len(y)
+        // only grows with k, so z's index, first_at_most(want), only falls:
+        // `at_most` follows it down from the end (O(list) over the loop).
+        size_t at_most = list.size();
         for (size_t k = first_at_most(lengths[x] - 1); k < list.size(); ++k) {
           const int32_t y = list[k];
           const int64_t want = lengths[x] - lengths[y];
-          size_t m = first_at_most(want);
+          while (at_most > 0 && lengths[list[at_most - 1]] <= want) --at_most;
+          size_t m = at_most;
           if (m == list.size() || lengths[list[m]] != want) continue;
           if (m == k) {  // z must differ from y: the next of that length
             m = k + 1;
