@@ -305,6 +305,9 @@ TEST(RequiredPairsTest, MatchesBruteForceOnRandomPackings) {
             expected.push_back({q, kv, n});
       ASSERT_EQ(pairs, expected) << "trial " << trial << " mask " << MaskKindName(mask.kind)
                                  << " window " << mask.window;
+      // Split across two threads whatever the count: the same pairs.
+      ASSERT_EQ(RequiredPairs(sequences, blocks, mask, /*spare_core=*/true), expected)
+          << "trial " << trial << " mask " << MaskKindName(mask.kind) << " window " << mask.window;
     }
   }
 }

@@ -72,8 +72,9 @@ SequenceIndex::SequenceIndex(const std::vector<int64_t>& sequences,
 }
 
 std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,
-                                        const std::vector<Block>& blocks, const Mask& mask) {
-  return RequiredPairs(sequences, blocks, mask, SequenceIndex(sequences, blocks));
+                                        const std::vector<Block>& blocks, const Mask& mask,
+                                        bool spare_core) {
+  return RequiredPairs(sequences, blocks, mask, SequenceIndex(sequences, blocks), spare_core);
 }
 
 namespace {
@@ -100,7 +101,7 @@ std::pair<const SequenceIndex::Piece*, const SequenceIndex::Piece*> KeyPieces(
 
 std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,
                                         const std::vector<Block>& blocks, const Mask& mask,
-                                        const SequenceIndex& index) {
+                                        const SequenceIndex& index, bool spare_core) {
   // Every required pair is one of these (query segment, key piece) pairs:
   // per segment in block order, the key pieces [first, last) it may attend.
   using PieceRange = std::pair<const SequenceIndex::Piece*, const SequenceIndex::Piece*>;
@@ -198,14 +199,15 @@ std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,
       }
     }
   };
-  // Many candidates (within the reservation): the later rows, from the one
-  // where half the candidates are listed, on a second thread into a part of
-  // their own, appended after (rows are independent; the pairs the same).
-  // At N = 4096 the rows are listed three times a planning, each about 4%.
+  // Many candidates, or a core to spare (within the reservation): the later
+  // rows, from the one where half the candidates are listed, on a second
+  // thread into a part of their own, appended after (rows are independent;
+  // the pairs the same). At N = 4096 the rows are listed three times a
+  // planning, each about 4%.
   size_t split = blocks.size();
   const PieceRange* split_segment = key_pieces.data() + key_pieces.size();
   int64_t listed = candidates;  // by the rows before `split`
-  if (candidates >= kConcurrentCandidates && candidates <= kMaxRequiredPairs) {
+  if ((candidates >= kConcurrentCandidates || spare_core) && candidates <= kMaxRequiredPairs) {
     listed = 0;
     split_segment = key_pieces.data();
     for (split = 0; split < blocks.size() && 2 * listed < candidates; ++split) {

@@ -58,13 +58,15 @@ class SequenceIndex {
 // Every required pair, sorted by (q_block, kv_block), each once.
 // Error(kInvalidArgument) when the pairs could number more than 2^27 (sum over
 // query blocks of min(candidates, blocks)): gigabytes, refused up front.
-// From 2^17 candidate pairs the later half of the rows is listed on a thread
-// of its own (std::async, joined before returning; the same pairs).
-std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,
-                                        const std::vector<Block>& blocks, const Mask& mask);
+// From 2^17 candidate pairs, or any number with `spare_core` (the caller's
+// second core idle meanwhile), the later half of the rows is listed on a
+// thread of its own (std::async, joined before returning; the same pairs).
 std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,
                                         const std::vector<Block>& blocks, const Mask& mask,
-                                        const SequenceIndex& index);
+                                        bool spare_core = false);
+std::vector<RequiredPair> RequiredPairs(const std::vector<int64_t>& sequences,
+                                        const std::vector<Block>& blocks, const Mask& mask,
+                                        const SequenceIndex& index, bool spare_core = false);
 
 // The smallest range of `kv`'s rows (its segments concatenated, in order)
 // holding every key row that some query of `q` attends under `mask`; empty
