@@ -811,8 +811,10 @@ Choice Rank(const Pipeline& p, Candidate& best, const Improved& improved, Candid
 // (less traffic at the same maximum reads as more imbalance; where the
 // plan was outside the bound, a shed layout, only the maximum counts).
 // Returns the plan's required pairs (the choice's moved out, or the
-// rehomed blocks').
-std::vector<RequiredPair> Place(const Pipeline& p, Choice& choice, Plan& plan) {
+// rehomed blocks'); the blocks re-dealt and not kept, or those the
+// re-dealt replaced, go to `dropped` (for the caller to release).
+std::vector<RequiredPair> Place(const Pipeline& p, Choice& choice, Plan& plan,
+                                std::vector<Block>& dropped) {
   const PlannerConfig& config = p.config;
   plan.block_size = choice.block_size;
   plan.blocks = std::move(*choice.blocks);
@@ -850,9 +852,10 @@ std::vector<RequiredPair> Place(const Pipeline& p, Choice& choice, Plan& plan) {
                             Imbalance(before.loads.traffic) > p.judge.max_imbalance;
   if (after.away < before.away && Largest(after.loads.compute) <= Largest(before.loads.compute) &&
       Largest(after.loads.traffic) <= Largest(before.loads.traffic) && traffic_held) {
-    plan.blocks = std::move(*rehomed);
+    dropped = std::exchange(plan.blocks, std::move(*rehomed));
     return rehomed_pairs;
   }
+  dropped = std::move(*rehomed);
   return std::move(*choice.pairs);
 }
 
@@ -890,17 +893,18 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   // 4. Rank: the balanced plan or a layout.
   Choice choice = Rank(p, *balanced.best, improved, home.get(), sheds, whole);
   // 5. Improve the choice: short sequences re-dealt home.
-  const std::vector<RequiredPair> pairs = Place(p, choice, plan);
+  std::vector<Block> dropped;
+  const std::vector<RequiredPair> pairs = Place(p, choice, plan, dropped);
   // The candidates are done with (the plan holds the chosen blocks, `pairs`
-  // their pairs): released as the schedule starts, whose lists are the
-  // plan's largest (released before it, N = 4096: 7,600 fewer pages
-  // touched, 14 MB less resident; released meanwhile, the same peak), on
-  // the second core, idle by now (the release: 3M instructions at N = 256).
-  // Moved into the arguments, they are destroyed on that thread, when its
-  // call returns.
-  std::future<void> released =
-      Concurrently([](Balanced, Sheds, std::unique_ptr<Candidate>, std::optional<Whole>) {},
-                   std::move(balanced), std::move(sheds), std::move(home), std::move(whole));
+  // their pairs), and so are the blocks Place dropped: released as the
+  // schedule starts, whose lists are the plan's largest (released before
+  // it, N = 4096: 7,600 fewer pages touched, 14 MB less resident; released
+  // meanwhile, the same peak), on the second core, idle by now (the
+  // release: 4.5M instructions at N = 256). Moved into the arguments, they
+  // are destroyed on that thread, when its call returns.
+  std::future<void> released = Concurrently(
+      [](Balanced, Sheds, std::unique_ptr<Candidate>, std::optional<Whole>, std::vector<Block>) {},
+      std::move(balanced), std::move(sheds), std::move(home), std::move(whole), std::move(dropped));
   // 6. Schedule: transfer graph, colouring, coalesced forward and backward
   // stages (steps 8-10); relays through the node in the stages just built
   // (11); each direct K/V transfer cut to the rows its receiver attends, the
