@@ -351,17 +351,19 @@ case_plan_tune() {
     --out "$tmp/u.txt" 2>/dev/null || fail "tune: workload"
   expect 0 "plan --tune" -- plan --lengths "$tmp/u.txt" --workers 16 --tune --out "$tmp/tuned.json"
   contains "plan --tune" "$tmp/stderr" "tuned on gpu-x (reshuffle overlap): heavy fraction"
-  contains "plan --tune lists its tries" "$tmp/stderr" "(heavy fraction/max imbalance[/relays][/whole]: 0.1/0.05: "
+  contains "plan --tune lists its tries" "$tmp/stderr" "(heavy fraction/max imbalance[/relays][/whole][/spread]: 0.1/0.05: "
   contains "plan --tune tries node relays" "$tmp/stderr" "0.1/0.05/relays: "
   contains "plan --tune tries a lifted bound" "$tmp/stderr" ", 0.1/1: "
   contains "plan --tune tries whole-block sends" "$tmp/stderr" ", 0.1/0.05/whole: "
+  contains "plan --tune tries spread stages" "$tmp/stderr" ", 0.1/0.05/spread: "
   # The plan records the settings it was made with: planning with them writes the same file.
   local -a settings
-  read -r -a settings < <(python3 -c 'import json, sys; o = json.load(open(sys.argv[1]))["planner_options"]; print(o["heavy_fraction"], o["max_imbalance"], ["false", "true"][int(o["node_relays"])], ["false", "true"][int(o["row_ranges"])])' \
+  read -r -a settings < <(python3 -c 'import json, sys; o = json.load(open(sys.argv[1]))["planner_options"]; print(o["heavy_fraction"], o["max_imbalance"], *(["false", "true"][int(o[k])] for k in ("node_relays", "row_ranges", "spread_stages")))' \
     "$tmp/tuned.json")
   expect 0 "plan at the tuned settings" -- plan --lengths "$tmp/u.txt" --workers 16 \
     --heavy-fraction "${settings[0]}" --max-imbalance "${settings[1]}" \
-    --node-relays "${settings[2]}" --row-ranges "${settings[3]}" --out "$tmp/again.json"
+    --node-relays "${settings[2]}" --row-ranges "${settings[3]}" --spread-stages "${settings[4]}" \
+    --out "$tmp/again.json"
   cmp -s "$tmp/tuned.json" "$tmp/again.json" || fail "plan --tune: its recorded settings re-make another plan"
   expect 0 "plan --tune on gpu-y, layout fed" -- plan --lengths "$tmp/u.txt" --workers 16 --tune \
     --profile gpu-y --reshuffle-locality false --out "$tmp/tuned_y.json"

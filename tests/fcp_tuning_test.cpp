@@ -50,10 +50,10 @@ Tried Settings(const TunedFcpPlan& tuned) {
   return out;
 }
 
-// (heavy fraction, max imbalance, node relays, row ranges).
+// (heavy fraction, max imbalance, node relays, row ranges, spread stages).
 FcpTuningSettings S(double heavy_fraction, double max_imbalance, bool node_relays = false,
-                    bool row_ranges = true) {
-  return {heavy_fraction, max_imbalance, node_relays, row_ranges};
+                    bool row_ranges = true, bool spread_stages = false) {
+  return {heavy_fraction, max_imbalance, node_relays, row_ranges, spread_stages};
 }
 
 // On every batch: the plan kept is the fastest simulated candidate (the
@@ -73,7 +73,7 @@ TEST(FcpTuning, KeepsTheFastestCandidateItsOptionsRemake) {
     const std::vector<int64_t> lengths = Batch(dist, 16, seed, min_len, max_len);
     const PlannerConfig config = Fcp(16);
     const TunedFcpPlan tuned = TuneFcpPlan(lengths, config, tuning);
-    ASSERT_EQ(tuned.tried.size(), 9u);
+    ASSERT_EQ(tuned.tried.size(), 10u);
     ASSERT_TRUE(tuned.tried[0].simulated);
     EXPECT_EQ(tuned.tried[0].settings, FcpTuningSettings::Of(config));
     EXPECT_EQ(tuned.tried[0].step_s,
@@ -113,9 +113,9 @@ TEST(FcpTuning, TriesTheConfigsSettingsFirstAndSkipsHopelessWholeItems) {
   whole.heavy_fraction = 0;
   ASSERT_GT(FcpComputeImbalanceFloor(lengths, whole), config.max_imbalance);
   const TunedFcpPlan tuned = TuneFcpPlan(lengths, config, GpuX());
-  EXPECT_EQ(Settings(tuned),
-            (Tried{S(0.3, 0.05), S(0.2, 0.05), S(0.4, 0.05), S(0, 0.05), S(0.3, 0.1), S(0.3, 1),
-                   S(0.3, 0.05, true), S(0.3, 0.05, false, false)}));
+  EXPECT_EQ(Settings(tuned), (Tried{S(0.3, 0.05), S(0.2, 0.05), S(0.4, 0.05), S(0, 0.05),
+                                    S(0.3, 0.1), S(0.3, 1), S(0.3, 0.05, true),
+                                    S(0.3, 0.05, false, false), S(0.3, 0.05, false, true, true)}));
   for (size_t k = 0; k < tuned.tried.size(); ++k)
     EXPECT_EQ(tuned.tried[k].simulated, k != 3) << "candidate " << k;
   EXPECT_NE(tuned.settings.heavy_fraction, 0);
@@ -125,10 +125,10 @@ TEST(FcpTuning, TriesTheConfigsSettingsFirstAndSkipsHopelessWholeItems) {
   loose.max_imbalance = 0.1;
   EXPECT_EQ(Settings(TuneFcpPlan(lengths, loose, GpuX())),
             (Tried{S(0.1, 0.1), S(0.2, 0.1), S(0.3, 0.1), S(0.4, 0.1), S(0, 0.1), S(0.1, 1),
-                   S(0.1, 0.1, true), S(0.1, 0.1, false, false)}));
+                   S(0.1, 0.1, true), S(0.1, 0.1, false, false), S(0.1, 0.1, false, true, true)}));
   PlannerConfig relayed = Fcp(16);
   relayed.node_relays = true;  // already relayed: the relay candidate is its own settings
-  EXPECT_EQ(Settings(TuneFcpPlan(lengths, relayed, GpuX())).size(), 8u);  // its own + 7
+  EXPECT_EQ(Settings(TuneFcpPlan(lengths, relayed, GpuX())).size(), 9u);  // its own + 8
 
   FcpTuning only_whole = GpuX();
   only_whole.candidates = {{.heavy_fraction = 0.3}};
@@ -141,17 +141,24 @@ TEST(FcpTuning, TriesTheConfigsSettingsFirstAndSkipsHopelessWholeItems) {
 // are a candidate, not the default: on a power-law batch at N = 64 planned for
 // its own layout (no reshuffle) they win (-4.1% on gpu-x, docs/planner.md,
 // step 11), and the tuned plan is the relayed one, re-made by its options.
-TEST(FcpTuning, KeepsNodeRelaysWhereTheyLowerTheStep) {
-  const std::vector<int64_t> lengths = Batch(LengthDistribution::kPareto, 64, 0);
+// Pareto seed 0 at N = 64 planned for its own layout (no reshuffle), tuned on
+// gpu-x with one candidate besides the config's own settings.
+std::vector<int64_t> Pareto64() { return Batch(LengthDistribution::kPareto, 64, 0); }
+TunedFcpPlan TunedParetoOwnLayout(const FcpTuningCandidate& candidate) {
+  const std::vector<int64_t> lengths = Pareto64();
   PlannerConfig config = Fcp(64);
   config.reshuffle_locality = false;
   FcpTuning tuning = FcpTuningFor(BuiltinProfile("gpu-x"), config);
-  tuning.candidates = {{.node_relays = true}};
-  const TunedFcpPlan tuned = TuneFcpPlan(lengths, config, tuning);
+  tuning.candidates = {candidate};
+  return TuneFcpPlan(lengths, config, tuning);
+}
+
+TEST(FcpTuning, KeepsNodeRelaysWhereTheyLowerTheStep) {
+  const TunedFcpPlan tuned = TunedParetoOwnLayout({.node_relays = true});
   ASSERT_EQ(Settings(tuned), (Tried{S(0.1, 0.05), S(0.1, 0.05, true)}));
   EXPECT_TRUE(tuned.settings.node_relays);
   EXPECT_LT(tuned.tried[1].step_s, tuned.tried[0].step_s);
-  EXPECT_TRUE(MakePlan(lengths, PlannerConfigOf(tuned.plan)) == tuned.plan);
+  EXPECT_TRUE(MakePlan(Pareto64(), PlannerConfigOf(tuned.plan)) == tuned.plan);
 }
 
 // Sends cut to the attended rows lower every port's bytes, yet where the
@@ -183,6 +190,18 @@ TEST(FcpTuning, KeepsWholeBlockSendsWhereTheyAreFaster) {
   };
   EXPECT_GT(cut(MakePlan(lengths, config)), 0);
   EXPECT_EQ(cut(tuned.plan), 0);
+}
+
+// Spread stages where the network binds: pareto seed 0 at N = 64 with no
+// reshuffle, the report card's row (a), 7.6% faster on gpu-x spread
+// (docs/planner.md, step 9). The spread candidate is kept, records
+// spread_stages on, and its options re-make it.
+TEST(FcpTuning, KeepsSpreadStagesWhereTheyAreFaster) {
+  const TunedFcpPlan tuned = TunedParetoOwnLayout({.spread_stages = true});
+  ASSERT_EQ(Settings(tuned), (Tried{S(0.1, 0.05), S(0.1, 0.05, false, true, true)}));
+  EXPECT_LT(tuned.tried[1].step_s, 0.95 * tuned.tried[0].step_s);
+  EXPECT_TRUE(tuned.settings.spread_stages);
+  EXPECT_TRUE(MakePlan(Pareto64(), PlannerConfigOf(tuned.plan)) == tuned.plan);
 }
 
 TEST(FcpTuning, RefusesOtherPlannersAndBadSettings) {

@@ -125,7 +125,7 @@ TEST(PlannerOptions, RecordedOptionsKeepTheirNamesAndOrder) {
               ::testing::ElementsAre("heavy_fraction", "local_search_rounds", "max_imbalance",
                                      "max_split", "network_flops_per_byte", "node_relays",
                                      "node_workers", "rescue_max_split", "reshuffle_locality",
-                                     "row_ranges", "traffic_leveling"));
+                                     "row_ranges", "spread_stages", "traffic_leveling"));
   const auto values = RecordedPlannerOptions(With({{"max_split", 3}, {"traffic_leveling", 0}}));
   EXPECT_EQ(values[3].second, 3);
   EXPECT_EQ(values.back().first, "traffic_leveling");
@@ -237,6 +237,10 @@ TEST(PlannerOptions, ReadingBackRefusesANonIntegerForAnIntegerField) {
   EXPECT_FALSE(PlannerConfigOf(plan).row_ranges);
   plan.planner_options.push_back({"row_ranges", 1});
   EXPECT_TRUE(PlannerConfigOf(plan).row_ranges);
+  // Recorded before spread stages existed: consecutive stages.
+  EXPECT_FALSE(PlannerConfigOf(plan).spread_stages);
+  plan.planner_options.push_back({"spread_stages", 1});
+  EXPECT_TRUE(PlannerConfigOf(plan).spread_stages);
   plan.planner_options.clear();
   EXPECT_TRUE(PlannerConfigOf(plan).row_ranges);
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <future>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <random>
 #include <set>
@@ -567,6 +568,55 @@ TEST(PlannerPropertyTest, RowRangesOnlyCutTheWholeBlockPlan) {
     cut_plans += any;
   }
   EXPECT_GT(cut_plans, 0);
+}
+
+// Spread stages on random batches: every plan rule holds (CheckPlanProperties,
+// self_check on), and the plan is the consecutive one with its transfers
+// regrouped: the same blocks, stage counts and transfers (rows included),
+// each compute one stage after its K/V arrives as before. Some plans differ.
+TEST(PlannerPropertyTest, SpreadStagesOnlyRegroupTheTransfers) {
+  std::mt19937_64 rng(20261206);
+  int regrouped = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    Case k = RandomGqaCase(rng);
+    k.config.spread_stages = true;
+    k.config.node_relays = false;  // relays are chosen from the stages
+    k.config.row_ranges = rng() % 2 == 0;
+    const auto [spread, consecutive] = PlanAndPlanWithout(k, &PlannerConfig::spread_stages);
+    if (HasFatalFailure()) return;
+    SCOPED_TRACE(k.describe());
+    EXPECT_EQ(spread.blocks, consecutive.blocks);
+    ASSERT_EQ(spread.forward.size(), consecutive.forward.size());
+    ASSERT_EQ(spread.backward.size(), consecutive.backward.size());
+    const auto transfers = [](const Plan& plan) {
+      std::vector<std::tuple<int32_t, int32_t, int32_t, int64_t, int64_t>> all;
+      for (const ForwardStage& st : plan.forward)
+        for (const Transfer& t : st.send)
+          all.emplace_back(t.block, t.src, t.dst, t.row_begin, t.row_count);
+      std::sort(all.begin(), all.end());
+      return all;
+    };
+    EXPECT_EQ(transfers(spread), transfers(consecutive));
+    // Computes follow their K/V: a remote pair one stage after its arrival.
+    const auto compute_offsets = [](const Plan& plan) {
+      std::map<std::pair<int32_t, int32_t>, size_t> arrival;  // (block, dst) -> stage
+      for (size_t s = 0; s < plan.forward.size(); ++s)
+        for (const Transfer& t : plan.forward[s].send) arrival[{t.block, t.dst}] = s;
+      std::vector<std::tuple<int32_t, int32_t, int64_t>> offsets;
+      for (size_t s = 0; s < plan.forward.size(); ++s)
+        for (const BlockPair& bp : plan.forward[s].compute) {
+          const int32_t w = plan.blocks[bp.q_block].worker;
+          const auto it = arrival.find({bp.kv_block, w});
+          offsets.emplace_back(bp.q_block, bp.kv_block,
+                               it == arrival.end() ? -1 : static_cast<int64_t>(s - it->second));
+        }
+      std::sort(offsets.begin(), offsets.end());
+      return offsets;
+    };
+    EXPECT_EQ(compute_offsets(spread), compute_offsets(consecutive));
+    regrouped += spread.forward != consecutive.forward;
+  }
+  EXPECT_GT(regrouped, 0);
 }
 
 // Piece sizing (plans outside the imbalance bound) on random batches of one

@@ -1,14 +1,15 @@
 // The schedule (src/plan/schedule.cpp): transfer edges and stages of small
 // hand-drawn plans with worked answers, and the invariants of BuildStages
 // (every stage congestion-free within c, exactly ceil(Delta/c) transfer
-// stages, each pair computed once after its K/V arrives, the backward
-// taking the forward's transfer stages in reverse order) over random small
-// plans.
+// stages whether the colours are grouped consecutively or round-robin, each pair computed once
+// after its K/V arrives, the backward taking the forward's transfer stages in reverse order) over
+// random small plans.
 #include "fcp/schedule.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <random>
 #include <set>
@@ -153,6 +154,87 @@ TEST(ScheduleTest, CoalescingMergesSubStagesIntoOneStage) {
   EXPECT_EQ(plan.backward[2].send_dkv, (std::vector<Transfer>{{0, 1, 0}, {0, 2, 0}, {1, 2, 1}}));
 }
 
+// Worker 0 owns blocks 0..n-1 and worker 1 block n, whose query needs them
+// all: n edges 0 -> 1, edge e carrying block e in colour e (Delta = n).
+struct Star {
+  Plan plan;
+  std::vector<RequiredPair> pairs;
+  std::vector<int32_t> colour;
+  Star(int32_t n, int32_t coalesce) {
+    std::vector<int32_t> owners(n, 0);
+    owners.push_back(1);
+    plan = ChainPlan(2, owners, coalesce);
+    for (int32_t k = 0; k <= n; ++k) pairs.push_back({n, k, 1});
+    for (int32_t e = 0; e < n; ++e) colour.push_back(e);
+  }
+  void Build(StageGrouping grouping) {
+    BuildStagesFromSubStages(plan, pairs, TransferEdges(plan, pairs), colour,
+                             static_cast<int32_t>(colour.size()), grouping);
+  }
+};
+
+// Per forward stage: the blocks sent, and the K/V blocks of the pairs computed.
+using Stages = std::vector<std::vector<int32_t>>;
+template <typename List, typename Item>
+Stages PerStage(const Plan& plan, List ForwardStage::*list, int32_t Item::*block) {
+  Stages blocks;
+  for (const ForwardStage& st : plan.forward) {
+    blocks.emplace_back();
+    for (const Item& item : st.*list) blocks.back().push_back(item.*block);
+  }
+  return blocks;
+}
+Stages SentBlocks(const Plan& plan) {
+  return PerStage(plan, &ForwardStage::send, &Transfer::block);
+}
+Stages KvComputed(const Plan& plan) {
+  return PerStage(plan, &ForwardStage::compute, &BlockPair::kv_block);
+}
+
+TEST(ScheduleTest, SpreadRunsAreTheLargestDivisorOfCUpToAQuarter) {
+  EXPECT_EQ(SpreadRunColours(1), 1);
+  EXPECT_EQ(SpreadRunColours(2), 1);
+  EXPECT_EQ(SpreadRunColours(4), 1);
+  EXPECT_EQ(SpreadRunColours(8), 2);
+  EXPECT_EQ(SpreadRunColours(9), 1);   // 2 does not divide 9
+  EXPECT_EQ(SpreadRunColours(14), 2);  // 3 does not divide 14
+  EXPECT_EQ(SpreadRunColours(16), 4);
+  EXPECT_EQ(SpreadRunColours(18), 3);  // 4 does not divide 18
+  EXPECT_EQ(SpreadRunColours(32), 8);
+}
+
+// The star with n = 20, c = 8: three transfer stages either way.
+// Consecutive: colours 0-7, 8-15, 16-19. Round-robin in runs of 2: runs 0,
+// 3, 6, 9 (colours 0-1, 6-7, 12-13, 18-19), runs 1, 4, 7 and runs 2, 5, 8.
+TEST(ScheduleTest, RoundRobinDealsRunsOfColoursOverTheStages) {
+  Star consecutive(20, 8), dealt(20, 8);
+  consecutive.Build(StageGrouping::kConsecutive);
+  EXPECT_EQ(
+      SentBlocks(consecutive.plan),
+      (Stages{{0, 1, 2, 3, 4, 5, 6, 7}, {8, 9, 10, 11, 12, 13, 14, 15}, {16, 17, 18, 19}, {}}));
+  dealt.Build(StageGrouping::kRoundRobin);
+  EXPECT_EQ(
+      SentBlocks(dealt.plan),
+      (Stages{{0, 1, 6, 7, 12, 13, 18, 19}, {2, 3, 8, 9, 14, 15}, {4, 5, 10, 11, 16, 17}, {}}));
+}
+
+// The star with n = 5, c = 2 (runs of one colour): three transfer stages
+// either way. Consecutive: colours {0, 1}, {2, 3}, {4}; round-robin: {0, 3},
+// {1, 4}, {2}; the computes and partials follow their K/V.
+TEST(ScheduleTest, RoundRobinComputesAndReturnsFollowTheirKv) {
+  Star consecutive(5, 2), dealt(5, 2);
+  consecutive.Build(StageGrouping::kConsecutive);
+  EXPECT_EQ(SentBlocks(consecutive.plan), (Stages{{0, 1}, {2, 3}, {4}, {}}));
+  EXPECT_EQ(KvComputed(consecutive.plan), (Stages{{5}, {0, 1}, {2, 3}, {4}}));
+  dealt.Build(StageGrouping::kRoundRobin);
+  EXPECT_EQ(SentBlocks(dealt.plan), (Stages{{0, 3}, {1, 4}, {2}, {}}));
+  EXPECT_EQ(KvComputed(dealt.plan), (Stages{{5}, {0, 3}, {1, 4}, {2}}));
+  // The backward returns each partial two stages after its K/V, as before.
+  ASSERT_EQ(dealt.plan.backward.size(), 5u);
+  EXPECT_EQ(dealt.plan.backward[2].send_dkv, (std::vector<Transfer>{{0, 1, 0}, {3, 1, 0}}));
+  EXPECT_EQ(dealt.plan.backward[4].send_dkv, (std::vector<Transfer>{{2, 1, 0}}));
+}
+
 TEST(ScheduleTest, NoTransfersIsOneComputeStage) {
   Plan plan = ChainPlan(2, {0, 0, 1}, 4);
   const std::vector<RequiredPair> pairs = Pairs({{0, 0}, {1, 0}, {1, 1}, {2, 2}});
@@ -177,13 +259,15 @@ TEST(ScheduleTest, ShortSequencePieceComputesItsLocalPairWithItsLastRemote) {
   EXPECT_EQ(plan.forward[1].compute, (std::vector<BlockPair>{{1, 0}, {1, 1}}));
 }
 
-// Random plans: up to 6 workers, 14 blocks, random owners and pairs, c in 1..4.
+// Random plans: up to 6 workers, 14 blocks, random owners and pairs, c in
+// {1, 2, 3, 4, 8, 12},
+// the colours grouped consecutively or round-robin (alternate trials).
 TEST(ScheduleTest, RandomPlansKeepTheScheduleInvariants) {
   std::mt19937 rng(20);
   for (int trial = 0; trial < 400; ++trial) {
     const int32_t workers = std::uniform_int_distribution<int32_t>(1, 6)(rng);
     const int32_t blocks = std::uniform_int_distribution<int32_t>(1, 14)(rng);
-    const int32_t c = std::uniform_int_distribution<int32_t>(1, 4)(rng);
+    const int32_t c = std::array{1, 2, 3, 4, 8, 12}[rng() % 6];  // runs of 1, 2 or 3 colours
     std::vector<int32_t> owners(blocks);
     for (int32_t& o : owners) o = std::uniform_int_distribution<int32_t>(0, workers - 1)(rng);
     Plan plan = ChainPlan(workers, owners, c);
@@ -210,7 +294,9 @@ TEST(ScheduleTest, RandomPlansKeepTheScheduleInvariants) {
     for (const Transfer& t : edges) ++out[t.src], ++in[t.dst];
     const int32_t delta = std::max(*std::max_element(out.begin(), out.end()),
                                    *std::max_element(in.begin(), in.end()));
-    BuildStages(plan, pairs, true);
+    const StageGrouping grouping =
+        trial % 2 == 0 ? StageGrouping::kConsecutive : StageGrouping::kRoundRobin;
+    BuildStages(plan, pairs, true, grouping);
     const size_t transfer_stages = static_cast<size_t>((delta + c - 1) / c);
     ASSERT_EQ(plan.forward.size(), transfer_stages + 1);
     ASSERT_EQ(plan.backward.size(), transfer_stages > 0 ? transfer_stages + 2 : 1);

@@ -1,7 +1,7 @@
 // fcp/fcp_tuning.h — FCP planned per batch by the simulated step (opt-in:
 // `fcp plan --tune`): the plan of the config as given and of a few variants
 // (other heavy-split fractions, other imbalance bounds, node relays,
-// whole-block sends), each simulated on a hardware profile, the fastest kept.
+// whole-block sends, spread stages), each simulated on a hardware profile, the fastest kept.
 //
 // Why: how far heavy blocks are split decides the step by more than any
 // proxy the planner computes sees. Pieces balance FLOPs but multiply the
@@ -53,6 +53,7 @@ struct FcpTuningCandidate {
   std::optional<double> max_imbalance = std::nullopt;
   std::optional<bool> node_relays = std::nullopt;
   std::optional<bool> row_ranges = std::nullopt;
+  std::optional<bool> spread_stages = std::nullopt;
 };
 
 struct FcpTuning {
@@ -66,15 +67,17 @@ struct FcpTuning {
   // the step on some batches and raise it on others), then with whole-block
   // sends (row_ranges off: cutting sends to the attended rows lowers every
   // port's bytes, yet where the reshuffle's flows share the ports it made 7
-  // of 48 sliding-window rows 0.01-1.06% slower, docs/plan-format.md).
+  // of 48 sliding-window rows 0.01-1.06% slower, docs/plan-format.md), then
+  // with spread stages (spread_stages: up to 16% faster where the network
+  // binds at N = 256, up to 6% slower on other rows, docs/planner.md step 9).
   // Whole items are skipped where they cannot come within the candidate's
   // imbalance bound (FcpComputeImbalanceFloor): there they were 20-98%
   // slower on every batch measured, and planning them costs as much as any
   // other candidate.
-  std::vector<FcpTuningCandidate> candidates = {{.heavy_fraction = 0.2}, {.heavy_fraction = 0.3},
-                                                {.heavy_fraction = 0.4}, {.heavy_fraction = 0},
-                                                {.max_imbalance = 0.1},  {.max_imbalance = 1},
-                                                {.node_relays = true},   {.row_ranges = false}};
+  std::vector<FcpTuningCandidate> candidates = {
+      {.heavy_fraction = 0.2}, {.heavy_fraction = 0.3}, {.heavy_fraction = 0.4},
+      {.heavy_fraction = 0},   {.max_imbalance = 0.1},  {.max_imbalance = 1},
+      {.node_relays = true},   {.row_ranges = false},   {.spread_stages = true}};
   void validate() const;  // Error(kInvalidArgument) naming the field
 };
 
@@ -84,6 +87,7 @@ struct FcpTuningSettings {
   double max_imbalance = 0;
   bool node_relays = false;
   bool row_ranges = true;
+  bool spread_stages = false;
 
   static FcpTuningSettings Of(const PlannerConfig& config);
   // `config` with these settings (its other fields as they are).

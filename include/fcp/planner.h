@@ -37,7 +37,8 @@
 //      largest compute or traffic rises;
 //   3. transfer graph: one edge (owner(j) -> w) per K/V block j that worker w
 //      needs and does not own; colour its edges into exactly Delta matchings;
-//   4. coalesce c colours per stage; compute the pairs of a block received in
+//   4. coalesce c colours per stage (spread_stages: deal them round-robin
+//      over the stages); compute the pairs of a block received in
 //      stage t in stage t + 1, local pairs in stage 0 (a piece of a split
 //      short sequence: in the stage of its remote pairs);
 //   5. backward: the same K/V matchings, and each partial dK/dV returned to
@@ -162,6 +163,17 @@ struct PlannerConfig {
   // whole on every hop. Plans where every receiver attends whole blocks
   // (the causal mask) are unchanged. Off: every transfer moves whole blocks.
   bool row_ranges = true;
+  // FCP only: short runs of the transfer graph's colours dealt round-robin
+  // over the transfer stages instead of c consecutive colours a stage
+  // (StageGrouping::kRoundRobin, src/plan/internal/fcp/schedule.h): the
+  // same stages, bound and transfers, each worker's pulls spread over the
+  // stages, so a busy receiver's senders are rarely busy with c others in
+  // the same stage. Off by default: on the report card's rows it lowers the
+  // step by up to 15% where the network binds at N = 256 and raises it by
+  // up to 6% on some rows at N = 16 and 64 (a worker's pairs split into
+  // more, shorter kernels; the reshuffle); `fcp plan --tune` tries it per
+  // batch (docs/planner.md, step 9).
+  bool spread_stages = false;
   // FCP only: the hardware the planner ranks its candidates for, by the
   // step estimate (fcp/step_estimate.h) of each. Defaults: the gpu-x
   // profile's (GpuXStepCosts), so that planning needs no profile; `fcp plan

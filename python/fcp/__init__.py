@@ -455,7 +455,7 @@ def plan(lengths: Iterable[int], workers: int, *, mask: str = "causal",
     planner: see :func:`planners`. check: validate the result (debug self-check).
     tune: a hardware profile (built-in name such as 'gpu-x', or a JSON file):
     FCP's plans at a few heavy-split fractions and imbalance bounds, with node
-    relays and with whole-block sends, are each simulated on it and the
+    relays, with whole-block sends and with spread stages, are each simulated on it and the
     fastest is returned, as ``fcp plan --tune
     --profile P`` (a planning and a simulation per candidate; planner must be
     'fcp').

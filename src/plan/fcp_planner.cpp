@@ -910,7 +910,8 @@ Plan MakeFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfig& confi
   // (11); each direct K/V transfer cut to the rows its receiver attends, the
   // partial back to the same rows, relayed blocks whole (12; no stage
   // changes: congestion counts a transfer whatever its rows).
-  BuildStages(plan, pairs, config.self_check);
+  BuildStages(plan, pairs, config.self_check,
+              config.spread_stages ? StageGrouping::kRoundRobin : StageGrouping::kConsecutive);
   if (config.node_relays)
     RelayThroughNodes(plan, config.node_workers, pairs, config.network_flops_per_byte);
   if (config.row_ranges) TrimTransfersToAttendedRows(plan, pairs);

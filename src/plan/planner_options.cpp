@@ -155,6 +155,12 @@ const std::vector<PlannerOption>& PlannerOptions() {
                "other masks that reach part of a block), partial dK/dV the same rows",
        .ref = FCP_FIELD(row_ranges),
        .recorded = true},
+      {.field = "spread_stages",
+       .flag = "spread-stages",
+       .help = "fcp: the transfer graph's colours dealt round-robin over the stages, each "
+               "worker's pulls spread over all of them (not c consecutive colours a stage)",
+       .ref = FCP_FIELD(spread_stages),
+       .recorded = true},
   };
   return options;
 }

@@ -109,7 +109,8 @@ std::vector<Transfer> TransferEdges(const Plan& plan, const std::vector<Required
 
 void BuildStagesFromSubStages(Plan& plan, const std::vector<RequiredPair>& pairs,
                               const PairsByReceiver& g, const std::vector<Transfer>& edges,
-                              const std::vector<int32_t>& sub_stage, int32_t sub_stages) {
+                              const std::vector<int32_t>& sub_stage, int32_t sub_stages,
+                              StageGrouping grouping) {
   FCP_CHECK(sub_stage.size() == edges.size(), "one sub-stage per edge");
   FCP_CHECK(StrictlySorted(edges), "edges sorted by (src, dst, block), unique");
   for (const Transfer& t : edges)
@@ -121,11 +122,13 @@ void BuildStagesFromSubStages(Plan& plan, const std::vector<RequiredPair>& pairs
   const auto transfer_stages = static_cast<int32_t>((int64_t{sub_stages} + c - 1) / c);
   plan.forward.assign(transfer_stages + 1, ForwardStage{});
   plan.backward.assign(transfer_stages > 0 ? transfer_stages + 2 : 1, BackwardStage{});
+  const int32_t run = SpreadRunColours(c);  // kRoundRobin's
   std::vector<int32_t> edge_stage(edges.size());
   std::vector<int32_t> sends(plan.forward.size(), 0), computes(plan.forward.size(), 0);
   for (size_t e = 0; e < edges.size(); ++e) {
     FCP_CHECK(sub_stage[e] >= 0 && sub_stage[e] < sub_stages, "sub-stage out of range");
-    edge_stage[e] = sub_stage[e] / c;
+    edge_stage[e] = grouping == StageGrouping::kRoundRobin ? sub_stage[e] / run % transfer_stages
+                                                           : sub_stage[e] / c;
     ++sends[edge_stage[e]];
   }
 
@@ -195,6 +198,13 @@ void BuildStagesFromSubStages(Plan& plan, const std::vector<RequiredPair>& pairs
 
 }  // namespace
 
+int32_t SpreadRunColours(int32_t coalesce) {
+  FCP_CHECK(coalesce >= 1, "coalesce >= 1");
+  int32_t run = std::max(1, coalesce / kSpreadRunsPerStage);
+  while (coalesce % run != 0) --run;  // ends at 1 at the latest
+  return run;
+}
+
 void ReverseBackwardTransferStages(Plan& plan) {
   const auto stages = static_cast<int32_t>(plan.forward.size());
   if (stages < 3) return;                // one transfer stage: nothing to reorder
@@ -218,18 +228,21 @@ std::vector<Transfer> TransferEdges(const Plan& plan, const std::vector<Required
 
 void BuildStagesFromSubStages(Plan& plan, const std::vector<RequiredPair>& pairs,
                               const std::vector<Transfer>& edges,
-                              const std::vector<int32_t>& sub_stage, int32_t sub_stages) {
-  BuildStagesFromSubStages(plan, pairs, GroupPairs(plan, pairs), edges, sub_stage, sub_stages);
+                              const std::vector<int32_t>& sub_stage, int32_t sub_stages,
+                              StageGrouping grouping) {
+  BuildStagesFromSubStages(plan, pairs, GroupPairs(plan, pairs), edges, sub_stage, sub_stages,
+                           grouping);
 }
 
-void BuildStages(Plan& plan, const std::vector<RequiredPair>& pairs, bool self_check) {
+void BuildStages(Plan& plan, const std::vector<RequiredPair>& pairs, bool self_check,
+                 StageGrouping grouping) {
   const PairsByReceiver g = GroupPairs(plan, pairs);  // once for both steps
   const std::vector<Transfer> edges = TransferEdges(plan, pairs, g);
   std::vector<BipartiteEdge> graph(edges.size());
   for (size_t e = 0; e < edges.size(); ++e) graph[e] = {edges[e].src, edges[e].dst};
   const EdgeColoring coloring = ColorBipartiteEdges(plan.workers, plan.workers, graph);
   if (self_check) CheckEdgeColoring(plan.workers, plan.workers, graph, coloring);
-  BuildStagesFromSubStages(plan, pairs, g, edges, coloring.color, coloring.num_colors);
+  BuildStagesFromSubStages(plan, pairs, g, edges, coloring.color, coloring.num_colors, grouping);
   if (plan.workers <= kReversedBackwardMaxWorkers) ReverseBackwardTransferStages(plan);
 }
 

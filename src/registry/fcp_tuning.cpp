@@ -1,5 +1,6 @@
 // FCP planned per batch by the simulated step (fcp/fcp_tuning.h): each
-// candidate (heavy fraction, imbalance bound, node relays, row ranges) planned
+// candidate (heavy fraction, imbalance bound, node relays, row ranges, spread
+// stages) planned
 // by MakePlan and simulated, the fastest kept.
 #include "fcp/fcp_tuning.h"
 
@@ -30,7 +31,8 @@ void FcpTuning::validate() const {
 }
 
 FcpTuningSettings FcpTuningSettings::Of(const PlannerConfig& config) {
-  return {config.heavy_fraction, config.max_imbalance, config.node_relays, config.row_ranges};
+  return {config.heavy_fraction, config.max_imbalance, config.node_relays, config.row_ranges,
+          config.spread_stages};
 }
 
 PlannerConfig FcpTuningSettings::Applied(PlannerConfig config) const {
@@ -38,6 +40,7 @@ PlannerConfig FcpTuningSettings::Applied(PlannerConfig config) const {
   config.max_imbalance = max_imbalance;
   config.node_relays = node_relays;
   config.row_ranges = row_ranges;
+  config.spread_stages = spread_stages;
   return config;
 }
 
@@ -62,7 +65,8 @@ TunedFcpPlan TuneFcpPlan(const std::vector<int64_t>& lengths, const PlannerConfi
     const FcpTuningSettings candidate{variant.heavy_fraction.value_or(own.heavy_fraction),
                                       variant.max_imbalance.value_or(own.max_imbalance),
                                       variant.node_relays.value_or(own.node_relays),
-                                      variant.row_ranges.value_or(own.row_ranges)};
+                                      variant.row_ranges.value_or(own.row_ranges),
+                                      variant.spread_stages.value_or(own.spread_stages)};
     if (std::find(settings.begin(), settings.end(), candidate) == settings.end())
       settings.push_back(candidate);
   }

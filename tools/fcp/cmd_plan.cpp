@@ -72,20 +72,21 @@ void RunPlan(PlanOptions& options, bool block_size_given) {
   if (tuned) {
     std::string tries;
     for (const FcpTuningTry& t : tuned->tried)
-      tries +=
-          fmt::format("{}{:g}/{:g}{}{}: {}", tries.empty() ? "" : ", ", t.settings.heavy_fraction,
-                      t.settings.max_imbalance, t.settings.node_relays ? "/relays" : "",
-                      t.settings.row_ranges ? "" : "/whole",
-                      t.simulated ? fmt::format("{:.2f} ms", t.step_s * 1e3)
-                                  : std::string("skipped (whole items cannot be balanced)"));
+      tries += fmt::format(
+          "{}{:g}/{:g}{}{}{}: {}", tries.empty() ? "" : ", ", t.settings.heavy_fraction,
+          t.settings.max_imbalance, t.settings.node_relays ? "/relays" : "",
+          t.settings.row_ranges ? "" : "/whole", t.settings.spread_stages ? "/spread" : "",
+          t.simulated ? fmt::format("{:.2f} ms", t.step_s * 1e3)
+                      : std::string("skipped (whole items cannot be balanced)"));
     const FcpTuningSettings& kept = tuned->settings;
     std::fprintf(stderr,
                  "fcp plan: tuned on %s (reshuffle %s): heavy fraction %g, max imbalance %g, "
-                 "node relays %s, row ranges %s, simulated step %.2f ms (heavy fraction/max "
-                 "imbalance[/relays][/whole]: %s)\n",
+                 "node relays %s, row ranges %s, spread stages %s, simulated step %.2f ms (heavy "
+                 "fraction/max imbalance[/relays][/whole][/spread]: %s)\n",
                  tuning.profile.name.c_str(), ReshuffleModeName(tuning.sim.reshuffle),
                  kept.heavy_fraction, kept.max_imbalance, kept.node_relays ? "on" : "off",
-                 kept.row_ranges ? "on" : "off", tuned->sim.total_time_s * 1e3, tries.c_str());
+                 kept.row_ranges ? "on" : "off", kept.spread_stages ? "on" : "off",
+                 tuned->sim.total_time_s * 1e3, tries.c_str());
   }
   // A block never holds more than the cap: say so when --block-size asked for more.
   if (block_size_given && c.block_size > result.token_cap)

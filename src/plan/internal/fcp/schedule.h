@@ -20,6 +20,11 @@
 // workers alone computing and returning their last partials; reversed, they
 // start with them while the others compute their local pairs
 // (docs/planner.md, step 10).
+// With StageGrouping::kRoundRobin short runs of colours are dealt over the
+// stages instead: the same stage count and the same bound of c blocks per
+// worker and stage, but each worker's sends and receives spread over the
+// stages rather than packed into the first ones (PlannerConfig::
+// spread_stages; docs/planner.md, step 9).
 // Deterministic; O(P + N + E * path) for P pairs, N workers and E edges
 // (plus sorting each sender's edges).
 #pragma once
@@ -32,17 +37,45 @@
 
 namespace fcp {
 
+// How BuildStages groups the Delta colours (sub-stages) of the transfer graph
+// into S = ceil(Delta / c) transfer stages.
+enum class StageGrouping {
+  // Colour k in stage k / c: c consecutive colours a stage. The greedy
+  // colouring gives every worker's first edges the lowest colours, so the
+  // first stages carry almost every worker's transfers and the last ones
+  // only the busiest workers'.
+  kConsecutive,
+  // Runs of r = SpreadRunColours(c) consecutive colours dealt round-robin:
+  // colour k in stage (k / r) mod S. Stage s holds runs s, s + S, ...: with
+  // r dividing c there are at most c / r of them, so the bound of c blocks
+  // per worker and stage holds as well. A worker whose edges have the
+  // colours 0..d-1 pulls r blocks in each of its first ceil(d / r) stages
+  // (wrapping around) instead of c in its first ceil(d / c).
+  kRoundRobin,
+};
+
+// Runs a stage takes under kRoundRobin: 4 runs of c / 4 colours (c = 16).
+// On the report card's rows (docs/planner.md, step 9) 16 runs of one colour
+// spread the pulls most but cut each worker's pairs into the most, shortest
+// kernels; 2 runs of 8 spread too little at N = 256 with no reshuffle.
+inline constexpr int32_t kSpreadRunsPerStage = 4;
+
+// The run length r for coalesce c: the largest divisor of c that is at most
+// c / kSpreadRunsPerStage, and at least 1.
+int32_t SpreadRunColours(int32_t coalesce);
+
 // Sorted by (src, dst, block); unique. Every block's worker must lie in
 // [0, plan.workers) (internal error otherwise), as for BuildStages*.
 std::vector<Transfer> TransferEdges(const Plan& plan, const std::vector<RequiredPair>& pairs);
 
 // Fills plan.forward and plan.backward (in the forward's stage order) from
 // edges given a sub-stage for each edge (sub_stage[e] in [0, sub_stages));
-// sub-stages are grouped plan.coalesce at a time. Congestion-freedom holds
-// when each sub-stage is a matching.
+// sub-stages are grouped into ceil(sub_stages / plan.coalesce) stages as
+// `grouping` says. Congestion-freedom holds when each sub-stage is a matching.
 void BuildStagesFromSubStages(Plan& plan, const std::vector<RequiredPair>& pairs,
                               const std::vector<Transfer>& edges,
-                              const std::vector<int32_t>& sub_stage, int32_t sub_stages);
+                              const std::vector<int32_t>& sub_stage, int32_t sub_stages,
+                              StageGrouping grouping = StageGrouping::kConsecutive);
 
 // The backward's transfer stages in reverse order: K/V group t of the
 // forward is pulled in backward stage T-1-t (T transfer stages), its pairs
@@ -60,9 +93,11 @@ void ReverseBackwardTransferStages(Plan& plan);
 // the simulator's spread at that size.
 inline constexpr int32_t kReversedBackwardMaxWorkers = 256;
 
-// The FCP schedule: sub-stages = a Delta-colouring of TransferEdges, the
-// backward's transfer stages reversed up to kReversedBackwardMaxWorkers.
-// With `self_check`, verifies the colouring (every class a matching, Delta colours).
-void BuildStages(Plan& plan, const std::vector<RequiredPair>& pairs, bool self_check = false);
+// The FCP schedule: sub-stages = a Delta-colouring of TransferEdges grouped
+// as `grouping` says, the backward's transfer stages reversed up to
+// kReversedBackwardMaxWorkers. With `self_check`, verifies the colouring
+// (every class a matching, Delta colours).
+void BuildStages(Plan& plan, const std::vector<RequiredPair>& pairs, bool self_check = false,
+                 StageGrouping grouping = StageGrouping::kConsecutive);
 
 }  // namespace fcp
