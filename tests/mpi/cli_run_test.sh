@@ -52,6 +52,20 @@ assert any(s != owner[j] for st in p['forward'] for j, s, d in st['send']), 'no 
 assert any(d != owner[j] for st in p['backward'] for j, s, d in st['send_dkv']), 'no dK/dV relay'
 " "$DIR/plan.json" || fail "plan without relays"
       fi
+      if [[ " ${extra[*]} " == *" --spread-stages true "* ]]; then  # stages other than consecutive ones
+        consecutive=("${extra[@]}")
+        for i in "${!consecutive[@]}"; do
+          [ "${consecutive[$i]}" = --spread-stages ] && consecutive[i + 1]=false
+        done
+        "$FCP" plan --planner "$kind" --lengths "$DIR/lengths.txt" --workers "$np" --block-size 16 \
+          --coalesce "$coalesce" --mask "$mask" "${window[@]}" --heads-q 4 --heads-kv 2 --head-dim 8 \
+          "${consecutive[@]}" --out "$DIR/consecutive.json" >/dev/null || fail "fcp plan"
+        python3 -c "
+import json, sys
+a, b = (json.load(open(f))['forward'] for f in sys.argv[1:])
+assert len(a) == len(b) and a != b, 'spread stages equal the consecutive ones'
+" "$DIR/plan.json" "$DIR/consecutive.json" || fail "spread stages not spread"
+      fi
       # FCP under a sliding window: row ranges on by default, and these
       # lengths give receivers that attend part of a block (the run then
       # checks that the rows cut are the rows not needed).
