@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What one boolean FCP knob does to the report card's rows: per profile, N
-and benchmark mix (compare_runs.MIXES, seed 0), `fcp compare --planners fcp
+and benchmark mix (compare_runs.MIXES, seed 0 or --seed), `fcp compare --planners fcp
 --reshuffle both` with the knob off and on, so every figure is the report
 card's (scripts/planner_quality.py): rule (a) each plan in its own layout, no
 reshuffle charged; (b) from the dataloader layout, the reshuffle overlapped.
@@ -30,6 +30,7 @@ def main():
     ap.add_argument("--flag", required=True, help="a boolean `fcp compare` flag, without the --")
     ap.add_argument("--workers", default="16,64,256")
     ap.add_argument("--profiles", default="gpu-x,gpu-y")
+    ap.add_argument("--seed", default="0", help="the batches' seed (held-out checks: 1, 2, ...)")
     ap.add_argument("--cache", default=None, help="reuse `fcp compare` results kept here")
     args = ap.parse_args()
     runner = Runner(args.fcp, args.cache)
@@ -38,7 +39,7 @@ def main():
         for n in args.workers.split(","):
             for mix, mix_args in MIXES.items():
                 base = [a.replace("{giant}", str(int(n) * 32768)) for a in mix_args]
-                base += ["--workers", n, "--seed", "0", "--planners", "fcp", "--profile", profile,
+                base += ["--workers", n, "--seed", args.seed, "--planners", "fcp", "--profile", profile,
                          "--reshuffle", "both"]
                 _, off = runner.compare(base + [f"--{args.flag}", "false"])
                 _, on = runner.compare(base + [f"--{args.flag}", "true"])
