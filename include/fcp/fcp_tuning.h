@@ -17,7 +17,7 @@
 // simulation"). The simulation picks, at the price of one planning and
 // one simulation per candidate: on the lognormal batches (seed 0) about 8
 // ms of CPU a candidate at N = 16, 60 ms at N = 64, 0.9 s at N = 256 (the
-// nine of `fcp plan --tune`: 0.04, 0.27 and 4.0 s wall, 0.08, 0.53 and 7.8
+// ten of `fcp plan --tune`: 0.05, 0.34 and 4.7 s wall, 0.09, 0.65 and 9.2
 // s of CPU, on a quiet 2-core machine, 2026-12-06). So it is for
 // plans made ahead of the training step (a packing job, a prefetching
 // dataloader with cores to spare), not the default.
