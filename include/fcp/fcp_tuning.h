@@ -68,7 +68,7 @@ struct FcpTuning {
   // sends (row_ranges off: cutting sends to the attended rows lowers every
   // port's bytes, yet where the reshuffle's flows share the ports it made 7
   // of 48 sliding-window rows 0.01-1.06% slower, docs/plan-format.md), then
-  // with spread stages (spread_stages: up to 16% faster where the network
+  // with spread stages (spread_stages: up to 15% faster where the network
   // binds at N = 256, up to 6% slower on other rows, docs/planner.md step 9).
   // Whole items are skipped where they cannot come within the candidate's
   // imbalance bound (FcpComputeImbalanceFloor): there they were 20-98%
