@@ -1,7 +1,6 @@
 // FCP planned per batch by the simulated step (fcp/fcp_tuning.h): each
 // candidate (heavy fraction, imbalance bound, node relays, row ranges, spread
-// stages) planned
-// by MakePlan and simulated, the fastest kept.
+// stages) planned by MakePlan and simulated, the fastest kept.
 #include "fcp/fcp_tuning.h"
 
 #include <algorithm>
